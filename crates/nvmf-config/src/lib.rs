@@ -1,0 +1,1 @@
+//! nvmf-config (skeleton; being written)

@@ -1,0 +1,1 @@
+//! nvmf-core (skeleton; being written)

@@ -1,0 +1,1 @@
+//! nvmf-host (skeleton; being written)

@@ -1,0 +1,1 @@
+//! nvmf-tcp (skeleton; being written)

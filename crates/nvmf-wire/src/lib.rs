@@ -1,0 +1,1 @@
+//! nvmf-wire (skeleton; being written)
