@@ -1,1 +1,387 @@
-//! nvmf-config (skeleton; being written)
+//! nvmf-config: owns nvmfd's configuration model (`TargetConfig` and the types
+//! it holds) and its JSON form, which is the shape SPDK's `save_config` RPC
+//! writes (`{"subsystems":[{"subsystem":"bdev","config":[{"method":..,"params":..}]}]}`).
+//!
+//! * [`TargetConfig::from_json_str`] / [`load_file`] parse and validate a file:
+//!   either a complete new `TargetConfig` comes back or a [`ConfigError`] that
+//!   names the config entry, the SPDK method, the parameter and the problem.
+//! * [`TargetConfig::to_json_value`] / [`TargetConfig::to_json_string_pretty`]
+//!   write the same shape back (derived namespace identifiers included), so
+//!   save → load → save is byte-identical.
+//! * [`TargetConfig::embedded_default`] is what nvmfd serves without `-c`.
+//!
+//! Method and parameter names are SPDK's (`bdev_malloc_create`,
+//! `nvmf_create_transport`, `nvmf_subsystem_add_ns`, ...). Entries that only
+//! tune SPDK internals are skipped and listed in [`TargetConfig::skipped`];
+//! SPDK parameters nvmfd accepts but does not act on are listed in
+//! [`TargetConfig::ignored_params`]. Anything that would change what is
+//! exported but that nvmfd cannot honour is an error.
+//!
+//! Defaults follow SPDK (TCP transport: queue depth 128, 127 I/O queues,
+//! 4 KiB in-capsule data, 128 KiB max I/O; subsystem serial
+//! `00000000000000000000`, 32 namespaces, cntlid 1..=0xFFEF), except the
+//! default model number, which is nvmfd's own: [`DEFAULT_MODEL_NUMBER`].
+
+mod default;
+mod error;
+mod ids;
+mod nqn;
+mod params;
+mod parse;
+mod write;
+
+use std::path::Path;
+
+pub use default::DEFAULT_SUBSYSTEM_NQN;
+pub use error::ConfigError;
+pub use ids::{
+    derive_namespace_ids, format_eui64, format_nguid, format_uuid, parse_eui64, parse_nguid,
+    parse_uuid, random_namespace_ids, NamespaceIds, Uuid16,
+};
+pub use nqn::{validate_nqn, DISCOVERY_NQN, NQN_MAX_LEN};
+pub use parse::{ignored_param_names, SKIPPED_METHODS};
+
+/// Default serial number of a subsystem created without `serial_number` (SPDK's).
+pub const DEFAULT_SERIAL_NUMBER: &str = "00000000000000000000";
+/// Default model number of a subsystem created without `model_number`.
+/// SPDK uses "SPDK bdev Controller"; nvmfd reports its own name instead.
+pub const DEFAULT_MODEL_NUMBER: &str = "nvmfd Controller";
+/// `max_namespaces` when absent or 0 (SPDK's default).
+pub const DEFAULT_MAX_NAMESPACES: u32 = 32;
+/// Lowest controller ID handed out by default.
+pub const DEFAULT_MIN_CNTLID: u16 = 1;
+/// Highest controller ID allowed by the NVMe spec (0xFFF0.. are reserved).
+pub const DEFAULT_MAX_CNTLID: u16 = 0xFFEF;
+/// Longest serial number (Identify Controller SN field).
+pub const SERIAL_NUMBER_MAX_LEN: usize = 20;
+/// Longest model number (Identify Controller MN field).
+pub const MODEL_NUMBER_MAX_LEN: usize = 40;
+
+/// The whole target: what nvmfd exports and how.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TargetConfig {
+    /// Block devices, in creation order; names are unique.
+    pub bdevs: Vec<BdevConfig>,
+    /// Transports (at most one per type; only TCP today).
+    pub transports: Vec<TransportConfig>,
+    /// NVM subsystems, in creation order (never the discovery NQN).
+    pub subsystems: Vec<SubsystemConfig>,
+    /// Listeners added to the well-known discovery NQN.
+    pub discovery_listeners: Vec<ListenerConfig>,
+    /// Entries skipped because they only tune SPDK internals, one per entry, as
+    /// `"<subsystem section>/<method>"`, e.g. `"sock/sock_impl_set_options"`.
+    pub skipped: Vec<String>,
+    /// SPDK parameters that were present and accepted but that nvmfd does not
+    /// act on, as `"<method>.<parameter>"`, each listed once, in first-seen order.
+    pub ignored_params: Vec<String>,
+}
+
+/// A block device (SPDK bdev) that namespaces are backed by.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BdevConfig {
+    pub name: String,
+    pub kind: BdevKind,
+    /// Logical block size in bytes: a power of two in 512..=4096.
+    pub block_size: u32,
+    /// Number of logical blocks (> 0).
+    pub num_blocks: u64,
+    pub uuid: Option<Uuid16>,
+}
+
+impl BdevConfig {
+    /// Size in bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.num_blocks.saturating_mul(u64::from(self.block_size))
+    }
+}
+
+/// Backend type of a bdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BdevKind {
+    /// RAM-backed (`bdev_malloc_create`).
+    Malloc,
+    /// Discards writes, reads zeroes (`bdev_null_create`).
+    Null,
+}
+
+impl BdevKind {
+    /// The SPDK method that creates this kind of bdev.
+    pub fn create_method(self) -> &'static str {
+        match self {
+            BdevKind::Malloc => "bdev_malloc_create",
+            BdevKind::Null => "bdev_null_create",
+        }
+    }
+}
+
+/// NVMe-oF transport type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TransportType {
+    Tcp,
+}
+
+impl TransportType {
+    /// SPDK's spelling (`"TCP"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TransportType::Tcp => "TCP",
+        }
+    }
+
+    /// Parses SPDK's trtype string (case-insensitive). `None` for transports
+    /// nvmfd does not implement (RDMA, VFIOUSER, PCIe, ...).
+    pub fn parse(s: &str) -> Option<TransportType> {
+        if s.eq_ignore_ascii_case("tcp") {
+            Some(TransportType::Tcp)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for TransportType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Transport options (`nvmf_create_transport`), SPDK's names and TCP defaults.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TransportConfig {
+    pub trtype: TransportType,
+    /// Largest I/O queue size a host may create (entries).
+    pub max_queue_depth: u16,
+    /// I/O queues per controller (SPDK's `max_qpairs_per_ctrlr - 1`).
+    pub max_io_qpairs_per_ctrlr: u16,
+    /// In-capsule data size in bytes (IOCCSZ is derived from it).
+    pub in_capsule_data_size: u32,
+    /// Largest single I/O in bytes (MDTS is derived from it).
+    pub max_io_size: u32,
+    /// Buffer unit size in bytes.
+    pub io_unit_size: u32,
+    /// Largest admin queue size (entries).
+    pub max_aq_depth: u16,
+    /// Send C2HData with the SUCCESS flag and skip the response capsule.
+    pub c2h_success: bool,
+}
+
+impl TransportConfig {
+    /// TCP transport with SPDK's defaults.
+    pub fn tcp_default() -> TransportConfig {
+        TransportConfig {
+            trtype: TransportType::Tcp,
+            max_queue_depth: 128,
+            max_io_qpairs_per_ctrlr: 127,
+            in_capsule_data_size: 4096,
+            max_io_size: 131_072,
+            io_unit_size: 131_072,
+            max_aq_depth: 128,
+            c2h_success: true,
+        }
+    }
+}
+
+impl Default for TransportConfig {
+    fn default() -> Self {
+        TransportConfig::tcp_default()
+    }
+}
+
+/// An NVM subsystem (`nvmf_create_subsystem` plus its hosts, namespaces and listeners).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubsystemConfig {
+    pub nqn: String,
+    /// Printable ASCII, at most 20 characters.
+    pub serial_number: String,
+    /// Printable ASCII, at most 40 characters.
+    pub model_number: String,
+    pub allow_any_host: bool,
+    /// Allowed host NQNs (`nvmf_subsystem_add_host`), in order, unique.
+    pub hosts: Vec<String>,
+    /// Highest NSID (and Identify Controller NN); never 0 after load.
+    pub max_namespaces: u32,
+    pub ana_reporting: bool,
+    /// Controller IDs are handed out from `min_cntlid..=max_cntlid`.
+    pub min_cntlid: u16,
+    pub max_cntlid: u16,
+    /// Namespaces, in the order they were added.
+    pub namespaces: Vec<NamespaceConfig>,
+    pub listeners: Vec<ListenerConfig>,
+}
+
+impl SubsystemConfig {
+    /// A subsystem with SPDK's defaults and nothing in it.
+    pub fn new(nqn: impl Into<String>) -> SubsystemConfig {
+        SubsystemConfig {
+            nqn: nqn.into(),
+            serial_number: DEFAULT_SERIAL_NUMBER.to_string(),
+            model_number: DEFAULT_MODEL_NUMBER.to_string(),
+            allow_any_host: false,
+            hosts: Vec::new(),
+            max_namespaces: DEFAULT_MAX_NAMESPACES,
+            ana_reporting: false,
+            min_cntlid: DEFAULT_MIN_CNTLID,
+            max_cntlid: DEFAULT_MAX_CNTLID,
+            namespaces: Vec::new(),
+            listeners: Vec::new(),
+        }
+    }
+
+    /// The namespace with this NSID.
+    pub fn namespace(&self, nsid: u32) -> Option<&NamespaceConfig> {
+        self.namespaces.iter().find(|ns| ns.nsid == nsid)
+    }
+
+    /// Whether `hostnqn` may connect.
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
+    }
+}
+
+/// A namespace: an NSID in a subsystem backed by a bdev. The identifiers are
+/// always filled after load (explicit from the file, else derived).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NamespaceConfig {
+    pub nsid: u32,
+    pub bdev_name: String,
+    pub nguid: [u8; 16],
+    pub eui64: [u8; 8],
+    pub uuid: [u8; 16],
+}
+
+/// Address family of a listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AddressFamily {
+    Ipv4,
+    Ipv6,
+}
+
+impl AddressFamily {
+    /// SPDK's spelling (`"IPv4"`, `"IPv6"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AddressFamily::Ipv4 => "IPv4",
+            AddressFamily::Ipv6 => "IPv6",
+        }
+    }
+
+    /// Parses SPDK's adrfam string (case-insensitive); `None` for IB, FC, ...
+    pub fn parse(s: &str) -> Option<AddressFamily> {
+        if s.eq_ignore_ascii_case("ipv4") {
+            Some(AddressFamily::Ipv4)
+        } else if s.eq_ignore_ascii_case("ipv6") {
+            Some(AddressFamily::Ipv6)
+        } else {
+            None
+        }
+    }
+}
+
+impl std::fmt::Display for AddressFamily {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A listen address (`listen_address` of `nvmf_subsystem_add_listener`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ListenerConfig {
+    pub trtype: TransportType,
+    pub adrfam: AddressFamily,
+    /// IP address (or host name) to bind.
+    pub traddr: String,
+    /// TCP port, as a decimal string (SPDK keeps it as a string).
+    pub trsvcid: String,
+}
+
+impl ListenerConfig {
+    /// The port as a number (validated on load).
+    pub fn port(&self) -> Option<u16> {
+        self.trsvcid.parse().ok()
+    }
+}
+
+impl TargetConfig {
+    /// Parses and validates an SPDK `save_config`-shaped JSON document.
+    pub fn from_json_str(s: &str) -> Result<TargetConfig, ConfigError> {
+        parse::from_json_str(s)
+    }
+
+    /// Parses and validates an already-decoded JSON document.
+    pub fn from_json_value(v: &serde_json::Value) -> Result<TargetConfig, ConfigError> {
+        parse::from_json_value(v)
+    }
+
+    /// Reads and parses a config file; I/O errors name the path.
+    pub fn load_file(path: impl AsRef<Path>) -> Result<TargetConfig, ConfigError> {
+        load_file(path)
+    }
+
+    /// Applies one SPDK method call (as a later JSON-RPC server would) to this
+    /// config. On error nothing is changed.
+    pub fn apply_method(
+        &mut self,
+        method: &str,
+        params: Option<&serde_json::Value>,
+    ) -> Result<(), ConfigError> {
+        parse::apply_method(self, method, params)
+    }
+
+    /// The SPDK `save_config` shape: a `bdev` section and an `nvmf` section, in
+    /// a stable order, namespace identifiers written explicitly.
+    pub fn to_json_value(&self) -> serde_json::Value {
+        write::to_json_value(self)
+    }
+
+    /// [`Self::to_json_value`] pretty-printed (2-space indent, SPDK-like key
+    /// order: `method` before `params`, `nqn` first, ...) with a final newline.
+    pub fn to_json_string_pretty(&self) -> String {
+        write::pretty(&self.to_json_value())
+    }
+
+    /// What nvmfd serves when started without `-c` (see docs/DESIGN.md "Defaults").
+    pub fn embedded_default() -> TargetConfig {
+        default::embedded_default()
+    }
+
+    /// The bdev with this name.
+    pub fn bdev(&self, name: &str) -> Option<&BdevConfig> {
+        self.bdevs.iter().find(|b| b.name == name)
+    }
+
+    /// The NVM subsystem with this NQN.
+    pub fn subsystem(&self, nqn: &str) -> Option<&SubsystemConfig> {
+        self.subsystems.iter().find(|s| s.nqn == nqn)
+    }
+
+    /// The transport of this type.
+    pub fn transport(&self, trtype: TransportType) -> Option<&TransportConfig> {
+        self.transports.iter().find(|t| t.trtype == trtype)
+    }
+
+    /// Every distinct listen address (subsystem and discovery listeners), in
+    /// first-seen order: what the daemon binds.
+    pub fn listen_addresses(&self) -> Vec<&ListenerConfig> {
+        let mut out: Vec<&ListenerConfig> = Vec::new();
+        let all = self
+            .discovery_listeners
+            .iter()
+            .chain(self.subsystems.iter().flat_map(|s| s.listeners.iter()));
+        for l in all {
+            if !out.contains(&l) {
+                out.push(l);
+            }
+        }
+        out
+    }
+}
+
+/// Reads and parses the config file at `path` (`nvmfd -c FILE`).
+pub fn load_file(path: impl AsRef<Path>) -> Result<TargetConfig, ConfigError> {
+    let path = path.as_ref();
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse::from_json_str(&text).map_err(|e| e.with_path(path))
+}

@@ -1,0 +1,191 @@
+//! Owns writing a `TargetConfig` back as SPDK `save_config`-shaped JSON: a
+//! `bdev` section then an `nvmf` section, entries in SPDK's order (transports,
+//! subsystems, hosts, namespaces, listeners), namespace identifiers explicit,
+//! so loading the output yields the same `TargetConfig`.
+
+use serde_json::{json, Map, Value};
+
+use crate::ids::{format_eui64, format_nguid, format_uuid};
+use crate::nqn::DISCOVERY_NQN;
+use crate::{ListenerConfig, TargetConfig};
+
+fn entry(method: &str, params: Value) -> Value {
+    json!({ "method": method, "params": params })
+}
+
+fn listener(nqn: &str, l: &ListenerConfig) -> Value {
+    entry(
+        "nvmf_subsystem_add_listener",
+        json!({
+            "nqn": nqn,
+            "listen_address": {
+                "trtype": l.trtype.as_str(),
+                "adrfam": l.adrfam.as_str(),
+                "traddr": l.traddr,
+                "trsvcid": l.trsvcid,
+            },
+        }),
+    )
+}
+
+pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
+    let bdevs: Vec<Value> = cfg
+        .bdevs
+        .iter()
+        .map(|b| {
+            let mut p = Map::new();
+            p.insert("name".into(), json!(b.name));
+            p.insert("num_blocks".into(), json!(b.num_blocks));
+            p.insert("block_size".into(), json!(b.block_size));
+            if let Some(u) = &b.uuid {
+                p.insert("uuid".into(), json!(u.to_string()));
+            }
+            entry(b.kind.create_method(), Value::Object(p))
+        })
+        .collect();
+
+    let mut nvmf = Vec::new();
+    for t in &cfg.transports {
+        nvmf.push(entry(
+            "nvmf_create_transport",
+            json!({
+                "trtype": t.trtype.as_str(),
+                "max_queue_depth": t.max_queue_depth,
+                "max_io_qpairs_per_ctrlr": t.max_io_qpairs_per_ctrlr,
+                "in_capsule_data_size": t.in_capsule_data_size,
+                "max_io_size": t.max_io_size,
+                "io_unit_size": t.io_unit_size,
+                "max_aq_depth": t.max_aq_depth,
+                "c2h_success": t.c2h_success,
+            }),
+        ));
+    }
+    for s in &cfg.subsystems {
+        nvmf.push(entry(
+            "nvmf_create_subsystem",
+            json!({
+                "nqn": s.nqn,
+                "allow_any_host": s.allow_any_host,
+                "serial_number": s.serial_number,
+                "model_number": s.model_number,
+                "max_namespaces": s.max_namespaces,
+                "min_cntlid": s.min_cntlid,
+                "max_cntlid": s.max_cntlid,
+                "ana_reporting": s.ana_reporting,
+            }),
+        ));
+    }
+    for s in &cfg.subsystems {
+        for h in &s.hosts {
+            nvmf.push(entry(
+                "nvmf_subsystem_add_host",
+                json!({ "nqn": s.nqn, "host": h }),
+            ));
+        }
+    }
+    for s in &cfg.subsystems {
+        for ns in &s.namespaces {
+            nvmf.push(entry(
+                "nvmf_subsystem_add_ns",
+                json!({
+                    "nqn": s.nqn,
+                    "namespace": {
+                        "nsid": ns.nsid,
+                        "bdev_name": ns.bdev_name,
+                        "nguid": format_nguid(&ns.nguid),
+                        "eui64": format_eui64(&ns.eui64),
+                        "uuid": format_uuid(&ns.uuid),
+                    },
+                }),
+            ));
+        }
+    }
+    for l in &cfg.discovery_listeners {
+        nvmf.push(listener(DISCOVERY_NQN, l));
+    }
+    for s in &cfg.subsystems {
+        for l in &s.listeners {
+            nvmf.push(listener(&s.nqn, l));
+        }
+    }
+
+    json!({
+        "subsystems": [
+            { "subsystem": "bdev", "config": bdevs },
+            { "subsystem": "nvmf", "config": nvmf },
+        ]
+    })
+}
+
+/// Keys written first (in this order); all others follow alphabetically.
+/// Mirrors the order SPDK writes, so files read naturally.
+const KEY_ORDER: &[&str] = &[
+    "subsystem",
+    "config",
+    "method",
+    "params",
+    "nqn",
+    "name",
+    "trtype",
+    "adrfam",
+    "traddr",
+    "trsvcid",
+    "nsid",
+    "bdev_name",
+    "host",
+];
+
+fn key_rank(k: &str) -> (usize, &str) {
+    (
+        KEY_ORDER
+            .iter()
+            .position(|o| *o == k)
+            .unwrap_or(KEY_ORDER.len()),
+        k,
+    )
+}
+
+/// Pretty-prints with 2-space indentation and the key order above.
+pub(crate) fn pretty(v: &Value) -> String {
+    let mut out = String::new();
+    write_value(&mut out, v, 0);
+    out.push('\n');
+    out
+}
+
+fn indent(out: &mut String, n: usize) {
+    for _ in 0..n {
+        out.push_str("  ");
+    }
+}
+
+fn write_value(out: &mut String, v: &Value, depth: usize) {
+    match v {
+        Value::Array(items) if !items.is_empty() => {
+            out.push_str("[\n");
+            for (i, item) in items.iter().enumerate() {
+                indent(out, depth + 1);
+                write_value(out, item, depth + 1);
+                out.push_str(if i + 1 < items.len() { ",\n" } else { "\n" });
+            }
+            indent(out, depth);
+            out.push(']');
+        }
+        Value::Object(map) if !map.is_empty() => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort_by(|a, b| key_rank(a).cmp(&key_rank(b)));
+            out.push_str("{\n");
+            for (i, k) in keys.iter().enumerate() {
+                indent(out, depth + 1);
+                out.push_str(&Value::String((*k).clone()).to_string());
+                out.push_str(": ");
+                write_value(out, &map[k.as_str()], depth + 1);
+                out.push_str(if i + 1 < keys.len() { ",\n" } else { "\n" });
+            }
+            indent(out, depth);
+            out.push('}');
+        }
+        // Scalars, [] and {}: serde_json's compact form.
+        other => out.push_str(&other.to_string()),
+    }
+}
