@@ -41,6 +41,32 @@ pub const FLAGS_PSDT_SGL_MPTR_CONTIG: u8 = 0x40;
 /// PSDT value "SGL, metadata pointer is an SGL segment".
 pub const FLAGS_PSDT_SGL_MPTR_SGL: u8 = 0x80;
 
+/// Direction of a command's data transfer, from the low two bits of the
+/// opcode (or of FCTYPE for Fabrics commands).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DataDirection {
+    /// No data.
+    None,
+    /// Host to controller (writes, Connect, Set Features with data).
+    HostToController,
+    /// Controller to host (reads, Identify, Get Log Page).
+    ControllerToHost,
+    /// Both directions (bits 11b; not used by this target).
+    Bidirectional,
+}
+
+impl DataDirection {
+    /// Decode the two transfer bits.
+    pub const fn from_bits(bits: u8) -> DataDirection {
+        match bits & 0x3 {
+            0 => DataDirection::None,
+            1 => DataDirection::HostToController,
+            2 => DataDirection::ControllerToHost,
+            _ => DataDirection::Bidirectional,
+        }
+    }
+}
+
 /// A 16-byte SGL descriptor (the DPTR field of an NVMe-oF command).
 #[repr(C)]
 #[derive(
@@ -238,6 +264,16 @@ impl Command {
         self
     }
 
+    /// Data transfer direction: the opcode's low two bits, or for Fabrics
+    /// commands (opcode 0x7f) the FCTYPE's low two bits.
+    pub fn data_direction(&self) -> DataDirection {
+        if self.opcode == crate::opcode::AdminOpcode::FabricsCommand as u8 {
+            DataDirection::from_bits(self.fctype())
+        } else {
+            DataDirection::from_bits(self.opcode)
+        }
+    }
+
     // ---- NVM I/O command fields (Read, Write, Write Zeroes, Compare) ----
 
     /// Starting LBA (CDW10 | CDW11 << 32).
@@ -371,6 +407,22 @@ mod tests {
         assert_eq!(c.opcode(), 0x7f);
         assert_eq!(c.fctype(), 0x04);
         assert_eq!(c.as_bytes()[4], 0x04);
+        assert_eq!(c.data_direction(), DataDirection::None);
+        c.set_fctype(0x01); // Connect
+        assert_eq!(c.data_direction(), DataDirection::HostToController);
+        assert_eq!(
+            Command::new(0x02, 0).data_direction(),
+            DataDirection::ControllerToHost
+        );
+        assert_eq!(
+            Command::new(0x06, 0).data_direction(),
+            DataDirection::ControllerToHost
+        );
+        assert_eq!(
+            Command::new(0x01, 0).data_direction(),
+            DataDirection::HostToController
+        );
+        assert_eq!(Command::new(0x18, 0).data_direction(), DataDirection::None);
 
         let mut c = Command::new(0x02, 1);
         c.set_get_log_page(0x70, 4096, 1024);

@@ -20,7 +20,7 @@ pub mod opcode;
 pub mod pdu;
 pub mod status;
 
-pub use command::{Command, SglDescriptor};
+pub use command::{Command, DataDirection, SglDescriptor};
 pub use completion::Completion;
 pub use opcode::{AdminOpcode, FabricsType, FeatureId, IoOpcode, LogPageId, UnknownValue};
 pub use pdu::{DecodeOpts, Decoded, EncodeOpts, Pdu, PduError, PduType, Role};
