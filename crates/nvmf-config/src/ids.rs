@@ -118,7 +118,7 @@ pub fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
             continue;
         }
         let v = hex_val(c).ok_or_else(bad)?;
-        out[nib / 2] |= if nib % 2 == 0 { v << 4 } else { v };
+        out[nib / 2] |= if nib & 1 == 0 { v << 4 } else { v };
         nib += 1;
     }
     Ok(out)

@@ -142,7 +142,8 @@ const TGT_NAME_IGNORED: &[(&str, Kind)] = &[("tgt_name", Kind::Str)];
 /// Every SPDK parameter nvmfd accepts but does not act on, as
 /// `"<method>.<parameter>"` (nested ones dotted: `nvmf_subsystem_add_ns.namespace.ptpl_file`).
 pub fn ignored_param_names() -> Vec<String> {
-    let groups: &[(&str, &str, &[(&str, Kind)])] = &[
+    type Group = (&'static str, &'static str, &'static [(&'static str, Kind)]);
+    let groups: &[Group] = &[
         ("bdev_malloc_create", "", MALLOC_IGNORED),
         ("bdev_null_create", "", NULL_IGNORED),
         ("nvmf_create_transport", "", TRANSPORT_IGNORED),
@@ -329,10 +330,9 @@ fn apply(
         "nvmf_subsystem_allow_any_host" => allow_any_host(cfg, p),
         _ => Err(ConfigError::for_method(
             method,
-            "method not supported by nvmfd (only bdev_malloc_create, bdev_null_create, \
-             nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns, \
-             nvmf_subsystem_add_listener, nvmf_subsystem_add_host, \
-             nvmf_subsystem_allow_any_host and SPDK-internal tuning methods are)",
+            "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
+             nvmf_create_transport, nvmf_create_subsystem and nvmf_subsystem_add_ns/add_listener/\
+             add_host/allow_any_host, and skips SPDK-internal tuning methods)",
         )),
     }
 }
