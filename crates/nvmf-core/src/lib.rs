@@ -1,1 +1,45 @@
-//! nvmf-core (skeleton; being written)
+//! nvmf-core: the transport-agnostic NVMe over Fabrics target.
+//!
+//! A [`Target`] is built once from `nvmf_config::TargetConfig` and shared by
+//! every reactor thread. Each transport connection gets a [`QueuePair`]; the
+//! transport hands it decoded commands with their data ([`QueuePair::execute`])
+//! and polls it for late completions and for whether to close
+//! ([`QueuePair::poll`]).
+//!
+//! | file | owns |
+//! |---|---|
+//! | `target.rs` | [`Target`], [`TransportLimits`], runtime namespace changes |
+//! | `subsystem.rs` | [`Subsystem`]: NQN, hosts, listeners, namespace table, controller IDs |
+//! | `namespace.rs` | [`Namespace`], [`NamespaceTable`] snapshot |
+//! | `controller.rs` | [`Controller`]: registers, features, events, keep-alive value, stats |
+//! | `queue.rs` | [`QueuePair`], [`PortInfo`], [`Exec`], [`QueueState`] |
+//! | `fabrics.rs` | Connect, Property Get/Set |
+//! | `admin.rs` | admin dispatch, features, AER, Keep Alive, Abort |
+//! | `identify.rs` | Identify pages |
+//! | `logpage.rs` | Get Log Page |
+//! | `discovery.rs` | discovery log page |
+//! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management |
+//! | `backend/` | [`Backend`] trait, malloc and null backends |
+//! | `error.rs` | [`CoreError`], status helpers |
+
+pub mod admin;
+pub mod backend;
+pub mod controller;
+pub mod discovery;
+pub mod error;
+pub mod fabrics;
+pub mod identify;
+pub mod io;
+pub mod logpage;
+pub mod namespace;
+pub mod queue;
+pub mod subsystem;
+pub mod target;
+
+pub use backend::{Backend, BlockOp, CompletionSink, IoTag, MallocBackend, NullBackend, Submitted};
+pub use controller::{CloseReason, Controller, QueueStats};
+pub use error::CoreError;
+pub use namespace::{Namespace, NamespaceState, NamespaceTable};
+pub use queue::{Exec, PortInfo, QueuePair, QueueState};
+pub use subsystem::{Subsystem, SubsystemKind};
+pub use target::{Target, TransportLimits};

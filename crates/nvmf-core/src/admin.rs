@@ -1,0 +1,219 @@
+//! Admin command execution (everything on the admin queue but Fabrics commands).
+//!
+//! Owns opcode dispatch for NVM and discovery controllers, Get/Set Features,
+//! Asynchronous Event Request queuing, Keep Alive and Abort. Identify and
+//! Get Log Page live in `identify.rs` and `logpage.rs`.
+
+use std::sync::Arc;
+
+use nvmf_wire::command::Command;
+use nvmf_wire::opcode::{AdminOpcode, FeatureId};
+use nvmf_wire::status::Status;
+
+use crate::controller::Controller;
+use crate::error::{Outcome, INVALID_FIELD, INVALID_OPCODE};
+use crate::namespace::NamespaceTable;
+use crate::queue::{PortInfo, AER_LIMIT};
+use crate::target::Target;
+use crate::{identify, logpage};
+
+/// What an admin command handler needs.
+pub(crate) struct AdminCtx<'a> {
+    pub target: &'a Arc<Target>,
+    pub port: &'a Arc<PortInfo>,
+    pub ctrl: &'a Arc<Controller>,
+    pub ns: &'a Arc<NamespaceTable>,
+    pub aers: &'a mut Vec<u16>,
+}
+
+/// How an admin command ended.
+#[derive(Debug)]
+pub(crate) enum AdminResult {
+    /// Complete now.
+    Done(Outcome),
+    /// An Asynchronous Event Request was queued; it completes through `poll`.
+    Queued,
+}
+
+/// Execute one admin command.
+pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) -> AdminResult {
+    let Ok(op) = AdminOpcode::try_from(cmd.opcode()) else {
+        return AdminResult::Done(Outcome::err(INVALID_OPCODE));
+    };
+    if ctx.ctrl.is_discovery()
+        && !matches!(
+            op,
+            AdminOpcode::Identify
+                | AdminOpcode::GetLogPage
+                | AdminOpcode::GetFeatures
+                | AdminOpcode::SetFeatures
+                | AdminOpcode::AsyncEventRequest
+                | AdminOpcode::KeepAlive
+        )
+    {
+        return AdminResult::Done(Outcome::err(INVALID_OPCODE));
+    }
+    let out = match op {
+        AdminOpcode::Identify => identify::execute(ctx, cmd, data),
+        AdminOpcode::GetLogPage => logpage::execute(ctx, cmd, data),
+        AdminOpcode::GetFeatures => get_features(ctx, cmd, data),
+        AdminOpcode::SetFeatures => set_features(ctx, cmd, data),
+        AdminOpcode::AsyncEventRequest => {
+            if ctx.aers.len() >= AER_LIMIT {
+                Outcome::err(Status::ASYNC_EVENT_LIMIT_EXCEEDED.with_dnr())
+            } else {
+                ctx.aers.push(cmd.cid());
+                return AdminResult::Queued;
+            }
+        }
+        // The admin queue already recorded the activity.
+        AdminOpcode::KeepAlive => Outcome::ok(),
+        // "Command not aborted": we never abort anything.
+        AdminOpcode::Abort => Outcome::ok_dw0(1),
+        // Create/Delete I/O SQ/CQ do not exist on fabrics; the rest is unsupported.
+        _ => Outcome::err(INVALID_OPCODE),
+    };
+    AdminResult::Done(out)
+}
+
+/// Get Features "supported capabilities" bits (SEL = 3).
+const CAP_CHANGEABLE: u32 = 1 << 2;
+
+/// Feature IDs that have nothing to configure on fabrics; Get answers 0.
+const FID_ZERO_VALUED: [u8; 6] = [
+    FeatureId::Arbitration as u8,
+    FeatureId::PowerManagement as u8,
+    FeatureId::TemperatureThreshold as u8,
+    FeatureId::ErrorRecovery as u8,
+    FeatureId::InterruptCoalescing as u8,
+    FeatureId::WriteAtomicityNormal as u8,
+];
+
+fn discovery_feature_allowed(fid: u8) -> bool {
+    fid == FeatureId::KeepAliveTimer as u8 || fid == FeatureId::AsyncEventConfig as u8
+}
+
+fn get_features(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) -> Outcome {
+    let ctrl = ctx.ctrl;
+    let fid = cmd.fid();
+    if ctrl.is_discovery() && !discovery_feature_allowed(fid) {
+        return Outcome::err(INVALID_FIELD);
+    }
+    let sel = cmd.sel();
+    if sel > 3 {
+        return Outcome::err(INVALID_FIELD);
+    }
+    let changeable = matches!(
+        FeatureId::try_from(fid),
+        Ok(FeatureId::NumberOfQueues
+            | FeatureId::AsyncEventConfig
+            | FeatureId::KeepAliveTimer
+            | FeatureId::VolatileWriteCache)
+    );
+    let value = match FeatureId::try_from(fid) {
+        Ok(FeatureId::NumberOfQueues) => {
+            let n = u32::from(ctrl.num_io_queues().max(1) - 1);
+            n | (n << 16)
+        }
+        Ok(FeatureId::AsyncEventConfig) => ctrl.aen_enabled(),
+        Ok(FeatureId::KeepAliveTimer) => ctrl.kato_ms(),
+        Ok(FeatureId::VolatileWriteCache) => u32::from(ctrl.write_cache_enabled()),
+        Ok(FeatureId::HostIdentifier) => {
+            // Only the 128-bit form (EXHID, CDW11 bit 0) exists on fabrics.
+            if cmd.cdw11() & 1 == 0 {
+                return Outcome::err(INVALID_FIELD);
+            }
+            if sel != 3 {
+                let hostid = ctrl.hostid();
+                let n = data.len().min(hostid.len());
+                data[..n].copy_from_slice(&hostid[..n]);
+                data[n..].fill(0);
+            }
+            0
+        }
+        Ok(_) if FID_ZERO_VALUED.contains(&fid) => 0,
+        _ => return Outcome::err(INVALID_FIELD),
+    };
+    if sel == 3 {
+        return Outcome::ok_dw0(if changeable { CAP_CHANGEABLE } else { 0 });
+    }
+    if sel == 1 {
+        // Defaults.
+        let default = match FeatureId::try_from(fid) {
+            Ok(FeatureId::NumberOfQueues) => {
+                let n = u32::from(ctrl.max_io_queues().max(1) - 1);
+                n | (n << 16)
+            }
+            Ok(FeatureId::AsyncEventConfig) => ctrl.supported_events(),
+            Ok(FeatureId::VolatileWriteCache) => 1,
+            _ => value,
+        };
+        return Outcome::ok_dw0(default);
+    }
+    Outcome::ok_dw0(value)
+}
+
+fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outcome {
+    let ctrl = ctx.ctrl;
+    let fid = cmd.fid();
+    if ctrl.is_discovery() && !discovery_feature_allowed(fid) {
+        return Outcome::err(INVALID_FIELD);
+    }
+    let known = FeatureId::try_from(fid);
+    if cmd.save() {
+        // Nothing is saveable; unknown features stay Invalid Field.
+        return match known {
+            Ok(_) => Outcome::err(Status::FEATURE_NOT_SAVEABLE.with_dnr()),
+            Err(_) => Outcome::err(INVALID_FIELD),
+        };
+    }
+    let cdw11 = cmd.cdw11();
+    match known {
+        Ok(FeatureId::NumberOfQueues) => {
+            let nsqr = cdw11 & 0xFFFF;
+            let ncqr = cdw11 >> 16;
+            if nsqr == 0xFFFF || ncqr == 0xFFFF {
+                return Outcome::err(INVALID_FIELD);
+            }
+            let max = u32::from(ctrl.max_io_queues().max(1));
+            let nsqa = (nsqr + 1).min(max);
+            let ncqa = (ncqr + 1).min(max);
+            ctrl.set_num_io_queues(nsqa.min(ncqa) as u16);
+            Outcome::ok_dw0((nsqa - 1) | ((ncqa - 1) << 16))
+        }
+        Ok(FeatureId::AsyncEventConfig) => {
+            if cdw11 & !ctrl.supported_events() != 0 {
+                return Outcome::err(INVALID_FIELD);
+            }
+            ctrl.set_aen_enabled(cdw11);
+            Outcome::ok_dw0(cdw11)
+        }
+        Ok(FeatureId::KeepAliveTimer) => {
+            ctrl.set_kato_ms(cdw11);
+            Outcome::ok()
+        }
+        Ok(FeatureId::VolatileWriteCache) => {
+            ctrl.set_write_cache_enabled(cdw11 & 1 != 0);
+            Outcome::ok()
+        }
+        // The host identifier comes from Connect on fabrics.
+        Ok(FeatureId::HostIdentifier) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
+        _ => Outcome::err(INVALID_FIELD),
+    }
+}
+
+/// Copy `page[offset..]` into `data`, zero-filling what the page does not
+/// cover. `offset` past the end of the page is Invalid Field.
+pub(crate) fn copy_out(page: &[u8], offset: u64, data: &mut [u8]) -> Outcome {
+    let Ok(off) = usize::try_from(offset) else {
+        return Outcome::err(INVALID_FIELD);
+    };
+    if off > page.len() || (off == page.len() && !data.is_empty()) {
+        return Outcome::err(INVALID_FIELD);
+    }
+    let avail = &page[off..];
+    let n = avail.len().min(data.len());
+    data[..n].copy_from_slice(&avail[..n]);
+    data[n..].fill(0);
+    Outcome::ok()
+}

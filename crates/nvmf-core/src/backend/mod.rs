@@ -1,0 +1,171 @@
+//! Block backends (SPDK calls them bdevs): the storage a namespace exposes.
+//!
+//! Owns the [`Backend`] trait, the operations it executes ([`BlockOp`]), how an
+//! operation completes ([`Submitted`], inline or later through a
+//! [`CompletionSink`]), and creating backends from `nvmf_config::BdevConfig`.
+//!
+//! Contract: the caller (the I/O command path) has already checked that the
+//! LBA range lies inside the device and that every buffer is exactly
+//! `blocks * block_size` bytes; backends check again where a mistake would
+//! touch memory outside their own (malloc) and answer LBA Out of Range rather
+//! than panic.
+
+pub mod malloc;
+pub mod null;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use nvmf_config::{BdevConfig, BdevKind};
+use nvmf_wire::status::Status;
+
+use crate::error::CoreError;
+
+pub use malloc::MallocBackend;
+pub use null::NullBackend;
+
+/// One block operation. LBAs and block counts are in the backend's blocks.
+#[derive(Debug)]
+pub enum BlockOp<'a> {
+    /// Read `buf.len() / block_size` blocks starting at `lba` into `buf`.
+    Read { lba: u64, buf: &'a mut [u8] },
+    /// Write `buf` starting at `lba`.
+    Write { lba: u64, buf: &'a [u8] },
+    /// Make previously completed writes durable.
+    Flush,
+    /// Set `blocks` blocks starting at `lba` to zero.
+    WriteZeroes { lba: u64, blocks: u64 },
+}
+
+/// How a submitted operation went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Submitted {
+    /// Finished inline with this status.
+    Done(Status),
+    /// Will finish later: the backend posts `(tag, status)` to the
+    /// [`CompletionSink`] it was given, and the queue pair's `poll` turns it
+    /// into a completion. Until then the request's data buffer stays valid
+    /// and untouched by the transport (the slot is kept).
+    Pending,
+}
+
+/// Identifies an operation to its queue pair when it completes later.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoTag {
+    /// Command identifier of the NVMe command.
+    pub cid: u16,
+    /// Bytes the command moves (for statistics when it completes).
+    pub bytes: u32,
+    /// True for commands that move data host → controller.
+    pub write: bool,
+}
+
+/// Where asynchronous backends post completions for one queue pair.
+///
+/// Inline backends (malloc, null) never touch it. The queue pair checks
+/// [`CompletionSink::is_empty`] (one relaxed atomic load) on every `poll`, so
+/// an idle sink costs nothing. A future io_uring backend will post from the
+/// reactor thread that owns the queue pair, so the lock is uncontended.
+#[derive(Debug, Default)]
+pub struct CompletionSink {
+    count: AtomicUsize,
+    done: Mutex<Vec<(IoTag, Status)>>,
+}
+
+impl CompletionSink {
+    pub fn new() -> Arc<CompletionSink> {
+        Arc::new(CompletionSink::default())
+    }
+
+    /// Post the completion of an operation that returned [`Submitted::Pending`].
+    pub fn post(&self, tag: IoTag, status: Status) {
+        let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+        done.push((tag, status));
+        self.count.store(done.len(), Ordering::Release);
+    }
+
+    /// True when nothing is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.count.load(Ordering::Acquire) == 0
+    }
+
+    /// Hand every posted completion to `f`, oldest first.
+    pub fn drain(&self, mut f: impl FnMut(IoTag, Status)) {
+        if self.is_empty() {
+            return;
+        }
+        let taken = {
+            let mut done = self.done.lock().unwrap_or_else(|e| e.into_inner());
+            self.count.store(0, Ordering::Release);
+            std::mem::take(&mut *done)
+        };
+        for (tag, status) in taken {
+            f(tag, status);
+        }
+    }
+}
+
+/// A block device a namespace exposes. Shared by every reactor thread.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// The bdev name from the configuration.
+    fn name(&self) -> &str;
+    /// "malloc", "null", ...
+    fn kind(&self) -> &'static str;
+    /// Bytes per block (a power of two, ≥ 512).
+    fn block_size(&self) -> u32;
+    /// Number of blocks.
+    fn num_blocks(&self) -> u64;
+    /// Whether reads of deallocated blocks return zeroes (reported in the
+    /// namespace's DLFEAT).
+    fn deallocate_reads_zeroes(&self) -> bool;
+    /// Execute one operation. `tag` and `sink` are only used when the
+    /// backend answers [`Submitted::Pending`].
+    fn submit(&self, op: BlockOp<'_>, tag: IoTag, sink: &Arc<CompletionSink>) -> Submitted;
+    /// The host no longer needs `blocks` blocks at `lba` (Dataset Management
+    /// deallocate). Always completes inline: one command can carry 256
+    /// ranges, and a hint needs no completion tracking.
+    fn deallocate(&self, lba: u64, blocks: u64) -> Status;
+}
+
+/// Create the backend a bdev entry describes.
+pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, CoreError> {
+    let bad = |reason: &str| CoreError::Bdev {
+        name: cfg.name.clone(),
+        reason: reason.to_string(),
+    };
+    if cfg.block_size < 512 || !cfg.block_size.is_power_of_two() || cfg.block_size > 65536 {
+        return Err(bad("block_size must be a power of two from 512 to 65536"));
+    }
+    if cfg.num_blocks == 0 {
+        return Err(bad("num_blocks must be at least 1"));
+    }
+    match cfg.kind {
+        BdevKind::Malloc => Ok(Arc::new(MallocBackend::new(
+            &cfg.name,
+            cfg.block_size,
+            cfg.num_blocks,
+        )?)),
+        BdevKind::Null => Ok(Arc::new(NullBackend::new(
+            &cfg.name,
+            cfg.block_size,
+            cfg.num_blocks,
+        ))),
+    }
+}
+
+/// Byte range of `blocks` blocks at `lba`, or `None` when it leaves the device
+/// (or overflows).
+pub(crate) fn byte_range(
+    lba: u64,
+    blocks: u64,
+    block_size: u32,
+    num_blocks: u64,
+) -> Option<(usize, usize)> {
+    let end = lba.checked_add(blocks)?;
+    if end > num_blocks {
+        return None;
+    }
+    let start = usize::try_from(lba.checked_mul(block_size as u64)?).ok()?;
+    let len = usize::try_from(blocks.checked_mul(block_size as u64)?).ok()?;
+    Some((start, len))
+}

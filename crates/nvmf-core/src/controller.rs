@@ -1,0 +1,405 @@
+//! Controllers: one per admin queue Connect (dynamic controller model).
+//!
+//! Owns [`Controller`], the state shared between a controller's admin queue
+//! and its I/O queues (which may live on different reactor threads):
+//! identity (cntlid, subsystem, host NQN/ID), controller registers (CC,
+//! CSTS), negotiated number of I/O queues and which of them are connected,
+//! keep-alive timeout, feature values, the asynchronous event masks
+//! (settable from any thread, checked by the admin queue with one atomic
+//! load), the changed-namespace list, a "dead" flag that makes every queue of
+//! the controller close, and statistics folded in from closed queues.
+
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::subsystem::Subsystem;
+
+/// Asynchronous Event Configuration bit / event: Namespace Attribute Notices.
+pub const AEN_NS_ATTR: u32 = 1 << 8;
+/// Asynchronous Event Configuration bit / event: Discovery Log Page Change.
+pub const AEN_DISC_CHANGE: u32 = 1 << 31;
+
+/// Most entries of the Changed Namespace List log page.
+pub const CHANGED_NS_MAX: usize = 1024;
+
+/// Why a controller's queues must close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum CloseReason {
+    /// The host sent no Keep Alive within KATO.
+    KeepAliveTimeout = 1,
+    /// The admin queue went away (the association is over).
+    ControllerDestroyed = 2,
+    /// The subsystem was removed.
+    SubsystemRemoved = 3,
+}
+
+impl CloseReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CloseReason::KeepAliveTimeout => "keep-alive timeout",
+            CloseReason::ControllerDestroyed => "controller destroyed",
+            CloseReason::SubsystemRemoved => "subsystem removed",
+        }
+    }
+
+    fn from_u8(v: u8) -> Option<CloseReason> {
+        match v {
+            1 => Some(CloseReason::KeepAliveTimeout),
+            2 => Some(CloseReason::ControllerDestroyed),
+            3 => Some(CloseReason::SubsystemRemoved),
+            _ => None,
+        }
+    }
+}
+
+/// Per-queue counters (plain integers: a queue pair is owned by one thread).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Commands executed (completed or handed to a backend).
+    pub commands: u64,
+    /// Read commands.
+    pub reads: u64,
+    /// Write commands.
+    pub writes: u64,
+    /// Bytes returned by successful reads.
+    pub bytes_read: u64,
+    /// Bytes stored by successful writes.
+    pub bytes_written: u64,
+    /// Commands that completed with an error status.
+    pub errors: u64,
+}
+
+impl QueueStats {
+    pub fn add(&mut self, other: &QueueStats) {
+        self.commands += other.commands;
+        self.reads += other.reads;
+        self.writes += other.writes;
+        self.bytes_read += other.bytes_read;
+        self.bytes_written += other.bytes_written;
+        self.errors += other.errors;
+    }
+}
+
+#[derive(Debug, Default)]
+struct AtomicStats {
+    commands: AtomicU64,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    errors: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct ChangedNs {
+    list: Vec<u32>,
+    overflow: bool,
+}
+
+/// State of one controller, shared by its queue pairs.
+#[derive(Debug)]
+pub struct Controller {
+    cntlid: u16,
+    subsystem: Arc<Subsystem>,
+    hostnqn: String,
+    hostid: [u8; 16],
+    /// I/O queues this controller may ever have (transport limit; 0 for discovery).
+    max_io_queues: u16,
+    /// I/O queues negotiated with Set Features Number of Queues.
+    num_io_queues: AtomicU16,
+    /// `io_queues[qid]` is true while an I/O queue with that ID is connected.
+    io_queues: Mutex<Vec<bool>>,
+    dead: AtomicU8,
+    cc: AtomicU32,
+    csts: AtomicU32,
+    kato_ms: AtomicU32,
+    wce: AtomicBool,
+    aen_enabled: AtomicU32,
+    aen_pending: AtomicU32,
+    aen_masked: AtomicU32,
+    changed_ns: Mutex<ChangedNs>,
+    stats: AtomicStats,
+}
+
+impl Controller {
+    pub(crate) fn new(
+        cntlid: u16,
+        subsystem: Arc<Subsystem>,
+        hostnqn: &str,
+        hostid: [u8; 16],
+        max_io_queues: u16,
+        kato_ms: u32,
+    ) -> Controller {
+        let supported = if subsystem.is_discovery() {
+            AEN_DISC_CHANGE
+        } else {
+            AEN_NS_ATTR
+        };
+        Controller {
+            cntlid,
+            subsystem,
+            hostnqn: hostnqn.to_string(),
+            hostid,
+            max_io_queues,
+            num_io_queues: AtomicU16::new(max_io_queues),
+            io_queues: Mutex::new(vec![false; max_io_queues as usize + 1]),
+            dead: AtomicU8::new(0),
+            cc: AtomicU32::new(0),
+            csts: AtomicU32::new(0),
+            kato_ms: AtomicU32::new(kato_ms),
+            wce: AtomicBool::new(true),
+            aen_enabled: AtomicU32::new(supported),
+            aen_pending: AtomicU32::new(0),
+            aen_masked: AtomicU32::new(0),
+            changed_ns: Mutex::new(ChangedNs::default()),
+            stats: AtomicStats::default(),
+        }
+    }
+
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+
+    pub fn subsystem(&self) -> &Arc<Subsystem> {
+        &self.subsystem
+    }
+
+    pub fn hostnqn(&self) -> &str {
+        &self.hostnqn
+    }
+
+    /// 128-bit host identifier from the Connect data.
+    pub fn hostid(&self) -> &[u8; 16] {
+        &self.hostid
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        self.subsystem.is_discovery()
+    }
+
+    /// Events this controller can report (OAES / AEC mask).
+    pub fn supported_events(&self) -> u32 {
+        if self.is_discovery() {
+            AEN_DISC_CHANGE
+        } else {
+            AEN_NS_ATTR
+        }
+    }
+
+    // ---- liveness ----
+
+    /// Mark the controller dead; every queue pair reports Close on its next poll.
+    /// The first reason wins.
+    pub fn kill(&self, reason: CloseReason) {
+        let _ = self
+            .dead
+            .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
+    }
+
+    #[inline]
+    pub fn is_dead(&self) -> bool {
+        self.dead.load(Ordering::Relaxed) != 0
+    }
+
+    /// Why the controller died, if it did.
+    #[inline]
+    pub fn close_reason(&self) -> Option<CloseReason> {
+        CloseReason::from_u8(self.dead.load(Ordering::Acquire))
+    }
+
+    // ---- I/O queues ----
+
+    /// Highest I/O queue ID the host may connect (negotiated).
+    pub fn num_io_queues(&self) -> u16 {
+        self.num_io_queues.load(Ordering::Acquire)
+    }
+
+    /// Most I/O queues the transport allows per controller.
+    pub fn max_io_queues(&self) -> u16 {
+        self.max_io_queues
+    }
+
+    pub(crate) fn set_num_io_queues(&self, n: u16) {
+        self.num_io_queues
+            .store(n.min(self.max_io_queues), Ordering::Release);
+    }
+
+    /// Claim I/O queue `qid`; false if out of range or already connected.
+    pub(crate) fn claim_io_queue(&self, qid: u16) -> bool {
+        if qid == 0 || qid > self.num_io_queues() {
+            return false;
+        }
+        let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+        match q.get_mut(qid as usize) {
+            Some(slot) if !*slot => {
+                *slot = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Release I/O queue `qid` (its connection went away).
+    pub(crate) fn release_io_queue(&self, qid: u16) {
+        let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(slot) = q.get_mut(qid as usize) {
+            *slot = false;
+        }
+    }
+
+    /// Number of connected I/O queues.
+    pub fn connected_io_queues(&self) -> usize {
+        let q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+        q.iter().filter(|&&b| b).count()
+    }
+
+    // ---- registers ----
+
+    pub fn cc(&self) -> u32 {
+        self.cc.load(Ordering::Acquire)
+    }
+
+    pub fn csts(&self) -> u32 {
+        self.csts.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_cc(&self, v: u32) {
+        self.cc.store(v, Ordering::Release);
+    }
+
+    pub(crate) fn set_csts(&self, v: u32) {
+        self.csts.store(v, Ordering::Release);
+    }
+
+    // ---- features ----
+
+    /// Keep-alive timeout in milliseconds (0 = disabled), as the host set it.
+    pub fn kato_ms(&self) -> u32 {
+        self.kato_ms.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_kato_ms(&self, v: u32) {
+        self.kato_ms.store(v, Ordering::Release);
+    }
+
+    /// Volatile write cache enabled (feature 06h).
+    pub fn write_cache_enabled(&self) -> bool {
+        self.wce.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn set_write_cache_enabled(&self, v: bool) {
+        self.wce.store(v, Ordering::Relaxed);
+    }
+
+    /// Asynchronous Event Configuration (feature 0Bh).
+    pub fn aen_enabled(&self) -> u32 {
+        self.aen_enabled.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn set_aen_enabled(&self, v: u32) {
+        self.aen_enabled.store(v, Ordering::Release);
+    }
+
+    // ---- asynchronous events ----
+
+    /// Raise an event (`AEN_*` bit). Does nothing when the host disabled the
+    /// event or has not yet read the log page of the previous one (the event
+    /// stays masked until then, as the spec requires). Any thread.
+    pub fn raise_event(&self, bit: u32) {
+        if self.aen_enabled.load(Ordering::Acquire) & bit == 0 {
+            return;
+        }
+        if self.aen_masked.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
+            return;
+        }
+        self.aen_pending.fetch_or(bit, Ordering::AcqRel);
+    }
+
+    /// Events waiting for an Asynchronous Event Request (cheap check).
+    #[inline]
+    pub fn pending_events(&self) -> u32 {
+        self.aen_pending.load(Ordering::Relaxed)
+    }
+
+    /// Take the lowest pending event bit, if any.
+    pub(crate) fn take_event(&self) -> Option<u32> {
+        loop {
+            let p = self.aen_pending.load(Ordering::Acquire);
+            if p == 0 {
+                return None;
+            }
+            let bit = p & p.wrapping_neg();
+            if self
+                .aen_pending
+                .compare_exchange(p, p & !bit, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(bit);
+            }
+        }
+    }
+
+    /// The host read the log page belonging to `bit`: events of that kind
+    /// may be reported again.
+    pub(crate) fn unmask_event(&self, bit: u32) {
+        self.aen_masked.fetch_and(!bit, Ordering::AcqRel);
+    }
+
+    /// Record a namespace change and raise Namespace Attribute Changed.
+    pub fn namespace_changed(&self, nsid: u32) {
+        {
+            let mut c = self.changed_ns.lock().unwrap_or_else(|e| e.into_inner());
+            if !c.overflow && !c.list.contains(&nsid) {
+                if c.list.len() < CHANGED_NS_MAX {
+                    c.list.push(nsid);
+                } else {
+                    c.overflow = true;
+                }
+            }
+        }
+        self.raise_event(AEN_NS_ATTR);
+    }
+
+    /// Take the Changed Namespace List (and clear it): up to 1024 NSIDs, or
+    /// a single 0xFFFFFFFF when more changed.
+    pub(crate) fn take_changed_namespaces(&self) -> Vec<u32> {
+        let mut c = self.changed_ns.lock().unwrap_or_else(|e| e.into_inner());
+        let out = if c.overflow {
+            vec![0xFFFF_FFFF]
+        } else {
+            std::mem::take(&mut c.list)
+        };
+        c.list.clear();
+        c.overflow = false;
+        out
+    }
+
+    // ---- statistics ----
+
+    /// Fold a closed queue's counters into the controller totals.
+    pub(crate) fn fold_stats(&self, s: &QueueStats) {
+        let st = &self.stats;
+        st.commands.fetch_add(s.commands, Ordering::Relaxed);
+        st.reads.fetch_add(s.reads, Ordering::Relaxed);
+        st.writes.fetch_add(s.writes, Ordering::Relaxed);
+        st.bytes_read.fetch_add(s.bytes_read, Ordering::Relaxed);
+        st.bytes_written
+            .fetch_add(s.bytes_written, Ordering::Relaxed);
+        st.errors.fetch_add(s.errors, Ordering::Relaxed);
+    }
+
+    /// Totals of this controller's queues that have closed (open queues
+    /// report their own counters through `QueuePair::stats`).
+    pub fn closed_queue_stats(&self) -> QueueStats {
+        let st = &self.stats;
+        QueueStats {
+            commands: st.commands.load(Ordering::Relaxed),
+            reads: st.reads.load(Ordering::Relaxed),
+            writes: st.writes.load(Ordering::Relaxed),
+            bytes_read: st.bytes_read.load(Ordering::Relaxed),
+            bytes_written: st.bytes_written.load(Ordering::Relaxed),
+            errors: st.errors.load(Ordering::Relaxed),
+        }
+    }
+}

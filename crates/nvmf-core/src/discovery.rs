@@ -1,0 +1,99 @@
+//! The discovery log page (log 70h) as one host sees it.
+//!
+//! Owns which records a host gets: one per (NVM subsystem the host may
+//! connect to, listener of that subsystem), then one "current discovery
+//! subsystem" record (subtype 3) for the address the host used, as nvmet
+//! does. Wildcard listen addresses are reported as the address the host
+//! reached, so the host can connect to them.
+
+use nvmf_config::{AddressFamily, ListenerConfig, TransportType, DISCOVERY_NQN};
+use nvmf_wire::log::{
+    DiscoveryLogEntry, DiscoveryLogHeader, ADRFAM_IPV4, ADRFAM_IPV6, SUBTYPE_CURRENT_DISCOVERY,
+    SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TREQ_SECURE_CHANNEL_NOT_REQUIRED, TRTYPE_TCP,
+};
+use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
+
+use crate::queue::PortInfo;
+use crate::target::Target;
+
+/// Size of the header and of each record.
+pub const RECORD: usize = 1024;
+
+/// TREQ of every record: secure channel not required; the host may disable
+/// SQ flow control.
+pub const TREQ: u8 = TREQ_SECURE_CHANNEL_NOT_REQUIRED | TREQ_DISABLE_SQFLOW;
+
+fn trtype_code(t: TransportType) -> u8 {
+    match t {
+        TransportType::Tcp => TRTYPE_TCP,
+    }
+}
+
+fn adrfam_code(a: AddressFamily) -> u8 {
+    match a {
+        AddressFamily::Ipv4 => ADRFAM_IPV4,
+        AddressFamily::Ipv6 => ADRFAM_IPV6,
+    }
+}
+
+fn is_wildcard(addr: &str) -> bool {
+    matches!(addr, "" | "0.0.0.0" | "::" | "[::]")
+}
+
+/// The address to report for a listener: its own, or the one the host
+/// reached when the listener is a wildcard of the same family.
+fn report_addr<'a>(l: &'a ListenerConfig, port: &'a PortInfo) -> &'a str {
+    if is_wildcard(&l.traddr) && l.adrfam == port.adrfam && !is_wildcard(&port.traddr) {
+        &port.traddr
+    } else {
+        &l.traddr
+    }
+}
+
+/// The whole discovery log for `hostnqn` connected through `port`: header
+/// plus records.
+pub fn discovery_log(target: &Target, hostnqn: &str, port: &PortInfo) -> Vec<u8> {
+    let asqsz = target.limits().max_aq_depth;
+    let mut entries: Vec<DiscoveryLogEntry> = Vec::new();
+    for sub in target.subsystems() {
+        if !sub.host_allowed(hostnqn) {
+            continue;
+        }
+        for l in sub.listeners() {
+            entries.push(DiscoveryLogEntry::new(
+                trtype_code(l.trtype),
+                adrfam_code(l.adrfam),
+                SUBTYPE_NVM,
+                TREQ,
+                target.port_id(&l.trsvcid, &l.traddr),
+                asqsz,
+                &l.trsvcid,
+                sub.nqn(),
+                report_addr(l, port),
+            ));
+        }
+    }
+    entries.push(DiscoveryLogEntry::new(
+        trtype_code(port.trtype),
+        adrfam_code(port.adrfam),
+        SUBTYPE_CURRENT_DISCOVERY,
+        TREQ,
+        target.port_id(&port.trsvcid, &port.traddr),
+        asqsz,
+        &port.trsvcid,
+        DISCOVERY_NQN,
+        &port.traddr,
+    ));
+
+    let mut hdr = DiscoveryLogHeader::new_zeroed();
+    hdr.genctr.set(target.discovery_generation());
+    hdr.numrec.set(entries.len() as u64);
+    hdr.recfmt.set(0);
+
+    let mut page = Vec::with_capacity(RECORD * (1 + entries.len()));
+    page.extend_from_slice(hdr.as_bytes());
+    for e in &entries {
+        page.extend_from_slice(e.as_bytes());
+    }
+    page
+}

@@ -1,0 +1,250 @@
+//! Fabrics commands: Connect, Property Get, Property Set.
+//!
+//! Owns the Connect checks (record format, subsystem, host access, queue
+//! size, controller ID, queue ID), creating a controller for an admin queue
+//! Connect and attaching an I/O queue to an existing one, and the controller
+//! properties CAP, VS, CC, CSTS (enable, reset and shutdown handshakes).
+//! Connect errors carry IATTR/IPO in dword 0 the way the Linux host reads them.
+
+use std::sync::Arc;
+
+use nvmf_wire::command::Command;
+use nvmf_wire::fabrics::{
+    cap_value, ConnectData, CAP, CC, CC_EN, CC_IOCQES_SHIFT, CC_IOSQES_SHIFT, CC_SHN_MASK,
+    CNTLID_DYNAMIC, CONNECT_RECFMT_0, CSTS, CSTS_CFS, CSTS_RDY, CSTS_SHST_COMPLETE, VS, VS_1_3,
+};
+use nvmf_wire::opcode::FabricsType;
+use nvmf_wire::status::Status;
+use nvmf_wire::zerocopy::FromBytes;
+
+use crate::controller::Controller;
+use crate::error::{connect_ipo_iattr, Outcome, INVALID_FIELD, INVALID_OPCODE, SGL_LENGTH_INVALID};
+use crate::queue::PortInfo;
+use crate::target::Target;
+
+/// Byte offsets of Connect fields, reported in IPO.
+pub mod ipo {
+    /// SQE: record format.
+    pub const RECFMT: u16 = 40;
+    /// SQE: queue ID.
+    pub const QID: u16 = 42;
+    /// SQE: submission queue size.
+    pub const SQSIZE: u16 = 44;
+    /// Data: controller ID.
+    pub const CNTLID: u16 = 16;
+    /// Data: subsystem NQN.
+    pub const SUBNQN: u16 = 256;
+    /// Data: host NQN.
+    pub const HOSTNQN: u16 = 512;
+}
+
+/// Version reported in VS and Identify Controller VER.
+pub const NVME_VERSION: u32 = VS_1_3;
+
+/// CAP.TO: worst-case time to become ready, in 500 ms units (7.5 s, as nvmet).
+const CAP_TIMEOUT: u8 = 15;
+
+/// Discovery controllers connected with KATO 0 still time out after this
+/// long, so stale discovery sessions go away (nvmet does the same).
+const DISCOVERY_DEFAULT_KATO_MS: u32 = 120_000;
+
+/// A successful Connect.
+#[derive(Debug)]
+pub(crate) enum Connected {
+    Admin {
+        ctrl: Arc<Controller>,
+        depth: u16,
+    },
+    Io {
+        ctrl: Arc<Controller>,
+        qid: u16,
+        depth: u16,
+    },
+}
+
+fn invalid_param(in_data: bool, offset: u16) -> Outcome {
+    Outcome {
+        status: Status::CONNECT_INVALID_PARAMETERS.with_dnr(),
+        dw0: connect_ipo_iattr(in_data, offset),
+        dw1: 0,
+    }
+}
+
+/// Execute a Connect on an unconnected queue.
+pub(crate) fn connect(
+    target: &Arc<Target>,
+    port: &PortInfo,
+    cmd: &Command,
+    data: &[u8],
+) -> Result<Connected, Outcome> {
+    if cmd.recfmt() != CONNECT_RECFMT_0 {
+        return Err(Outcome::err(Status::CONNECT_INCOMPATIBLE_FORMAT.with_dnr()));
+    }
+    let Ok((d, _)) = ConnectData::ref_from_prefix(data) else {
+        return Err(Outcome::err(SGL_LENGTH_INVALID));
+    };
+    let subnqn = d.subnqn();
+    let hostnqn = d.hostnqn();
+    let Some(subsys) = target.subsystem(subnqn) else {
+        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem");
+        return Err(invalid_param(true, ipo::SUBNQN));
+    };
+    if hostnqn.is_empty() {
+        return Err(invalid_param(true, ipo::HOSTNQN));
+    }
+    if !subsys.host_allowed(hostnqn) {
+        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed");
+        return Err(Outcome {
+            status: Status::CONNECT_INVALID_HOST.with_dnr(),
+            dw0: connect_ipo_iattr(true, ipo::HOSTNQN),
+            dw1: 0,
+        });
+    }
+    let limits = target.limits();
+    let qid = cmd.qid();
+    let sqsize = cmd.sqsize();
+
+    if qid == 0 {
+        // Admin queue: a new controller (dynamic controller model).
+        if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_aq_depth) {
+            return Err(invalid_param(false, ipo::SQSIZE));
+        }
+        if d.cntlid() != CNTLID_DYNAMIC {
+            return Err(invalid_param(true, ipo::CNTLID));
+        }
+        let mut kato_ms = cmd.kato();
+        if subsys.is_discovery() && kato_ms == 0 {
+            kato_ms = DISCOVERY_DEFAULT_KATO_MS;
+        }
+        let max_io = if subsys.is_discovery() {
+            0
+        } else {
+            limits.max_io_qpairs_per_ctrlr
+        };
+        let hostid = d.hostid;
+        let sub2 = subsys.clone();
+        let ctrl = subsys.register_controller(|cntlid| {
+            Arc::new(Controller::new(
+                cntlid, sub2, hostnqn, hostid, max_io, kato_ms,
+            ))
+        });
+        match ctrl {
+            Some(ctrl) => Ok(Connected::Admin {
+                ctrl,
+                depth: sqsize + 1,
+            }),
+            None => {
+                tracing::warn!(subnqn, hostnqn, "no free controller ID");
+                Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY.with_dnr()))
+            }
+        }
+    } else {
+        // I/O queue of an existing controller.
+        let Some(ctrl) = subsys
+            .controller(d.cntlid())
+            .filter(|c| c.hostnqn() == hostnqn)
+        else {
+            return Err(invalid_param(true, ipo::CNTLID));
+        };
+        if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_queue_depth) {
+            return Err(invalid_param(false, ipo::SQSIZE));
+        }
+        if !ctrl.claim_io_queue(qid) {
+            return Err(invalid_param(false, ipo::QID));
+        }
+        Ok(Connected::Io {
+            ctrl,
+            qid,
+            depth: sqsize + 1,
+        })
+    }
+}
+
+/// The CAP property of a controller.
+pub fn cap(target: &Target) -> u64 {
+    let mqes = target.limits().max_queue_depth.saturating_sub(1);
+    cap_value(mqes, CAP_TIMEOUT)
+}
+
+/// A Fabrics command on a connected admin queue.
+pub(crate) fn admin_fabrics(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
+    match FabricsType::try_from(cmd.fctype()) {
+        Ok(FabricsType::PropertyGet) => property_get(target, ctrl, cmd),
+        Ok(FabricsType::PropertySet) => property_set(ctrl, cmd),
+        Ok(FabricsType::Connect) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
+        _ => Outcome::err(INVALID_OPCODE),
+    }
+}
+
+fn property_get(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
+    let Some(size) = cmd.prop_size() else {
+        return Outcome::err(INVALID_FIELD);
+    };
+    let value: u64 = match (cmd.prop_offset(), size) {
+        (CAP, 8) => cap(target),
+        (CAP, 4) => cap(target) & 0xFFFF_FFFF,
+        (o, 4) if o == CAP + 4 => cap(target) >> 32,
+        (VS, _) => u64::from(NVME_VERSION),
+        (CC, _) => u64::from(ctrl.cc()),
+        (CSTS, _) => u64::from(ctrl.csts()),
+        _ => return Outcome::err(INVALID_FIELD),
+    };
+    Outcome {
+        status: Status::SUCCESS,
+        dw0: value as u32,
+        dw1: if size == 8 { (value >> 32) as u32 } else { 0 },
+    }
+}
+
+fn property_set(ctrl: &Controller, cmd: &Command) -> Outcome {
+    if cmd.prop_size().is_none() {
+        return Outcome::err(INVALID_FIELD);
+    }
+    if cmd.prop_offset() != CC {
+        return Outcome::err(INVALID_FIELD);
+    }
+    write_cc(ctrl, cmd.prop_value() as u32);
+    Outcome::ok()
+}
+
+/// Apply a CC write: enable (→ RDY, or CFS on a bad configuration),
+/// disable (reset: RDY cleared), shutdown (SHST complete).
+pub(crate) fn write_cc(ctrl: &Controller, new: u32) {
+    let old = ctrl.cc();
+    let mut csts = ctrl.csts();
+    ctrl.set_cc(new);
+
+    let was_en = old & CC_EN != 0;
+    let is_en = new & CC_EN != 0;
+    if is_en && !was_en {
+        let iosqes = (new >> CC_IOSQES_SHIFT) & 0xF;
+        let iocqes = (new >> CC_IOCQES_SHIFT) & 0xF;
+        let mps = (new >> 7) & 0xF;
+        let css = (new >> 4) & 0x7;
+        let ams = (new >> 11) & 0x7;
+        if iosqes != 6 || iocqes != 4 || mps != 0 || css != 0 || ams != 0 {
+            tracing::warn!(
+                cntlid = ctrl.cntlid(),
+                cc = new,
+                "unsupported CC configuration"
+            );
+            csts |= CSTS_CFS;
+        } else {
+            csts |= CSTS_RDY;
+        }
+    } else if !is_en && was_en {
+        // Controller reset.
+        csts &= !(CSTS_RDY | CSTS_CFS);
+    }
+
+    let old_shn = old & CC_SHN_MASK != 0;
+    let new_shn = new & CC_SHN_MASK != 0;
+    if new_shn && !old_shn {
+        csts &= !CSTS_RDY;
+        csts |= CSTS_SHST_COMPLETE;
+        ctrl.set_cc(new & !CC_EN);
+    } else if !new_shn && old_shn {
+        csts &= !CSTS_SHST_COMPLETE;
+    }
+    ctrl.set_csts(csts);
+}

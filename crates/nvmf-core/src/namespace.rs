@@ -1,0 +1,190 @@
+//! Namespaces and the per-subsystem namespace table.
+//!
+//! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, a state
+//! atomic for removal) and [`NamespaceTable`], the immutable snapshot that
+//! queue pairs cache: lookup by NSID is one bounds-checked vector index.
+//! A subsystem replaces its table wholesale on change (copy on write) and
+//! bumps a generation counter; see `subsystem.rs`.
+
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+use crate::backend::Backend;
+
+/// Lifecycle of a namespace, read on every I/O (one relaxed load).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum NamespaceState {
+    /// Serving I/O.
+    Active = 0,
+    /// Being removed: I/O answers Namespace Not Ready.
+    Removing = 1,
+}
+
+/// One namespace of an NVM subsystem.
+#[derive(Debug)]
+pub struct Namespace {
+    nsid: u32,
+    backend: Arc<dyn Backend>,
+    block_size: u32,
+    block_shift: u8,
+    num_blocks: u64,
+    /// Namespace Globally Unique Identifier.
+    pub nguid: [u8; 16],
+    /// IEEE Extended Unique Identifier.
+    pub eui64: [u8; 8],
+    /// Namespace UUID.
+    pub uuid: [u8; 16],
+    state: AtomicU8,
+}
+
+impl Namespace {
+    /// A namespace exposing `backend` with the backend's block size.
+    pub fn new(
+        nsid: u32,
+        backend: Arc<dyn Backend>,
+        nguid: [u8; 16],
+        eui64: [u8; 8],
+        uuid: [u8; 16],
+    ) -> Namespace {
+        let block_size = backend.block_size();
+        let num_blocks = backend.num_blocks();
+        Namespace {
+            nsid,
+            block_shift: block_size.trailing_zeros() as u8,
+            block_size,
+            num_blocks,
+            backend,
+            nguid,
+            eui64,
+            uuid,
+            state: AtomicU8::new(NamespaceState::Active as u8),
+        }
+    }
+
+    pub fn nsid(&self) -> u32 {
+        self.nsid
+    }
+
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// Logical block size in bytes.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// log2 of the block size (LBADS).
+    pub fn block_shift(&self) -> u8 {
+        self.block_shift
+    }
+
+    /// Namespace size in blocks (NSZE).
+    pub fn num_blocks(&self) -> u64 {
+        self.num_blocks
+    }
+
+    pub fn state(&self) -> NamespaceState {
+        match self.state.load(Ordering::Relaxed) {
+            0 => NamespaceState::Active,
+            _ => NamespaceState::Removing,
+        }
+    }
+
+    /// True while the namespace serves I/O.
+    #[inline]
+    pub fn is_active(&self) -> bool {
+        self.state.load(Ordering::Relaxed) == NamespaceState::Active as u8
+    }
+
+    pub fn set_state(&self, state: NamespaceState) {
+        self.state.store(state as u8, Ordering::Release);
+    }
+}
+
+/// Immutable NSID → namespace map, shared as `Arc<NamespaceTable>`.
+#[derive(Debug, Default, Clone)]
+pub struct NamespaceTable {
+    /// `slots[nsid - 1]`; sized to the highest NSID present.
+    slots: Vec<Option<Arc<Namespace>>>,
+    /// NSIDs present, ascending.
+    active: Vec<u32>,
+}
+
+impl NamespaceTable {
+    /// An empty table.
+    pub fn new() -> NamespaceTable {
+        NamespaceTable::default()
+    }
+
+    /// Build from namespaces (NSIDs must be non-zero and distinct; a later
+    /// duplicate replaces an earlier one).
+    pub fn from_namespaces(list: impl IntoIterator<Item = Arc<Namespace>>) -> NamespaceTable {
+        let mut t = NamespaceTable::new();
+        for ns in list {
+            t = t.with(ns);
+        }
+        t
+    }
+
+    /// The namespace with this NSID, if present. Never panics.
+    #[inline]
+    pub fn get(&self, nsid: u32) -> Option<&Arc<Namespace>> {
+        let idx = (nsid as usize).checked_sub(1)?;
+        self.slots.get(idx)?.as_ref()
+    }
+
+    /// Present NSIDs in ascending order.
+    pub fn active_nsids(&self) -> &[u32] {
+        &self.active
+    }
+
+    /// Number of namespaces present.
+    pub fn len(&self) -> usize {
+        self.active.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.active.is_empty()
+    }
+
+    /// Namespaces in NSID order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Namespace>> {
+        self.slots.iter().flatten()
+    }
+
+    /// A copy with `ns` added (or replacing the same NSID).
+    pub fn with(&self, ns: Arc<Namespace>) -> NamespaceTable {
+        let mut t = self.clone();
+        let nsid = ns.nsid();
+        if nsid == 0 {
+            return t;
+        }
+        let idx = nsid as usize - 1;
+        if t.slots.len() <= idx {
+            t.slots.resize(idx + 1, None);
+        }
+        t.slots[idx] = Some(ns);
+        if let Err(pos) = t.active.binary_search(&nsid) {
+            t.active.insert(pos, nsid);
+        }
+        t
+    }
+
+    /// A copy without `nsid`.
+    pub fn without(&self, nsid: u32) -> NamespaceTable {
+        let mut t = self.clone();
+        if let Some(slot) = (nsid as usize)
+            .checked_sub(1)
+            .and_then(|i| t.slots.get_mut(i))
+        {
+            *slot = None;
+        }
+        t.active.retain(|&n| n != nsid);
+        while matches!(t.slots.last(), Some(None)) {
+            t.slots.pop();
+        }
+        t
+    }
+}

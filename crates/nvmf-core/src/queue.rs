@@ -1,0 +1,431 @@
+//! Queue pairs: what a transport connection talks to.
+//!
+//! Owns [`QueuePair`] (one per NVMe/TCP connection: unconnected until a
+//! Fabrics Connect makes it an admin queue with a new controller, or an I/O
+//! queue of an existing one), [`PortInfo`], [`Exec`] and [`QueueState`]. It
+//! dispatches each command to fabrics/admin/io handlers, fills completions
+//! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
+//! outstanding Asynchronous Event Requests and keep-alive clock, caches the
+//! subsystem's namespace table for the lock-free I/O path, and tears the
+//! controller down when the admin queue is dropped.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nvmf_config::{AddressFamily, TransportType};
+use nvmf_wire::command::Command;
+use nvmf_wire::completion::Completion;
+use nvmf_wire::opcode::{AdminOpcode, FabricsType};
+use nvmf_wire::pdu::FES_PDU_SEQUENCE_ERROR;
+use nvmf_wire::status::Status;
+
+use crate::admin::{self, AdminCtx, AdminResult};
+use crate::backend::{CompletionSink, Submitted};
+use crate::controller::{CloseReason, Controller, QueueStats, AEN_DISC_CHANGE, AEN_NS_ATTR};
+use crate::error::{Outcome, INVALID_OPCODE};
+use crate::fabrics::{self, Connected};
+use crate::io;
+use crate::namespace::NamespaceTable;
+use crate::target::Target;
+
+/// Outstanding Asynchronous Event Requests a controller accepts (AERL + 1).
+pub const AER_LIMIT: usize = 4;
+
+/// The listener a connection came in on, and the peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PortInfo {
+    pub trtype: TransportType,
+    pub adrfam: AddressFamily,
+    /// Address the host reached (the listener's address, or better the
+    /// connection's local address when the listener is a wildcard).
+    pub traddr: String,
+    pub trsvcid: String,
+    pub peer: SocketAddr,
+}
+
+/// What the transport does with a command after `execute`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exec {
+    /// Send this completion (after the C2H data, if any).
+    Complete(Completion),
+    /// The completion comes later through `poll`; keep the slot and its buffer.
+    Pending,
+    /// Protocol violation: send C2HTermReq with this FES and close.
+    Fatal { fes: u16, reason: &'static str },
+}
+
+/// Whether the transport keeps the connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueState {
+    Open,
+    Close { reason: &'static str },
+}
+
+/// State only the admin queue has.
+#[derive(Debug)]
+struct AdminQueue {
+    /// CIDs of outstanding Asynchronous Event Requests, oldest first.
+    aers: Vec<u16>,
+    /// Last command seen on the admin queue (every admin command counts as
+    /// keep-alive traffic).
+    last_activity: Instant,
+}
+
+#[derive(Debug)]
+enum Role {
+    Unconnected,
+    Admin(AdminQueue),
+    Io,
+}
+
+/// One queue pair (NVMe/TCP: one per connection). Owned by one reactor thread.
+#[derive(Debug)]
+pub struct QueuePair {
+    target: Arc<Target>,
+    port: Arc<PortInfo>,
+    role: Role,
+    qid: u16,
+    depth: u16,
+    sqhd: u16,
+    ctrl: Option<Arc<Controller>>,
+    /// Namespace table snapshot and the subsystem generation it belongs to.
+    ns_generation: u64,
+    ns: Arc<NamespaceTable>,
+    max_transfer: u32,
+    stats: QueueStats,
+    sink: Arc<CompletionSink>,
+}
+
+impl QueuePair {
+    /// A queue pair for a new connection on `port`. Nothing is allowed on it
+    /// but a Fabrics Connect.
+    pub fn new(target: Arc<Target>, port: Arc<PortInfo>) -> QueuePair {
+        let max_transfer = target.limits().max_transfer();
+        QueuePair {
+            target,
+            port,
+            role: Role::Unconnected,
+            qid: 0,
+            depth: 0,
+            sqhd: 0,
+            ctrl: None,
+            ns_generation: 0,
+            ns: Arc::new(NamespaceTable::new()),
+            max_transfer,
+            stats: QueueStats::default(),
+            sink: CompletionSink::new(),
+        }
+    }
+
+    /// A Connect succeeded on this queue.
+    pub fn is_connected(&self) -> bool {
+        !matches!(self.role, Role::Unconnected)
+    }
+
+    /// Queue ID: 0 for the admin queue (and before Connect).
+    pub fn qid(&self) -> u16 {
+        self.qid
+    }
+
+    /// Negotiated queue size (SQSIZE + 1) after Connect; 0 before.
+    pub fn depth(&self) -> u16 {
+        self.depth
+    }
+
+    /// True for an admin queue (after Connect).
+    pub fn is_admin(&self) -> bool {
+        matches!(self.role, Role::Admin(_))
+    }
+
+    /// The controller this queue belongs to (after Connect).
+    pub fn controller(&self) -> Option<&Arc<Controller>> {
+        self.ctrl.as_ref()
+    }
+
+    /// This queue's counters.
+    pub fn stats(&self) -> &QueueStats {
+        &self.stats
+    }
+
+    /// The listener this queue came in on.
+    pub fn port(&self) -> &Arc<PortInfo> {
+        &self.port
+    }
+
+    #[inline]
+    fn complete(&mut self, cid: u16, out: Outcome) -> Exec {
+        if !out.status.is_success() {
+            self.stats.errors += 1;
+        }
+        let mut c = Completion::new(cid, self.qid, self.sqhd, out.status, out.dw0);
+        if out.dw1 != 0 {
+            c.set_dw1(out.dw1);
+        }
+        Exec::Complete(c)
+    }
+
+    /// Execute one command. `data` is exactly the command's transfer length:
+    /// input for host→controller commands, output (filled here) for
+    /// controller→host commands.
+    pub fn execute(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        self.stats.commands += 1;
+        if self.depth != 0 {
+            self.sqhd = if self.sqhd + 1 >= self.depth {
+                0
+            } else {
+                self.sqhd + 1
+            };
+        }
+        match self.role {
+            Role::Io => self.execute_io(cmd, data),
+            Role::Admin(_) => self.execute_admin(cmd, data),
+            Role::Unconnected => self.execute_connect(cmd, data),
+        }
+    }
+
+    // ---- before Connect ----
+
+    fn execute_connect(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        let is_connect = cmd.opcode() == AdminOpcode::FabricsCommand as u8
+            && cmd.fctype() == FabricsType::Connect as u8;
+        if !is_connect {
+            return Exec::Fatal {
+                fes: FES_PDU_SEQUENCE_ERROR,
+                reason: "command before Fabrics Connect",
+            };
+        }
+        match fabrics::connect(&self.target, &self.port, cmd, data) {
+            Ok(Connected::Admin { ctrl, depth }) => {
+                self.qid = 0;
+                self.depth = depth;
+                self.sqhd = 1 % depth;
+                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                self.ns_generation = generation;
+                self.ns = ns;
+                let cntlid = ctrl.cntlid();
+                let active = self.target.controller_created();
+                tracing::info!(
+                    cntlid,
+                    subnqn = %ctrl.subsystem().nqn(),
+                    hostnqn = %ctrl.hostnqn(),
+                    peer = %self.port.peer,
+                    kato_ms = ctrl.kato_ms(),
+                    active_controllers = active,
+                    "controller created"
+                );
+                self.ctrl = Some(ctrl);
+                self.role = Role::Admin(AdminQueue {
+                    aers: Vec::with_capacity(AER_LIMIT),
+                    last_activity: Instant::now(),
+                });
+                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
+            }
+            Ok(Connected::Io { ctrl, qid, depth }) => {
+                self.qid = qid;
+                self.depth = depth;
+                self.sqhd = 1 % depth;
+                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                self.ns_generation = generation;
+                self.ns = ns;
+                let cntlid = ctrl.cntlid();
+                tracing::debug!(cntlid, qid, depth, peer = %self.port.peer, "I/O queue connected");
+                self.ctrl = Some(ctrl);
+                self.role = Role::Io;
+                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
+            }
+            Err(out) => {
+                // The queue stays unconnected; answer on the queue the host named.
+                self.stats.errors += 1;
+                let c = Completion::new(cmd.cid(), cmd.qid(), 0, out.status, out.dw0);
+                Exec::Complete(c)
+            }
+        }
+    }
+
+    // ---- admin queue ----
+
+    fn execute_admin(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return Exec::Fatal {
+                fes: FES_PDU_SEQUENCE_ERROR,
+                reason: "admin queue without controller",
+            };
+        };
+        // Refresh the namespace snapshot (admin path: may lock).
+        let generation = ctrl.subsystem().ns_generation();
+        if generation != self.ns_generation {
+            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            self.ns_generation = g;
+            self.ns = ns;
+        }
+        let Role::Admin(aq) = &mut self.role else {
+            unreachable!("execute_admin on a non-admin queue")
+        };
+        aq.last_activity = Instant::now();
+
+        if cmd.opcode() == AdminOpcode::FabricsCommand as u8 {
+            let out = fabrics::admin_fabrics(&self.target, &ctrl, cmd);
+            return self.complete(cmd.cid(), out);
+        }
+
+        let mut ctx = AdminCtx {
+            target: &self.target,
+            port: &self.port,
+            ctrl: &ctrl,
+            ns: &self.ns,
+            aers: &mut aq.aers,
+        };
+        match admin::execute(&mut ctx, cmd, data) {
+            AdminResult::Done(out) => self.complete(cmd.cid(), out),
+            AdminResult::Queued => Exec::Pending,
+        }
+    }
+
+    // ---- I/O queue (data path: no locks, no allocation) ----
+
+    #[inline]
+    fn execute_io(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        if cmd.opcode() == AdminOpcode::FabricsCommand as u8 {
+            let status = if cmd.fctype() == FabricsType::Connect as u8 {
+                Status::COMMAND_SEQUENCE_ERROR.with_dnr()
+            } else {
+                INVALID_OPCODE
+            };
+            return self.complete(cmd.cid(), Outcome::err(status));
+        }
+        if let Some(ctrl) = &self.ctrl {
+            let generation = ctrl.subsystem().ns_generation();
+            if generation != self.ns_generation {
+                self.refresh_namespaces();
+            }
+        }
+        match io::execute(
+            &self.ns,
+            cmd,
+            data,
+            self.max_transfer,
+            &mut self.stats,
+            &self.sink,
+        ) {
+            Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
+            Submitted::Pending => Exec::Pending,
+        }
+    }
+
+    #[cold]
+    fn refresh_namespaces(&mut self) {
+        if let Some(ctrl) = &self.ctrl {
+            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            self.ns_generation = g;
+            self.ns = ns;
+        }
+    }
+
+    /// Deliver completions that became ready (Asynchronous Event Requests,
+    /// asynchronous backend completions) and say whether the queue must close
+    /// (keep-alive expired, controller torn down).
+    pub fn poll(&mut self, now: Instant, out: &mut dyn FnMut(Completion)) -> QueueState {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return QueueState::Open;
+        };
+        if let Some(reason) = ctrl.close_reason() {
+            return QueueState::Close {
+                reason: reason.as_str(),
+            };
+        }
+        if !self.sink.is_empty() {
+            self.deliver_backend_completions(out);
+        }
+        let qid = self.qid;
+        let sqhd = self.sqhd;
+        let Role::Admin(aq) = &mut self.role else {
+            return QueueState::Open;
+        };
+
+        // Keep-alive: KATO rounded up to whole seconds, as nvmet does.
+        let kato_ms = ctrl.kato_ms();
+        if kato_ms != 0 {
+            let limit = Duration::from_secs(u64::from(kato_ms).div_ceil(1000));
+            if now.saturating_duration_since(aq.last_activity) >= limit {
+                ctrl.kill(CloseReason::KeepAliveTimeout);
+                tracing::warn!(
+                    cntlid = ctrl.cntlid(),
+                    subnqn = %ctrl.subsystem().nqn(),
+                    hostnqn = %ctrl.hostnqn(),
+                    kato_ms,
+                    "keep-alive timeout, tearing down controller"
+                );
+                return QueueState::Close {
+                    reason: CloseReason::KeepAliveTimeout.as_str(),
+                };
+            }
+        }
+
+        // Asynchronous events.
+        while !aq.aers.is_empty() && ctrl.pending_events() != 0 {
+            let Some(bit) = ctrl.take_event() else { break };
+            let cid = aq.aers.remove(0);
+            let c = Completion::new(cid, qid, sqhd, Status::SUCCESS, aen_result(bit));
+            out(c);
+        }
+        QueueState::Open
+    }
+
+    #[cold]
+    fn deliver_backend_completions(&mut self, out: &mut dyn FnMut(Completion)) {
+        let qid = self.qid;
+        let sqhd = self.sqhd;
+        let stats = &mut self.stats;
+        self.sink.drain(|tag, status| {
+            if status.is_success() {
+                if tag.write {
+                    stats.bytes_written += u64::from(tag.bytes);
+                } else {
+                    stats.bytes_read += u64::from(tag.bytes);
+                }
+            } else {
+                stats.errors += 1;
+            }
+            out(Completion::new(tag.cid, qid, sqhd, status, 0));
+        });
+    }
+}
+
+/// Completion dword 0 of an Asynchronous Event Request for an event bit:
+/// type (2:0), information (15:8), log page (23:16).
+fn aen_result(bit: u32) -> u32 {
+    const TYPE_NOTICE: u32 = 2;
+    match bit {
+        AEN_NS_ATTR => TYPE_NOTICE | (0x04 << 16), // information 00h
+        AEN_DISC_CHANGE => TYPE_NOTICE | (0xF0 << 8) | (0x70 << 16),
+        _ => TYPE_NOTICE,
+    }
+}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        let Some(ctrl) = self.ctrl.take() else {
+            return;
+        };
+        ctrl.fold_stats(&self.stats);
+        match self.role {
+            Role::Admin(_) => {
+                let reason = ctrl.close_reason();
+                ctrl.kill(CloseReason::ControllerDestroyed);
+                ctrl.subsystem().unregister_controller(ctrl.cntlid());
+                let active = self.target.controller_destroyed();
+                tracing::info!(
+                    cntlid = ctrl.cntlid(),
+                    subnqn = %ctrl.subsystem().nqn(),
+                    hostnqn = %ctrl.hostnqn(),
+                    reason = reason.map_or("admin queue closed", CloseReason::as_str),
+                    active_controllers = active,
+                    "controller destroyed"
+                );
+            }
+            Role::Io => ctrl.release_io_queue(self.qid),
+            Role::Unconnected => {}
+        }
+    }
+}

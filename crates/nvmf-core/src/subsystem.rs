@@ -1,0 +1,293 @@
+//! NVM subsystems and the discovery subsystem.
+//!
+//! Owns [`Subsystem`]: identity (NQN, serial, model), host access list,
+//! listeners, the namespace table (copy-on-write snapshot + generation
+//! counter that queue pairs check with one atomic load), and the registry of
+//! live controllers with dynamic controller ID allocation. Namespace changes
+//! are announced to every controller (changed-namespace list + Namespace
+//! Attribute Changed event).
+
+use std::collections::btree_map::Entry;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock, Weak};
+
+use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
+
+use crate::controller::Controller;
+use crate::error::CoreError;
+use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
+
+/// What kind of subsystem this is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubsystemKind {
+    /// An NVM subsystem with namespaces.
+    Nvm,
+    /// The discovery subsystem (`nqn.2014-08.org.nvmexpress.discovery`).
+    Discovery,
+}
+
+/// Live controllers of a subsystem, by controller ID.
+#[derive(Debug, Default)]
+struct Registry {
+    by_id: BTreeMap<u16, Weak<Controller>>,
+    /// Where the next search for a free ID starts (round robin, so a
+    /// reconnecting host does not get the ID of a controller just destroyed).
+    next: u16,
+}
+
+/// One subsystem of the target.
+#[derive(Debug)]
+pub struct Subsystem {
+    nqn: String,
+    kind: SubsystemKind,
+    serial: String,
+    model: String,
+    allow_any_host: bool,
+    hosts: Vec<String>,
+    max_namespaces: u32,
+    min_cntlid: u16,
+    max_cntlid: u16,
+    listeners: Vec<ListenerConfig>,
+    namespaces: RwLock<Arc<NamespaceTable>>,
+    ns_generation: AtomicU64,
+    registry: Mutex<Registry>,
+}
+
+impl Subsystem {
+    /// An NVM subsystem from its configuration, with the given namespaces.
+    pub fn new_nvm(cfg: &SubsystemConfig, namespaces: NamespaceTable) -> Subsystem {
+        let (min_cntlid, max_cntlid) = sane_cntlid_range(cfg.min_cntlid, cfg.max_cntlid);
+        Subsystem {
+            nqn: cfg.nqn.clone(),
+            kind: SubsystemKind::Nvm,
+            serial: cfg.serial_number.clone(),
+            model: cfg.model_number.clone(),
+            allow_any_host: cfg.allow_any_host,
+            hosts: cfg.hosts.clone(),
+            max_namespaces: cfg.max_namespaces.max(1),
+            min_cntlid,
+            max_cntlid,
+            listeners: cfg.listeners.clone(),
+            namespaces: RwLock::new(Arc::new(namespaces)),
+            ns_generation: AtomicU64::new(0),
+            registry: Mutex::new(Registry {
+                by_id: BTreeMap::new(),
+                next: min_cntlid,
+            }),
+        }
+    }
+
+    /// The discovery subsystem, reachable on `listeners`.
+    pub fn new_discovery(listeners: Vec<ListenerConfig>) -> Subsystem {
+        Subsystem {
+            nqn: DISCOVERY_NQN.to_string(),
+            kind: SubsystemKind::Discovery,
+            serial: String::new(),
+            model: "nvmfd discovery".to_string(),
+            allow_any_host: true,
+            hosts: Vec::new(),
+            max_namespaces: 0,
+            min_cntlid: 1,
+            max_cntlid: 0xFFEF,
+            listeners,
+            namespaces: RwLock::new(Arc::new(NamespaceTable::new())),
+            ns_generation: AtomicU64::new(0),
+            registry: Mutex::new(Registry {
+                by_id: BTreeMap::new(),
+                next: 1,
+            }),
+        }
+    }
+
+    pub fn nqn(&self) -> &str {
+        &self.nqn
+    }
+
+    pub fn kind(&self) -> SubsystemKind {
+        self.kind
+    }
+
+    pub fn is_discovery(&self) -> bool {
+        self.kind == SubsystemKind::Discovery
+    }
+
+    /// Serial number (Identify Controller SN).
+    pub fn serial(&self) -> &str {
+        &self.serial
+    }
+
+    /// Model number (Identify Controller MN).
+    pub fn model(&self) -> &str {
+        &self.model
+    }
+
+    /// Highest NSID (Identify Controller NN); 0 for discovery.
+    pub fn max_namespaces(&self) -> u32 {
+        self.max_namespaces
+    }
+
+    /// Listen addresses of this subsystem.
+    pub fn listeners(&self) -> &[ListenerConfig] {
+        &self.listeners
+    }
+
+    pub fn allow_any_host(&self) -> bool {
+        self.allow_any_host
+    }
+
+    /// Allowed host NQNs (ignored when `allow_any_host`).
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// Whether `hostnqn` may connect (and see this subsystem in discovery).
+    pub fn host_allowed(&self, hostnqn: &str) -> bool {
+        self.kind == SubsystemKind::Discovery
+            || self.allow_any_host
+            || self.hosts.iter().any(|h| h == hostnqn)
+    }
+
+    /// The current namespace table (control path: takes a read lock).
+    pub fn namespaces(&self) -> Arc<NamespaceTable> {
+        self.namespaces
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Bumped after every namespace table change; compare with a cached
+    /// value to know when to refresh a cached table.
+    #[inline]
+    pub fn ns_generation(&self) -> u64 {
+        self.ns_generation.load(Ordering::Acquire)
+    }
+
+    /// Table and generation read together (the table is at least as new as
+    /// the generation).
+    pub fn namespaces_with_generation(&self) -> (u64, Arc<NamespaceTable>) {
+        let generation = self.ns_generation();
+        (generation, self.namespaces())
+    }
+
+    /// Add a namespace; every controller of the subsystem gets a Namespace
+    /// Attribute Changed event.
+    pub fn add_namespace(&self, ns: Arc<Namespace>) -> Result<(), CoreError> {
+        let nsid = ns.nsid();
+        let err = |reason: &str| CoreError::Namespace {
+            nqn: self.nqn.clone(),
+            nsid,
+            reason: reason.to_string(),
+        };
+        if self.is_discovery() {
+            return Err(err("the discovery subsystem has no namespaces"));
+        }
+        if nsid == 0 || nsid > self.max_namespaces {
+            return Err(err(&format!(
+                "NSID must be 1..={} (max_namespaces)",
+                self.max_namespaces
+            )));
+        }
+        {
+            let mut table = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
+            if table.get(nsid).is_some() {
+                return Err(err("NSID already in use"));
+            }
+            *table = Arc::new(table.with(ns));
+            self.ns_generation.fetch_add(1, Ordering::AcqRel);
+        }
+        self.announce_ns_change(nsid);
+        Ok(())
+    }
+
+    /// Remove a namespace: it answers Namespace Not Ready from now on, leaves
+    /// the table, and every controller gets a Namespace Attribute Changed event.
+    pub fn remove_namespace(&self, nsid: u32) -> Result<Arc<Namespace>, CoreError> {
+        let removed = {
+            let mut table = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
+            let ns = table
+                .get(nsid)
+                .cloned()
+                .ok_or_else(|| CoreError::Namespace {
+                    nqn: self.nqn.clone(),
+                    nsid,
+                    reason: "no such namespace".to_string(),
+                })?;
+            ns.set_state(NamespaceState::Removing);
+            *table = Arc::new(table.without(nsid));
+            self.ns_generation.fetch_add(1, Ordering::AcqRel);
+            ns
+        };
+        self.announce_ns_change(nsid);
+        Ok(removed)
+    }
+
+    fn announce_ns_change(&self, nsid: u32) {
+        for ctrl in self.controllers() {
+            ctrl.namespace_changed(nsid);
+        }
+    }
+
+    /// Live controllers.
+    pub fn controllers(&self) -> Vec<Arc<Controller>> {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        reg.by_id.values().filter_map(Weak::upgrade).collect()
+    }
+
+    /// The live controller with this ID.
+    pub fn controller(&self, cntlid: u16) -> Option<Arc<Controller>> {
+        let reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        reg.by_id
+            .get(&cntlid)
+            .and_then(Weak::upgrade)
+            .filter(|c| !c.is_dead())
+    }
+
+    /// Allocate a free controller ID and register the controller `make`
+    /// builds for it. `None` when every ID of the range is in use.
+    pub(crate) fn register_controller(
+        &self,
+        make: impl FnOnce(u16) -> Arc<Controller>,
+    ) -> Option<Arc<Controller>> {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        // Forget controllers that went away without unregistering.
+        reg.by_id.retain(|_, w| w.strong_count() > 0);
+        let span = (self.max_cntlid - self.min_cntlid) as u32 + 1;
+        let mut id = reg.next.clamp(self.min_cntlid, self.max_cntlid);
+        for _ in 0..span {
+            if let Entry::Vacant(slot) = reg.by_id.entry(id) {
+                let ctrl = make(id);
+                slot.insert(Arc::downgrade(&ctrl));
+                reg.next = if id >= self.max_cntlid {
+                    self.min_cntlid
+                } else {
+                    id + 1
+                };
+                return Some(ctrl);
+            }
+            id = if id >= self.max_cntlid {
+                self.min_cntlid
+            } else {
+                id + 1
+            };
+        }
+        None
+    }
+
+    /// Forget a controller (its admin queue went away).
+    pub(crate) fn unregister_controller(&self, cntlid: u16) {
+        let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
+        reg.by_id.remove(&cntlid);
+    }
+}
+
+/// Controller IDs must lie in 1..=0xFFEF; fix up nonsense rather than panic.
+fn sane_cntlid_range(min: u16, max: u16) -> (u16, u16) {
+    let min = min.clamp(1, 0xFFEF);
+    let max = max.clamp(1, 0xFFEF);
+    if min <= max {
+        (min, max)
+    } else {
+        (1, 0xFFEF)
+    }
+}

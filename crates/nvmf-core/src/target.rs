@@ -1,0 +1,294 @@
+//! The target: everything one nvmfd process exports.
+//!
+//! Owns [`Target`] (backends by bdev name, NVM subsystems, the discovery
+//! subsystem, listen addresses and their port IDs, the discovery log
+//! generation counter, the active controller count) and
+//! [`TransportLimits`] (queue depths, I/O sizes from the TCP transport
+//! configuration). Built once from `nvmf_config::TargetConfig` and shared by
+//! every reactor as `Arc<Target>`. Runtime changes (namespaces now;
+//! subsystems, hosts, listeners later) go through methods here so controllers
+//! get their asynchronous events.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+
+use nvmf_config::{
+    ListenerConfig, NamespaceConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN,
+};
+
+use crate::backend::{self, Backend};
+use crate::controller::AEN_DISC_CHANGE;
+use crate::error::CoreError;
+use crate::namespace::{Namespace, NamespaceTable};
+use crate::subsystem::Subsystem;
+
+/// Transport limits the core enforces and reports (CAP.MQES, MDTS, IOCCSZ,
+/// MAXCMD, Number of Queues). From the TCP `TransportConfig`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TransportLimits {
+    /// Largest I/O queue (entries).
+    pub max_queue_depth: u16,
+    /// Largest admin queue (entries).
+    pub max_aq_depth: u16,
+    /// I/O queues per controller.
+    pub max_io_qpairs_per_ctrlr: u16,
+    /// In-capsule data bytes a command capsule may carry.
+    pub in_capsule_data_size: u32,
+    /// Largest data transfer of one command in bytes.
+    pub max_io_size: u32,
+    /// Buffer unit size in bytes (the transport's business).
+    pub io_unit_size: u32,
+    /// Send C2HData with SUCCESS and skip the response capsule (the transport's business).
+    pub c2h_success: bool,
+}
+
+impl TransportLimits {
+    /// Limits from a transport configuration, with nonsense values fixed up
+    /// (depths at least 2, at least one I/O queue, max I/O at least 4 KiB).
+    pub fn from_config(t: &TransportConfig) -> TransportLimits {
+        TransportLimits {
+            max_queue_depth: t.max_queue_depth.max(2),
+            max_aq_depth: t.max_aq_depth.max(2),
+            max_io_qpairs_per_ctrlr: t.max_io_qpairs_per_ctrlr.max(1),
+            in_capsule_data_size: t.in_capsule_data_size,
+            max_io_size: t.max_io_size.max(4096),
+            io_unit_size: t.io_unit_size,
+            c2h_success: t.c2h_success,
+        }
+    }
+
+    /// Identify Controller MDTS: log2(max_io_size / 4 KiB) (CAP.MPSMIN is
+    /// 4 KiB). 0 would mean "no limit", so the smallest value reported is 1.
+    pub fn mdts(&self) -> u8 {
+        let pages = (self.max_io_size / 4096).max(1);
+        (31 - pages.leading_zeros()).max(1) as u8
+    }
+
+    /// Largest transfer the reported MDTS allows, in bytes: the I/O path
+    /// rejects bigger commands with Invalid Field.
+    pub fn max_transfer(&self) -> u32 {
+        self.max_io_size
+    }
+}
+
+impl Default for TransportLimits {
+    fn default() -> Self {
+        TransportLimits::from_config(&TransportConfig::tcp_default())
+    }
+}
+
+/// The whole target. Shared by all reactors as `Arc<Target>`.
+#[derive(Debug)]
+pub struct Target {
+    limits: TransportLimits,
+    backends: Mutex<BTreeMap<String, Arc<dyn Backend>>>,
+    subsystems: RwLock<Vec<Arc<Subsystem>>>,
+    discovery: Arc<Subsystem>,
+    /// Every distinct listen address; a listener's port ID is its index + 1.
+    ports: Vec<ListenerConfig>,
+    discovery_genctr: AtomicU64,
+    active_controllers: AtomicUsize,
+}
+
+impl Target {
+    /// Build the target: backends, subsystems with their namespaces, the
+    /// discovery subsystem.
+    pub fn from_config(cfg: &TargetConfig) -> Result<Arc<Target>, CoreError> {
+        let transport = cfg
+            .transports
+            .iter()
+            .find(|t| t.trtype == TransportType::Tcp)
+            .cloned()
+            .unwrap_or_else(TransportConfig::tcp_default);
+        let limits = TransportLimits::from_config(&transport);
+
+        let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
+        for b in &cfg.bdevs {
+            if backends.contains_key(&b.name) {
+                return Err(CoreError::DuplicateBdev(b.name.clone()));
+            }
+            backends.insert(b.name.clone(), backend::create(b)?);
+        }
+
+        let mut subsystems: Vec<Arc<Subsystem>> = Vec::new();
+        for s in &cfg.subsystems {
+            let serr = |reason: &str| CoreError::Subsystem {
+                nqn: s.nqn.clone(),
+                reason: reason.to_string(),
+            };
+            if s.nqn == DISCOVERY_NQN {
+                return Err(serr("the discovery NQN cannot be an NVM subsystem"));
+            }
+            if subsystems.iter().any(|x| x.nqn() == s.nqn) {
+                return Err(serr("defined twice"));
+            }
+            let max = s.max_namespaces.max(1);
+            let mut table = NamespaceTable::new();
+            for n in &s.namespaces {
+                let ns = build_namespace(&s.nqn, max, n, &backends)?;
+                if table.get(n.nsid).is_some() {
+                    return Err(CoreError::Namespace {
+                        nqn: s.nqn.clone(),
+                        nsid: n.nsid,
+                        reason: "NSID used twice".to_string(),
+                    });
+                }
+                table = table.with(Arc::new(ns));
+            }
+            subsystems.push(Arc::new(Subsystem::new_nvm(s, table)));
+        }
+
+        let discovery = Arc::new(Subsystem::new_discovery(cfg.discovery_listeners.clone()));
+
+        let mut ports: Vec<ListenerConfig> = Vec::new();
+        let all = discovery
+            .listeners()
+            .iter()
+            .chain(subsystems.iter().flat_map(|s| s.listeners().iter()));
+        for l in all {
+            if !ports.contains(l) {
+                ports.push(l.clone());
+            }
+        }
+
+        Ok(Arc::new(Target {
+            limits,
+            backends: Mutex::new(backends),
+            subsystems: RwLock::new(subsystems),
+            discovery,
+            ports,
+            discovery_genctr: AtomicU64::new(1),
+            active_controllers: AtomicUsize::new(0),
+        }))
+    }
+
+    /// Transport limits (from the TCP transport configuration).
+    pub fn limits(&self) -> &TransportLimits {
+        &self.limits
+    }
+
+    /// Controllers alive right now (NVM and discovery).
+    pub fn active_controllers(&self) -> usize {
+        self.active_controllers.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn controller_created(&self) -> usize {
+        self.active_controllers.fetch_add(1, Ordering::AcqRel) + 1
+    }
+
+    pub(crate) fn controller_destroyed(&self) -> usize {
+        let prev = self
+            .active_controllers
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                Some(n.saturating_sub(1))
+            })
+            .unwrap_or(0);
+        prev.saturating_sub(1)
+    }
+
+    /// The subsystem with this NQN (the discovery NQN names the discovery subsystem).
+    pub fn subsystem(&self, nqn: &str) -> Option<Arc<Subsystem>> {
+        if nqn == DISCOVERY_NQN {
+            return Some(self.discovery.clone());
+        }
+        let subs = self.subsystems.read().unwrap_or_else(|e| e.into_inner());
+        subs.iter().find(|s| s.nqn() == nqn).cloned()
+    }
+
+    /// NVM subsystems, in configuration order.
+    pub fn subsystems(&self) -> Vec<Arc<Subsystem>> {
+        self.subsystems
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The discovery subsystem.
+    pub fn discovery_subsystem(&self) -> &Arc<Subsystem> {
+        &self.discovery
+    }
+
+    /// The backend of a bdev.
+    pub fn backend(&self, name: &str) -> Option<Arc<dyn Backend>> {
+        let b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        b.get(name).cloned()
+    }
+
+    /// Every distinct listen address (discovery and subsystems): what the
+    /// daemon binds.
+    pub fn listen_addresses(&self) -> &[ListenerConfig] {
+        &self.ports
+    }
+
+    /// Port ID of a listen address (1-based index; 0 if unknown).
+    pub fn port_id(&self, trsvcid: &str, traddr: &str) -> u16 {
+        self.ports
+            .iter()
+            .position(|p| p.trsvcid == trsvcid && p.traddr == traddr)
+            .map(|i| (i + 1).min(u16::MAX as usize) as u16)
+            .unwrap_or(0)
+    }
+
+    /// Discovery log generation counter.
+    pub fn discovery_generation(&self) -> u64 {
+        self.discovery_genctr.load(Ordering::Acquire)
+    }
+
+    /// The discovery log changed (subsystem, host or listener added or
+    /// removed): bump the generation and raise Discovery Log Page Change on
+    /// every discovery controller.
+    pub fn notify_discovery_change(&self) {
+        self.discovery_genctr.fetch_add(1, Ordering::AcqRel);
+        for c in self.discovery.controllers() {
+            c.raise_event(AEN_DISC_CHANGE);
+        }
+    }
+
+    /// Add a namespace to a subsystem at run time (the backend must exist).
+    /// Controllers of the subsystem get Namespace Attribute Changed.
+    pub fn add_namespace(&self, nqn: &str, ns: &NamespaceConfig) -> Result<(), CoreError> {
+        let sub = self
+            .subsystem(nqn)
+            .filter(|s| !s.is_discovery())
+            .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
+        let backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        let built = build_namespace(nqn, sub.max_namespaces(), ns, &backends)?;
+        drop(backends);
+        sub.add_namespace(Arc::new(built))
+    }
+
+    /// Remove a namespace at run time. In-flight I/O finishes; new I/O gets
+    /// Namespace Not Ready until the queues see the new table, then Invalid
+    /// Namespace. Controllers get Namespace Attribute Changed.
+    pub fn remove_namespace(&self, nqn: &str, nsid: u32) -> Result<(), CoreError> {
+        let sub = self
+            .subsystem(nqn)
+            .filter(|s| !s.is_discovery())
+            .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
+        sub.remove_namespace(nsid).map(|_| ())
+    }
+}
+
+fn build_namespace(
+    nqn: &str,
+    max_namespaces: u32,
+    n: &NamespaceConfig,
+    backends: &BTreeMap<String, Arc<dyn Backend>>,
+) -> Result<Namespace, CoreError> {
+    let err = |reason: String| CoreError::Namespace {
+        nqn: nqn.to_string(),
+        nsid: n.nsid,
+        reason,
+    };
+    if n.nsid == 0 || n.nsid > max_namespaces {
+        return Err(err(format!(
+            "NSID must be 1..={max_namespaces} (max_namespaces)"
+        )));
+    }
+    let backend = backends
+        .get(&n.bdev_name)
+        .cloned()
+        .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
+    Ok(Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid))
+}
