@@ -598,15 +598,44 @@ impl<'a> Pdu<'a> {
     }
 }
 
-/// Where the parts of a PDU sit, worked out from its common header alone.
-#[derive(Debug, Clone, Copy)]
-struct Layout {
-    ty: PduType,
-    hlen: usize,
-    hdgst: bool,
-    ddgst: bool,
-    data_start: usize,
-    plen: usize,
+/// Where the parts of a PDU sit, worked out from its common header alone
+/// (see `peek_layout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PduLayout {
+    /// The PDU type.
+    pub ty: PduType,
+    /// Header length (without digest).
+    pub hlen: usize,
+    /// A header digest follows the header.
+    pub hdgst: bool,
+    /// A data digest follows the data.
+    pub ddgst: bool,
+    /// Offset of the data from the start of the PDU.
+    pub data_start: usize,
+    /// Total PDU length.
+    pub plen: usize,
+}
+
+impl PduLayout {
+    /// Offset just past the data (where the data digest, if any, starts).
+    pub fn data_end(&self) -> usize {
+        self.plen - if self.ddgst { DIGEST_LEN } else { 0 }
+    }
+    /// Number of data bytes.
+    pub fn data_len(&self) -> usize {
+        self.data_end() - self.data_start
+    }
+}
+
+/// Validate just the common header at the front of `buf` and say where the
+/// PDU's parts are, without waiting for the rest of it. Returns `Ok(None)`
+/// while fewer than 8 bytes are buffered. Useful to receive a large payload
+/// straight into its final buffer; `decode` performs the same checks first.
+pub fn peek_layout(buf: &[u8], opts: &DecodeOpts) -> Result<Option<PduLayout>, PduError> {
+    match CommonHeader::ref_from_prefix(buf) {
+        Ok((ch, _)) => check_common(ch, opts).map(Some),
+        Err(_) => Ok(None),
+    }
 }
 
 const fn err(fes: u16, fei: u32, msg: &'static str) -> PduError {
@@ -623,7 +652,7 @@ const FEI_PLEN: u32 = 4;
 const FEI_DATAL: u32 = 16;
 
 /// Validate a common header and work out the PDU's layout.
-fn check_common(ch: &CommonHeader, opts: &DecodeOpts) -> Result<Layout, PduError> {
+fn check_common(ch: &CommonHeader, opts: &DecodeOpts) -> Result<PduLayout, PduError> {
     let ty = PduType::try_from(ch.pdu_type)
         .map_err(|_| err(FES_INVALID_HEADER_FIELD, FEI_TYPE, "unknown PDU type"))?;
     if ty.sender() == opts.role {
@@ -746,7 +775,7 @@ fn check_common(ch: &CommonHeader, opts: &DecodeOpts) -> Result<Layout, PduError
         }
     };
 
-    Ok(Layout {
+    Ok(PduLayout {
         ty,
         hlen,
         hdgst,

@@ -38,6 +38,9 @@ macro_rules! codes {
     ($( $(#[$m:meta])* $name:ident = ($sct:expr, $sc:expr); )*) => {
         impl Status {
             $( $(#[$m])* pub const $name: Status = Status::new($sct, $sc); )*
+
+            /// Every named status constant with its Rust name (for tables and tests).
+            pub const ALL: &'static [(&'static str, Status)] = &[$((stringify!($name), Status::$name),)*];
         }
     };
 }
@@ -333,6 +336,16 @@ mod tests {
                     assert_eq!(s.to_field() & 1, 0);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn every_constant_has_a_spec_name() {
+        assert!(Status::ALL.len() > 70);
+        for (rust_name, s) in Status::ALL {
+            let n = s.name();
+            assert!(!n.starts_with("Unknown"), "{rust_name} has no name");
+            assert!(!n.is_empty());
         }
     }
 

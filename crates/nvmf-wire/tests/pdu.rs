@@ -644,3 +644,25 @@ fn encoders_append_without_reallocating() {
     append_data_digest(&mut out, &eo, start);
     assert_eq!(out.as_ptr(), ptr);
 }
+
+#[test]
+fn peek_layout_before_data_arrives() {
+    let eo = EncodeOpts {
+        hdgst: true,
+        ddgst: true,
+        pda: 1,
+    };
+    let data = [3u8; 5000];
+    let mut out = Vec::new();
+    encode_h2c_data(&mut out, &eo, 1, 2, 0, &data, DATA_LAST);
+    let opts = target(true, true);
+    assert_eq!(peek_layout(&out[..7], &opts), Ok(None));
+    let l = peek_layout(&out[..8], &opts).unwrap().unwrap();
+    assert_eq!(l.ty, PduType::H2CData);
+    assert!(l.hdgst && l.ddgst);
+    assert_eq!(l.data_start, 32);
+    assert_eq!(l.data_len(), 5000);
+    assert_eq!(l.plen, out.len());
+    assert_eq!(&out[l.data_start..l.data_end()], &data[..]);
+    assert_eq!(peek_layout(&[0xff; 8], &opts).unwrap_err().fei(), 0);
+}
