@@ -1,1 +1,21 @@
-//! nvmf-tcp (skeleton; being written)
+//! nvmf-tcp: the NVMe/TCP transport as a sans-I/O state machine. A
+//! [`Connection`] takes the bytes a socket delivered, decodes every complete
+//! PDU in place, drives its request slots through R2T/H2CData/C2HData and the
+//! core's `QueuePair`, and queues the response bytes for one vectored write.
+//! The reactor in `nvmfd` owns the sockets; nothing here does I/O.
+//!
+//! | file | owns |
+//! |---|---|
+//! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
+//! | `request.rs` | request slots, [`RequestState`], CID bitmap |
+//! | `icreq.rs` | ICReq checks and the ICResp |
+//! | `txq.rs` | the send queue (bytes + zero-copy slot data) |
+
+mod connection;
+mod icreq;
+mod request;
+mod txq;
+
+pub use connection::{Connection, ConnectionStats, TcpParams};
+pub use icreq::Negotiated;
+pub use request::{RequestState, Xfer};

@@ -1,1 +1,222 @@
-fn main() {}
+//! nvmfd entry point: parses the command line, sets up logging, loads and
+//! validates the config (or the embedded default), creates the target, binds
+//! the listeners for every reactor, starts the pinned reactor threads and
+//! waits for SIGINT/SIGTERM to shut them down.
+
+mod cli;
+mod cpus;
+mod listen;
+mod reactor;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::Parser;
+use cli::Cli;
+use listen::ListenAddr;
+use nvmf_config::{TargetConfig, TransportType};
+use nvmf_core::target::Target;
+use nvmf_tcp::TcpParams;
+use reactor::Reactor;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use tracing::{error, info, warn};
+
+fn main() {
+    let cli = Cli::parse();
+    init_logging(cli.log_level.as_deref());
+    match run(cli) {
+        Ok(()) => std::process::exit(0),
+        Err(e) => {
+            error!("{e:#}");
+            eprintln!("nvmfd: error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
+fn init_logging(level: Option<&str>) {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(l) => EnvFilter::try_new(l).unwrap_or_else(|e| {
+            eprintln!("nvmfd: bad --log-level {l:?} ({e}); using info");
+            EnvFilter::new("info")
+        }),
+        None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_target(false)
+        .init();
+}
+
+fn run(cli: Cli) -> Result<()> {
+    info!("nvmfd {} starting", env!("CARGO_PKG_VERSION"));
+    let cfg = match &cli.config {
+        Some(path) => {
+            let cfg = nvmf_config::load_file(path).map_err(|e| anyhow!("{e}"))?;
+            info!("config loaded from {}", path.display());
+            cfg
+        }
+        None => {
+            let cfg = TargetConfig::embedded_default();
+            describe_default(&cfg);
+            cfg
+        }
+    };
+    for entry in &cfg.skipped {
+        info!("config: skipped {entry} (SPDK-internal tuning, nothing to do in nvmfd)");
+    }
+    for p in &cfg.ignored_params {
+        info!("config: parameter {p} accepted but not used by nvmfd");
+    }
+
+    let tcp = cfg
+        .transport(TransportType::Tcp)
+        .cloned()
+        .unwrap_or_default();
+    let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
+    let params = TcpParams::new(target.limits(), tcp.c2h_success);
+
+    // Reactor cores.
+    let allowed = cpus::allowed_cpus().context("reading the CPU affinity mask")?;
+    let cores: Vec<usize> = match &cli.cores {
+        Some(list) => {
+            for c in &list.0 {
+                if !allowed.contains(c) {
+                    bail!(
+                        "--cores: core {c} is not available to this process (allowed: {})",
+                        fmt_cores(&allowed)
+                    );
+                }
+            }
+            list.0.clone()
+        }
+        None => allowed.clone(),
+    };
+    if cores.is_empty() {
+        bail!("no core to run a reactor on");
+    }
+
+    // Listeners: every reactor gets its own SO_REUSEPORT socket per address.
+    let addrs: Vec<Arc<ListenAddr>> = cfg
+        .listen_addresses()
+        .into_iter()
+        .map(|l| ListenAddr::resolve(l).map(Arc::new))
+        .collect::<Result<_>>()?;
+    if addrs.is_empty() {
+        warn!("the config has no listener: nothing will be served");
+    }
+    let shutdown = Arc::new(AtomicBool::new(false));
+    let mut reactors = Vec::new();
+    let mut wakers = Vec::new();
+    for (id, &cpu) in cores.iter().enumerate() {
+        let (poll, waker) = Reactor::new_poll().context("creating epoll")?;
+        let mut listeners = Vec::new();
+        for a in &addrs {
+            let l = listen::bind_reuseport(a.addr)
+                .with_context(|| format!("cannot listen on {} (tcp)", a.addr))?;
+            listeners.push((mio::net::TcpListener::from_std(l), a.clone()));
+        }
+        wakers.push(waker);
+        reactors.push(Reactor {
+            id,
+            cpu: Some(cpu),
+            poll,
+            listeners,
+            target: target.clone(),
+            params: params.clone(),
+            shutdown: shutdown.clone(),
+        });
+    }
+    for a in &addrs {
+        info!(
+            "listening on {} ({})",
+            a.addr,
+            a.cfg.trtype.as_str().to_ascii_lowercase()
+        );
+    }
+    info!(
+        "{} reactor(s) on core(s) {}",
+        reactors.len(),
+        fmt_cores(&cores)
+    );
+
+    // Signals: block the main thread on SIGINT/SIGTERM.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGINT,
+        signal_hook::consts::SIGTERM,
+    ])
+    .context("installing signal handlers")?;
+
+    let mut threads = Vec::new();
+    for r in reactors {
+        let name = format!("reactor-{}", r.id);
+        let t = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || r.run())
+            .context("spawning a reactor thread")?;
+        threads.push(t);
+    }
+
+    let sig = signals
+        .forever()
+        .next()
+        .unwrap_or(signal_hook::consts::SIGTERM);
+    let name = if sig == signal_hook::consts::SIGINT {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
+    info!("received {name}, shutting down");
+    shutdown.store(true, Ordering::SeqCst);
+    for w in &wakers {
+        let _ = w.wake();
+    }
+    for t in threads {
+        let _ = t.join();
+    }
+    info!("shutdown complete");
+    Ok(())
+}
+
+fn describe_default(cfg: &TargetConfig) {
+    let what = cfg
+        .subsystems
+        .first()
+        .map(|s| {
+            let ns = s
+                .namespaces
+                .first()
+                .and_then(|n| cfg.bdev(&n.bdev_name))
+                .map(|b| fmt_size(b.size_bytes()))
+                .unwrap_or_else(|| "no".into());
+            let at = cfg
+                .listen_addresses()
+                .first()
+                .map(|l| format!("{}:{}", l.traddr, l.trsvcid))
+                .unwrap_or_default();
+            format!("a {ns} RAM namespace at {at} under {}", s.nqn)
+        })
+        .unwrap_or_else(|| "nothing".into());
+    info!("no config file given (-c): serving the embedded default: {what}");
+}
+
+fn fmt_size(b: u64) -> String {
+    const G: u64 = 1 << 30;
+    const M: u64 = 1 << 20;
+    if b % G == 0 {
+        format!("{} GiB", b / G)
+    } else if b % M == 0 {
+        format!("{} MiB", b / M)
+    } else {
+        format!("{b} B")
+    }
+}
+
+fn fmt_cores(c: &[usize]) -> String {
+    c.iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}

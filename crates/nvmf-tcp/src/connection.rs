@@ -1,0 +1,670 @@
+//! One NVMe/TCP connection as a sans-I/O state machine: owns the receive
+//! buffer and the decode loop, the connection phase (waiting for ICReq,
+//! ready, terminating), the negotiated digests, the request slots, the core
+//! `QueuePair` and the send queue. Input: bytes (`recv_buf` + `on_recv`) and
+//! timer ticks (`poll`). Output: byte ranges for one `writev` (`output` +
+//! `consume_output`) and a close request (`close_reason`).
+//!
+//! Request flow (compare SPDK's `nvmf_tcp_req_process` and the kernel's
+//! `nvmet_tcp_done_recv_pdu`): CapsuleCmd → slot → (in-capsule data | R2T +
+//! H2CData | C2H buffer) → `QueuePair::execute` → C2HData (slot buffer sent
+//! in place) + CapsuleResp → slot freed once its bytes left. Protocol errors
+//! send a C2HTermReq quoting the offending header and close the connection.
+
+use crate::icreq;
+use crate::request::{AllocError, RequestState, Slots, Xfer};
+use crate::txq::TxQueue;
+use nvmf_core::{Exec, PortInfo, QueuePair, QueueState, Target, TransportLimits};
+use nvmf_wire::command::{Command, SGL_ID_IN_CAPSULE, SGL_ID_TRANSPORT};
+use nvmf_wire::completion::Completion;
+use nvmf_wire::digest::crc32c;
+use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
+use nvmf_wire::pdu::{
+    decode, encode_c2h_data_header, encode_capsule_resp, encode_r2t, encode_term_req,
+    offending_header, DecodeOpts, Decoded, EncodeOpts, Pdu, PduError, Role, DATA_LAST,
+    DATA_SUCCESS, FES_DATA_LIMIT_EXCEEDED, FES_DATA_OUT_OF_RANGE, FES_INVALID_HEADER_FIELD,
+    FES_PDU_SEQUENCE_ERROR,
+};
+use nvmf_wire::status::Status;
+use std::io::IoSlice;
+use std::sync::Arc;
+use std::time::Instant;
+use tracing::{debug, warn};
+
+/// In-capsule data limit of the admin queue (NVMe/TCP: 8 KiB).
+const ADMIN_ICD: u32 = 8192;
+/// Slots before Connect (Connect itself, plus slack for a pipelining host).
+const PRE_CONNECT_SLOTS: usize = 4;
+/// Initial receive buffer; grows to the largest PDU actually seen.
+const RX_INITIAL: usize = 64 * 1024;
+/// Smallest free space worth a read() call.
+const RX_MIN_READ: usize = 8 * 1024;
+/// Stop reading while this much output is queued (backpressure).
+const TX_HIGH_WATER: usize = 16 << 20;
+/// FEI values: byte offsets of fields in the PDU header.
+const FEI_CAPSULE_CID: u32 = 8 + 2;
+const FEI_DATA_CCCID: u32 = 8;
+const FEI_DATA_TTAG: u32 = 10;
+const FEI_DATA_DATAO: u32 = 12;
+const FEI_DATA_DATAL: u32 = 16;
+const FABRICS_OPCODE: u8 = 0x7f;
+const FCTYPE_CONNECT: u8 = 0x01;
+
+/// Transport parameters shared by every connection of a target.
+#[derive(Debug, Clone)]
+pub struct TcpParams {
+    /// In-capsule data accepted on I/O queues (IOCCSZ - 64 bytes).
+    pub in_capsule_data_size: u32,
+    /// Largest transfer of one command (MDTS); bigger ones fail.
+    pub max_io_size: u32,
+    /// MAXH2CDATA announced in ICResp.
+    pub maxh2cdata: u32,
+    /// Finish successful reads with the C2HData SUCCESS flag instead of a
+    /// response capsule (only on queues that disabled SQ flow control).
+    pub c2h_success: bool,
+}
+
+impl TcpParams {
+    /// Parameters from the core's transport limits.
+    pub fn new(limits: &TransportLimits, c2h_success: bool) -> TcpParams {
+        let max_io = limits.max_io_size.max(4096);
+        // A multiple of 4, at least 4 KiB, at most 128 KiB.
+        let maxh2cdata = (max_io.min(128 * 1024) & !3).max(4096);
+        TcpParams {
+            in_capsule_data_size: limits.in_capsule_data_size,
+            max_io_size: max_io,
+            maxh2cdata,
+            c2h_success,
+        }
+    }
+}
+
+/// Counters of one connection.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ConnectionStats {
+    pub pdus_in: u64,
+    pub commands: u64,
+    pub r2ts: u64,
+    pub h2c_pdus: u64,
+    pub c2h_pdus: u64,
+    pub digest_errors: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Nothing but an ICReq is acceptable.
+    AwaitIcReq,
+    /// ICResp sent; commands flow.
+    Ready,
+}
+
+/// Where a command's data lives when it is executed.
+enum Src<'a> {
+    None,
+    /// In-capsule data, still in the receive buffer.
+    Rx(&'a mut [u8]),
+    /// The slot buffer (R2T data received, or room for C2H data).
+    Slot,
+}
+
+/// One NVMe/TCP connection (see the module documentation).
+pub struct Connection {
+    qp: QueuePair,
+    params: TcpParams,
+    phase: Phase,
+    dopts: DecodeOpts,
+    eopts: EncodeOpts,
+    sqflow_disabled: bool,
+    slots: Slots,
+    rx: Vec<u8>,
+    rx_start: usize,
+    rx_end: usize,
+    /// Total bytes the decoder wants buffered before it can go on.
+    rx_need: usize,
+    tx: TxQueue,
+    close: Option<&'static str>,
+    late: Vec<Completion>,
+    stats: ConnectionStats,
+}
+
+impl Connection {
+    /// A new connection accepted on `port`.
+    pub fn new(target: Arc<Target>, port: Arc<PortInfo>, params: &TcpParams) -> Connection {
+        Connection {
+            qp: QueuePair::new(target, port),
+            params: params.clone(),
+            phase: Phase::AwaitIcReq,
+            dopts: DecodeOpts::new(Role::Target),
+            eopts: EncodeOpts::new(false, false),
+            sqflow_disabled: false,
+            slots: Slots::new(PRE_CONNECT_SLOTS),
+            rx: vec![0; RX_INITIAL],
+            rx_start: 0,
+            rx_end: 0,
+            rx_need: 0,
+            tx: TxQueue::with_capacity(64 * 1024, 256),
+            close: None,
+            late: Vec::with_capacity(16),
+            stats: ConnectionStats::default(),
+        }
+    }
+
+    /// The core queue pair (for statistics and tests).
+    pub fn queue(&self) -> &QueuePair {
+        &self.qp
+    }
+
+    pub fn stats(&self) -> &ConnectionStats {
+        &self.stats
+    }
+
+    /// Where the next socket read should go: free space at the end of the
+    /// receive buffer (compacted or grown as needed so that the PDU being
+    /// assembled fits).
+    pub fn recv_buf(&mut self) -> &mut [u8] {
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        }
+        let used = self.rx_end - self.rx_start;
+        let free = self.rx.len() - self.rx_end;
+        if free < RX_MIN_READ || used + free < self.rx_need {
+            if self.rx_start > 0 {
+                self.rx.copy_within(self.rx_start..self.rx_end, 0);
+                self.rx_start = 0;
+                self.rx_end = used;
+            }
+            let want = self.rx_need.max(used + RX_MIN_READ);
+            if self.rx.len() < want {
+                // Bounded: the decoder rejects PDUs larger than the
+                // negotiated limits before asking for their bytes.
+                self.rx.resize(want.next_power_of_two(), 0);
+            }
+        }
+        &mut self.rx[self.rx_end..]
+    }
+
+    /// `n` bytes were read into `recv_buf()`: processes every complete PDU.
+    pub fn on_recv(&mut self, n: usize) {
+        self.rx_end = (self.rx_end + n).min(self.rx.len());
+        self.process();
+    }
+
+    /// Convenience for tests and simple callers: copies `bytes` in and
+    /// processes them.
+    pub fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.close.is_none() {
+            let buf = self.recv_buf();
+            let n = buf.len().min(bytes.len());
+            buf[..n].copy_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+            self.on_recv(n);
+        }
+    }
+
+    /// Whether the reactor should read from the socket now.
+    pub fn wants_read(&self) -> bool {
+        self.close.is_none() && self.tx.pending() < TX_HIGH_WATER
+    }
+
+    /// Bytes of an incomplete PDU are buffered.
+    pub fn has_partial_input(&self) -> bool {
+        self.rx_end > self.rx_start
+    }
+
+    /// Output is waiting to be written.
+    pub fn has_output(&self) -> bool {
+        !self.tx.is_empty()
+    }
+
+    /// Bytes waiting to be written.
+    pub fn output_len(&self) -> usize {
+        self.tx.pending()
+    }
+
+    /// Fills `iov` with queued output (headers from the send buffer, read
+    /// data straight from slot buffers); returns the number of entries used.
+    pub fn output<'a>(&'a self, iov: &mut [IoSlice<'a>]) -> usize {
+        let slots = &self.slots;
+        self.tx.iovecs(iov, move |s, len| {
+            slots.get(s).map(|slot| slot.data(len)).unwrap_or(&[])
+        })
+    }
+
+    /// `n` bytes of `output()` were written.
+    pub fn consume_output(&mut self, n: usize) {
+        let slots = &mut self.slots;
+        self.tx.consume(n, |s| {
+            if slots.get(s).map(|x| x.state) == Some(RequestState::TransferringC2H) {
+                slots.release(s);
+            }
+        });
+    }
+
+    /// Set once the connection must be closed (after the queued output,
+    /// e.g. a C2HTermReq, has been written).
+    pub fn close_reason(&self) -> Option<&'static str> {
+        self.close
+    }
+
+    /// Timer tick / loop turn: collects late completions (AER, asynchronous
+    /// backends) and learns whether the queue must close.
+    pub fn poll(&mut self, now: Instant) {
+        if self.close.is_some() {
+            return;
+        }
+        let mut late = std::mem::take(&mut self.late);
+        let state = self.qp.poll(now, &mut |c| late.push(c));
+        for c in late.drain(..) {
+            match self.slots.find(c.cid(), RequestState::Executing) {
+                Some(idx) => self.complete(idx, c),
+                None => {
+                    encode_capsule_resp(self.tx.buf(), &self.eopts, &c);
+                    self.tx.commit_bytes();
+                }
+            }
+        }
+        self.late = late;
+        if let QueueState::Close { reason } = state {
+            self.close = Some(reason);
+        }
+    }
+
+    // ---------------------------------------------------------------------
+    // Decode loop
+    // ---------------------------------------------------------------------
+
+    fn process(&mut self) {
+        let mut rx = std::mem::take(&mut self.rx);
+        let mut start = self.rx_start;
+        let end = self.rx_end;
+        while self.close.is_none() && start < end {
+            let pdu_start = start;
+            let res = match decode(&rx[start..end], &self.dopts) {
+                Err(e) => Err(e),
+                Ok(Decoded::Incomplete { need }) => {
+                    self.rx_need = need;
+                    break;
+                }
+                Ok(Decoded::Pdu { len, pdu }) => {
+                    start += len;
+                    self.rx_need = 0;
+                    self.stats.pdus_in += 1;
+                    // Copy what the handlers need out of the borrowed PDU,
+                    // keeping only the data's position, so that in-capsule
+                    // data can be handed to the core mutably in place.
+                    let base = rx.as_ptr() as usize;
+                    let data = pdu.data();
+                    let doff = data.as_ptr() as usize - base;
+                    let dlen = data.len();
+                    match pdu {
+                        Pdu::IcReq(req) => {
+                            let req = *req;
+                            self.on_icreq(&req)
+                        }
+                        Pdu::H2CTermReq { hdr, .. } => {
+                            let (fes, fei) = (hdr.fes(), hdr.fei());
+                            self.on_h2c_term(fes, fei);
+                            Ok(())
+                        }
+                        Pdu::CapsuleCmd {
+                            hdr,
+                            data_digest_ok,
+                            ..
+                        } => {
+                            let cmd = hdr.cmd;
+                            let data = &mut rx[doff..doff + dlen];
+                            self.on_capsule(cmd, data, data_digest_ok)
+                        }
+                        Pdu::H2CData {
+                            hdr,
+                            data,
+                            data_digest_ok,
+                        } => {
+                            let h = H2C {
+                                cccid: hdr.cccid(),
+                                ttag: hdr.ttag(),
+                                datao: hdr.datao(),
+                                datal: hdr.datal(),
+                            };
+                            self.on_h2c_data(h, data, data_digest_ok)
+                        }
+                        // Host-bound types never decode in the target role.
+                        _ => Err(PduError::new(
+                            FES_INVALID_HEADER_FIELD,
+                            0,
+                            "PDU type not valid from a host",
+                        )),
+                    }
+                }
+            };
+            if let Err(e) = res {
+                let quoted = offending_header(&rx[pdu_start..end]);
+                self.terminate(e, quoted);
+                break;
+            }
+        }
+        if start >= end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        } else {
+            self.rx_start = start;
+            self.rx_end = end;
+        }
+        self.rx = rx;
+        if self.slots.executing() > 0 && self.close.is_none() {
+            self.poll(Instant::now());
+        }
+    }
+
+    fn terminate(&mut self, e: PduError, offending: &[u8]) {
+        warn!(
+            peer = %self.qp.port().peer,
+            fes = e.fes,
+            fei = e.fei,
+            "terminating connection: {}",
+            e.msg
+        );
+        encode_term_req(self.tx.buf(), Role::Target, e.fes, e.fei, offending);
+        self.tx.commit_bytes();
+        self.close = Some(e.msg);
+    }
+
+    // ---------------------------------------------------------------------
+    // PDU handlers
+    // ---------------------------------------------------------------------
+
+    fn on_icreq(&mut self, req: &nvmf_wire::pdu::IcReq) -> Result<(), PduError> {
+        if self.phase != Phase::AwaitIcReq {
+            return Err(PduError::new(
+                FES_PDU_SEQUENCE_ERROR,
+                0,
+                "second ICReq on a connection",
+            ));
+        }
+        let n = icreq::answer(req, &self.params, self.tx.buf())?;
+        self.tx.commit_bytes();
+        self.dopts.hdgst = n.hdgst;
+        self.dopts.ddgst = n.ddgst;
+        self.dopts.max_data_len = n
+            .maxh2cdata
+            .max(self.params.in_capsule_data_size)
+            .max(ADMIN_ICD);
+        self.eopts = EncodeOpts {
+            hdgst: n.hdgst,
+            ddgst: n.ddgst,
+            pda: n.hpda,
+        };
+        self.phase = Phase::Ready;
+        debug!(
+            peer = %self.qp.port().peer,
+            hdgst = n.hdgst,
+            ddgst = n.ddgst,
+            maxh2cdata = n.maxh2cdata,
+            "ICReq accepted"
+        );
+        Ok(())
+    }
+
+    fn on_h2c_term(&mut self, fes: u16, fei: u32) {
+        debug!(peer = %self.qp.port().peer, fes, fei, "host sent H2CTermReq");
+        self.close = Some("host sent H2CTermReq");
+    }
+
+    fn require_ready(&self) -> Result<(), PduError> {
+        if self.phase == Phase::Ready {
+            Ok(())
+        } else {
+            Err(PduError::new(FES_PDU_SEQUENCE_ERROR, 0, "PDU before ICReq"))
+        }
+    }
+
+    fn on_capsule(&mut self, cmd: Command, data: &mut [u8], ddok: bool) -> Result<(), PduError> {
+        self.require_ready()?;
+        self.stats.commands += 1;
+        let idx = match self.slots.alloc(&cmd) {
+            Ok(i) => i,
+            Err(AllocError::CidConflict) => {
+                return Err(PduError::new(
+                    FES_INVALID_HEADER_FIELD,
+                    FEI_CAPSULE_CID,
+                    "command ID already in use",
+                ))
+            }
+            Err(AllocError::Full) => {
+                return Err(PduError::new(
+                    FES_PDU_SEQUENCE_ERROR,
+                    0,
+                    "more commands outstanding than the queue size",
+                ))
+            }
+        };
+        if !ddok {
+            self.stats.digest_errors += 1;
+            debug!(peer = %self.qp.port().peer, cid = cmd.cid(), "in-capsule data digest error");
+            self.complete_status(idx, Status::TRANSIENT_TRANSPORT_ERROR);
+            return Ok(());
+        }
+        let sgl = *cmd.sgl();
+        let sgl_id = (sgl.sgl_type() << 4) | sgl.subtype();
+        let len = sgl.length();
+        let xfer = Xfer::of(&cmd);
+        match xfer {
+            Xfer::None => self.execute(idx, Src::None),
+            Xfer::Bidi => {
+                self.complete_status(idx, Status::INVALID_FIELD.with_dnr());
+                Ok(())
+            }
+            _ if len == 0 => self.execute(idx, Src::None),
+            _ if len > self.params.max_io_size => {
+                self.complete_status(idx, Status::SGL_DATA_LENGTH_INVALID.with_dnr());
+                Ok(())
+            }
+            Xfer::HostToCtrl if sgl_id == SGL_ID_IN_CAPSULE => {
+                let icd = if self.qp.qid() == 0 {
+                    ADMIN_ICD.max(self.params.in_capsule_data_size)
+                } else {
+                    self.params.in_capsule_data_size
+                };
+                if sgl.address() != 0 {
+                    self.complete_status(idx, Status::SGL_OFFSET_INVALID.with_dnr());
+                } else if len > icd || data.len() != len as usize {
+                    self.complete_status(idx, Status::SGL_DATA_LENGTH_INVALID.with_dnr());
+                } else {
+                    return self.execute(idx, Src::Rx(data));
+                }
+                Ok(())
+            }
+            Xfer::HostToCtrl if sgl_id == SGL_ID_TRANSPORT => {
+                // Ask for the whole transfer in one R2T; the host splits it
+                // into H2CData PDUs of at most MAXH2CDATA bytes.
+                let max = self.params.max_io_size as usize;
+                let Some(slot) = self.slots.get_mut(idx) else {
+                    return Ok(());
+                };
+                slot.len = len;
+                slot.received = 0;
+                slot.data_mut(len as usize, max);
+                self.slots.set_state(idx, RequestState::AwaitingH2CData);
+                encode_r2t(self.tx.buf(), &self.eopts, cmd.cid(), idx, 0, len);
+                self.tx.commit_bytes();
+                self.stats.r2ts += 1;
+                Ok(())
+            }
+            Xfer::CtrlToHost if sgl_id == SGL_ID_TRANSPORT || sgl_id == SGL_ID_IN_CAPSULE => {
+                if let Some(slot) = self.slots.get_mut(idx) {
+                    slot.len = len;
+                }
+                self.execute(idx, Src::Slot)
+            }
+            _ => {
+                self.complete_status(idx, Status::SGL_INVALID_DESCRIPTOR_TYPE.with_dnr());
+                Ok(())
+            }
+        }
+    }
+
+    fn on_h2c_data(&mut self, h: H2C, data: &[u8], ddok: bool) -> Result<(), PduError> {
+        self.require_ready()?;
+        self.stats.h2c_pdus += 1;
+        let max = self.params.max_io_size as usize;
+        let Some(slot) = self
+            .slots
+            .get_mut(h.ttag)
+            .filter(|s| s.state == RequestState::AwaitingH2CData)
+        else {
+            return Err(PduError::new(
+                FES_INVALID_HEADER_FIELD,
+                FEI_DATA_TTAG,
+                "H2CData for an unknown transfer tag",
+            ));
+        };
+        if slot.cmd.cid() != h.cccid {
+            return Err(PduError::new(
+                FES_INVALID_HEADER_FIELD,
+                FEI_DATA_CCCID,
+                "H2CData command ID does not match its transfer tag",
+            ));
+        }
+        if h.datal > self.params.maxh2cdata {
+            return Err(PduError::new(
+                FES_DATA_LIMIT_EXCEEDED,
+                FEI_DATA_DATAL,
+                "H2CData larger than MAXH2CDATA",
+            ));
+        }
+        if h.datao != slot.received {
+            return Err(PduError::new(
+                FES_DATA_OUT_OF_RANGE,
+                FEI_DATA_DATAO,
+                "H2CData offset outside the requested range",
+            ));
+        }
+        let end = u64::from(h.datao) + u64::from(h.datal);
+        if end > u64::from(slot.len) {
+            return Err(PduError::new(
+                FES_DATA_OUT_OF_RANGE,
+                FEI_DATA_DATAL,
+                "H2CData beyond the command's transfer length",
+            ));
+        }
+        let len = slot.len as usize;
+        slot.data_mut(len, max)[h.datao as usize..end as usize].copy_from_slice(data);
+        slot.received = end as u32;
+        if !ddok {
+            slot.digest_error = true;
+        }
+        if slot.received < slot.len {
+            return Ok(());
+        }
+        if slot.digest_error {
+            self.stats.digest_errors += 1;
+            debug!(peer = %self.qp.port().peer, cid = h.cccid, "H2CData data digest error");
+            self.complete_status(h.ttag, Status::TRANSIENT_TRANSPORT_ERROR);
+            return Ok(());
+        }
+        self.slots.set_state(h.ttag, RequestState::ReadyToExecute);
+        self.execute(h.ttag, Src::Slot)
+    }
+
+    // ---------------------------------------------------------------------
+    // Execution and completion
+    // ---------------------------------------------------------------------
+
+    fn execute(&mut self, idx: u16, src: Src<'_>) -> Result<(), PduError> {
+        let max = self.params.max_io_size as usize;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
+        let cmd = slot.cmd;
+        let res = match src {
+            Src::None => self.qp.execute(&cmd, &mut []),
+            Src::Rx(d) => self.qp.execute(&cmd, d),
+            Src::Slot => {
+                let len = slot.len as usize;
+                self.qp.execute(&cmd, slot.data_mut(len, max))
+            }
+        };
+        match res {
+            Exec::Complete(c) => {
+                self.complete(idx, c);
+                Ok(())
+            }
+            Exec::Pending => {
+                self.slots.set_state(idx, RequestState::Executing);
+                Ok(())
+            }
+            Exec::Fatal { fes, reason } => {
+                self.slots.release(idx);
+                Err(PduError::new(fes, 0, reason))
+            }
+        }
+    }
+
+    /// Completes slot `idx` with a transport-made status (never executed).
+    fn complete_status(&mut self, idx: u16, status: Status) {
+        let cid = self.slots.get(idx).map_or(0, |s| s.cmd.cid());
+        // TODO(core): the core owns SQHD; a transport-completed command
+        // reports 0 here (hosts ignore SQHD on fabrics).
+        let c = Completion::new(cid, self.qp.qid(), 0, status, 0);
+        self.complete(idx, c);
+    }
+
+    /// Queues C2H data (if any) and the response of slot `idx`.
+    fn complete(&mut self, idx: u16, cqe: Completion) {
+        let Some(slot) = self.slots.get(idx) else {
+            return;
+        };
+        let cmd = slot.cmd;
+        let (xfer, len) = (slot.xfer, slot.len);
+        self.slots.set_state(idx, RequestState::Completing);
+        let ok = cqe.status().is_success();
+        if cmd.opcode() == FABRICS_OPCODE && cmd.fctype() == FCTYPE_CONNECT {
+            self.after_connect(&cmd, ok);
+        }
+        if xfer == Xfer::CtrlToHost && len > 0 && ok {
+            let success_flag = self.params.c2h_success && self.sqflow_disabled;
+            let flags = DATA_LAST | if success_flag { DATA_SUCCESS } else { 0 };
+            encode_c2h_data_header(self.tx.buf(), &self.eopts, cmd.cid(), 0, 0, len, flags);
+            self.tx.push_slot(idx, len as usize);
+            if self.eopts.ddgst {
+                let crc = self
+                    .slots
+                    .get(idx)
+                    .map_or(0, |s| crc32c(s.data(len as usize)));
+                self.tx.buf().extend_from_slice(&crc.to_le_bytes());
+            }
+            if !success_flag {
+                encode_capsule_resp(self.tx.buf(), &self.eopts, &cqe);
+            }
+            self.tx.commit_bytes();
+            self.stats.c2h_pdus += 1;
+            // Freed by consume_output() once the data has left.
+            self.slots.set_state(idx, RequestState::TransferringC2H);
+        } else {
+            encode_capsule_resp(self.tx.buf(), &self.eopts, &cqe);
+            self.tx.commit_bytes();
+            self.slots.release(idx);
+        }
+    }
+
+    fn after_connect(&mut self, cmd: &Command, ok: bool) {
+        if ok && self.qp.is_connected() {
+            self.slots.grow(usize::from(self.qp.depth()).max(1));
+            self.sqflow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
+        } else if !self.qp.is_connected() {
+            // Rejected Connect (unknown subsystem, host not allowed, ...):
+            // answer, then hang up like the kernel target does.
+            self.close = Some("Connect rejected");
+        }
+    }
+}
+
+/// The H2CData header fields the handler uses.
+#[derive(Debug, Clone, Copy)]
+struct H2C {
+    cccid: u16,
+    ttag: u16,
+    datao: u32,
+    datal: u32,
+}

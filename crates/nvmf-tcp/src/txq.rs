@@ -1,0 +1,217 @@
+//! The send side of a connection: a queue of byte ranges ready for one
+//! vectored write. PDU headers, responses and digests are appended to one
+//! contiguous byte buffer; controller→host payloads are not copied there but
+//! referenced in place in their request slot's buffer. The queue tells the
+//! connection which slots it has finished sending so they can be freed.
+
+use std::collections::VecDeque;
+
+/// One stretch of output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seg {
+    /// `bytes[previous end .. end]`.
+    Bytes { end: usize },
+    /// The first `len` bytes of slot `slot`'s data buffer.
+    Slot { slot: u16, len: usize },
+}
+
+/// Pending output of one connection.
+#[derive(Debug, Default)]
+pub struct TxQueue {
+    bytes: Vec<u8>,
+    /// Start in `bytes` of the first not yet sent `Bytes` segment.
+    bytes_pos: usize,
+    segs: VecDeque<Seg>,
+    /// Bytes of the front segment already written.
+    head_done: usize,
+    /// Bytes queued and not yet written.
+    pending: usize,
+}
+
+impl TxQueue {
+    pub fn with_capacity(bytes: usize, segs: usize) -> TxQueue {
+        TxQueue {
+            bytes: Vec::with_capacity(bytes),
+            bytes_pos: 0,
+            segs: VecDeque::with_capacity(segs),
+            head_done: 0,
+            pending: 0,
+        }
+    }
+
+    /// Bytes waiting to be written.
+    pub fn pending(&self) -> usize {
+        self.pending
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pending == 0
+    }
+
+    /// The byte buffer to append PDU bytes to. Call `commit_bytes` after
+    /// appending so the new bytes join the queue.
+    pub fn buf(&mut self) -> &mut Vec<u8> {
+        &mut self.bytes
+    }
+
+    /// Queues every byte appended to `buf()` since the last commit.
+    pub fn commit_bytes(&mut self) {
+        let end = self.bytes.len();
+        let prev_end = match self.segs.back_mut() {
+            Some(Seg::Bytes { end: e }) => {
+                let added = end - *e;
+                *e = end;
+                self.pending += added;
+                return;
+            }
+            _ => self.last_bytes_end(),
+        };
+        if end > prev_end {
+            self.pending += end - prev_end;
+            self.segs.push_back(Seg::Bytes { end });
+        }
+    }
+
+    /// End of the last `Bytes` segment (where the next one starts).
+    fn last_bytes_end(&self) -> usize {
+        self.segs
+            .iter()
+            .rev()
+            .find_map(|s| match s {
+                Seg::Bytes { end } => Some(*end),
+                _ => None,
+            })
+            .unwrap_or(self.bytes_pos)
+    }
+
+    /// Queues `len` bytes of slot `slot`'s buffer (after any bytes appended so far).
+    pub fn push_slot(&mut self, slot: u16, len: usize) {
+        self.commit_bytes();
+        if len > 0 {
+            self.segs.push_back(Seg::Slot { slot, len });
+            self.pending += len;
+        }
+    }
+
+    /// Fills `iov` with the queued output, in order; `slot_data(i, len)`
+    /// returns the bytes of a slot segment. Returns how many entries were used.
+    pub fn iovecs<'a, F>(&'a self, iov: &mut [std::io::IoSlice<'a>], slot_data: F) -> usize
+    where
+        F: Fn(u16, usize) -> &'a [u8],
+    {
+        let mut n = 0;
+        let mut start = self.bytes_pos;
+        for (i, seg) in self.segs.iter().enumerate() {
+            if n == iov.len() {
+                break;
+            }
+            let skip = if i == 0 { self.head_done } else { 0 };
+            let s: &'a [u8] = match *seg {
+                Seg::Bytes { end } => {
+                    let b = &self.bytes[start + skip..end];
+                    start = end;
+                    b
+                }
+                Seg::Slot { slot, len } => {
+                    let d = slot_data(slot, len);
+                    d.get(skip..).unwrap_or(&[])
+                }
+            };
+            if !s.is_empty() {
+                iov[n] = std::io::IoSlice::new(s);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Marks `n` bytes as written; calls `slot_done(slot)` for every slot
+    /// segment that was completely written.
+    pub fn consume(&mut self, mut n: usize, mut slot_done: impl FnMut(u16)) {
+        n = n.min(self.pending);
+        self.pending -= n;
+        while n > 0 {
+            let Some(front) = self.segs.front().copied() else {
+                break;
+            };
+            let seg_len = match front {
+                Seg::Bytes { end } => end - self.bytes_pos,
+                Seg::Slot { len, .. } => len,
+            };
+            let left = seg_len - self.head_done;
+            if n < left {
+                self.head_done += n;
+                break;
+            }
+            n -= left;
+            self.head_done = 0;
+            self.segs.pop_front();
+            match front {
+                Seg::Bytes { end } => self.bytes_pos = end,
+                Seg::Slot { slot, .. } => slot_done(slot),
+            }
+        }
+        if self.segs.is_empty() {
+            self.bytes.clear();
+            self.bytes_pos = 0;
+            self.head_done = 0;
+        } else if self.bytes_pos > (1 << 20) && self.bytes_pos * 2 > self.bytes.len() {
+            self.compact();
+        }
+    }
+
+    /// Drops already written bytes from the front of the byte buffer (only
+    /// when the queue never fully drains under sustained load).
+    #[cold]
+    fn compact(&mut self) {
+        let cut = self.bytes_pos;
+        self.bytes.drain(..cut);
+        for s in self.segs.iter_mut() {
+            if let Seg::Bytes { end } = s {
+                *end -= cut;
+            }
+        }
+        self.bytes_pos = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::IoSlice;
+
+    fn collect(q: &TxQueue, slots: &[Vec<u8>]) -> Vec<u8> {
+        let mut iov = [IoSlice::new(&[]); 16];
+        let n = q.iovecs(&mut iov, |s, l| &slots[s as usize][..l]);
+        iov[..n].iter().flat_map(|s| s.iter().copied()).collect()
+    }
+
+    #[test]
+    fn bytes_and_slots_in_order_with_partial_writes() {
+        let slots = vec![vec![7u8; 10], vec![9u8; 5]];
+        let mut q = TxQueue::with_capacity(64, 8);
+        q.buf().extend_from_slice(b"ab");
+        q.push_slot(0, 10);
+        q.buf().extend_from_slice(b"cd");
+        q.commit_bytes();
+        q.buf().extend_from_slice(b"e");
+        q.commit_bytes();
+        q.push_slot(1, 5);
+        assert_eq!(q.pending(), 2 + 10 + 3 + 5);
+        let all = collect(&q, &slots);
+        assert_eq!(&all[..2], b"ab");
+        assert_eq!(&all[2..12], &[7u8; 10]);
+        assert_eq!(&all[12..15], b"cde");
+        let mut done = Vec::new();
+        q.consume(5, |s| done.push(s));
+        assert!(done.is_empty());
+        assert_eq!(collect(&q, &slots), all[5..].to_vec());
+        q.consume(8, |s| done.push(s));
+        assert_eq!(done, vec![0]);
+        assert_eq!(collect(&q, &slots), all[13..].to_vec());
+        q.consume(100, |s| done.push(s));
+        assert_eq!(done, vec![0, 1]);
+        assert!(q.is_empty());
+        assert_eq!(q.buf().len(), 0);
+    }
+}
