@@ -1,0 +1,617 @@
+//! Harness for nvmfd's kernel-host interop tests.
+//!
+//! The Linux kernel's NVMe/TCP host driver, nvme-cli and fio are the judges of protocol
+//! correctness. They run in a throw-away QEMU guest (`testbed/nvmfd-testbed run`) whose
+//! network reaches only the host ports a test names; `nvmfd` runs on the host, started
+//! from this workspace's target directory with an SPDK `save_config`-shaped JSON file.
+//!
+//! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
+//! passes. With it, a missing prerequisite (testbed, nvmfd binary) is a failure.
+//!
+//! Guest scenarios live in `tests/interop/*.sh`; they may ask the host to check the daemon
+//! at a given point ("checkpoints"): the guest writes `/job/cp-NAME.req` into its 9p job
+//! directory, the driver answers in `/job/cp-NAME.resp` with `ok ...` or a failure reason.
+
+use std::collections::HashSet;
+use std::fs;
+use std::io::Write;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::thread::sleep;
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{json, Value};
+
+/// Environment switch that enables the interop tests.
+pub const SWITCH: &str = "NVMFD_INTEROP";
+
+/// Host identity every allowed guest connection uses (`--hostnqn`/`--hostid`).
+pub const HOST_ID: &str = "6f1b1f3c-0c52-4c6e-9d1e-6e7666d00001";
+/// A host identity that is never on an allow list.
+pub const OTHER_HOST_ID: &str = "6f1b1f3c-0c52-4c6e-9d1e-6e7666d0dead";
+
+pub fn host_nqn(id: &str) -> String {
+    format!("nqn.2014-08.org.nvmexpress:uuid:{id}")
+}
+
+/// Writes to the real stderr, bypassing the test harness' output capture, so progress and
+/// skip notices show up in `cargo test` output.
+pub fn say(msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{msg}");
+}
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Starts an interop test: `None` (after printing why) when the switch is off; otherwise
+/// serializes with the other interop tests of this process (one guest at a time) and makes
+/// sure the testbed is prepared. Panics if a prerequisite is missing.
+pub fn begin(test: &str) -> Option<MutexGuard<'static, ()>> {
+    if std::env::var(SWITCH).as_deref() != Ok("1") {
+        say(&format!(
+            "interop {test}: skipped: set {SWITCH}=1 to run the kernel-host interop tests (scripts/test.sh does)"
+        ));
+        return None;
+    }
+    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    prepare_testbed();
+    say(&format!("interop {test}: running"));
+    Some(guard)
+}
+
+/// The repository root (two levels above this crate).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repository root")
+}
+
+pub fn testbed() -> PathBuf {
+    repo_root().join("testbed/nvmfd-testbed")
+}
+
+fn prepare_testbed() {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    let res = DONE.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(testbed())
+            .arg("prepare")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", testbed().display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`testbed/nvmfd-testbed prepare` failed ({}):\n{}{}\n(as root: testbed/nvmfd-testbed prepare --install-deps, or run scripts/test.sh)",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    });
+    if let Err(e) = res {
+        panic!("{SWITCH}=1 but the testbed is not usable: {e}");
+    }
+}
+
+/// The `nvmfd` binary under test: `$NVMFD_BIN`, else the one next to this test executable's
+/// profile directory (`target/<profile>/nvmfd`, built by `cargo build --workspace`).
+pub fn nvmfd_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NVMFD_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    // target/<profile>/deps/<test-binary>
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target profile dir");
+    let bin = profile_dir.join("nvmfd");
+    if !bin.is_file() {
+        panic!(
+            "{SWITCH}=1 but there is no nvmfd binary at {} (run `cargo build --workspace` first, or set NVMFD_BIN)",
+            bin.display()
+        );
+    }
+    if let Some(newer) = newest_source_newer_than(&bin) {
+        say(&format!(
+            "interop: warning: {} is older than {} (rebuild with `cargo build --workspace`)",
+            bin.display(),
+            newer.display()
+        ));
+    }
+    bin
+}
+
+fn newest_source_newer_than(bin: &Path) -> Option<PathBuf> {
+    let built = fs::metadata(bin).and_then(|m| m.modified()).ok()?;
+    let mut newest: Option<(SystemTime, PathBuf)> = None;
+    let mut stack = vec![repo_root().join("crates")];
+    while let Some(dir) = stack.pop() {
+        for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.ends_with("nvmf-interop") || p.ends_with("target") {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                if let Ok(t) = e.metadata().and_then(|m| m.modified()) {
+                    if newest.as_ref().is_none_or(|(n, _)| t > *n) {
+                        newest = Some((t, p));
+                    }
+                }
+            }
+        }
+    }
+    newest.filter(|(t, _)| *t > built).map(|(_, p)| p)
+}
+
+/// A fresh work directory for one test: `target/nvmf-interop/<name>` (kept for debugging).
+pub fn work_dir(name: &str) -> PathBuf {
+    let base = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    let dir = base.join("nvmf-interop").join(name);
+    let _ = fs::remove_dir_all(&dir);
+    fs::create_dir_all(&dir).expect("create work dir");
+    dir
+}
+
+/// A currently free TCP port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
+    l.local_addr().unwrap().port()
+}
+
+// ------------------------------------------------------------------ config --
+
+pub struct Malloc {
+    pub name: &'static str,
+    pub num_blocks: u64,
+    pub block_size: u32,
+}
+
+pub struct Subsystem {
+    pub nqn: String,
+    pub serial: String,
+    pub model: String,
+    pub allow_any_host: bool,
+    pub hosts: Vec<String>,
+    /// (nsid, bdev name)
+    pub namespaces: Vec<(u32, &'static str)>,
+}
+
+/// SPDK `save_config`-shaped configuration: malloc bdevs, a TCP transport, the subsystems
+/// with their namespaces and hosts, and one listener per subsystem plus the discovery
+/// subsystem on 127.0.0.1:`port`.
+pub fn spdk_config(port: u16, bdevs: &[Malloc], subsystems: &[Subsystem]) -> Value {
+    let listen = json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()});
+    let bdev_cfg: Vec<Value> = bdevs
+        .iter()
+        .map(|b| json!({"method": "bdev_malloc_create", "params": {"name": b.name, "num_blocks": b.num_blocks, "block_size": b.block_size}}))
+        .collect();
+    let mut nvmf = vec![json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}})];
+    for s in subsystems {
+        nvmf.push(json!({"method": "nvmf_create_subsystem", "params": {
+            "nqn": s.nqn, "serial_number": s.serial, "model_number": s.model,
+            "allow_any_host": s.allow_any_host}}));
+        for (nsid, bdev) in &s.namespaces {
+            nvmf.push(json!({"method": "nvmf_subsystem_add_ns", "params": {
+                "nqn": s.nqn, "namespace": {"bdev_name": bdev, "nsid": nsid}}}));
+        }
+        for h in &s.hosts {
+            nvmf.push(
+                json!({"method": "nvmf_subsystem_add_host", "params": {"nqn": s.nqn, "host": h}}),
+            );
+        }
+        nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
+            "nqn": s.nqn, "listen_address": listen.clone()}}));
+    }
+    nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
+        "nqn": "nqn.2014-08.org.nvmexpress.discovery", "listen_address": listen}}));
+    json!({"subsystems": [
+        {"subsystem": "bdev", "config": bdev_cfg},
+        {"subsystem": "nvmf", "config": nvmf},
+    ]})
+}
+
+// ------------------------------------------------------------------- nvmfd --
+
+extern "C" {
+    fn kill(pid: i32, sig: i32) -> i32;
+}
+const SIGTERM: i32 = 15;
+
+fn signal(child: &Child, sig: i32) {
+    // SAFETY: plain kill(2) on the pid of a child we spawned and have not reaped yet.
+    unsafe {
+        kill(child.id() as i32, sig);
+    }
+}
+
+/// Stops a child: SIGTERM, up to `grace` to exit, then SIGKILL; always reaps it.
+fn stop_child(child: &mut Child, grace: Duration) {
+    if let Ok(Some(_)) = child.try_wait() {
+        return;
+    }
+    signal(child, SIGTERM);
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// An `nvmfd` process on the host, killed when dropped.
+pub struct Nvmfd {
+    child: Child,
+    pub port: u16,
+    pub log_path: PathBuf,
+    exit: Option<std::process::ExitStatus>,
+}
+
+impl Nvmfd {
+    /// Writes `config` to `dir/nvmfd.json`, starts `nvmfd -c` on it (output in
+    /// `dir/nvmfd.log`) and waits (30 s at most) for its `listening on ...:port` line.
+    pub fn start(dir: &Path, config: &Value, port: u16) -> Nvmfd {
+        let bin = nvmfd_binary();
+        let cfg = dir.join("nvmfd.json");
+        fs::write(&cfg, serde_json::to_string_pretty(config).unwrap()).expect("write config");
+        let log_path = dir.join("nvmfd.log");
+        let log = fs::File::create(&log_path).expect("create nvmfd.log");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("-c")
+            .arg(&cfg)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .env("NO_COLOR", "1");
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        let child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        let mut d = Nvmfd {
+            child,
+            port,
+            log_path,
+            exit: None,
+        };
+        let until = Instant::now() + Duration::from_secs(30);
+        let want = format!(":{port}");
+        loop {
+            let log = d.log();
+            if log
+                .lines()
+                .any(|l| l.contains("listening on") && l.contains(&want))
+            {
+                return d;
+            }
+            if !d.is_running() || Instant::now() > until {
+                let why = if d.is_running() {
+                    "did not log `listening on ...".to_string() + &want + "` within 30 s"
+                } else {
+                    format!("exited with {:?}", d.exit)
+                };
+                panic!(
+                    "nvmfd ({} -c {}) {why}\n---- nvmfd log ----\n{log}\n---- config ----\n{}",
+                    bin.display(),
+                    cfg.display(),
+                    serde_json::to_string_pretty(config).unwrap()
+                );
+            }
+            sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn is_running(&mut self) -> bool {
+        if self.exit.is_some() {
+            return false;
+        }
+        match self.child.try_wait() {
+            Ok(Some(st)) => {
+                self.exit = Some(st);
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// The daemon's log so far, with ANSI colour sequences removed.
+    pub fn log(&self) -> String {
+        strip_ansi(&fs::read_to_string(&self.log_path).unwrap_or_default())
+    }
+
+    /// The values of every `active_controllers=N` the daemon logged, in order.
+    pub fn active_controllers(&self) -> Vec<u64> {
+        active_controllers_in(&self.log())
+    }
+
+    /// Waits up to `timeout` for the last logged `active_controllers=` value to be `want`.
+    pub fn wait_active_controllers(&self, want: u64, timeout: Duration) -> Result<(), String> {
+        let until = Instant::now() + timeout;
+        loop {
+            let v = self.active_controllers();
+            if v.last() == Some(&want) {
+                return Ok(());
+            }
+            if Instant::now() > until {
+                let log = self.log();
+                let last = log
+                    .lines()
+                    .rev()
+                    .find(|l| l.contains("active_controllers="))
+                    .unwrap_or("(nvmfd logged no active_controllers= line)");
+                return Err(format!(
+                    "after {timeout:?} the last nvmfd controller line is: {}",
+                    last.trim()
+                ));
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The last `n` lines of the log.
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.log(), n)
+    }
+
+    /// Checks the daemon is still up and logged no panic; returns a description otherwise.
+    pub fn health(&mut self) -> Result<(), String> {
+        let log = self.log();
+        if let Some(l) = log.lines().find(|l| l.contains("panicked at")) {
+            return Err(format!("nvmfd panicked: {l}"));
+        }
+        if !self.is_running() {
+            return Err(format!("nvmfd exited: {:?}", self.exit));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Nvmfd {
+    fn drop(&mut self) {
+        stop_child(&mut self.child, Duration::from_secs(3));
+    }
+}
+
+pub fn active_controllers_in(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| {
+            let at = l.rfind("active_controllers=")? + "active_controllers=".len();
+            let digits: String = l[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+            digits.parse().ok()
+        })
+        .collect()
+}
+
+pub fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut it = s.chars().peekable();
+    while let Some(c) = it.next() {
+        if c == '\u{1b}' && it.peek() == Some(&'[') {
+            it.next();
+            for c in it.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+// ------------------------------------------------------------------- guest --
+
+/// What a guest run left behind.
+pub struct GuestRun {
+    /// The scenario's exit status (124: timeout, 125: guest died; see testbed/README.md).
+    pub status: i32,
+    pub stdout: String,
+    pub stderr: String,
+    /// `testbed/nvmfd-testbed`'s own messages (timings, timeouts, console tail).
+    pub testbed_log: String,
+    /// The guest kernel log at the end of the scenario.
+    pub dmesg: String,
+    pub wall: Duration,
+    pub job_dir: PathBuf,
+}
+
+impl GuestRun {
+    /// Everything needed to understand a failure.
+    pub fn report(&self, nvmfd: Option<&Nvmfd>) -> String {
+        let mut r = format!(
+            "guest scenario exit status {} after {:.1} s (job dir {})\n---- guest output ----\n{}",
+            self.status,
+            self.wall.as_secs_f64(),
+            self.job_dir.display(),
+            self.stdout
+        );
+        if !self.stderr.trim().is_empty() {
+            r += &format!("---- guest stderr ----\n{}\n", self.stderr);
+        }
+        r += &format!("---- testbed ----\n{}\n", tail(&self.testbed_log, 60));
+        r += &format!("---- guest dmesg (tail) ----\n{}\n", tail(&self.dmesg, 40));
+        if let Some(d) = nvmfd {
+            r += &format!(
+                "---- nvmfd log (tail; full log {}) ----\n{}\n",
+                d.log_path.display(),
+                d.log_tail(80)
+            );
+        }
+        r
+    }
+}
+
+/// Runs `tests/interop/<script>` in a fresh guest that may reach the given host ports.
+/// `env` is exported to the script; `on_checkpoint(name, detail)` answers the script's
+/// checkpoints (`ok ...` = pass). Bounded by `timeout` (qemu) plus a grace period here.
+pub fn run_guest(
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
+    mut on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
+    let root = repo_root();
+    let job = dir.join("guest");
+    fs::create_dir_all(&job).unwrap();
+    let mut cmd = Command::new("bash");
+    cmd.arg(testbed())
+        .arg("run")
+        .arg("--timeout")
+        .arg(timeout.as_secs().to_string())
+        .arg("--out")
+        .arg(&job)
+        .arg("--put")
+        .arg(root.join("tests/interop/lib.sh"))
+        .arg("--env")
+        .arg("CHECKPOINTS=1");
+    for p in host_ports {
+        cmd.arg("--host-port").arg(p.to_string());
+    }
+    for (k, v) in env {
+        cmd.arg("--env").arg(format!("{k}={v}"));
+    }
+    cmd.arg(root.join("tests/interop").join(script));
+    let tb_log = dir.join("testbed.log");
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&tb_log).unwrap());
+    let t0 = Instant::now();
+    let mut child = cmd.spawn().expect("spawn testbed/nvmfd-testbed run");
+    let deadline = t0 + timeout + Duration::from_secs(60);
+    let mut answered = HashSet::new();
+    let status = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st.code().unwrap_or(125);
+        }
+        if Instant::now() > deadline {
+            // the testbed traps TERM and kills its qemu
+            stop_child(&mut child, Duration::from_secs(10));
+            break 124;
+        }
+        for e in fs::read_dir(&job).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Some(cp) = name
+                .strip_prefix("cp-")
+                .and_then(|n| n.strip_suffix(".req"))
+            else {
+                continue;
+            };
+            if !answered.insert(cp.to_string()) {
+                continue;
+            }
+            let detail = fs::read_to_string(e.path()).unwrap_or_default();
+            let resp = on_checkpoint(cp, detail.trim());
+            let part = job.join(format!("cp-{cp}.resp.part"));
+            fs::write(&part, format!("{resp}\n")).unwrap();
+            fs::rename(&part, job.join(format!("cp-{cp}.resp"))).unwrap();
+        }
+        sleep(Duration::from_millis(100));
+    };
+    let read = |n: &str| fs::read_to_string(job.join(n)).unwrap_or_default();
+    GuestRun {
+        status,
+        stdout: read("stdout"),
+        stderr: read("stderr"),
+        testbed_log: fs::read_to_string(&tb_log).unwrap_or_default(),
+        dmesg: read("dmesg.log"),
+        wall: t0.elapsed(),
+        job_dir: job,
+    }
+}
+
+/// Standard checkpoint answer: the daemon must report zero active controllers within 10 s.
+pub fn expect_no_controllers(nvmfd: &Nvmfd) -> String {
+    match nvmfd.wait_active_controllers(0, Duration::from_secs(10)) {
+        Ok(()) => "ok active_controllers=0".into(),
+        Err(e) => format!("fail: {e}"),
+    }
+}
+
+/// Ends a scenario: prints the report (shown by cargo test on failure), checks the guest's
+/// status and the daemon's health, and prints a one-line result on the real stderr.
+pub fn finish(test: &str, run: &GuestRun, nvmfd: &mut Nvmfd, host_failures: &[String]) {
+    let report = run.report(Some(nvmfd));
+    println!("{report}");
+    let health = nvmfd.health();
+    let ok = run.status == 0 && health.is_ok() && host_failures.is_empty();
+    say(&format!(
+        "interop {test}: {} (guest status {}, {:.1} s)",
+        if ok { "passed" } else { "FAILED" },
+        run.status,
+        run.wall.as_secs_f64()
+    ));
+    let mut problems = Vec::new();
+    if run.status != 0 {
+        let first = run
+            .stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL:"))
+            .unwrap_or("(no FAIL line; see the report)");
+        problems.push(format!("guest scenario failed: {first}"));
+    }
+    if let Err(e) = health {
+        problems.push(e);
+    }
+    problems.extend(host_failures.iter().cloned());
+    assert!(
+        problems.is_empty(),
+        "interop {test} failed:\n  {}\n\n{report}",
+        problems.join("\n  ")
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_active_controllers() {
+        let log = "\u{1b}[2mT\u{1b}[0m INFO controller 1 created active_controllers=1\n\
+                   other line\nINFO controller 1 destroyed reason=disconnect active_controllers=0\n";
+        assert_eq!(active_controllers_in(&strip_ansi(log)), vec![1, 0]);
+    }
+
+    #[test]
+    fn config_has_listeners_and_hosts() {
+        let cfg = spdk_config(
+            4421,
+            &[Malloc {
+                name: "Malloc0",
+                num_blocks: 8,
+                block_size: 512,
+            }],
+            &[Subsystem {
+                nqn: "nqn.x:a".into(),
+                serial: "S".into(),
+                model: "M".into(),
+                allow_any_host: false,
+                hosts: vec![host_nqn(HOST_ID)],
+                namespaces: vec![(1, "Malloc0")],
+            }],
+        );
+        let s = cfg.to_string();
+        assert!(s.contains("\"trsvcid\":\"4421\""));
+        assert!(s.contains("nvmf_subsystem_add_host"));
+        assert!(s.contains("nqn.2014-08.org.nvmexpress.discovery"));
+    }
+}
