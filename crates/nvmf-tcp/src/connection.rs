@@ -295,8 +295,13 @@ impl Connection {
                     // data can be handed to the core mutably in place.
                     let base = rx.as_ptr() as usize;
                     let data = pdu.data();
-                    let doff = data.as_ptr() as usize - base;
                     let dlen = data.len();
+                    // Empty data may be a static slice outside `rx`.
+                    let doff = if dlen == 0 {
+                        0
+                    } else {
+                        (data.as_ptr() as usize).wrapping_sub(base)
+                    };
                     match pdu {
                         Pdu::IcReq(req) => {
                             let req = *req;

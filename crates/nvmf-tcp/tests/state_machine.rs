@@ -1,0 +1,488 @@
+//! Socket-free tests of the NVMe/TCP connection state machine: host PDUs are
+//! fed in arbitrary splits, output is drained with partial writes, and the
+//! PDUs that come back are checked (happy paths with and without digests,
+//! every termination case, data digest errors, Connect rejections, garbage).
+
+mod common;
+
+use common::host::*;
+use common::{config_json, ALLOWED_HOST, RESTRICTED_NQN};
+use nvmf_config::TargetConfig;
+use nvmf_core::{PortInfo, Target};
+use nvmf_tcp::{Connection, TcpParams};
+use nvmf_wire::command::Command;
+use nvmf_wire::fabrics::CNTLID_DYNAMIC;
+use nvmf_wire::pdu::*;
+use nvmf_wire::status::Status;
+use std::collections::VecDeque;
+use std::io::IoSlice;
+use std::sync::Arc;
+
+fn target() -> Arc<Target> {
+    let cfg = TargetConfig::from_json_str(&config_json(4420)).expect("test config");
+    Target::from_config(&cfg).expect("target")
+}
+
+fn port() -> Arc<PortInfo> {
+    Arc::new(PortInfo {
+        trtype: nvmf_config::TransportType::Tcp,
+        adrfam: nvmf_config::AddressFamily::Ipv4,
+        traddr: "127.0.0.1".into(),
+        trsvcid: "4420".into(),
+        peer: "127.0.0.1:50000".parse().unwrap(),
+    })
+}
+
+/// An in-memory pipe to a `Connection` that splits input and output at
+/// pseudo-random points.
+struct Mem {
+    conn: Connection,
+    inbox: Vec<u8>,
+    parsed: VecDeque<Resp>,
+    rng: u64,
+}
+
+impl Mem {
+    fn new(t: &Arc<Target>, seed: u64) -> Mem {
+        let params = TcpParams::new(t.limits(), true);
+        Mem {
+            conn: Connection::new(t.clone(), port(), &params),
+            inbox: Vec::new(),
+            parsed: VecDeque::new(),
+            rng: seed | 1,
+        }
+    }
+
+    fn rand(&mut self, n: usize) -> usize {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        (self.rng % n.max(1) as u64) as usize
+    }
+
+    /// Takes all output, in randomly sized partial writes.
+    fn drain(&mut self) {
+        while self.conn.has_output() {
+            let lim = if self.rand(4) == 0 { 7 } else { 70_000 };
+            let max = 1 + self.rand(lim);
+            let mut got = Vec::new();
+            {
+                let mut iov = [IoSlice::new(&[]); 8];
+                let n = self.conn.output(&mut iov);
+                assert!(n > 0);
+                for s in &iov[..n] {
+                    let take = (max - got.len()).min(s.len());
+                    got.extend_from_slice(&s[..take]);
+                    if got.len() == max {
+                        break;
+                    }
+                }
+            }
+            self.conn.consume_output(got.len());
+            self.inbox.extend_from_slice(&got);
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.conn.close_reason().is_some()
+    }
+}
+
+impl Wire for Mem {
+    fn send(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            let lim = if self.rand(3) == 0 { 5 } else { bytes.len() };
+            let n = 1 + self.rand(lim);
+            let n = n.min(bytes.len());
+            self.conn.feed(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+    }
+
+    fn recv(&mut self, host: &Host) -> Resp {
+        if let Some(r) = self.parsed.pop_front() {
+            return r;
+        }
+        self.drain();
+        let got = host.parse(&mut self.inbox).expect("target output decodes");
+        self.parsed.extend(got);
+        self.parsed.pop_front().unwrap_or_else(|| {
+            panic!(
+                "no PDU from target (closed: {:?})",
+                self.conn.close_reason()
+            )
+        })
+    }
+}
+
+fn io_conn(t: &Arc<Target>, seed: u64, cntlid: u16, digests: bool) -> (Mem, Host) {
+    let mut m = Mem::new(t, seed);
+    let mut h = Host::new();
+    init(&mut m, &mut h, digests, digests);
+    let c = connect(&mut m, &mut h, 1, 63, cntlid, DEFAULT_NQN, HOSTNQN);
+    assert_eq!(c.status(), Status::SUCCESS, "I/O connect");
+    (m, h)
+}
+
+fn full_flow(digests: bool, seed: u64) {
+    let t = target();
+    let mut admin = Mem::new(&t, seed);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, digests, digests);
+    let id = identify_ctrl(&mut admin, &mut ah);
+    assert!(id.iter().any(|&b| b != 0));
+    assert_eq!(t.active_controllers(), 1);
+
+    let (mut io, mut h) = io_conn(&t, seed + 1, cntlid, digests);
+    let a = pattern(seed, 4096);
+    assert_eq!(write(&mut io, &mut h, 8, &a, true), Status::SUCCESS);
+    let b = pattern(seed + 7, 64 * 1024);
+    assert_eq!(write(&mut io, &mut h, 64, &b, false), Status::SUCCESS);
+    let c = pattern(seed + 9, 128 * 1024);
+    assert_eq!(write(&mut io, &mut h, 1024, &c, false), Status::SUCCESS);
+    let (s, d) = read(&mut io, &mut h, 8, 4096);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(d == a, "in-capsule write reads back");
+    let (s, d) = read(&mut io, &mut h, 64, 64 * 1024);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(d == b, "R2T write reads back");
+    let (s, d) = read(&mut io, &mut h, 1024, 128 * 1024);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(d == c, "128 KiB R2T write reads back");
+    assert!(!io.closed() && !admin.closed());
+    drop(io);
+    drop(admin);
+    assert_eq!(t.active_controllers(), 0);
+}
+
+#[test]
+fn happy_path_without_digests() {
+    for seed in 1..4 {
+        full_flow(false, seed);
+    }
+}
+
+#[test]
+fn happy_path_with_digests() {
+    for seed in 10..13 {
+        full_flow(true, seed);
+    }
+}
+
+#[test]
+fn pipelined_commands_in_one_buffer() {
+    let t = target();
+    let mut admin = Mem::new(&t, 5);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, false, false);
+    let (mut io, h) = io_conn(&t, 6, cntlid, false);
+    // 32 reads back to back in one send; all answered, in any order.
+    let mut bytes = Vec::new();
+    for i in 0..32u16 {
+        let mut cmd = Command::new(0x02, 100 + i);
+        cmd.set_nsid(1);
+        cmd.set_lba_range(u64::from(i) * 8, 8);
+        cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(4096));
+        bytes.extend(h.capsule(&cmd, &[]));
+    }
+    io.send(&bytes);
+    let mut done = 0;
+    while done < 32 {
+        match io.recv(&h) {
+            Resp::C2H { data, .. } => assert_eq!(data.len(), 4096),
+            Resp::Cqe(c) => {
+                assert_eq!(c.status(), Status::SUCCESS);
+                done += 1;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}
+
+/// Expects a C2HTermReq with `fes` (and `fei` when given), then a close.
+fn expect_term(m: &mut Mem, h: &Host, fes: u16, fei: Option<u32>) {
+    match m.recv(h) {
+        Resp::Term {
+            fes: f,
+            fei: i,
+            quoted,
+        } => {
+            assert_eq!(f, fes, "FES");
+            if let Some(fei) = fei {
+                assert_eq!(i, fei, "FEI");
+            }
+            assert!(quoted.len() <= 128);
+        }
+        other => panic!("expected C2HTermReq, got {other:?}"),
+    }
+    assert!(m.closed(), "connection closes after termination");
+    // Nothing more is processed.
+    m.send(&h.icreq(false, false));
+    m.drain();
+    assert!(m.inbox.is_empty());
+}
+
+#[test]
+fn capsule_before_icreq() {
+    let t = target();
+    let mut m = Mem::new(&t, 1);
+    let h = Host::new();
+    let cmd = Command::connect(1, 0, 31, 0, 0);
+    m.send(&h.capsule(&cmd, &[0u8; 1024]));
+    expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, None);
+}
+
+#[test]
+fn second_icreq() {
+    let t = target();
+    let mut m = Mem::new(&t, 2);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    m.send(&h.icreq(false, false));
+    expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, None);
+}
+
+#[test]
+fn unknown_pdu_type() {
+    let t = target();
+    let mut m = Mem::new(&t, 3);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+    p[0] = 0x0b;
+    m.send(&p);
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(0));
+}
+
+#[test]
+fn controller_pdu_from_host() {
+    let t = target();
+    let mut m = Mem::new(&t, 3);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+    p[0] = PduType::R2T as u8;
+    p[2] = 24;
+    p.truncate(24);
+    p[4..8].copy_from_slice(&24u32.to_le_bytes());
+    m.send(&p);
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(0));
+}
+
+#[test]
+fn header_length_mismatch() {
+    let t = target();
+    let mut m = Mem::new(&t, 4);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+    p[2] = 64;
+    m.send(&p);
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(2));
+}
+
+#[test]
+fn pdu_length_overflow() {
+    let t = target();
+    let mut m = Mem::new(&t, 5);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut p = h.capsule(&Command::new(0x01, 1), &[0u8; 512]);
+    p[4..8].copy_from_slice(&0xffff_fff0u32.to_le_bytes());
+    // Only the header arrives: the target must not wait for 4 GiB.
+    m.send(&p[..72]);
+    expect_term(&mut m, &h, FES_DATA_LIMIT_EXCEEDED, None);
+}
+
+#[test]
+fn header_digest_error() {
+    let t = target();
+    let mut m = Mem::new(&t, 6);
+    let mut h = Host::new();
+    init(&mut m, &mut h, true, false);
+    let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+    p[72] ^= 0xff;
+    m.send(&p);
+    expect_term(&mut m, &h, FES_HEADER_DIGEST_ERROR, None);
+}
+
+#[test]
+fn io_before_connect() {
+    let t = target();
+    let mut m = Mem::new(&t, 7);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut cmd = Command::new(0x02, 1);
+    cmd.set_nsid(1);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(512));
+    m.send(&h.capsule(&cmd, &[]));
+    expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, None);
+}
+
+fn r2t_for_write(m: &mut Mem, h: &Host, cid: u16, len: u32) -> u16 {
+    let mut cmd = Command::new(0x01, cid);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(0, len / 512);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(len));
+    m.send(&h.capsule(&cmd, &[]));
+    match m.recv(h) {
+        Resp::R2T {
+            cccid, ttag, r2tl, ..
+        } => {
+            assert_eq!((cccid, r2tl), (cid, len));
+            ttag
+        }
+        other => panic!("expected R2T, got {other:?}"),
+    }
+}
+
+fn connected_io(seed: u64, digests: bool) -> (Arc<Target>, Mem, Mem, Host) {
+    let t = target();
+    let mut admin = Mem::new(&t, seed);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, digests, digests);
+    let (io, h) = io_conn(&t, seed + 1, cntlid, digests);
+    (t, admin, io, h)
+}
+
+#[test]
+fn h2c_data_offset_outside_command() {
+    let (_t, _a, mut m, h) = connected_io(20, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 8192);
+    m.send(&h.h2c(5, ttag, 8192, &[1u8; 512], true));
+    expect_term(&mut m, &h, FES_DATA_OUT_OF_RANGE, Some(12));
+}
+
+#[test]
+fn h2c_data_length_beyond_command() {
+    let (_t, _a, mut m, h) = connected_io(21, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 4096 + 512);
+    m.send(&h.h2c(5, ttag, 0, &[1u8; 8192], true));
+    expect_term(&mut m, &h, FES_DATA_OUT_OF_RANGE, None);
+}
+
+#[test]
+fn h2c_data_unknown_ttag() {
+    let (_t, _a, mut m, h) = connected_io(22, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 8192);
+    m.send(&h.h2c(5, ttag + 40, 0, &[1u8; 512], false));
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(10));
+}
+
+#[test]
+fn cid_conflict_is_fatal() {
+    let (_t, _a, mut m, h) = connected_io(23, false);
+    r2t_for_write(&mut m, &h, 5, 8192);
+    let mut cmd = Command::new(0x02, 5);
+    cmd.set_nsid(1);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(512));
+    m.send(&h.capsule(&cmd, &[]));
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(10));
+}
+
+#[test]
+fn data_digest_errors_fail_the_command_only() {
+    let (_t, _a, mut m, mut h) = connected_io(24, true);
+    // In-capsule data with a bad digest.
+    let mut cmd = Command::new(0x01, 9);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(0, 1);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::in_capsule(0, 512));
+    let mut p = h.capsule(&cmd, &[3u8; 512]);
+    let n = p.len();
+    p[n - 1] ^= 1;
+    m.send(&p);
+    match m.recv(&h) {
+        Resp::Cqe(c) => assert_eq!(c.status(), Status::TRANSIENT_TRANSPORT_ERROR),
+        other => panic!("{other:?}"),
+    }
+    // H2CData with a bad digest.
+    let ttag = r2t_for_write(&mut m, &h, 10, 1024);
+    let mut p = h.h2c(10, ttag, 0, &[4u8; 1024], true);
+    let n = p.len();
+    p[n - 2] ^= 1;
+    m.send(&p);
+    match m.recv(&h) {
+        Resp::Cqe(c) => {
+            assert_eq!(c.cid(), 10);
+            assert_eq!(c.status(), Status::TRANSIENT_TRANSPORT_ERROR)
+        }
+        other => panic!("{other:?}"),
+    }
+    // The connection still works.
+    assert!(!m.closed());
+    let d = pattern(3, 1024);
+    assert_eq!(write(&mut m, &mut h, 4, &d, false), Status::SUCCESS);
+    assert_eq!(read(&mut m, &mut h, 4, 1024).1, d);
+}
+
+#[test]
+fn connect_rejections_close_the_connection() {
+    let t = target();
+    // Host not on the allow list.
+    let mut m = Mem::new(&t, 30);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let c = connect(
+        &mut m,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        RESTRICTED_NQN,
+        HOSTNQN,
+    );
+    assert_eq!((c.status().sct, c.status().sc), (1, 0x84));
+    assert!(m.closed());
+    // Allowed host works.
+    let mut m = Mem::new(&t, 31);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let c = connect(
+        &mut m,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        RESTRICTED_NQN,
+        ALLOWED_HOST,
+    );
+    assert_eq!(c.status(), Status::SUCCESS);
+    assert!(!m.closed());
+    // Unknown subsystem.
+    let mut m = Mem::new(&t, 32);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let c = connect(
+        &mut m,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        "nqn.2024-01.io.nvmfd:nope",
+        HOSTNQN,
+    );
+    assert_eq!((c.status().sct, c.status().sc), (1, 0x82));
+    assert!(m.closed());
+}
+
+#[test]
+fn garbage_never_panics() {
+    let t = target();
+    for seed in 1..300u64 {
+        let mut m = Mem::new(&t, seed);
+        let mut h = Host::new();
+        if seed % 2 == 0 {
+            init(&mut m, &mut h, seed % 4 == 0, seed % 3 == 0);
+        }
+        let mut junk = pattern(seed, 64 + (seed as usize * 37) % 3000);
+        // Make it look like a PDU more often than not.
+        if seed % 3 != 0 {
+            junk[0] = (seed % 10) as u8;
+            junk[2] = [8u8, 24, 72, 128][(seed % 4) as usize];
+        }
+        m.send(&junk);
+        m.drain();
+        let _ = h.parse(&mut m.inbox);
+    }
+}
