@@ -403,3 +403,79 @@ impl Controller {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::namespace::NamespaceTable;
+    use nvmf_config::SubsystemConfig;
+
+    fn ctrl() -> Controller {
+        let sub = Arc::new(Subsystem::new_nvm(
+            &SubsystemConfig::new("nqn.2024-01.io.nvmfd:t"),
+            NamespaceTable::new(),
+        ));
+        Controller::new(1, sub, "nqn.host", [0; 16], 4, 0)
+    }
+
+    #[test]
+    fn events_are_masked_until_log_read() {
+        let c = ctrl();
+        assert_eq!(c.pending_events(), 0);
+        c.namespace_changed(3);
+        c.namespace_changed(3);
+        c.namespace_changed(5);
+        assert_eq!(c.take_event(), Some(AEN_NS_ATTR));
+        assert_eq!(c.take_event(), None);
+        c.namespace_changed(6);
+        assert_eq!(c.pending_events(), 0, "masked until the log is read");
+        assert_eq!(c.take_changed_namespaces(), vec![3, 5, 6]);
+        assert!(c.take_changed_namespaces().is_empty());
+        c.unmask_event(AEN_NS_ATTR);
+        c.namespace_changed(7);
+        assert_eq!(c.take_event(), Some(AEN_NS_ATTR));
+        // Events the host disabled are not raised; unsupported ones neither.
+        c.unmask_event(AEN_NS_ATTR);
+        c.set_aen_enabled(0);
+        c.raise_event(AEN_NS_ATTR);
+        c.raise_event(AEN_DISC_CHANGE);
+        assert_eq!(c.pending_events(), 0);
+    }
+
+    #[test]
+    fn changed_list_overflow() {
+        let c = ctrl();
+        for nsid in 1..=(CHANGED_NS_MAX as u32 + 1) {
+            c.namespace_changed(nsid);
+        }
+        assert_eq!(c.take_changed_namespaces(), vec![0xFFFF_FFFF]);
+        assert!(c.take_changed_namespaces().is_empty());
+    }
+
+    #[test]
+    fn io_queue_claims() {
+        let c = ctrl();
+        assert!(!c.claim_io_queue(0));
+        assert!(c.claim_io_queue(4));
+        assert!(!c.claim_io_queue(4));
+        assert!(!c.claim_io_queue(5));
+        c.set_num_io_queues(2);
+        assert!(!c.claim_io_queue(3));
+        assert!(c.claim_io_queue(2));
+        assert_eq!(c.connected_io_queues(), 2);
+        c.release_io_queue(4);
+        c.release_io_queue(999);
+        assert_eq!(c.connected_io_queues(), 1);
+        c.set_num_io_queues(100);
+        assert_eq!(c.num_io_queues(), 4, "never above the transport limit");
+    }
+
+    #[test]
+    fn first_close_reason_wins() {
+        let c = ctrl();
+        assert!(!c.is_dead());
+        c.kill(CloseReason::KeepAliveTimeout);
+        c.kill(CloseReason::ControllerDestroyed);
+        assert_eq!(c.close_reason(), Some(CloseReason::KeepAliveTimeout));
+    }
+}

@@ -202,3 +202,30 @@ fn dataset_management(table: &NamespaceTable, cmd: &Command, data: &[u8]) -> Sub
     }
     Submitted::Done(Status::SUCCESS)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::MallocBackend;
+    use crate::namespace::NamespaceState;
+
+    #[test]
+    fn namespace_not_ready_while_removing() {
+        let b: Arc<dyn crate::backend::Backend> =
+            Arc::new(MallocBackend::new("m", 512, 8).unwrap());
+        let ns = Arc::new(Namespace::new(1, b, [1; 16], [2; 8], [3; 16]));
+        let table = NamespaceTable::from_namespaces([ns.clone()]);
+        let sink = CompletionSink::new();
+        let mut stats = QueueStats::default();
+        let mut cmd = Command::new(IoOpcode::Read as u8, 1);
+        cmd.set_nsid(1).set_lba_range(0, 1);
+        let mut buf = [0u8; 512];
+        let r = execute(&table, &cmd, &mut buf, 1 << 17, &mut stats, &sink);
+        assert_eq!(r, Submitted::Done(Status::SUCCESS));
+        ns.set_state(NamespaceState::Removing);
+        let r = execute(&table, &cmd, &mut buf, 1 << 17, &mut stats, &sink);
+        assert_eq!(r, Submitted::Done(Status::NAMESPACE_NOT_READY));
+        assert_eq!(stats.reads, 1);
+        assert_eq!(stats.bytes_read, 512);
+    }
+}

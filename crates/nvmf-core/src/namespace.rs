@@ -188,3 +188,46 @@ impl NamespaceTable {
         t
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backend::NullBackend;
+
+    fn ns(nsid: u32) -> Arc<Namespace> {
+        let b: Arc<dyn Backend> = Arc::new(NullBackend::new("n", 512, 8));
+        Arc::new(Namespace::new(nsid, b, [1; 16], [2; 8], [3; 16]))
+    }
+
+    #[test]
+    fn table_lookup_is_bounds_checked() {
+        let t = NamespaceTable::from_namespaces([ns(3), ns(1)]);
+        assert_eq!(t.active_nsids(), &[1, 3]);
+        assert!(t.get(0).is_none());
+        assert!(t.get(2).is_none());
+        assert!(t.get(4).is_none());
+        assert!(t.get(u32::MAX).is_none());
+        assert_eq!(t.get(3).unwrap().nsid(), 3);
+        assert_eq!(t.iter().map(|n| n.nsid()).collect::<Vec<_>>(), vec![1, 3]);
+
+        let t2 = t.without(3);
+        assert_eq!(t2.active_nsids(), &[1]);
+        assert!(t2.get(3).is_none());
+        assert_eq!(t.len(), 2, "copy on write leaves the original alone");
+        let t3 = t2.with(ns(2)).without(7).with(ns(0));
+        assert_eq!(t3.active_nsids(), &[1, 2]);
+    }
+
+    #[test]
+    fn state_and_geometry() {
+        let n = ns(1);
+        assert!(n.is_active());
+        assert_eq!(
+            (n.block_size(), n.block_shift(), n.num_blocks()),
+            (512, 9, 8)
+        );
+        n.set_state(NamespaceState::Removing);
+        assert!(!n.is_active());
+        assert_eq!(n.state(), NamespaceState::Removing);
+    }
+}

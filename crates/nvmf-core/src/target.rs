@@ -292,3 +292,24 @@ fn build_namespace(
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
     Ok(Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mdts_from_max_io_size() {
+        let mut l = TransportLimits::default();
+        for (size, mdts) in [
+            (131_072, 5),
+            (1 << 20, 8),
+            (4096, 1),
+            (8192, 1),
+            (12288, 1),
+            (65536, 4),
+        ] {
+            l.max_io_size = size;
+            assert_eq!(l.mdts(), mdts, "max_io_size {size}");
+        }
+    }
+}

@@ -169,3 +169,195 @@ pub(crate) fn byte_range(
     let len = usize::try_from(blocks.checked_mul(block_size as u64)?).ok()?;
     Some((start, len))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op_status(b: &dyn Backend, op: BlockOp<'_>) -> Status {
+        let sink = CompletionSink::new();
+        let tag = IoTag {
+            cid: 0,
+            bytes: 0,
+            write: false,
+        };
+        match b.submit(op, tag, &sink) {
+            Submitted::Done(s) => s,
+            Submitted::Pending => panic!("inline backends never pend"),
+        }
+    }
+
+    #[test]
+    fn malloc_round_trip_and_bounds() {
+        let m = MallocBackend::new("m", 512, 16).unwrap();
+        assert_eq!(
+            (m.block_size(), m.num_blocks(), m.kind()),
+            (512, 16, "malloc")
+        );
+        let mut zero = vec![1u8; 512 * 16];
+        assert!(op_status(
+            &m,
+            BlockOp::Read {
+                lba: 0,
+                buf: &mut zero
+            }
+        )
+        .is_success());
+        assert!(zero.iter().all(|&b| b == 0), "starts zeroed");
+
+        let data: Vec<u8> = (0..1024).map(|i| i as u8).collect();
+        assert!(op_status(
+            &m,
+            BlockOp::Write {
+                lba: 14,
+                buf: &data
+            }
+        )
+        .is_success());
+        let mut back = vec![0u8; 1024];
+        assert!(op_status(
+            &m,
+            BlockOp::Read {
+                lba: 14,
+                buf: &mut back
+            }
+        )
+        .is_success());
+        assert_eq!(back, data);
+
+        let oob = Status::LBA_OUT_OF_RANGE.with_dnr();
+        assert_eq!(
+            op_status(
+                &m,
+                BlockOp::Write {
+                    lba: 15,
+                    buf: &data
+                }
+            ),
+            oob
+        );
+        assert_eq!(
+            op_status(
+                &m,
+                BlockOp::Read {
+                    lba: u64::MAX,
+                    buf: &mut back
+                }
+            ),
+            oob
+        );
+        assert_eq!(
+            op_status(
+                &m,
+                BlockOp::Read {
+                    lba: 0,
+                    buf: &mut back[..100]
+                }
+            ),
+            oob
+        );
+        assert_eq!(
+            op_status(&m, BlockOp::WriteZeroes { lba: 10, blocks: 7 }),
+            oob
+        );
+        assert_eq!(m.deallocate(u64::MAX, 2), oob);
+
+        assert!(op_status(&m, BlockOp::WriteZeroes { lba: 14, blocks: 1 }).is_success());
+        op_status(
+            &m,
+            BlockOp::Read {
+                lba: 14,
+                buf: &mut back,
+            },
+        );
+        assert!(back[..512].iter().all(|&b| b == 0));
+        assert_eq!(&back[512..], &data[512..]);
+        assert!(m.deallocate(15, 1).is_success());
+        op_status(
+            &m,
+            BlockOp::Read {
+                lba: 14,
+                buf: &mut back,
+            },
+        );
+        assert!(back.iter().all(|&b| b == 0));
+        assert!(op_status(&m, BlockOp::Flush).is_success());
+    }
+
+    #[test]
+    fn malloc_large_is_lazy() {
+        // 4 GiB of address space: only works because calloc maps lazily.
+        if let Ok(m) = MallocBackend::new("big", 4096, 1 << 20) {
+            let mut b = vec![1u8; 4096];
+            op_status(
+                &m,
+                BlockOp::Read {
+                    lba: (1 << 20) - 1,
+                    buf: &mut b,
+                },
+            );
+            assert!(b.iter().all(|&x| x == 0));
+        }
+    }
+
+    #[test]
+    fn null_reads_zeroes() {
+        let n = NullBackend::new("n", 4096, 4);
+        let mut b = vec![9u8; 8192];
+        assert!(op_status(&n, BlockOp::Write { lba: 2, buf: &b }).is_success());
+        assert!(op_status(
+            &n,
+            BlockOp::Read {
+                lba: 2,
+                buf: &mut b
+            }
+        )
+        .is_success());
+        assert!(b.iter().all(|&x| x == 0));
+        assert!(!op_status(
+            &n,
+            BlockOp::Read {
+                lba: 3,
+                buf: &mut b
+            }
+        )
+        .is_success());
+        assert!(!n.deallocate(4, 1).is_success());
+    }
+
+    #[test]
+    fn create_validates() {
+        let mut cfg = BdevConfig {
+            name: "x".into(),
+            kind: BdevKind::Malloc,
+            block_size: 512,
+            num_blocks: 0,
+            uuid: None,
+        };
+        assert!(create(&cfg).is_err());
+        cfg.num_blocks = 1;
+        cfg.block_size = 520;
+        assert!(create(&cfg).is_err());
+        cfg.block_size = 4096;
+        assert_eq!(create(&cfg).unwrap().num_blocks(), 1);
+        cfg.num_blocks = u64::MAX;
+        assert!(create(&cfg).is_err());
+    }
+
+    #[test]
+    fn completion_sink() {
+        let s = CompletionSink::new();
+        assert!(s.is_empty());
+        let tag = IoTag {
+            cid: 5,
+            bytes: 512,
+            write: true,
+        };
+        s.post(tag, Status::SUCCESS);
+        assert!(!s.is_empty());
+        let mut got = Vec::new();
+        s.drain(|t, st| got.push((t.cid, st)));
+        assert_eq!(got, vec![(5, Status::SUCCESS)]);
+        assert!(s.is_empty());
+    }
+}
