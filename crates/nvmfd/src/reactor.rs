@@ -55,6 +55,9 @@ struct Conn {
     tx_ready: bool,
     /// WRITABLE interest is registered.
     want_writable: bool,
+    /// epoll reported the peer's FIN (or an error): read until EOF, a short
+    /// read does not mean the socket is drained of events.
+    read_closed: bool,
     /// When the state machine asked to close while output was still queued.
     closing_since: Option<Instant>,
 }
@@ -127,6 +130,9 @@ impl Reactor {
                     };
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                         c.rx_ready = true;
+                    }
+                    if ev.is_read_closed() || ev.is_error() {
+                        c.read_closed = true;
                     }
                     if ev.is_writable() || ev.is_write_closed() {
                         c.tx_ready = true;
@@ -232,6 +238,7 @@ impl Reactor {
                 rx_ready: true,
                 tx_ready: true,
                 want_writable: false,
+                read_closed: false,
                 closing_since: None,
             });
         }
@@ -306,7 +313,7 @@ fn service(c: &mut Conn) -> Outcome {
                     read_any = true;
                     // A short read drained the socket (epoll(7)): no need
                     // for another read() that returns EAGAIN.
-                    if n < want {
+                    if n < want && !c.read_closed {
                         c.rx_ready = false;
                     }
                 }

@@ -1,0 +1,477 @@
+//! Loopback tests of the real `nvmfd` binary: a raw-socket NVMe/TCP host
+//! (built on the nvmf-wire encoders) drives admin and I/O queues with and
+//! without digests, and every malformed case must end in the spec's
+//! C2HTermReq (or a clean close) while the daemon keeps serving others.
+
+#[path = "../../nvmf-tcp/tests/common/mod.rs"]
+mod common;
+
+use common::host::*;
+use common::{config_json, ALLOWED_HOST, RESTRICTED_NQN};
+use nvmf_wire::command::{Command, SglDescriptor};
+use nvmf_wire::fabrics::CNTLID_DYNAMIC;
+use nvmf_wire::pdu::*;
+use nvmf_wire::status::Status;
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command as Proc, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const IO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running nvmfd; killed on drop.
+struct Daemon {
+    child: Child,
+    port: u16,
+    log: Arc<Mutex<Vec<String>>>,
+    cfg: Option<PathBuf>,
+}
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn write_cfg(text: &str) -> PathBuf {
+    let p = std::env::temp_dir().join(format!(
+        "nvmfd-test-{}-{}.json",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+impl Daemon {
+    fn start(cores: &str) -> Daemon {
+        let port = free_port();
+        let cfg = write_cfg(&config_json(port));
+        let mut d = Daemon::spawn(&["-c", cfg.to_str().unwrap(), "-m", cores], port);
+        d.cfg = Some(cfg);
+        d.wait_log(&format!("listening on 127.0.0.1:{port} (tcp)"));
+        d
+    }
+
+    fn spawn(args: &[&str], port: u16) -> Daemon {
+        let mut child = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
+            .args(args)
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nvmfd");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let l2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                l2.lock().unwrap().push(line);
+            }
+        });
+        Daemon {
+            child,
+            port,
+            log,
+            cfg: None,
+        }
+    }
+
+    fn logs(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// Waits (10 s at most) for a log line containing `needle`.
+    fn wait_log(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        panic!("nvmfd never logged {needle:?}; log:\n{}", self.logs());
+    }
+
+    fn connect(&self) -> Sock {
+        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to nvmfd");
+        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+        s.set_nodelay(true).unwrap();
+        Sock {
+            s,
+            buf: Vec::new(),
+            parsed: VecDeque::new(),
+        }
+    }
+
+    /// Waits up to 10 s for the process to exit.
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return st;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nvmfd did not exit; log:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(p) = &self.cfg {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// A raw NVMe/TCP host socket.
+struct Sock {
+    s: TcpStream,
+    buf: Vec<u8>,
+    parsed: VecDeque<Resp>,
+}
+
+impl Wire for Sock {
+    fn send(&mut self, bytes: &[u8]) {
+        self.s.write_all(bytes).expect("send to nvmfd");
+    }
+
+    fn recv(&mut self, host: &Host) -> Resp {
+        loop {
+            if let Some(r) = self.parsed.pop_front() {
+                return r;
+            }
+            let got = host.parse(&mut self.buf).expect("nvmfd output decodes");
+            self.parsed.extend(got);
+            if !self.parsed.is_empty() {
+                continue;
+            }
+            let mut tmp = [0u8; 65536];
+            match self.s.read(&mut tmp) {
+                Ok(0) => panic!("nvmfd closed the connection"),
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+                Err(e) => panic!("reading from nvmfd: {e}"),
+            }
+        }
+    }
+}
+
+impl Sock {
+    /// The peer closes (EOF or reset) within the read timeout, sending
+    /// nothing more.
+    fn expect_closed(&mut self) {
+        let mut tmp = [0u8; 4096];
+        loop {
+            match self.s.read(&mut tmp) {
+                Ok(0) => return,
+                Ok(n) => panic!("unexpected {n} more bytes before close"),
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
+                Err(e) => panic!("connection not closed: {e}"),
+            }
+        }
+    }
+
+    fn expect_term(&mut self, h: &Host, fes: u16, fei: Option<u32>) {
+        match self.recv(h) {
+            Resp::Term { fes: f, fei: i, .. } => {
+                assert_eq!(f, fes, "FES");
+                if let Some(fei) = fei {
+                    assert_eq!(i, fei, "FEI");
+                }
+            }
+            other => panic!("expected C2HTermReq, got {other:?}"),
+        }
+        self.expect_closed();
+    }
+}
+
+/// Full bring-up and I/O on fresh connections: the daemon is healthy.
+fn exercise(d: &Daemon, digests: bool, seed: u64) {
+    let mut admin = d.connect();
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, digests, digests);
+    let id = identify_ctrl(&mut admin, &mut ah);
+    assert!(id.iter().any(|&b| b != 0));
+    let mut io = d.connect();
+    let mut h = Host::new();
+    init(&mut io, &mut h, digests, digests);
+    let c = connect(&mut io, &mut h, 1, 127, cntlid, DEFAULT_NQN, HOSTNQN);
+    assert_eq!(c.status(), Status::SUCCESS, "I/O connect");
+    let a = pattern(seed, 4096);
+    assert_eq!(write(&mut io, &mut h, 16, &a, true), Status::SUCCESS);
+    let b = pattern(seed + 1, 128 * 1024);
+    assert_eq!(write(&mut io, &mut h, 512, &b, false), Status::SUCCESS);
+    let (s, got) = read(&mut io, &mut h, 16, 4096);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(got == a, "in-capsule write reads back");
+    let (s, got) = read(&mut io, &mut h, 512, 128 * 1024);
+    assert_eq!(s, Status::SUCCESS);
+    assert!(got == b, "R2T write reads back");
+}
+
+#[test]
+fn end_to_end_without_digests() {
+    let d = Daemon::start("0");
+    exercise(&d, false, 1);
+    d.wait_log("connection accepted from 127.0.0.1:");
+    d.wait_log("controller created");
+}
+
+#[test]
+fn end_to_end_with_digests_on_two_reactors() {
+    let cores = if std::thread::available_parallelism().map_or(1, |n| n.get()) > 1 {
+        "0-1"
+    } else {
+        "0"
+    };
+    let d = Daemon::start(cores);
+    exercise(&d, true, 2);
+    exercise(&d, false, 3);
+}
+
+/// Opens a connection, does ICReq (optionally with header digests), and
+/// returns it with its host codec.
+fn opened(d: &Daemon, hdgst: bool) -> (Sock, Host) {
+    let mut s = d.connect();
+    let mut h = Host::new();
+    init(&mut s, &mut h, hdgst, false);
+    (s, h)
+}
+
+fn malformed_then_healthy(f: impl FnOnce(&Daemon)) {
+    let d = Daemon::start("0");
+    // A well-behaved admin connection stays up through the bad one.
+    let mut bystander = d.connect();
+    let mut bh = Host::new();
+    admin_up(&mut bystander, &mut bh, false, false);
+    f(&d);
+    exercise(&d, false, 9);
+    identify_ctrl(&mut bystander, &mut bh);
+}
+
+#[test]
+fn bad_pdu_type() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, false);
+        let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+        p[0] = 0x0c;
+        s.send(&p);
+        s.expect_term(&h, FES_INVALID_HEADER_FIELD, Some(0));
+    });
+}
+
+#[test]
+fn header_length_mismatch() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, false);
+        let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+        p[2] = 24;
+        s.send(&p);
+        s.expect_term(&h, FES_INVALID_HEADER_FIELD, Some(2));
+    });
+}
+
+#[test]
+fn pdu_length_overflow() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, false);
+        let mut cmd = Command::new(0x01, 1);
+        cmd.set_sgl(SglDescriptor::in_capsule(0, 512));
+        let mut p = h.capsule(&cmd, &[0u8; 512]);
+        p[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        s.send(&p);
+        s.expect_term(&h, FES_DATA_LIMIT_EXCEEDED, None);
+    });
+}
+
+#[test]
+fn h2c_data_offset_outside_command() {
+    malformed_then_healthy(|d| {
+        let mut admin = d.connect();
+        let mut ah = Host::new();
+        let cntlid = admin_up(&mut admin, &mut ah, false, false);
+        let (mut s, mut h) = opened(d, false);
+        let c = connect(&mut s, &mut h, 1, 31, cntlid, DEFAULT_NQN, HOSTNQN);
+        assert_eq!(c.status(), Status::SUCCESS);
+        let mut cmd = Command::new(0x01, 77);
+        cmd.set_nsid(1);
+        cmd.set_lba_range(0, 16);
+        cmd.set_sgl(SglDescriptor::transport(8192));
+        s.send(&h.capsule(&cmd, &[]));
+        let ttag = match s.recv(&h) {
+            Resp::R2T { ttag, r2tl, .. } => {
+                assert_eq!(r2tl, 8192);
+                ttag
+            }
+            other => panic!("expected R2T, got {other:?}"),
+        };
+        s.send(&h.h2c(77, ttag, 16384, &[0u8; 4096], true));
+        s.expect_term(&h, FES_DATA_OUT_OF_RANGE, Some(12));
+    });
+}
+
+#[test]
+fn io_command_before_connect() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, false);
+        let mut cmd = Command::new(0x02, 1);
+        cmd.set_nsid(1);
+        cmd.set_sgl(SglDescriptor::transport(4096));
+        s.send(&h.capsule(&cmd, &[]));
+        s.expect_term(&h, FES_PDU_SEQUENCE_ERROR, None);
+    });
+}
+
+#[test]
+fn capsule_before_icreq() {
+    malformed_then_healthy(|d| {
+        let mut s = d.connect();
+        let h = Host::new();
+        s.send(&h.capsule(&Command::new(0x18, 1), &[]));
+        s.expect_term(&h, FES_PDU_SEQUENCE_ERROR, None);
+    });
+}
+
+#[test]
+fn header_digest_wrong() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, true);
+        let mut p = h.capsule(&Command::new(0x18, 1), &[]);
+        p[73] ^= 0x5a;
+        s.send(&p);
+        s.expect_term(&h, FES_HEADER_DIGEST_ERROR, None);
+    });
+}
+
+#[test]
+fn abrupt_disconnect_mid_pdu() {
+    malformed_then_healthy(|d| {
+        let (mut s, h) = opened(d, false);
+        let cmd = Command::connect(1, 0, 31, 0, 0);
+        let p = h.capsule(&cmd, &[0u8; 1024]);
+        s.send(&p[..100]);
+        s.s.shutdown(Shutdown::Both).unwrap();
+        drop(s);
+        d.wait_log("closed: peer closed the connection in the middle of a PDU");
+    });
+}
+
+#[test]
+fn connect_invalid_host_and_unknown_subsystem() {
+    let d = Daemon::start("0");
+    let (mut s, mut h) = opened(&d, false);
+    let c = connect(
+        &mut s,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        RESTRICTED_NQN,
+        HOSTNQN,
+    );
+    assert_eq!(
+        (c.status().sct, c.status().sc),
+        (1, 0x84),
+        "Connect Invalid Host"
+    );
+    s.expect_closed();
+
+    let (mut s, mut h) = opened(&d, false);
+    let c = connect(
+        &mut s,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        "nqn.2024-01.io.nvmfd:nope",
+        HOSTNQN,
+    );
+    assert_eq!(
+        (c.status().sct, c.status().sc),
+        (1, 0x82),
+        "Connect Invalid Parameters"
+    );
+    s.expect_closed();
+
+    let (mut s, mut h) = opened(&d, false);
+    let c = connect(
+        &mut s,
+        &mut h,
+        0,
+        31,
+        CNTLID_DYNAMIC,
+        RESTRICTED_NQN,
+        ALLOWED_HOST,
+    );
+    assert_eq!(c.status(), Status::SUCCESS, "allowed host");
+    exercise(&d, false, 5);
+}
+
+#[test]
+fn sigterm_exits_zero() {
+    let mut d = Daemon::start("0");
+    let (_s, _h) = opened(&d, false);
+    // SAFETY: plain kill(2) on our own child.
+    unsafe {
+        libc::kill(d.child.id() as i32, libc::SIGTERM);
+    }
+    let st = d.wait_exit();
+    assert!(st.success(), "exit status {st:?}; log:\n{}", d.logs());
+    d.wait_log("shutdown complete");
+}
+
+#[test]
+fn config_error_exits_nonzero_before_serving() {
+    let port = free_port();
+    let bad = config_json(port).replace(r#""block_size":512"#, r#""block_size":3"#);
+    let cfg = write_cfg(&bad);
+    let mut d = Daemon::spawn(&["-c", cfg.to_str().unwrap(), "-m", "0"], port);
+    d.cfg = Some(cfg);
+    let st = d.wait_exit();
+    assert!(!st.success());
+    // Give the stderr reader a moment to collect the last lines.
+    std::thread::sleep(Duration::from_millis(100));
+    let log = d.logs();
+    assert!(
+        log.contains("bdev_malloc_create"),
+        "names the method: {log}"
+    );
+    assert!(log.contains("block_size"), "names the parameter: {log}");
+    assert!(!log.contains("listening on"), "served nothing: {log}");
+}
+
+#[test]
+fn help_and_version() {
+    let out = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for needle in ["--config", "--cores", "--log-level", "0x3", "nvme connect"] {
+        assert!(text.contains(needle), "--help mentions {needle}: {text}");
+    }
+    let out = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
+        .arg("--version")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("nvmfd "));
+}
