@@ -80,13 +80,11 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
 const CAP_CHANGEABLE: u32 = 1 << 2;
 
 /// Feature IDs that have nothing to configure on fabrics; Get answers 0.
-const FID_ZERO_VALUED: [u8; 6] = [
+const FID_ZERO_VALUED: [u8; 4] = [
     FeatureId::Arbitration as u8,
     FeatureId::PowerManagement as u8,
-    FeatureId::TemperatureThreshold as u8,
     FeatureId::ErrorRecovery as u8,
     FeatureId::InterruptCoalescing as u8,
-    FeatureId::WriteAtomicityNormal as u8,
 ];
 
 fn discovery_feature_allowed(fid: u8) -> bool {

@@ -36,7 +36,8 @@ fn adrfam_code(a: AddressFamily) -> u8 {
     }
 }
 
-fn is_wildcard(addr: &str) -> bool {
+/// True for listen addresses that mean "every local address".
+pub fn is_wildcard(addr: &str) -> bool {
     matches!(addr, "" | "0.0.0.0" | "::" | "[::]")
 }
 

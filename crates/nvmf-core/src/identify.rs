@@ -85,8 +85,21 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
                 None => Outcome::err(INVALID_NAMESPACE),
             }
         }
+        // NVM command set specific pages (CSI in CDW11 31:24 must be NVM):
+        // nothing beyond the defaults to report, so zero pages, as nvmet.
+        // The Linux host asks for the controller one (DMRL/DMRSL/WZSL).
+        Ok(Cns::CsiController) if csi(cmd) == 0 => put(&[], data),
+        Ok(Cns::CsiNamespace) if csi(cmd) == 0 => match ctx.ns.get(cmd.nsid()) {
+            Some(_) => put(&[], data),
+            None => Outcome::err(INVALID_NAMESPACE),
+        },
         _ => Outcome::err(INVALID_FIELD),
     }
+}
+
+/// Command Set Identifier of an Identify command (CDW11 31:24).
+fn csi(cmd: &Command) -> u32 {
+    cmd.cdw11() >> 24
 }
 
 /// Copy a page into the host's buffer; what the page does not cover is zero.

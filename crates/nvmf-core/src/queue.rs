@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use nvmf_config::{AddressFamily, TransportType};
 use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
+use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
 use nvmf_wire::opcode::{AdminOpcode, FabricsType};
 use nvmf_wire::pdu::FES_PDU_SEQUENCE_ERROR;
 use nvmf_wire::status::Status;
@@ -88,6 +89,8 @@ pub struct QueuePair {
     qid: u16,
     depth: u16,
     sqhd: u16,
+    /// The host disabled SQ flow control at Connect: SQHD is reserved (0).
+    sq_flow_disabled: bool,
     ctrl: Option<Arc<Controller>>,
     /// Namespace table snapshot and the subsystem generation it belongs to.
     ns_generation: u64,
@@ -109,6 +112,7 @@ impl QueuePair {
             qid: 0,
             depth: 0,
             sqhd: 0,
+            sq_flow_disabled: false,
             ctrl: None,
             ns_generation: 0,
             ns: Arc::new(NamespaceTable::new()),
@@ -158,11 +162,20 @@ impl QueuePair {
         if !out.status.is_success() {
             self.stats.errors += 1;
         }
-        let mut c = Completion::new(cid, self.qid, self.sqhd, out.status, out.dw0);
+        let mut c = Completion::new(cid, self.qid, self.reported_sqhd(), out.status, out.dw0);
         if out.dw1 != 0 {
             c.set_dw1(out.dw1);
         }
         Exec::Complete(c)
+    }
+
+    #[inline]
+    fn reported_sqhd(&self) -> u16 {
+        if self.sq_flow_disabled {
+            0
+        } else {
+            self.sqhd
+        }
     }
 
     /// Execute one command. `data` is exactly the command's transfer length:
@@ -195,8 +208,10 @@ impl QueuePair {
                 reason: "command before Fabrics Connect",
             };
         }
+        let sq_flow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
         match fabrics::connect(&self.target, &self.port, cmd, data) {
             Ok(Connected::Admin { ctrl, depth }) => {
+                self.sq_flow_disabled = sq_flow_disabled;
                 self.qid = 0;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
@@ -222,6 +237,7 @@ impl QueuePair {
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
             }
             Ok(Connected::Io { ctrl, qid, depth }) => {
+                self.sq_flow_disabled = sq_flow_disabled;
                 self.qid = qid;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
@@ -338,7 +354,7 @@ impl QueuePair {
             self.deliver_backend_completions(out);
         }
         let qid = self.qid;
-        let sqhd = self.sqhd;
+        let sqhd = self.reported_sqhd();
         let Role::Admin(aq) = &mut self.role else {
             return QueueState::Open;
         };
@@ -375,7 +391,7 @@ impl QueuePair {
     #[cold]
     fn deliver_backend_completions(&mut self, out: &mut dyn FnMut(Completion)) {
         let qid = self.qid;
-        let sqhd = self.sqhd;
+        let sqhd = self.reported_sqhd();
         let stats = &mut self.stats;
         self.sink.drain(|tag, status| {
             if status.is_success() {

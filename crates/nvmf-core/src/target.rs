@@ -221,11 +221,21 @@ impl Target {
         &self.ports
     }
 
-    /// Port ID of a listen address (1-based index; 0 if unknown).
+    /// Port ID of a listen address (1-based index; 0 if unknown). An address
+    /// that is not configured itself matches a wildcard listener on the same
+    /// service ID (a connection's local address on a `0.0.0.0` listener).
     pub fn port_id(&self, trsvcid: &str, traddr: &str) -> u16 {
-        self.ports
+        let exact = self
+            .ports
             .iter()
-            .position(|p| p.trsvcid == trsvcid && p.traddr == traddr)
+            .position(|p| p.trsvcid == trsvcid && p.traddr == traddr);
+        let wildcard = || {
+            self.ports
+                .iter()
+                .position(|p| p.trsvcid == trsvcid && crate::discovery::is_wildcard(&p.traddr))
+        };
+        exact
+            .or_else(wildcard)
             .map(|i| (i + 1).min(u16::MAX as usize) as u16)
             .unwrap_or(0)
     }

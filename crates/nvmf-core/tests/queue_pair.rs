@@ -581,6 +581,23 @@ fn identify_namespace_and_lists() {
     // Unknown CNS.
     let (c, _) = identify(&mut qp, 0x1F, 0);
     assert_eq!(status(&c), Status::INVALID_FIELD.with_dnr());
+
+    // NVM command set specific controller / namespace pages: zeroes.
+    let (c, buf) = identify(&mut qp, 0x06, 0);
+    assert_eq!(status(&c), Status::SUCCESS);
+    assert!(buf.iter().all(|&b| b == 0));
+    let (c, buf) = identify(&mut qp, 0x05, 1);
+    assert_eq!(status(&c), Status::SUCCESS);
+    assert!(buf.iter().all(|&b| b == 0));
+    let (c, _) = identify(&mut qp, 0x05, 9);
+    assert_eq!(status(&c), Status::INVALID_NAMESPACE.with_dnr());
+    let mut cmd = Command::new(AdminOpcode::Identify as u8, 1);
+    cmd.set_cdw10(0x06).set_cdw11(2 << 24); // CSI ZNS
+    let mut page = vec![0u8; 4096];
+    assert_eq!(
+        status(&done(qp.execute(&cmd, &mut page))),
+        Status::INVALID_FIELD.with_dnr()
+    );
 }
 
 #[test]
@@ -764,6 +781,28 @@ fn sqhd_wraps_at_depth() {
     assert_eq!((c.cid(), c.sqid()), (9, 0));
 }
 
+#[test]
+fn sq_flow_control_disabled_reports_zero_sqhd() {
+    let t = target();
+    let mut qp = QueuePair::new(t.clone(), port());
+    let cmd = Command::connect(1, 0, 31, 1 << 2, 0);
+    let mut data = ConnectData::new(HOSTID, 0xFFFF, NQN, HOST_A)
+        .as_bytes()
+        .to_vec();
+    let c = done(qp.execute(&cmd, &mut data));
+    assert_eq!((status(&c), c.sqhd()), (Status::SUCCESS, 0));
+    let c = done(qp.execute(&Command::new(AdminOpcode::KeepAlive as u8, 1), &mut []));
+    assert_eq!(c.sqhd(), 0);
+}
+
+#[test]
+fn queue_pair_is_send() {
+    fn is_send<T: Send>() {}
+    fn is_send_sync<T: Send + Sync>() {}
+    is_send::<QueuePair>();
+    is_send_sync::<Target>();
+}
+
 // ---------------------------------------------------------------- log pages
 
 #[test]
@@ -887,6 +926,14 @@ fn discovery_log_filters_by_host() {
     assert_eq!(e[2].subtype, 3);
     assert_eq!(e[2].subnqn(), DISCOVERY_NQN);
     assert_eq!(e[2].portid.get(), e[0].portid.get());
+
+    assert_eq!(t.port_id("4421", "0.0.0.0"), e[1].portid.get());
+    assert_eq!(
+        t.port_id("4421", "10.1.2.3"),
+        e[1].portid.get(),
+        "local address on a wildcard listener"
+    );
+    assert_eq!(t.port_id("9999", "127.0.0.1"), 0);
 
     let mut d = admin(&t, DISCOVERY_NQN, HOST_B);
     let (_, buf) = get_log(&mut d, 0x70, 4096, 0, false);
