@@ -1,1 +1,41 @@
-//! nvmf-host (skeleton; being written)
+//! nvmf-host: a user-space NVMe over Fabrics initiator for NVMe/TCP, and the
+//! engine of the `nvmf` command line tool (discover, perf).
+//!
+//! * [`Controller`] (controller.rs): connect to a discovery or NVM subsystem,
+//!   blocking admin commands (Identify, Get Log Page, Set Features, Keep Alive).
+//! * [`IoQueue`] (queue.rs): a pipelined I/O queue over its own TCP
+//!   connection with preallocated command slots; no allocation or locks per I/O.
+//! * transport.rs: the socket, ICReq/ICResp, batched send / bulk receive.
+//! * discovery.rs: the discovery log and its `nvme discover` text form.
+//! * trid.rs: SPDK transport ID strings.
+//! * perf.rs: the load generator behind `nvmf perf`.
+//! * error.rs: errors with NVMe status names.
+//!
+//! ```no_run
+//! use nvmf_host::{Controller, ConnectOptions, TransportId};
+//! let trid = TransportId::parse("trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default")?;
+//! let ctrl = Controller::connect(&ConnectOptions::new(trid))?;
+//! println!("{}", ctrl.identify().model());
+//! let mut q = ctrl.create_io_queue(1, 32, 4096)?;
+//! let slot = q.alloc().unwrap();
+//! let c = q.execute(slot, {
+//!     let mut c = nvmf_wire::Command::new(nvmf_wire::IoOpcode::Read as u8, 0);
+//!     c.set_nsid(1).set_lba_range(0, 8); c }, 4096, std::time::Duration::from_secs(5))?;
+//! assert!(c.status.is_success());
+//! # Ok::<(), nvmf_host::Error>(())
+//! ```
+
+pub mod controller;
+pub mod discovery;
+pub mod error;
+pub mod perf;
+pub mod queue;
+pub mod transport;
+pub mod trid;
+
+pub use controller::{default_hostnqn, hostid_from_nqn, ConnectOptions, Controller, NsIdentifier};
+pub use discovery::{format_nvme_cli, DiscoveryEntry, DiscoveryLog};
+pub use error::{Error, NvmeError, Result};
+pub use queue::{IoCompletion, IoQueue, QueueParams, Slot};
+pub use transport::{Negotiated, TransportParams};
+pub use trid::{TransportId, DISCOVERY_NQN};

@@ -1,0 +1,427 @@
+//! nvmf — command line front end of the user-space NVMe/TCP initiator:
+//! `discover` (the discovery log, as `nvme discover` prints it), `identify`
+//! (controller and namespaces), `perf` (load generator, like spdk_nvme_perf /
+//! fio), and `rpc` (handed to `nvmf_rpc::cli_main`). No root, no kernel
+//! modules, no nvme-cli needed.
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, Parser, Subcommand};
+use nvmf_host::perf::{self, PerfConfig, Workload};
+use nvmf_host::{ConnectOptions, Controller, NsIdentifier, TransportId, DISCOVERY_NQN};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const MAIN_HELP: &str = "\
+Examples:
+  # What does the target at 127.0.0.1:4420 export?
+  nvmf discover -t tcp -a 127.0.0.1 -s 4420
+
+  # Controller and namespace details of one subsystem
+  nvmf identify -r 'trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default'
+
+  # 4 KiB random reads, queue depth 32, 10 seconds
+  nvmf perf -r 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default' -q 32 -o 4096 -w randread -t 10
+
+  # Data integrity: write tagged blocks, read them back, exit 1 on any mismatch
+  nvmf perf -r '...' -w randrw -o 131072 -t 5 --verify
+
+  # Control a running nvmfd (JSON-RPC, SPDK method names)
+  nvmf rpc nvmf_get_subsystems
+
+Exit status: 0 success, 1 failure (connection, NVMe error, I/O error, verify mismatch), 2 usage.";
+
+const PERF_HELP: &str = "\
+The transport ID (-r) is SPDK's format: space separated key:value pairs
+  trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN [hostnqn:NQN] [ns:NSID]
+
+Workloads (-w): read, write (sequential), randread, randwrite, rw, randrw (mixes; -M = % reads).
+Each queue is its own TCP connection with -q commands in flight. With --cores, one thread per
+listed CPU is pinned there and the queues are spread over them; otherwise one thread per queue.
+Sequential runs and --verify give every queue its own LBA range.
+
+--verify writes every block with its LBA and a generation tag, checks every read of a block
+written in this run, and reads back all written blocks at the end. Mismatches are listed with
+their LBA; the exit status is then 1.
+
+Output: IOPS, MiB/s, latency mean/min/max and p50/p90/p99/p99.9/p99.99 (microseconds) per queue
+and in total. --json prints fio-style JSON (jobs[].read.iops, .bw in KiB/s, .lat_ns, 
+.clat_ns.percentile[\"99.000000\"], ...).
+
+Examples:
+  nvmf perf -r 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default' -w randread -q 64 -t 10
+  nvmf perf -r '...' -w randwrite -o 131072 -q 16 --queues 2 --cores 0,1
+  nvmf perf -r '...' -w randrw -M 70 -o 4096 -t 5 --verify --hdr-digest --data-digest
+  nvmf perf -r '...' -w read -o 131072 --json > result.json";
+
+const DISCOVER_HELP: &str = "\
+Examples:
+  nvmf discover -t tcp -a 127.0.0.1 -s 4420
+  nvmf discover -a 10.0.0.5 -s 8009 --hostnqn nqn.2014-08.org.nvmexpress:uuid:...
+  nvmf discover -a 127.0.0.1 --json";
+
+#[derive(Parser)]
+#[command(
+    name = "nvmf",
+    version,
+    about = "User-space NVMe over Fabrics (NVMe/TCP) initiator: discover, identify, perf, rpc",
+    long_about = "User-space NVMe over Fabrics (NVMe/TCP) initiator. Talks to a target directly over \
+TCP from user space: no root, no kernel modules, no nvme-cli. Use it to see what a target exports \
+(discover, identify), to measure it (perf), and to control nvmfd (rpc).",
+    after_help = MAIN_HELP
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Print the discovery log of a target (like `nvme discover`)
+    #[command(after_help = DISCOVER_HELP)]
+    Discover(DiscoverArgs),
+    /// Connect to a subsystem and print Identify Controller / Namespace data
+    Identify(IdentifyArgs),
+    /// Measure a subsystem: IOPS, bandwidth, latency percentiles (like spdk_nvme_perf)
+    #[command(after_help = PERF_HELP)]
+    Perf(PerfArgs),
+    /// Control a running nvmfd over JSON-RPC (arguments are passed through)
+    #[command(disable_help_flag = true)]
+    Rpc {
+        /// Method and its arguments, passed verbatim to the RPC client
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
+        args: Vec<String>,
+    },
+}
+
+#[derive(Args, Clone)]
+struct CommonConn {
+    /// Host NQN to present (default: /etc/nvme/hostnqn or one derived from /etc/machine-id)
+    #[arg(long, visible_alias = "hostnqn-str", value_name = "NQN")]
+    hostnqn: Option<String>,
+    /// Request header digests (CRC32C over every PDU header)
+    #[arg(long, short = 'g')]
+    hdr_digest: bool,
+    /// Request data digests (CRC32C over all data)
+    #[arg(long, short = 'G')]
+    data_digest: bool,
+    /// Seconds to wait for the connection and each admin command
+    #[arg(long, default_value_t = 10, value_name = "SECONDS")]
+    timeout: u64,
+}
+
+impl CommonConn {
+    fn options(&self, trid: TransportId) -> ConnectOptions {
+        let mut o = ConnectOptions::new(trid);
+        if let Some(h) = &self.hostnqn {
+            o = o.with_hostnqn(h);
+        }
+        o = o.with_digests(self.hdr_digest, self.data_digest);
+        o.timeout = Duration::from_secs(self.timeout.max(1));
+        o
+    }
+}
+
+#[derive(Args)]
+struct DiscoverArgs {
+    /// Transport type (only tcp)
+    #[arg(short = 't', long = "transport", default_value = "tcp")]
+    transport: String,
+    /// Target address
+    #[arg(short = 'a', long = "traddr", value_name = "ADDR")]
+    traddr: String,
+    /// Target port
+    #[arg(
+        short = 's',
+        long = "trsvcid",
+        default_value = "4420",
+        value_name = "PORT"
+    )]
+    trsvcid: String,
+    /// Discovery subsystem NQN
+    #[arg(short = 'n', long = "nqn", default_value = DISCOVERY_NQN)]
+    nqn: String,
+    /// Print the log as JSON
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    conn: CommonConn,
+}
+
+#[derive(Args)]
+struct IdentifyArgs {
+    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'
+    #[arg(short = 'r', long = "trid", value_name = "TRID")]
+    trid: String,
+    #[command(flatten)]
+    conn: CommonConn,
+}
+
+#[derive(Args)]
+struct PerfArgs {
+    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'
+    #[arg(short = 'r', long = "trid", value_name = "TRID")]
+    trid: String,
+    /// I/Os in flight per queue
+    #[arg(
+        short = 'q',
+        long = "queue-depth",
+        default_value_t = 32,
+        value_name = "QD"
+    )]
+    queue_depth: u16,
+    /// I/O size in bytes (suffixes k, m allowed: 4k, 128k)
+    #[arg(short = 'o', long = "io-size", default_value = "4096", value_parser = parse_size, value_name = "BYTES")]
+    io_size: u32,
+    /// Workload: read, write, randread, randwrite, rw, randrw
+    #[arg(short = 'w', long = "workload", default_value = "randread", value_parser = parse_workload)]
+    workload: Workload,
+    /// Percentage of reads for rw/randrw
+    #[arg(short = 'M', long = "rwmixread", default_value_t = 50, value_parser = clap::value_parser!(u32).range(0..=100))]
+    read_pct: u32,
+    /// Run time in seconds
+    #[arg(
+        short = 't',
+        long = "time",
+        default_value_t = 10,
+        value_name = "SECONDS"
+    )]
+    time: u64,
+    /// Number of I/O queues (TCP connections)
+    #[arg(long, default_value_t = 1)]
+    queues: u16,
+    /// CPUs to run on, one pinned thread each: '0,1' or '0-3'
+    #[arg(long, value_parser = parse_cores, value_name = "LIST")]
+    cores: Option<Vec<usize>>,
+    /// Namespace ID (default: ns: from the transport ID, else 1)
+    #[arg(long = "ns", value_name = "NSID")]
+    nsid: Option<u32>,
+    /// Check data: tagged writes, checked reads, read-back at the end
+    #[arg(long)]
+    verify: bool,
+    /// fio-style JSON output
+    #[arg(long)]
+    json: bool,
+    /// Largest write sent as in-capsule data (0 = always R2T); default: the target's limit
+    #[arg(long, value_parser = parse_size, value_name = "BYTES")]
+    in_capsule: Option<u32>,
+    /// No progress line even on a terminal
+    #[arg(long)]
+    no_progress: bool,
+    #[command(flatten)]
+    conn: CommonConn,
+}
+
+fn parse_size(s: &str) -> std::result::Result<u32, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mul) = if let Some(n) = t.strip_suffix("kib").or(t.strip_suffix("k")) {
+        (n, 1024u64)
+    } else if let Some(n) = t.strip_suffix("mib").or(t.strip_suffix("m")) {
+        (n, 1024 * 1024)
+    } else {
+        (t.as_str(), 1)
+    };
+    let v: u64 = num
+        .parse()
+        .map_err(|_| format!("'{s}' is not a size (e.g. 4096, 4k, 128k, 1m)"))?;
+    u32::try_from(v * mul).map_err(|_| format!("'{s}' is too large"))
+}
+
+fn parse_workload(s: &str) -> std::result::Result<Workload, String> {
+    Workload::parse(s).ok_or_else(|| {
+        format!("'{s}' is not a workload (read, write, randread, randwrite, rw, randrw)")
+    })
+}
+
+fn parse_cores(s: &str) -> std::result::Result<Vec<usize>, String> {
+    let mut v = Vec::new();
+    for part in s.split(',').filter(|p| !p.is_empty()) {
+        let bad = || format!("'{part}' is not a CPU number or range (e.g. 0,2 or 0-3)");
+        if let Some((a, b)) = part.split_once('-') {
+            let (a, b): (usize, usize) = (
+                a.trim().parse().map_err(|_| bad())?,
+                b.trim().parse().map_err(|_| bad())?,
+            );
+            if a > b {
+                return Err(bad());
+            }
+            v.extend(a..=b);
+        } else {
+            v.push(part.trim().parse().map_err(|_| bad())?);
+        }
+    }
+    if v.is_empty() {
+        return Err("empty CPU list".into());
+    }
+    Ok(v)
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Discover(a) => discover(a),
+        Cmd::Identify(a) => identify(a),
+        Cmd::Perf(a) => run_perf(a),
+        Cmd::Rpc { args } => {
+            let code = nvmf_rpc::cli_main(&args);
+            return ExitCode::from(code.clamp(0, 255) as u8);
+        }
+    };
+    match r {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("nvmf: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn discover(a: DiscoverArgs) -> Result<ExitCode> {
+    if !a.transport.eq_ignore_ascii_case("tcp") {
+        bail!("transport '{}' is not supported (only tcp)", a.transport);
+    }
+    let mut trid = TransportId::tcp(&a.traddr, &a.trsvcid, &a.nqn);
+    if a.trsvcid.parse::<u16>().is_err() {
+        bail!("port '{}' is not a TCP port", a.trsvcid);
+    }
+    trid.hostnqn = a.conn.hostnqn.clone();
+    let opts = a.conn.options(trid);
+    let ctrl = Controller::connect(&opts)
+        .with_context(|| format!("connecting to discovery controller at {}", opts.trid))?;
+    let log = ctrl.discovery_log().context("reading the discovery log")?;
+    if a.json {
+        let records: Vec<_> = log
+            .entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "trtype": nvmf_host::discovery::trtype_str(e.trtype),
+                    "adrfam": nvmf_host::discovery::adrfam_str(e.adrfam),
+                    "subtype": nvmf_host::discovery::subtype_str(e.subtype),
+                    "treq": nvmf_host::discovery::treq_str(e.treq),
+                    "portid": e.portid,
+                    "trsvcid": e.trsvcid,
+                    "subnqn": e.subnqn,
+                    "traddr": e.traddr,
+                    "eflags": nvmf_host::discovery::eflags_str(e.eflags),
+                    "sectype": nvmf_host::discovery::sectype_str(e.sectype),
+                    "cntlid": e.cntlid,
+                    "asqsz": e.asqsz,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({"genctr": log.genctr, "records": records});
+        println!("{}", serde_json::to_string_pretty(&v)?);
+    } else {
+        print!("{}", nvmf_host::format_nvme_cli(&log));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn identify(a: IdentifyArgs) -> Result<ExitCode> {
+    let trid = TransportId::parse(&a.trid)?;
+    let opts = a.conn.options(trid);
+    let ctrl =
+        Controller::connect(&opts).with_context(|| format!("connecting to {}", opts.trid))?;
+    let id = ctrl.identify();
+    let vs = ctrl.version();
+    println!("subnqn:      {}", id.subnqn());
+    println!("cntlid:      {}", ctrl.cntlid());
+    println!("model:       {}", id.model());
+    println!("serial:      {}", id.serial());
+    println!("firmware:    {}", id.firmware());
+    println!(
+        "version:     {}.{}.{}",
+        vs >> 16,
+        (vs >> 8) & 0xff,
+        vs & 0xff
+    );
+    println!(
+        "type:        {}",
+        match id.cntrltype {
+            1 => "I/O controller",
+            2 => "discovery controller",
+            3 => "administrative controller",
+            _ => "unspecified",
+        }
+    );
+    println!("max queue:   {} (CAP.MQES+1)", ctrl.max_queue_size());
+    match ctrl.max_transfer() {
+        Some(m) => println!("max xfer:    {m} bytes (MDTS {})", id.mdts),
+        None => println!("max xfer:    unlimited (MDTS 0)"),
+    }
+    println!(
+        "in-capsule:  {} bytes (IOCCSZ {})",
+        ctrl.in_capsule_size(),
+        id.ioccsz.get()
+    );
+    println!("kas:         {} x 100 ms", id.kas.get());
+    println!("maxcmd:      {}", id.maxcmd.get());
+    println!("nn:          {}", id.nn.get());
+    println!("oncs:        {:#06x}", id.oncs.get());
+    println!("sgls:        {:#010x}", id.sgls.get());
+    if ctrl.is_discovery() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    for nsid in ctrl.active_namespaces().context("active namespace list")? {
+        let ns = ctrl.identify_namespace(nsid)?;
+        let bs = ns.block_size();
+        let blocks = ns.nsze.get();
+        println!(
+            "namespace {nsid}: {blocks} blocks of {bs} bytes ({:.2} GiB)",
+            (blocks * bs) as f64 / (1u64 << 30) as f64
+        );
+        for d in ctrl.ns_descriptors(nsid).unwrap_or_default() {
+            match d {
+                NsIdentifier::Eui64(v) => println!("  eui64: {}", hex(&v)),
+                NsIdentifier::Nguid(v) => println!("  nguid: {}", hex(&v)),
+                NsIdentifier::Uuid(v) => {
+                    println!("  uuid:  {}", nvmf_host::controller::format_uuid(&v))
+                }
+                NsIdentifier::Csi(c) => println!("  csi:   {c}"),
+                NsIdentifier::Other { nidt, nid } => println!("  type {nidt}: {}", hex(&nid)),
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn run_perf(a: PerfArgs) -> Result<ExitCode> {
+    let trid = TransportId::parse(&a.trid)?;
+    let nsid = a.nsid.or(trid.nsid).unwrap_or(1);
+    let opts = a.conn.options(trid);
+    let mut cfg = PerfConfig::new(opts);
+    cfg.nsid = nsid;
+    cfg.queue_depth = a.queue_depth;
+    cfg.io_size = a.io_size;
+    cfg.workload = a.workload;
+    cfg.read_pct = a.read_pct;
+    cfg.duration = Duration::from_secs(a.time);
+    cfg.queues = a.queues;
+    cfg.cores = a.cores;
+    cfg.verify = a.verify;
+    cfg.in_capsule = a.in_capsule;
+    cfg.progress = !a.json && !a.no_progress && std::io::stdout().is_terminal();
+    let report = perf::run(&cfg)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&perf::to_json(&report))?);
+    } else {
+        print!("{}", perf::format_text(&report));
+    }
+    if report.ok() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        if a.json {
+            eprintln!(
+                "nvmf perf: {} errors, {} mismatched blocks",
+                report.errors(),
+                report.mismatched_blocks()
+            );
+        }
+        Ok(ExitCode::from(1))
+    }
+}

@@ -1,0 +1,616 @@
+//! queue.rs — `IoQueue`: one NVMe/TCP queue pair (admin or I/O) with a fixed
+//! set of command slots, for pipelined, allocation-free I/O.
+//!
+//! Each slot is one command identifier (CID = slot index) plus a data buffer
+//! of `buf_size` bytes, all allocated when the queue is created. The cycle:
+//!
+//! ```text
+//! alloc() -> slot  ->  fill buf_mut(slot) (writes)  ->  submit*(slot, ..)
+//!   -> poll(..) drives the socket -> next_completion() -> {slot, status}
+//!   -> read buf(slot) (reads) -> submit again with the same slot, or release(slot)
+//! ```
+//!
+//! `submit` only encodes the command capsule into the send buffer (with its
+//! data in the capsule when it is a write no larger than the in-capsule limit);
+//! `poll` writes everything queued in one go, reads as much as the socket
+//! holds, and handles every complete PDU: R2T (answered with H2CData PDUs of
+//! at most MAXH2CDATA bytes, straight from the slot's buffer), C2HData (copied
+//! into the slot's buffer; with the SUCCESS flag it also completes the
+//! command) and CapsuleResp. Nothing here allocates or locks after creation.
+//! One queue belongs to one thread.
+
+use crate::error::{Error, NvmeError, Result};
+use crate::transport::{Negotiated, Transport, TransportParams};
+use nvmf_wire::command::FLAGS_PSDT_SGL_MPTR_CONTIG;
+use nvmf_wire::fabrics::ConnectData;
+use nvmf_wire::pdu::{self, EncodeOpts, Pdu};
+use nvmf_wire::zerocopy::IntoBytes;
+use nvmf_wire::{Command, DataDirection, IoOpcode, SglDescriptor, Status};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// A slot (command) index; also the command's CID.
+pub type Slot = u16;
+
+/// Largest in-capsule data we put in an admin queue capsule (Connect data
+/// and small admin writes), as Linux does: 8 KiB.
+pub const ADMIN_IN_CAPSULE: u32 = 8192;
+
+/// How to open a queue.
+#[derive(Debug, Clone)]
+pub struct QueueParams {
+    /// "host:port".
+    pub addr: String,
+    /// 0 = admin queue.
+    pub qid: u16,
+    /// Queue size announced in Connect (SQSIZE = entries - 1); also the
+    /// most commands outstanding at once.
+    pub entries: u16,
+    /// Slots (and buffers) actually allocated; at most `entries`.
+    pub slots: u16,
+    /// Bytes of data buffer per slot: the largest transfer of one command.
+    pub buf_size: u32,
+    /// Largest write sent as in-capsule data (0 = never).
+    pub in_capsule: u32,
+    pub transport: TransportParams,
+    /// Keep Alive Timeout in ms (admin queue; 0 = none).
+    pub kato_ms: u32,
+    pub hostnqn: String,
+    pub hostid: [u8; 16],
+    pub subnqn: String,
+    /// 0xffff on the admin queue; the admin queue's CNTLID on I/O queues.
+    pub cntlid: u16,
+    /// Limit for the TCP connect, ICReq and Connect.
+    pub timeout: Duration,
+}
+
+/// One finished command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IoCompletion {
+    pub slot: Slot,
+    pub status: Status,
+    pub dw0: u32,
+    pub dw1: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Free,
+    /// Allocated by the caller (or completed and not yet released).
+    Owned,
+    InFlight,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SlotInfo {
+    state: State,
+    dir: DataDirection,
+    len: u32,
+    /// C2H bytes received so far.
+    received: u32,
+    /// A C2HData PDU of this command failed its data digest.
+    digest_error: bool,
+}
+
+/// Everything but the socket, so PDU handling can borrow it while the
+/// transport is borrowed for parsing.
+struct Slots {
+    qid: u16,
+    info: Box<[SlotInfo]>,
+    bufs: Box<[u8]>,
+    buf_size: usize,
+    free: Vec<Slot>,
+    done: VecDeque<IoCompletion>,
+    inflight: usize,
+    maxh2cdata: u32,
+    sqhd: u16,
+}
+
+/// An NVMe/TCP queue pair with preallocated command slots.
+pub struct IoQueue {
+    t: Transport,
+    s: Slots,
+    entries: u16,
+    in_capsule: u32,
+    cntlid: u16,
+}
+
+impl IoQueue {
+    /// Connect a queue: TCP, ICReq/ICResp, Fabrics Connect. On success the
+    /// queue is ready for commands; `cntlid()` is the controller's ID (from
+    /// the Connect response on the admin queue).
+    pub fn connect(p: &QueueParams) -> Result<IoQueue> {
+        if p.entries < 2 {
+            return Err(Error::InvalidArg(format!(
+                "queue size {} is too small (minimum 2)",
+                p.entries
+            )));
+        }
+        let nslots = p.slots.clamp(1, p.entries) as usize;
+        let buf_size = p.buf_size.max(4096) as usize;
+        let t = Transport::connect(&p.addr, p.transport, buf_size as u32, p.timeout)?;
+        let neg = t.negotiated();
+        let info = vec![
+            SlotInfo {
+                state: State::Free,
+                dir: DataDirection::None,
+                len: 0,
+                received: 0,
+                digest_error: false,
+            };
+            nslots
+        ]
+        .into_boxed_slice();
+        let mut free: Vec<Slot> = Vec::with_capacity(nslots);
+        free.extend((0..nslots as u16).rev());
+        let mut q = IoQueue {
+            t,
+            s: Slots {
+                qid: p.qid,
+                info,
+                bufs: vec![0u8; nslots * buf_size].into_boxed_slice(),
+                buf_size,
+                free,
+                done: VecDeque::with_capacity(nslots),
+                inflight: 0,
+                maxh2cdata: neg.maxh2cdata,
+                sqhd: 0,
+            },
+            entries: p.entries,
+            in_capsule: if p.qid == 0 {
+                ADMIN_IN_CAPSULE
+            } else {
+                p.in_capsule
+            },
+            cntlid: p.cntlid,
+        };
+
+        // Fabrics Connect, with its 1024-byte data in the capsule.
+        let slot = q.alloc().expect("fresh queue has a free slot");
+        let cmd = Command::connect(slot, p.qid, p.entries - 1, 0, p.kato_ms);
+        let data = ConnectData::new(p.hostid, p.cntlid, &p.subnqn, &p.hostnqn);
+        q.buf_mut(slot)[..1024].copy_from_slice(data.as_bytes());
+        let c = q.execute(slot, cmd, 1024, p.timeout).map_err(|e| match e {
+            Error::Timeout(_) => Error::Timeout(format!(
+                "no answer to Connect (qid {}) from {} within {:?}",
+                p.qid, p.addr, p.timeout
+            )),
+            e => e,
+        })?;
+        q.release(slot);
+        if !c.status.is_success() {
+            return Err(Error::Nvme(NvmeError {
+                op: "Connect",
+                status: c.status,
+                dw0: c.dw0,
+                connect: true,
+            }));
+        }
+        if p.qid == 0 {
+            q.cntlid = c.dw0 as u16;
+        }
+        Ok(q)
+    }
+
+    // ---- queue facts ----
+
+    pub fn qid(&self) -> u16 {
+        self.s.qid
+    }
+    /// Controller ID this queue belongs to.
+    pub fn cntlid(&self) -> u16 {
+        self.cntlid
+    }
+    /// Queue size announced in Connect.
+    pub fn entries(&self) -> u16 {
+        self.entries
+    }
+    /// Number of command slots (the most commands in flight at once).
+    pub fn depth(&self) -> usize {
+        self.s.info.len()
+    }
+    /// Data buffer bytes per slot.
+    pub fn buf_size(&self) -> usize {
+        self.s.buf_size
+    }
+    /// Writes up to this many bytes go in the command capsule.
+    pub fn in_capsule_size(&self) -> u32 {
+        self.in_capsule
+    }
+    /// Use in-capsule data for writes up to `n` bytes (0 = always R2T).
+    pub fn set_in_capsule_size(&mut self, n: u32) {
+        self.in_capsule = n;
+    }
+    /// Commands submitted and not completed yet.
+    pub fn inflight(&self) -> usize {
+        self.s.inflight
+    }
+    /// Completions waiting in `next_completion`.
+    pub fn completions_ready(&self) -> usize {
+        self.s.done.len()
+    }
+    /// Free slots.
+    pub fn free_slots(&self) -> usize {
+        self.s.free.len()
+    }
+    /// Digest and data-size parameters of the connection.
+    pub fn negotiated(&self) -> Negotiated {
+        self.t.negotiated()
+    }
+    /// The socket, for a caller that polls several queues itself.
+    pub fn raw_fd(&self) -> i32 {
+        self.t.raw_fd()
+    }
+    /// poll(2) events to wait for on `raw_fd()`.
+    pub fn poll_events(&self) -> i16 {
+        self.t.poll_events()
+    }
+    /// SQ head pointer from the latest response capsule.
+    pub fn sq_head(&self) -> u16 {
+        self.s.sqhd
+    }
+
+    // ---- slots ----
+
+    /// Take a free slot, or None if all are in use.
+    #[inline]
+    pub fn alloc(&mut self) -> Option<Slot> {
+        let s = self.s.free.pop()?;
+        self.s.info[s as usize].state = State::Owned;
+        Some(s)
+    }
+
+    /// Give a slot back (it must not be in flight).
+    #[inline]
+    pub fn release(&mut self, slot: Slot) {
+        let i = &mut self.s.info[slot as usize];
+        assert!(i.state == State::Owned, "release of a slot not owned");
+        i.state = State::Free;
+        self.s.free.push(slot);
+    }
+
+    /// The slot's data buffer.
+    #[inline]
+    pub fn buf(&self, slot: Slot) -> &[u8] {
+        let b = self.s.buf_size;
+        &self.s.bufs[slot as usize * b..][..b]
+    }
+
+    /// The slot's data buffer, to fill before a write.
+    #[inline]
+    pub fn buf_mut(&mut self, slot: Slot) -> &mut [u8] {
+        let b = self.s.buf_size;
+        &mut self.s.bufs[slot as usize * b..][..b]
+    }
+
+    // ---- submission ----
+
+    /// Queue command `cmd` on `slot` with a data transfer of `len` bytes
+    /// (direction from the opcode). The CID and data pointer are filled in
+    /// here. Output is only collected; `poll` (or `flush`) sends it.
+    pub fn submit(&mut self, slot: Slot, mut cmd: Command, len: u32) -> Result<()> {
+        let i = slot as usize;
+        if i >= self.s.info.len() || self.s.info[i].state != State::Owned {
+            return Err(Error::InvalidArg(format!("slot {slot} is not allocated")));
+        }
+        if len as usize > self.s.buf_size {
+            return Err(Error::InvalidArg(format!(
+                "transfer of {len} bytes exceeds the queue's {} byte buffers",
+                self.s.buf_size
+            )));
+        }
+        let dir = if len == 0 {
+            DataDirection::None
+        } else {
+            cmd.data_direction()
+        };
+        cmd.set_cid(slot);
+        cmd.flags = (cmd.flags & !nvmf_wire::command::FLAGS_PSDT_MASK) | FLAGS_PSDT_SGL_MPTR_CONTIG;
+        let enc = self.t.encode_opts();
+        let b = self.s.buf_size;
+        let buf = &self.s.bufs[i * b..][..len as usize];
+        if dir == DataDirection::HostToController && len <= self.in_capsule {
+            cmd.set_sgl(SglDescriptor::in_capsule(0, len));
+            pdu::encode_capsule_cmd(self.t.tx(), &enc, &cmd, buf);
+        } else {
+            cmd.set_sgl(SglDescriptor::transport(len));
+            pdu::encode_capsule_cmd(self.t.tx(), &enc, &cmd, &[]);
+        }
+        self.s.info[i] = SlotInfo {
+            state: State::InFlight,
+            dir,
+            len,
+            received: 0,
+            digest_error: false,
+        };
+        self.s.inflight += 1;
+        Ok(())
+    }
+
+    /// Read `nlb` blocks at `slba` into the slot's buffer (`len` = nlb × block size).
+    #[inline]
+    pub fn submit_read(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+    ) -> Result<()> {
+        let mut c = Command::new(IoOpcode::Read as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        self.submit(slot, c, len)
+    }
+
+    /// Write `nlb` blocks at `slba` from the slot's buffer.
+    #[inline]
+    pub fn submit_write(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+    ) -> Result<()> {
+        let mut c = Command::new(IoOpcode::Write as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        self.submit(slot, c, len)
+    }
+
+    /// Flush the namespace's volatile write cache.
+    pub fn submit_flush(&mut self, slot: Slot, nsid: u32) -> Result<()> {
+        let mut c = Command::new(IoOpcode::Flush as u8, 0);
+        c.set_nsid(nsid);
+        self.submit(slot, c, 0)
+    }
+
+    /// Write Zeroes over `nlb` blocks at `slba` (`deallocate` sets DEAC).
+    pub fn submit_write_zeroes(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        deallocate: bool,
+    ) -> Result<()> {
+        let mut c = Command::new(IoOpcode::WriteZeroes as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        if deallocate {
+            c.set_cdw12(c.cdw12() | (1 << 25));
+        }
+        self.submit(slot, c, 0)
+    }
+
+    /// Dataset Management, Deallocate (TRIM) of `(slba, nlb)` ranges (≤ 256).
+    pub fn submit_deallocate(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        ranges: &[(u64, u32)],
+    ) -> Result<()> {
+        if ranges.is_empty() || ranges.len() > 256 || ranges.len() * 16 > self.s.buf_size {
+            return Err(Error::InvalidArg(format!(
+                "{} DSM ranges (1 to 256 allowed)",
+                ranges.len()
+            )));
+        }
+        let buf = self.buf_mut(slot);
+        for (k, &(slba, nlb)) in ranges.iter().enumerate() {
+            let r = &mut buf[k * 16..k * 16 + 16];
+            r[0..4].copy_from_slice(&0u32.to_le_bytes()); // context attributes
+            r[4..8].copy_from_slice(&nlb.to_le_bytes());
+            r[8..16].copy_from_slice(&slba.to_le_bytes());
+        }
+        let mut c = Command::new(IoOpcode::DatasetManagement as u8, 0);
+        c.set_nsid(nsid)
+            .set_cdw10(ranges.len() as u32 - 1)
+            .set_cdw11(1 << 2); // AD: deallocate
+        self.submit(slot, c, (ranges.len() * 16) as u32)
+    }
+
+    // ---- progress ----
+
+    /// Send what was submitted without waiting. Returns true if all is out.
+    pub fn flush(&mut self) -> Result<bool> {
+        self.t.flush()
+    }
+
+    /// Drive the connection: send pending output, receive and handle every
+    /// PDU that has arrived. If no completion is ready and `timeout` is not
+    /// zero, sleep in poll(2) up to `timeout` (None = forever) for more.
+    /// Returns the number of completions ready for `next_completion`.
+    pub fn poll(&mut self, timeout: Option<Duration>) -> Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            self.t.flush()?;
+            // Drain what the socket has (bounded, so a busy queue returns).
+            for _ in 0..8 {
+                let n = self.t.recv()?;
+                let s = &mut self.s;
+                self.t.parse(|pdu, tx, enc| s.handle(pdu, tx, enc))?;
+                if n == 0 {
+                    break;
+                }
+            }
+            if self.t.tx_pending() > 0 {
+                self.t.flush()?;
+            }
+            if !self.s.done.is_empty() || timeout == Some(Duration::ZERO) {
+                return Ok(self.s.done.len());
+            }
+            let left = match deadline {
+                None => None,
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(0);
+                    }
+                    Some(d - now)
+                }
+            };
+            self.t.wait(left)?;
+        }
+    }
+
+    /// Take the oldest completion. Its slot is owned by the caller again:
+    /// read its buffer, submit it again, or `release` it.
+    #[inline]
+    pub fn next_completion(&mut self) -> Option<IoCompletion> {
+        self.s.done.pop_front()
+    }
+
+    /// Submit `cmd` on `slot` and wait for its completion (other completions
+    /// stay queued). For admin commands and tools, not for the fast path.
+    pub fn execute(
+        &mut self,
+        slot: Slot,
+        cmd: Command,
+        len: u32,
+        timeout: Duration,
+    ) -> Result<IoCompletion> {
+        self.submit(slot, cmd, len)?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(pos) = self.s.done.iter().position(|c| c.slot == slot) {
+                return Ok(self.s.done.remove(pos).expect("position is valid"));
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(Error::Timeout(format!(
+                    "command (opcode {:#04x}) on queue {} not completed within {timeout:?}",
+                    cmd.opcode(),
+                    self.s.qid
+                )));
+            }
+            self.poll(Some(deadline - now))?;
+        }
+    }
+
+    /// Close the connection.
+    pub fn shutdown(&self) {
+        self.t.shutdown();
+    }
+}
+
+impl Slots {
+    fn slot_for(&mut self, cid: u16, what: &str) -> Result<usize> {
+        let i = cid as usize;
+        if i >= self.info.len() || self.info[i].state != State::InFlight {
+            return Err(Error::Protocol(format!(
+                "{what} for command id {cid}, which is not outstanding on queue {}",
+                self.qid
+            )));
+        }
+        Ok(i)
+    }
+
+    fn complete(&mut self, i: usize, status: Status, dw0: u32, dw1: u32) {
+        let info = &mut self.info[i];
+        let status = if info.digest_error && status.is_success() {
+            Status::TRANSIENT_TRANSPORT_ERROR
+        } else {
+            status
+        };
+        info.state = State::Owned;
+        self.inflight -= 1;
+        self.done.push_back(IoCompletion {
+            slot: i as Slot,
+            status,
+            dw0,
+            dw1,
+        });
+    }
+
+    fn handle(&mut self, pdu: &Pdu<'_>, tx: &mut Vec<u8>, enc: &EncodeOpts) -> Result<()> {
+        match *pdu {
+            Pdu::CapsuleResp(r) => {
+                let cqe = &r.cqe;
+                let i = self.slot_for(cqe.cid(), "response")?;
+                self.sqhd = cqe.sqhd();
+                self.complete(i, cqe.status(), cqe.dw0(), cqe.dw1());
+            }
+            Pdu::C2HData {
+                hdr,
+                data,
+                data_digest_ok,
+            } => {
+                let i = self.slot_for(hdr.cccid(), "C2HData")?;
+                let info = &mut self.info[i];
+                let off = hdr.datao() as usize;
+                if info.dir != DataDirection::ControllerToHost {
+                    return Err(Error::Protocol(format!(
+                        "C2HData for command {} that reads no data",
+                        hdr.cccid()
+                    )));
+                }
+                if off + data.len() > info.len as usize {
+                    return Err(Error::Protocol(format!(
+                        "C2HData offset {off} + {} beyond the {} byte transfer of command {}",
+                        data.len(),
+                        info.len,
+                        hdr.cccid()
+                    )));
+                }
+                if !data_digest_ok {
+                    info.digest_error = true;
+                }
+                info.received += data.len() as u32;
+                let b = self.buf_size;
+                self.bufs[i * b + off..][..data.len()].copy_from_slice(data);
+                if hdr.success() {
+                    if info.received != info.len {
+                        return Err(Error::Protocol(format!(
+                            "C2HData SUCCESS after {} of {} bytes",
+                            info.received, info.len
+                        )));
+                    }
+                    self.complete(i, Status::SUCCESS, 0, 0);
+                }
+            }
+            Pdu::R2T(r) => {
+                let i = self.slot_for(r.cccid(), "R2T")?;
+                let info = self.info[i];
+                let (off, len) = (r.r2to() as usize, r.r2tl() as usize);
+                if info.dir != DataDirection::HostToController {
+                    return Err(Error::Protocol(format!(
+                        "R2T for command {} that writes no data",
+                        r.cccid()
+                    )));
+                }
+                if len == 0 || off + len > info.len as usize {
+                    return Err(Error::Protocol(format!(
+                        "R2T offset {off} length {len} outside the {} byte transfer of command {}",
+                        info.len,
+                        r.cccid()
+                    )));
+                }
+                let b = self.buf_size;
+                let data = &self.bufs[i * b + off..][..len];
+                let chunk = self.maxh2cdata as usize;
+                let mut done = 0;
+                while done < len {
+                    let n = chunk.min(len - done);
+                    let last = done + n == len;
+                    pdu::encode_h2c_data_header(
+                        tx,
+                        enc,
+                        r.cccid(),
+                        r.ttag(),
+                        (off + done) as u32,
+                        n as u32,
+                        if last { pdu::DATA_LAST } else { 0 },
+                    );
+                    pdu::append_data(tx, enc, &data[done..done + n]);
+                    done += n;
+                }
+            }
+            other => {
+                return Err(Error::Protocol(format!(
+                    "unexpected {:?} PDU",
+                    other.pdu_type()
+                )))
+            }
+        }
+        Ok(())
+    }
+}

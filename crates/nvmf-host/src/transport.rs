@@ -1,0 +1,484 @@
+//! transport.rs — one NVMe/TCP connection, host side: TCP connect, the
+//! ICReq/ICResp exchange (digests, alignment, MAXH2CDATA), and the byte
+//! pumps around the socket: a send buffer that collects every PDU produced in
+//! one loop turn and goes out in as few `write` calls as possible, and a large
+//! receive buffer that is filled in big reads and parsed PDU by PDU with the
+//! zero-copy decoder of `nvmf-wire`. Knows nothing about commands or slots
+//! (that is `queue.rs`).
+//!
+//! After the handshake the socket is non-blocking; `wait` sleeps in poll(2)
+//! until it is readable (or writable while output is pending).
+
+use crate::error::{Error, Result};
+use nvmf_wire::pdu::{self, DecodeOpts, Decoded, EncodeOpts, Pdu, Role};
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+/// What the host asks for in its ICReq.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TransportParams {
+    /// Ask for header digests.
+    pub hdr_digest: bool,
+    /// Ask for data digests.
+    pub data_digest: bool,
+}
+
+/// What the controller granted in its ICResp.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Negotiated {
+    pub hdr_digest: bool,
+    pub data_digest: bool,
+    /// Controller PDU data alignment (H2C data starts at (cpda+1)*4).
+    pub cpda: u8,
+    /// Largest H2CData payload the controller accepts.
+    pub maxh2cdata: u32,
+}
+
+/// A connected NVMe/TCP socket with its buffers.
+pub struct Transport {
+    sock: TcpStream,
+    peer: String,
+    rx: Box<[u8]>,
+    rx_start: usize,
+    rx_end: usize,
+    /// Total length (from `rx_start`) the decoder asked for last time.
+    rx_need: usize,
+    tx: Vec<u8>,
+    tx_sent: usize,
+    dec: DecodeOpts,
+    enc: EncodeOpts,
+    neg: Negotiated,
+}
+
+/// Size of the ICReq/ICResp PDUs.
+const IC_LEN: usize = 128;
+
+fn resolve(addr: &str) -> Result<Vec<SocketAddr>> {
+    let v: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|e| Error::Connect {
+            addr: addr.to_string(),
+            err: e,
+        })?
+        .collect();
+    if v.is_empty() {
+        return Err(Error::Connect {
+            addr: addr.to_string(),
+            err: io::Error::new(io::ErrorKind::NotFound, "address resolves to nothing"),
+        });
+    }
+    Ok(v)
+}
+
+impl Transport {
+    /// Open a TCP connection to `addr` ("host:port"), exchange ICReq/ICResp,
+    /// and return the connection in non-blocking mode. `max_data_len` is the
+    /// largest data payload we accept in one received PDU (the largest
+    /// transfer of any command we will send on this connection).
+    pub fn connect(
+        addr: &str,
+        params: TransportParams,
+        max_data_len: u32,
+        timeout: Duration,
+    ) -> Result<Transport> {
+        let mut last = None;
+        let mut sock = None;
+        for sa in resolve(addr)? {
+            match TcpStream::connect_timeout(&sa, timeout) {
+                Ok(s) => {
+                    sock = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let sock = sock.ok_or_else(|| Error::Connect {
+            addr: addr.to_string(),
+            err: last.unwrap_or_else(|| io::Error::other("no address")),
+        })?;
+        sock.set_nodelay(true)
+            .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
+
+        let rx_len = (2 * (max_data_len as usize + 512)).max(512 * 1024);
+        let mut t = Transport {
+            sock,
+            peer: addr.to_string(),
+            rx: vec![0u8; rx_len].into_boxed_slice(),
+            rx_start: 0,
+            rx_end: 0,
+            rx_need: 0,
+            tx: Vec::with_capacity(256 * 1024),
+            tx_sent: 0,
+            dec: DecodeOpts {
+                max_data_len,
+                ..DecodeOpts::new(Role::Host)
+            },
+            enc: EncodeOpts::default(),
+            neg: Negotiated {
+                hdr_digest: false,
+                data_digest: false,
+                cpda: 0,
+                maxh2cdata: 0,
+            },
+        };
+        t.handshake(params, timeout)?;
+        t.sock
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("setting O_NONBLOCK", e))?;
+        Ok(t)
+    }
+
+    fn handshake(&mut self, params: TransportParams, timeout: Duration) -> Result<()> {
+        let mut req = Vec::with_capacity(IC_LEN);
+        // HPDA 0 (no alignment needed), MAXR2T 0 (one R2T per command at a time).
+        pdu::encode_ic_req(&mut req, 0, params.hdr_digest, params.data_digest, 0);
+        self.sock
+            .set_write_timeout(Some(timeout))
+            .and_then(|_| self.sock.set_read_timeout(Some(timeout)))
+            .map_err(|e| Error::io("setting socket timeouts", e))?;
+        self.sock
+            .write_all(&req)
+            .map_err(|e| Error::io("sending ICReq", e))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match pdu::decode(&self.rx[..self.rx_end], &self.dec) {
+                Ok(Decoded::Incomplete { need }) => {
+                    if need > self.rx.len() {
+                        return Err(Error::Protocol("ICResp too large".into()));
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(Error::Timeout(format!(
+                            "no ICResp from {} within {timeout:?}",
+                            self.peer
+                        )));
+                    }
+                    let n = match self.sock.read(&mut self.rx[self.rx_end..]) {
+                        Ok(0) => {
+                            return Err(Error::Closed(
+                                " during the ICReq/ICResp exchange (not an NVMe/TCP target?)"
+                                    .into(),
+                            ))
+                        }
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => 0,
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                            ) =>
+                        {
+                            return Err(Error::Timeout(format!(
+                                "no ICResp from {} within {timeout:?}",
+                                self.peer
+                            )))
+                        }
+                        Err(e) => return Err(Error::io("receiving ICResp", e)),
+                    };
+                    self.rx_end += n;
+                }
+                Ok(Decoded::Pdu { len, pdu }) => {
+                    match pdu {
+                        Pdu::IcResp(r) => {
+                            if r.pfv() != pdu::PFV_1_0 {
+                                return Err(Error::Protocol(format!(
+                                    "ICResp PDU format version {} (expected 0)",
+                                    r.pfv()
+                                )));
+                            }
+                            if r.maxh2cdata() < 4096 || r.maxh2cdata() % 4 != 0 {
+                                return Err(Error::Protocol(format!(
+                                    "ICResp MAXH2CDATA {} is invalid",
+                                    r.maxh2cdata()
+                                )));
+                            }
+                            if params.hdr_digest && !r.hdgst_enabled() {
+                                return Err(Error::Protocol(
+                                    "header digest requested but not enabled by the target".into(),
+                                ));
+                            }
+                            if params.data_digest && !r.ddgst_enabled() {
+                                return Err(Error::Protocol(
+                                    "data digest requested but not enabled by the target".into(),
+                                ));
+                            }
+                            if (r.hdgst_enabled() && !params.hdr_digest)
+                                || (r.ddgst_enabled() && !params.data_digest)
+                            {
+                                return Err(Error::Protocol(
+                                    "target enabled a digest that was not requested".into(),
+                                ));
+                            }
+                            if r.cpda() > 31 {
+                                return Err(Error::Protocol(format!(
+                                    "ICResp CPDA {} out of range",
+                                    r.cpda()
+                                )));
+                            }
+                            self.neg = Negotiated {
+                                hdr_digest: r.hdgst_enabled(),
+                                data_digest: r.ddgst_enabled(),
+                                cpda: r.cpda(),
+                                maxh2cdata: r.maxh2cdata(),
+                            };
+                        }
+                        Pdu::C2HTermReq { hdr, .. } => {
+                            return Err(Error::Terminated {
+                                fes: hdr.fes(),
+                                fei: hdr.fei(),
+                                reason: fes_reason(hdr.fes()),
+                            })
+                        }
+                        other => {
+                            return Err(Error::Protocol(format!(
+                                "expected ICResp, got {:?}",
+                                other.pdu_type()
+                            )))
+                        }
+                    }
+                    self.rx_start = len;
+                    if self.rx_start == self.rx_end {
+                        self.rx_start = 0;
+                        self.rx_end = 0;
+                    }
+                    break;
+                }
+                Err(e) => {
+                    return Err(Error::Protocol(format!("bad ICResp: {e}")));
+                }
+            }
+        }
+        self.dec.hdgst = self.neg.hdr_digest;
+        self.dec.ddgst = self.neg.data_digest;
+        self.enc = EncodeOpts {
+            hdgst: self.neg.hdr_digest,
+            ddgst: self.neg.data_digest,
+            pda: self.neg.cpda,
+        };
+        Ok(())
+    }
+
+    /// The ICResp parameters.
+    pub fn negotiated(&self) -> Negotiated {
+        self.neg
+    }
+    /// Encoder settings for PDUs we send.
+    pub fn encode_opts(&self) -> EncodeOpts {
+        self.enc
+    }
+    /// "host:port" we connected to.
+    pub fn peer(&self) -> &str {
+        &self.peer
+    }
+    /// The socket's file descriptor (for a caller's own poll over many queues).
+    pub fn raw_fd(&self) -> i32 {
+        self.sock.as_raw_fd()
+    }
+
+    /// The send buffer: append PDUs, then `flush`.
+    pub fn tx(&mut self) -> &mut Vec<u8> {
+        &mut self.tx
+    }
+    /// Bytes appended but not yet written to the socket.
+    pub fn tx_pending(&self) -> usize {
+        self.tx.len() - self.tx_sent
+    }
+
+    /// Write as much pending output as the socket takes without blocking.
+    /// Returns true when everything has been written.
+    pub fn flush(&mut self) -> Result<bool> {
+        while self.tx_sent < self.tx.len() {
+            match self.sock.write(&self.tx[self.tx_sent..]) {
+                Ok(0) => return Err(Error::Closed(" while sending".into())),
+                Ok(n) => self.tx_sent += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_reset(&e) => {
+                    return Err(Error::Closed(format!(" ({e})")));
+                }
+                Err(e) => return Err(Error::io("sending to the target", e)),
+            }
+        }
+        self.tx.clear();
+        self.tx_sent = 0;
+        Ok(true)
+    }
+
+    /// One non-blocking read into the receive buffer (as much as fits).
+    /// Returns the number of bytes read, 0 if nothing was available.
+    pub fn recv(&mut self) -> Result<usize> {
+        if self.rx_start == self.rx_end {
+            self.rx_start = 0;
+            self.rx_end = 0;
+        } else if self.rx_start > 0
+            && (self.rx.len() - self.rx_end < 64 * 1024
+                || self.rx.len() - self.rx_start < self.rx_need)
+        {
+            self.rx.copy_within(self.rx_start..self.rx_end, 0);
+            self.rx_end -= self.rx_start;
+            self.rx_start = 0;
+        }
+        if self.rx_end == self.rx.len() {
+            // Full of complete PDUs not parsed yet; the caller parses first.
+            return Ok(0);
+        }
+        loop {
+            match self.sock.read(&mut self.rx[self.rx_end..]) {
+                Ok(0) => return Err(Error::Closed(String::new())),
+                Ok(n) => {
+                    self.rx_end += n;
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if is_reset(&e) => return Err(Error::Closed(format!(" ({e})"))),
+                Err(e) => return Err(Error::io("receiving from the target", e)),
+            }
+        }
+    }
+
+    /// Decode every complete PDU in the receive buffer and hand each to `f`
+    /// together with the send buffer and the encoder settings (for replies
+    /// such as H2CData). A C2HTermReq ends the connection with
+    /// `Error::Terminated`; a malformed PDU makes us send an H2CTermReq and
+    /// fail with `Error::Protocol`. Returns the number of PDUs handled.
+    pub fn parse<F>(&mut self, mut f: F) -> Result<usize>
+    where
+        F: FnMut(&Pdu<'_>, &mut Vec<u8>, &EncodeOpts) -> Result<()>,
+    {
+        let mut count = 0;
+        loop {
+            let buf = &self.rx[self.rx_start..self.rx_end];
+            match pdu::decode(buf, &self.dec) {
+                Ok(Decoded::Incomplete { need }) => {
+                    if need > self.rx.len() {
+                        let msg = format!(
+                            "PDU of {need} bytes exceeds the {} byte receive buffer",
+                            self.rx.len()
+                        );
+                        self.terminate(pdu::FES_DATA_LIMIT_EXCEEDED, 0);
+                        return Err(Error::Protocol(msg));
+                    }
+                    self.rx_need = need;
+                    return Ok(count);
+                }
+                Ok(Decoded::Pdu { len, pdu }) => {
+                    if let Pdu::C2HTermReq { hdr, .. } = pdu {
+                        return Err(Error::Terminated {
+                            fes: hdr.fes(),
+                            fei: hdr.fei(),
+                            reason: fes_reason(hdr.fes()),
+                        });
+                    }
+                    let r = f(&pdu, &mut self.tx, &self.enc);
+                    self.rx_start += len;
+                    self.rx_need = 0;
+                    count += 1;
+                    if let Err(e) = r {
+                        if let Error::Protocol(_) = e {
+                            self.terminate(pdu::FES_PDU_SEQUENCE_ERROR, 0);
+                        }
+                        return Err(e);
+                    }
+                }
+                Err(e) => {
+                    let buf = &self.rx[self.rx_start..self.rx_end];
+                    let hdr = pdu::offending_header(buf).to_vec();
+                    let mut out = Vec::new();
+                    pdu::encode_term_req(&mut out, Role::Host, e.fes(), e.fei(), &hdr);
+                    self.send_now(&out);
+                    return Err(Error::Protocol(format!(
+                        "malformed PDU from the target: {e}"
+                    )));
+                }
+            }
+        }
+    }
+
+    /// Best effort: tell the target we are giving up on the connection.
+    fn terminate(&mut self, fes: u16, fei: u32) {
+        let mut out = Vec::new();
+        pdu::encode_term_req(&mut out, Role::Host, fes, fei, &[]);
+        self.send_now(&out);
+    }
+
+    fn send_now(&mut self, bytes: &[u8]) {
+        // Pending output first so the termination is the last thing sent.
+        let _ = self.flush();
+        let _ = self.sock.set_nonblocking(false);
+        let _ = self
+            .sock
+            .set_write_timeout(Some(Duration::from_millis(100)));
+        let _ = self.sock.write_all(bytes);
+        let _ = self.sock.set_nonblocking(true);
+    }
+
+    /// Sleep until the socket is readable, or writable while output is
+    /// pending, or `timeout` passes (None = forever). Returns false on timeout.
+    pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        let mut pfd = libc::pollfd {
+            fd: self.raw_fd(),
+            events: self.poll_events(),
+            revents: 0,
+        };
+        let ms = timeout_ms(timeout);
+        // SAFETY: one valid pollfd for the duration of the call.
+        let r = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(true);
+            }
+            return Err(Error::io("poll", e));
+        }
+        Ok(r > 0)
+    }
+
+    /// poll(2) events this connection waits for.
+    pub fn poll_events(&self) -> i16 {
+        if self.tx_pending() > 0 {
+            libc::POLLIN | libc::POLLOUT
+        } else {
+            libc::POLLIN
+        }
+    }
+
+    /// Close the TCP connection (both directions).
+    pub fn shutdown(&self) {
+        let _ = self.sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Milliseconds for poll(2) (-1 = forever), rounding up.
+pub(crate) fn timeout_ms(t: Option<Duration>) -> i32 {
+    match t {
+        None => -1,
+        Some(d) => {
+            let us = d.as_micros();
+            us.div_ceil(1000).min(i32::MAX as u128) as i32
+        }
+    }
+}
+
+fn is_reset(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::ConnectionReset
+            | io::ErrorKind::ConnectionAborted
+            | io::ErrorKind::BrokenPipe
+    )
+}
+
+/// Human text for a Fatal Error Status.
+pub fn fes_reason(fes: u16) -> &'static str {
+    match fes {
+        pdu::FES_INVALID_HEADER_FIELD => "invalid PDU header field",
+        pdu::FES_PDU_SEQUENCE_ERROR => "PDU sequence error",
+        pdu::FES_HEADER_DIGEST_ERROR => "header digest error",
+        pdu::FES_DATA_OUT_OF_RANGE => "data transfer out of range",
+        pdu::FES_DATA_LIMIT_EXCEEDED => "data transfer limit exceeded",
+        pdu::FES_UNSUPPORTED_PARAMETER => "unsupported parameter",
+        _ => "unknown fatal error",
+    }
+}
