@@ -14,7 +14,11 @@ fuzz_target!(|input: &[u8]| {
     let opts = DecodeOpts {
         hdgst: ctl & 1 != 0,
         ddgst: ctl & 2 != 0,
-        role: if ctl & 4 != 0 { Role::Host } else { Role::Target },
+        role: if ctl & 4 != 0 {
+            Role::Host
+        } else {
+            Role::Target
+        },
         max_data_len: if ctl & 8 != 0 { 4096 } else { 1 << 20 },
     };
     let whole = decode(buf, &opts);
