@@ -205,9 +205,9 @@ fn describe_default(cfg: &TargetConfig) {
 fn fmt_size(b: u64) -> String {
     const G: u64 = 1 << 30;
     const M: u64 = 1 << 20;
-    if b % G == 0 {
+    if b.is_multiple_of(G) {
         format!("{} GiB", b / G)
-    } else if b % M == 0 {
+    } else if b.is_multiple_of(M) {
         format!("{} MiB", b / M)
     } else {
         format!("{b} B")

@@ -14,6 +14,7 @@ use nvmf_tcp::{Connection, TcpParams};
 use slab::Slab;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -95,6 +96,7 @@ impl Reactor {
         let mut conns: Slab<Conn> = Slab::with_capacity(64);
         let mut again: Vec<usize> = Vec::with_capacity(64);
         let mut again_next: Vec<usize> = Vec::with_capacity(64);
+        let mut tick_keys: Vec<usize> = Vec::with_capacity(64);
         let mut retry_accept = false;
         let mut next_tick = Instant::now() + TICK;
 
@@ -161,10 +163,15 @@ impl Reactor {
                         }
                     }
                 }
-                let keys: Vec<usize> = conns.iter().map(|(k, _)| k).collect();
-                for key in keys {
+                tick_keys.clear();
+                tick_keys.extend(conns.iter().map(|(k, _)| k));
+                for &key in &tick_keys {
                     if let Some(c) = conns.get_mut(key) {
-                        c.sm.poll(now);
+                        let polled = catch_unwind(AssertUnwindSafe(|| c.sm.poll(now)));
+                        if polled.is_err() {
+                            self.close(key, &mut conns, "internal error (panic) in poll".into());
+                            continue;
+                        }
                         if let Some(since) = c.closing_since {
                             if now.duration_since(since) > CLOSE_LINGER {
                                 let reason = c.sm.close_reason().unwrap_or("closing").to_string();
@@ -246,7 +253,11 @@ impl Reactor {
 
     fn service_key(&self, key: usize, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
         let Some(c) = conns.get_mut(key) else { return };
-        match service(c) {
+        // A bug must cost one connection, not the reactor and all of its
+        // connections: a panic closes just this one.
+        let outcome = catch_unwind(AssertUnwindSafe(|| service(c)))
+            .unwrap_or_else(|_| Outcome::Close("internal error (panic) while serving".into()));
+        match outcome {
             Outcome::Keep => {
                 if c.rx_ready && c.sm.wants_read() && c.closing_since.is_none() {
                     again.push(key);
@@ -346,7 +357,7 @@ fn service(c: &mut Conn) -> Outcome {
             }
             return Outcome::Keep;
         }
-        if !read_any || !(c.rx_ready && c.sm.wants_read()) {
+        if !(read_any && c.rx_ready && c.sm.wants_read()) {
             break;
         }
     }

@@ -179,13 +179,11 @@ impl Sock {
     /// nothing more.
     fn expect_closed(&mut self) {
         let mut tmp = [0u8; 4096];
-        loop {
-            match self.s.read(&mut tmp) {
-                Ok(0) => return,
-                Ok(n) => panic!("unexpected {n} more bytes before close"),
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return,
-                Err(e) => panic!("connection not closed: {e}"),
-            }
+        match self.s.read(&mut tmp) {
+            Ok(0) => {}
+            Ok(n) => panic!("unexpected {n} more bytes before close"),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            Err(e) => panic!("connection not closed: {e}"),
         }
     }
 
@@ -423,6 +421,31 @@ fn connect_invalid_host_and_unknown_subsystem() {
     );
     assert_eq!(c.status(), Status::SUCCESS, "allowed host");
     exercise(&d, false, 5);
+}
+
+#[test]
+fn discovery_log_page() {
+    let d = Daemon::start("0");
+    let mut s = d.connect();
+    let mut h = Host::new();
+    admin_up_nqn(
+        &mut s,
+        &mut h,
+        false,
+        false,
+        "nqn.2014-08.org.nvmexpress.discovery",
+    );
+    let (st, hdr) = get_log_page(&mut s, &mut h, 0x70, 1024);
+    assert_eq!(st, Status::SUCCESS);
+    let numrec = u64::from_le_bytes(hdr[8..16].try_into().unwrap());
+    assert!(numrec >= 1, "discovery log lists the subsystems");
+    let len = 1024 * (1 + numrec as u32);
+    let (st, log) = get_log_page(&mut s, &mut h, 0x70, len);
+    assert_eq!(st, Status::SUCCESS);
+    assert_eq!(log.len(), len as usize);
+    let text = String::from_utf8_lossy(&log);
+    assert!(text.contains(DEFAULT_NQN));
+    assert!(text.contains(&d.port.to_string()));
 }
 
 #[test]

@@ -19,6 +19,7 @@ pub const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-00
 pub const DEFAULT_NQN: &str = "nqn.2024-01.io.nvmfd:default";
 
 /// One PDU from the target, owned.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum Resp {
     IcResp {
@@ -285,8 +286,19 @@ pub fn connect<W: Wire>(
 /// Admin queue bring-up: ICReq, Connect, CC.EN = 1, wait for CSTS.RDY.
 /// Returns the controller ID.
 pub fn admin_up<W: Wire>(w: &mut W, host: &mut Host, hdgst: bool, ddgst: bool) -> u16 {
+    admin_up_nqn(w, host, hdgst, ddgst, DEFAULT_NQN)
+}
+
+/// `admin_up` to subsystem `subnqn`.
+pub fn admin_up_nqn<W: Wire>(
+    w: &mut W,
+    host: &mut Host,
+    hdgst: bool,
+    ddgst: bool,
+    subnqn: &str,
+) -> u16 {
     init(w, host, hdgst, ddgst);
-    let c = connect(w, host, 0, 31, CNTLID_DYNAMIC, DEFAULT_NQN, HOSTNQN);
+    let c = connect(w, host, 0, 31, CNTLID_DYNAMIC, subnqn, HOSTNQN);
     assert_eq!(c.status(), Status::SUCCESS, "admin connect");
     let cntlid = c.dw0() as u16;
     let cid = host.cid();
@@ -348,4 +360,13 @@ pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// Get Log Page `lid`, `len` bytes from offset 0.
+pub fn get_log_page<W: Wire>(w: &mut W, host: &mut Host, lid: u8, len: u32) -> (Status, Vec<u8>) {
+    let cid = host.cid();
+    let mut cmd = Command::new(0x02, cid);
+    cmd.set_get_log_page(lid, len, 0);
+    let (c, d) = exec(w, host, cmd, Out::None, len);
+    (c.status(), d)
 }
