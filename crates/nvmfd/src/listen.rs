@@ -41,6 +41,18 @@ impl ListenAddr {
     }
 }
 
+/// Fails if something already listens on `addr`. SO_REUSEPORT would
+/// otherwise let a second nvmfd (same user) silently share the port with
+/// the first; this probe binds without it first.
+pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
+    let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        sock.set_only_v6(true)?;
+    }
+    sock.set_reuse_address(true)?;
+    sock.bind(&addr.into())
+}
+
 /// A nonblocking TCP listener on `addr` with SO_REUSEADDR and SO_REUSEPORT.
 pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;

@@ -18,7 +18,7 @@ use nvmf_tcp::TcpParams;
 use reactor::Reactor;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tracing::{error, info, warn};
+use tracing::{info, warn};
 
 fn main() {
     let cli = Cli::parse();
@@ -26,7 +26,6 @@ fn main() {
     match run(cli) {
         Ok(()) => std::process::exit(0),
         Err(e) => {
-            error!("{e:#}");
             eprintln!("nvmfd: error: {e:#}");
             std::process::exit(1);
         }
@@ -106,6 +105,9 @@ fn run(cli: Cli) -> Result<()> {
         .collect::<Result<_>>()?;
     if addrs.is_empty() {
         warn!("the config has no listener: nothing will be served");
+    }
+    for a in &addrs {
+        listen::check_free(a.addr).with_context(|| format!("cannot listen on {} (tcp)", a.addr))?;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
     let mut reactors = Vec::new();

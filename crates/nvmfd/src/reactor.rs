@@ -102,12 +102,16 @@ impl Reactor {
 
         while !self.shutdown.load(Ordering::Relaxed) {
             let now = Instant::now();
-            let timeout = if again.is_empty() {
-                next_tick.saturating_duration_since(now)
+            // No connection and nothing to retry: sleep until an accept or
+            // a wake-up, no timer. Otherwise wake for the next tick.
+            let timeout = if !again.is_empty() {
+                Some(Duration::ZERO)
+            } else if conns.is_empty() && !retry_accept {
+                None
             } else {
-                Duration::ZERO
+                Some(next_tick.saturating_duration_since(now))
             };
-            if let Err(e) = self.poll.poll(&mut events, Some(timeout)) {
+            if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
                     warn!(reactor = self.id, "epoll failed: {e}");
                 }
@@ -153,7 +157,9 @@ impl Reactor {
             again.dedup();
 
             let now = Instant::now();
-            if now >= next_tick {
+            if conns.is_empty() && !retry_accept {
+                next_tick = now + TICK;
+            } else if now >= next_tick {
                 next_tick = now + TICK;
                 if retry_accept {
                     retry_accept = false;
