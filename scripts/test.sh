@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# scripts/test.sh - THE test command: unit + loopback + kernel-host interop tests.
+#
+# On a fresh Debian 12 machine (as root) it installs what it needs (only what is missing),
+# prepares the QEMU testbed (testbed/nvmfd-testbed) and runs
+#   NVMFD_INTEROP=1 cargo test --workspace -- --test-threads=N
+# Exits non-zero on any failure.  Arguments replace `--workspace` as the package selection
+# of `cargo test`, e.g. `scripts/test.sh -p nvmf-interop`.
+#
+# env: NVMFD_TEST_THREADS (default 1: the interop tests boot guests; 2 cores)
+#      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
+set -euo pipefail
+cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
+export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
+
+t_start=$(date +%s)
+note() { echo "test.sh: $*" >&2; }
+
+# ---- host packages (Debian 12) ------------------------------------------------
+# command -> package
+declare -A NEED=(
+  [qemu-system-x86_64]=qemu-system-x86 [busybox]=busybox-static [modprobe]=kmod [cpio]=cpio
+  [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
+  [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=gcc
+)
+missing=()
+for cmd in "${!NEED[@]}"; do
+  command -v "$cmd" >/dev/null 2>&1 || missing+=("${NEED[$cmd]}")
+done
+# the guest needs the static busybox, not just any busybox
+if [ -x /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then missing+=(busybox-static); fi
+if [ ${#missing[@]} -gt 0 ]; then
+  mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
+  [ "$(id -u)" = 0 ] || { note "missing packages: ${missing[*]} (run as root, or apt-get install them)"; exit 1; }
+  note "installing: ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}" ca-certificates
+fi
+
+# ---- Rust toolchain ------------------------------------------------------------
+# (Debian 12's own rustc is too old for this workspace: rust-version 1.85)
+if ! command -v cargo >/dev/null 2>&1; then
+  note "cargo not found: install a Rust toolchain >= 1.85 (rustup) into ~/.cargo/bin"
+  exit 1
+fi
+note "$(cargo --version), $(rustc --version)"
+
+# ---- build, testbed ------------------------------------------------------------
+cargo build --workspace
+interop=1
+[ "${NVMFD_SKIP_INTEROP:-0}" = 1 ] && interop=0
+if [ "$interop" = 1 ]; then
+  if [ "$(id -u)" = 0 ]; then testbed/nvmfd-testbed prepare --install-deps
+  else testbed/nvmfd-testbed prepare; fi
+fi
+
+# ---- tests ---------------------------------------------------------------------
+threads=${NVMFD_TEST_THREADS:-1}
+[ $# -gt 0 ] || set -- --workspace
+rc=0
+if [ "$interop" = 1 ]; then
+  NVMFD_INTEROP=1 cargo test "$@" -- --test-threads="$threads" || rc=$?
+else
+  cargo test "$@" -- --test-threads="$threads" || rc=$?
+fi
+note "finished in $(( $(date +%s) - t_start )) s, exit status $rc"
+exit "$rc"
