@@ -76,6 +76,9 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
     AdminResult::Done(out)
 }
 
+/// Asynchronous Event Configuration bits 4:0: SMART / health critical warnings.
+const AEC_SMART_WARNINGS: u32 = 0x1F;
+
 /// Get Features "supported capabilities" bits (SEL = 3).
 const CAP_CHANGEABLE: u32 = 1 << 2;
 
@@ -180,7 +183,9 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             Outcome::ok_dw0((nsqa - 1) | ((ncqa - 1) << 16))
         }
         Ok(FeatureId::AsyncEventConfig) => {
-            if cdw11 & !ctrl.supported_events() != 0 {
+            // SMART critical warning bits are accepted (as nvmet does) but
+            // never raised; notices must be ones this controller reports.
+            if cdw11 & !(ctrl.supported_events() | AEC_SMART_WARNINGS) != 0 {
                 return Outcome::err(INVALID_FIELD);
             }
             ctrl.set_aen_enabled(cdw11);

@@ -667,6 +667,12 @@ fn features() {
     assert_eq!(status(&set_feature(&mut qp, 0x0B, 0)), Status::SUCCESS);
     assert_eq!(get_feature(&mut qp, 0x0B, 0).dw0(), 0);
     assert_eq!(
+        status(&set_feature(&mut qp, 0x0B, 0x1F | (1 << 8))),
+        Status::SUCCESS
+    );
+    assert_eq!(get_feature(&mut qp, 0x0B, 0).dw0(), 0x1F | (1 << 8));
+    set_feature(&mut qp, 0x0B, 0);
+    assert_eq!(
         status(&set_feature(&mut qp, 0x0B, 1 << 31)),
         Status::INVALID_FIELD.with_dnr(),
         "discovery change is not an NVM controller event"
