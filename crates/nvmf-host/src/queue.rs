@@ -432,6 +432,13 @@ impl IoQueue {
                     break;
                 }
             }
+            if self.t.eof() {
+                // Hand out what arrived before the close; the next poll fails.
+                if !self.s.done.is_empty() {
+                    return Ok(self.s.done.len());
+                }
+                return Err(Error::Closed(String::new()));
+            }
             if self.t.tx_pending() > 0 {
                 self.t.flush()?;
             }

@@ -47,6 +47,8 @@ pub struct Transport {
     rx_need: usize,
     tx: Vec<u8>,
     tx_sent: usize,
+    /// The peer closed its side; what was received before still counts.
+    eof: bool,
     dec: DecodeOpts,
     enc: EncodeOpts,
     neg: Negotiated,
@@ -111,6 +113,7 @@ impl Transport {
             rx_need: 0,
             tx: Vec::with_capacity(256 * 1024),
             tx_sent: 0,
+            eof: false,
             dec: DecodeOpts {
                 max_data_len,
                 ..DecodeOpts::new(Role::Host)
@@ -306,8 +309,13 @@ impl Transport {
     }
 
     /// One non-blocking read into the receive buffer (as much as fits).
-    /// Returns the number of bytes read, 0 if nothing was available.
+    /// Returns the number of bytes read, 0 if nothing was available. When
+    /// the peer closes, `eof()` turns true (parse what was received first);
+    /// reading again after that is `Error::Closed`.
     pub fn recv(&mut self) -> Result<usize> {
+        if self.eof {
+            return Err(Error::Closed(String::new()));
+        }
         if self.rx_start == self.rx_end {
             self.rx_start = 0;
             self.rx_end = 0;
@@ -325,7 +333,10 @@ impl Transport {
         }
         loop {
             match self.sock.read(&mut self.rx[self.rx_end..]) {
-                Ok(0) => return Err(Error::Closed(String::new())),
+                Ok(0) => {
+                    self.eof = true;
+                    return Ok(0);
+                }
                 Ok(n) => {
                     self.rx_end += n;
                     return Ok(n);
@@ -336,6 +347,11 @@ impl Transport {
                 Err(e) => return Err(Error::io("receiving from the target", e)),
             }
         }
+    }
+
+    /// The peer has closed the connection.
+    pub fn eof(&self) -> bool {
+        self.eof
     }
 
     /// Decode every complete PDU in the receive buffer and hand each to `f`
