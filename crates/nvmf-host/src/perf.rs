@@ -485,7 +485,7 @@ impl QueueWorker {
             self.op[s] = OP_WRITE;
             if self.verify {
                 let gen = self.next_gen;
-                self.next_gen = if gen + 1 >= GEN_UNKNOWN { 1 } else { gen + 1 };
+                self.next_gen = if gen + 1 == GEN_UNKNOWN { 1 } else { gen + 1 };
                 self.gen_of_slot[s] = gen;
                 let tag = (self.seed << 32) | gen as u64;
                 let bs = self.bs as usize;
