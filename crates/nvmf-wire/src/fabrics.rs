@@ -230,8 +230,10 @@ impl Completion {
         in_data: bool,
         byte_offset: u16,
     ) -> Completion {
-        // dw0: IPO (bits 31:16) = byte offset, IATTR (bit 0) = 1 if in the data.
-        let dw0 = ((byte_offset as u32) << 16) | in_data as u32;
+        // dw0: IPO (bits 15:0) = byte offset of the bad field, IATTR (bit 16)
+        // = 1 if that field is in the Connect data, 0 if in the SQE. This is
+        // the layout the Linux host decodes when it logs the failure.
+        let dw0 = ((in_data as u32) << 16) | byte_offset as u32;
         Completion::new(
             cid,
             sqid,
@@ -240,6 +242,13 @@ impl Completion {
             dw0,
         )
     }
+
+    /// For a Connect Invalid Parameters completion: (IATTR, IPO) — whether the
+    /// bad field is in the Connect data, and its byte offset.
+    pub fn connect_invalid_field(&self) -> (bool, u16) {
+        let dw0 = self.dw0();
+        (dw0 & (1 << 16) != 0, dw0 as u16)
+    }
 }
 
 #[cfg(test)]
@@ -247,6 +256,17 @@ mod tests {
     use super::*;
     use core::mem::offset_of;
     use zerocopy::IntoBytes;
+
+    #[test]
+    fn connect_invalid_param_layout_matches_linux_host() {
+        // The Linux host reads IPO from bits 15:0 and IATTR from bit 16.
+        let c = Completion::connect_invalid_param(1, 0, 0, true, 256);
+        assert_eq!(c.dw0(), (1 << 16) | 256);
+        assert_eq!(c.connect_invalid_field(), (true, 256));
+        let c = Completion::connect_invalid_param(1, 0, 0, false, 44);
+        assert_eq!(c.dw0(), 44);
+        assert_eq!(c.connect_invalid_field(), (false, 44));
+    }
 
     #[test]
     fn connect_data_layout() {
