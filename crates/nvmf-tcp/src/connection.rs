@@ -21,9 +21,9 @@ use nvmf_wire::digest::crc32c;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
 use nvmf_wire::pdu::{
     decode, encode_c2h_data_header, encode_capsule_resp, encode_r2t, encode_term_req,
-    offending_header, DecodeOpts, Decoded, EncodeOpts, Pdu, PduError, Role, DATA_LAST,
-    DATA_SUCCESS, FES_DATA_LIMIT_EXCEEDED, FES_DATA_OUT_OF_RANGE, FES_INVALID_HEADER_FIELD,
-    FES_PDU_SEQUENCE_ERROR,
+    offending_header, peek_layout, DecodeOpts, Decoded, EncodeOpts, Pdu, PduError, PduType, Role,
+    DATA_LAST, DATA_SUCCESS, FES_DATA_LIMIT_EXCEEDED, FES_DATA_OUT_OF_RANGE,
+    FES_HEADER_DIGEST_ERROR, FES_INVALID_HEADER_FIELD, FES_PDU_SEQUENCE_ERROR,
 };
 use nvmf_wire::status::Status;
 use std::io::IoSlice;
@@ -39,6 +39,9 @@ const PRE_CONNECT_SLOTS: usize = 4;
 const RX_INITIAL: usize = 64 * 1024;
 /// Smallest free space worth a read() call.
 const RX_MIN_READ: usize = 8 * 1024;
+/// H2CData payloads with at least this much still to come are received
+/// straight into the slot buffer.
+const DIRECT_MIN: usize = 4096;
 /// Stop reading while this much output is queued (backpressure).
 const TX_HIGH_WATER: usize = 16 << 20;
 /// FEI values: byte offsets of fields in the PDU header.
@@ -86,6 +89,8 @@ pub struct ConnectionStats {
     pub commands: u64,
     pub r2ts: u64,
     pub h2c_pdus: u64,
+    /// H2CData payloads received straight into their slot buffer.
+    pub direct_h2c: u64,
     pub c2h_pdus: u64,
     pub digest_errors: u64,
 }
@@ -124,7 +129,24 @@ pub struct Connection {
     tx: TxQueue,
     close: Option<&'static str>,
     late: Vec<Completion>,
+    /// An H2CData payload being received straight into a slot buffer.
+    direct: Option<Direct>,
     stats: ConnectionStats,
+}
+
+/// Progress of a directly placed H2CData payload.
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    slot: u16,
+    /// DATAO of the PDU.
+    start: u32,
+    /// Next byte to receive (absolute offset in the transfer).
+    pos: u32,
+    /// DATAO + DATAL.
+    end: u32,
+    /// A 4-byte data digest follows the payload (it arrives through the
+    /// receive buffer).
+    ddgst: bool,
 }
 
 impl Connection {
@@ -145,6 +167,7 @@ impl Connection {
             tx: TxQueue::with_capacity(64 * 1024, 256),
             close: None,
             late: Vec::with_capacity(16),
+            direct: None,
             stats: ConnectionStats::default(),
         }
     }
@@ -162,6 +185,15 @@ impl Connection {
     /// receive buffer (compacted or grown as needed so that the PDU being
     /// assembled fits).
     pub fn recv_buf(&mut self) -> &mut [u8] {
+        if let Some(d) = self.direct {
+            if d.pos < d.end {
+                if let Some(slot) = self.slots.get_mut(d.slot) {
+                    let max = self.params.max_io_size as usize;
+                    let len = slot.len as usize;
+                    return &mut slot.data_mut(len, max)[d.pos as usize..d.end as usize];
+                }
+            }
+        }
         if self.rx_start == self.rx_end {
             self.rx_start = 0;
             self.rx_end = 0;
@@ -186,6 +218,22 @@ impl Connection {
 
     /// `n` bytes were read into `recv_buf()`: processes every complete PDU.
     pub fn on_recv(&mut self, n: usize) {
+        if let Some(d) = self.direct.as_mut() {
+            if d.pos < d.end {
+                d.pos = (d.pos as usize + n).min(d.end as usize) as u32;
+                if d.pos < d.end || d.ddgst {
+                    // More payload to come, or its digest (read into the
+                    // receive buffer next).
+                    return;
+                }
+                let d = *d;
+                self.direct = None;
+                if let Err(e) = self.finish_direct(d, None) {
+                    self.terminate(e, &[]);
+                }
+                return;
+            }
+        }
         self.rx_end = (self.rx_end + n).min(self.rx.len());
         self.process();
     }
@@ -209,7 +257,7 @@ impl Connection {
 
     /// Bytes of an incomplete PDU are buffered.
     pub fn has_partial_input(&self) -> bool {
-        self.rx_end > self.rx_start
+        self.rx_end > self.rx_start || self.direct.is_some()
     }
 
     /// Output is waiting to be written.
@@ -278,13 +326,34 @@ impl Connection {
         let mut rx = std::mem::take(&mut self.rx);
         let mut start = self.rx_start;
         let end = self.rx_end;
+        // The data digest of a directly placed payload comes first.
+        if let Some(d) = self.direct {
+            if d.pos < d.end || end - start < 4 {
+                self.rx = rx;
+                return;
+            }
+            self.direct = None;
+            let digest = le32(&rx, start);
+            start += 4;
+            if let Err(e) = self.finish_direct(d, Some(digest)) {
+                self.terminate(e, &[]);
+            }
+        }
         while self.close.is_none() && start < end {
             let pdu_start = start;
             let res = match decode(&rx[start..end], &self.dopts) {
                 Err(e) => Err(e),
                 Ok(Decoded::Incomplete { need }) => {
                     self.rx_need = need;
-                    break;
+                    match self.try_direct(&rx[start..end]) {
+                        Ok(true) => {
+                            start = end;
+                            self.rx_need = 0;
+                            break;
+                        }
+                        Ok(false) => break,
+                        Err(e) => Err(e),
+                    }
                 }
                 Ok(Decoded::Pdu { len, pdu }) => {
                     start += len;
@@ -513,9 +582,24 @@ impl Connection {
         self.require_ready()?;
         self.stats.h2c_pdus += 1;
         let max = self.params.max_io_size as usize;
+        let idx = self.check_h2c(&h)?;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
+        let len = slot.len as usize;
+        let end = h.datao as usize + data.len();
+        slot.data_mut(len, max)[h.datao as usize..end].copy_from_slice(data);
+        self.h2c_landed(idx, end as u32, ddok)
+    }
+
+    /// Validates an H2CData header against its command: the transfer tag
+    /// names a slot waiting for data, the CCCID matches, and the data lands
+    /// exactly where the previous PDU stopped and inside the transfer.
+    /// Returns the slot.
+    fn check_h2c(&self, h: &H2C) -> Result<u16, PduError> {
         let Some(slot) = self
             .slots
-            .get_mut(h.ttag)
+            .get(h.ttag)
             .filter(|s| s.state == RequestState::AwaitingH2CData)
         else {
             return Err(PduError::new(
@@ -553,9 +637,16 @@ impl Connection {
                 "H2CData beyond the command's transfer length",
             ));
         }
-        let len = slot.len as usize;
-        slot.data_mut(len, max)[h.datao as usize..end as usize].copy_from_slice(data);
-        slot.received = end as u32;
+        Ok(h.ttag)
+    }
+
+    /// An H2CData payload ending at `end` is in slot `idx`'s buffer: when
+    /// the transfer is complete, execute (or fail a digest error).
+    fn h2c_landed(&mut self, idx: u16, end: u32, ddok: bool) -> Result<(), PduError> {
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
+        slot.received = end;
         if !ddok {
             slot.digest_error = true;
         }
@@ -564,12 +655,84 @@ impl Connection {
         }
         if slot.digest_error {
             self.stats.digest_errors += 1;
-            debug!(peer = %self.qp.port().peer, cid = h.cccid, "H2CData data digest error");
-            self.complete_status(h.ttag, Status::TRANSIENT_TRANSPORT_ERROR);
+            let cid = slot.cmd.cid();
+            debug!(peer = %self.qp.port().peer, cid, "H2CData data digest error");
+            self.complete_status(idx, Status::TRANSIENT_TRANSPORT_ERROR);
             return Ok(());
         }
-        self.slots.set_state(h.ttag, RequestState::ReadyToExecute);
-        self.execute(h.ttag, Src::Slot)
+        self.slots.set_state(idx, RequestState::ReadyToExecute);
+        self.execute(idx, Src::Slot)
+    }
+
+    /// Direct data placement: `buf` starts with an H2CData PDU whose header
+    /// is here but whose payload mostly is not. Validate the header now, move
+    /// the payload bytes already buffered into the slot, and let the next
+    /// reads land straight in the slot buffer (no receive-buffer copy).
+    /// Returns true when `buf` was consumed.
+    fn try_direct(&mut self, buf: &[u8]) -> Result<bool, PduError> {
+        let Some(lay) = peek_layout(buf, &self.dopts)? else {
+            return Ok(false);
+        };
+        if lay.ty != PduType::H2CData || buf.len() < lay.data_start {
+            return Ok(false);
+        }
+        let have = buf.len() - lay.data_start;
+        let data_len = lay.data_len();
+        if have >= data_len || data_len - have < DIRECT_MIN {
+            return Ok(false);
+        }
+        if lay.hdgst {
+            let want = crc32c(&buf[..lay.hlen]);
+            if le32(buf, lay.hlen) != want {
+                return Err(PduError::new(
+                    FES_HEADER_DIGEST_ERROR,
+                    0,
+                    "header digest mismatch",
+                ));
+            }
+        }
+        let h = H2C {
+            cccid: le16(buf, 8),
+            ttag: le16(buf, 10),
+            datao: le32(buf, 12),
+            datal: le32(buf, 16),
+        };
+        if h.datal as usize != data_len {
+            return Err(PduError::new(
+                FES_INVALID_HEADER_FIELD,
+                FEI_DATA_DATAL,
+                "DATAL does not match the PDU length",
+            ));
+        }
+        self.require_ready()?;
+        let idx = self.check_h2c(&h)?;
+        self.stats.h2c_pdus += 1;
+        let max = self.params.max_io_size as usize;
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(false);
+        };
+        let len = slot.len as usize;
+        let at = h.datao as usize;
+        slot.data_mut(len, max)[at..at + have].copy_from_slice(&buf[lay.data_start..]);
+        self.stats.direct_h2c += 1;
+        self.direct = Some(Direct {
+            slot: idx,
+            start: h.datao,
+            pos: h.datao + have as u32,
+            end: h.datao + h.datal,
+            ddgst: lay.ddgst,
+        });
+        Ok(true)
+    }
+
+    /// The direct payload is complete; `digest` is the received data
+    /// digest when data digests are on.
+    fn finish_direct(&mut self, d: Direct, digest: Option<u32>) -> Result<(), PduError> {
+        let ok = match (digest, self.slots.get(d.slot)) {
+            (Some(dg), Some(slot)) => crc32c(&slot.data(d.end as usize)[d.start as usize..]) == dg,
+            _ => true,
+        };
+        self.h2c_landed(d.slot, d.end, ok)
     }
 
     // ---------------------------------------------------------------------
@@ -663,6 +826,16 @@ impl Connection {
             self.close = Some("Connect rejected");
         }
     }
+}
+
+/// Little-endian u16 at `at` (caller checked the bounds).
+fn le16(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+
+/// Little-endian u32 at `at` (caller checked the bounds).
+fn le32(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
 /// The H2CData header fields the handler uses.

@@ -362,6 +362,26 @@ fn h2c_data_length_beyond_command() {
 }
 
 #[test]
+fn large_h2c_data_with_bad_header_digest() {
+    let (_t, _a, mut m, h) = connected_io(25, true);
+    let ttag = r2t_for_write(&mut m, &h, 5, 65536);
+    let mut p = h.h2c(5, ttag, 0, &[1u8; 65536], true);
+    p[24] ^= 1;
+    // Header plus a little payload: judged before the payload arrives.
+    m.send(&p[..100]);
+    expect_term(&mut m, &h, FES_HEADER_DIGEST_ERROR, None);
+}
+
+#[test]
+fn large_h2c_data_out_of_range_before_payload() {
+    let (_t, _a, mut m, h) = connected_io(26, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 65536);
+    let p = h.h2c(5, ttag, 4096, &[1u8; 65536], true);
+    m.send(&p[..64]);
+    expect_term(&mut m, &h, FES_DATA_OUT_OF_RANGE, Some(12));
+}
+
+#[test]
 fn h2c_data_unknown_ttag() {
     let (_t, _a, mut m, h) = connected_io(22, false);
     let ttag = r2t_for_write(&mut m, &h, 5, 8192);
@@ -405,6 +425,19 @@ fn data_digest_errors_fail_the_command_only() {
     match m.recv(&h) {
         Resp::Cqe(c) => {
             assert_eq!(c.cid(), 10);
+            assert_eq!(c.status(), Status::TRANSIENT_TRANSPORT_ERROR)
+        }
+        other => panic!("{other:?}"),
+    }
+    // A large H2CData (received in place) with a bad digest.
+    let ttag = r2t_for_write(&mut m, &h, 11, 65536);
+    let mut p = h.h2c(11, ttag, 0, &pattern(5, 65536), true);
+    let n = p.len();
+    p[n - 100] ^= 1;
+    m.send(&p);
+    match m.recv(&h) {
+        Resp::Cqe(c) => {
+            assert_eq!(c.cid(), 11);
             assert_eq!(c.status(), Status::TRANSIENT_TRANSPORT_ERROR)
         }
         other => panic!("{other:?}"),
@@ -484,5 +517,28 @@ fn garbage_never_panics() {
         m.send(&junk);
         m.drain();
         let _ = h.parse(&mut m.inbox);
+    }
+}
+
+#[test]
+fn large_h2c_payload_is_placed_directly() {
+    for digests in [false, true] {
+        let (_t, _a, mut m, mut h) = connected_io(40, digests);
+        let ttag = r2t_for_write(&mut m, &h, 5, 65536);
+        let data = pattern(41, 65536);
+        let p = h.h2c(5, ttag, 0, &data, true);
+        m.conn.feed(&p[..30]);
+        m.conn.feed(&p[30..1000]);
+        m.conn.feed(&p[1000..40000]);
+        m.conn.feed(&p[40000..p.len() - 2]);
+        assert_eq!(m.conn.stats().direct_h2c, 1);
+        assert!(m.conn.has_partial_input());
+        m.conn.feed(&p[p.len() - 2..]);
+        match m.recv(&h) {
+            Resp::Cqe(c) => assert_eq!(c.status(), Status::SUCCESS),
+            other => panic!("{other:?}"),
+        }
+        assert!(!m.conn.has_partial_input());
+        assert_eq!(read(&mut m, &mut h, 0, 65536).1, data);
     }
 }
