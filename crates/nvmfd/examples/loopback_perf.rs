@@ -122,9 +122,8 @@ fn main() {
     }
     let el = start.elapsed().as_secs_f64();
     println!(
-        "{} 4KiB {}: {:.0} IOPS ({} I/Os in {:.2}s, QD {})",
+        "{} 4KiB loopback: {:.0} IOPS ({} I/Os in {:.2}s, QD {})",
         if is_write { "write" } else { "randread" },
-        "loopback",
         done as f64 / el,
         done,
         el,

@@ -53,12 +53,32 @@ fn write_cfg(text: &str) -> PathBuf {
 
 impl Daemon {
     fn start(cores: &str) -> Daemon {
-        let port = free_port();
-        let cfg = write_cfg(&config_json(port));
-        let mut d = Daemon::spawn(&["-c", cfg.to_str().unwrap(), "-m", cores], port);
-        d.cfg = Some(cfg);
-        d.wait_log(&format!("listening on 127.0.0.1:{port} (tcp)"));
-        d
+        // A port found free may be taken by a parallel test before nvmfd
+        // binds it (nvmfd then exits with "Address already in use"): retry.
+        for _ in 0..5 {
+            let port = free_port();
+            let cfg = write_cfg(&config_json(port));
+            let mut d = Daemon::spawn(&["-c", cfg.to_str().unwrap(), "-m", cores], port);
+            d.cfg = Some(cfg);
+            let ready = format!("listening on 127.0.0.1:{port} (tcp)");
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if d.log.lock().unwrap().iter().any(|l| l.contains(&ready)) {
+                    return d;
+                }
+                if d.child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(
+                d.logs().contains("Address already in use"),
+                "nvmfd did not start; log:\n{}",
+                d.logs()
+            );
+        }
+        panic!("no free port for nvmfd after 5 tries");
     }
 
     fn spawn(args: &[&str], port: u16) -> Daemon {
