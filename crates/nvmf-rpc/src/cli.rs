@@ -1,0 +1,1131 @@
+//! Owns the `nvmf rpc` command line: SPDK rpc.py's global options and, for
+//! every method nvmfd implements, rpc.py's positional arguments and flags
+//! (short and long spellings), turned into the same request parameters
+//! rpc.py would send (unset options left out, `store_true` flags sent as
+//! `false`, `listen_address` / `namespace` grouped, `discovery` shortcut).
+//! `save_config` / `load_config` follow rpc.py's client-side behaviour:
+//! save assembles `framework_get_subsystems` + `framework_get_config`
+//! (works against SPDK too); load sends nvmfd's atomic `load_config` with the
+//! document from stdin (or `-j`), falling back to one call per entry when the
+//! server has no `load_config` method.
+
+use std::io::Read;
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::client::{ClientError, RpcClient};
+use crate::error::METHOD_NOT_FOUND;
+use crate::DEFAULT_RPC_SOCKET;
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    /// A string value.
+    Str,
+    /// An integer value.
+    Int,
+    /// A floating point value.
+    Float,
+    /// `store_true`: `false` unless given.
+    True,
+    /// `store_false`: `true` unless given.
+    False,
+    /// `--x` / `--no-x` (argparse `BooleanOptionalAction`): unset unless given.
+    BoolOpt,
+    /// Comma-separated list of strings.
+    List,
+}
+
+struct Opt {
+    short: &'static str,
+    long: &'static str,
+    dest: &'static str,
+    kind: Kind,
+    required: bool,
+    choices: &'static [&'static str],
+    help: &'static str,
+}
+
+const fn o(
+    short: &'static str,
+    long: &'static str,
+    dest: &'static str,
+    kind: Kind,
+    help: &'static str,
+) -> Opt {
+    Opt {
+        short,
+        long,
+        dest,
+        kind,
+        required: false,
+        choices: &[],
+        help,
+    }
+}
+
+const fn req(mut opt: Opt) -> Opt {
+    opt.required = true;
+    opt
+}
+
+const fn choices(mut opt: Opt, c: &'static [&'static str]) -> Opt {
+    opt.choices = c;
+    opt
+}
+
+struct Pos {
+    dest: &'static str,
+    kind: Kind,
+    optional: bool,
+    help: &'static str,
+}
+
+const fn p(dest: &'static str, kind: Kind, help: &'static str) -> Pos {
+    Pos {
+        dest,
+        kind,
+        optional: false,
+        help,
+    }
+}
+
+type Build = fn(Map<String, Value>) -> Result<Map<String, Value>, String>;
+
+struct Cmd {
+    name: &'static str,
+    help: &'static str,
+    pos: &'static [Pos],
+    opts: &'static [Opt],
+    build: Build,
+    example: &'static str,
+}
+
+use Kind::*;
+
+const TGT_T: Opt = o(
+    "-t",
+    "--tgt-name",
+    "tgt_name",
+    Str,
+    "Parent NVMe-oF target name (accepted, ignored: nvmfd has one target)",
+);
+const TGT_P: Opt = o(
+    "-p",
+    "--tgt-name",
+    "tgt_name",
+    Str,
+    "Parent NVMe-oF target name (accepted, ignored)",
+);
+const NQN: Pos = p("nqn", Str, "Subsystem NQN");
+
+const ONCS: &[&str] = &["nvmcmps", "nvmdsmsv", "nvmwzsv", "reservs", "nvmcpys"];
+const FUSES: &[&str] = &["fcws"];
+
+static COMMANDS: &[Cmd] = &[
+    Cmd {
+        name: "rpc_get_methods",
+        help: "Get list of supported RPC methods",
+        pos: &[],
+        opts: &[
+            o("-c", "--current", "current", True, "Return only RPC methods callable in the current state"),
+            o("-i", "--include-aliases", "include_aliases", True, "Include deprecated method aliases"),
+        ],
+        build: plain,
+        example: "nvmf rpc rpc_get_methods",
+    },
+    Cmd {
+        name: "spdk_get_version",
+        help: "Get the version of the target (nvmfd)",
+        pos: &[],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc spdk_get_version",
+    },
+    Cmd {
+        name: "save_config",
+        help: "Write the current configuration (SPDK save_config JSON) to stdout",
+        pos: &[],
+        opts: &[
+            o("-i", "--indent", "indent", Int, "Indent level; < 0 means compact. Default 2"),
+            o("-s", "--subsystems", "subsystems", Str, "Comma-separated list of subsystems (and their dependencies) to save"),
+            o("", "--with-batches", "with_batches", BoolOpt, "Keep batch arrays in output (nvmfd never writes batches)"),
+        ],
+        build: plain,
+        example: "nvmf rpc save_config > nvmfd.json",
+    },
+    Cmd {
+        name: "load_config",
+        help: "Configure the target from a save_config JSON document read from stdin (nvmfd: replaces the whole configuration atomically)",
+        pos: &[],
+        opts: &[
+            o("-i", "--include-aliases", "include_aliases", True, "include RPC aliases"),
+            o("-j", "--json-conf", "json_conf", Str, "JSON configuration: a file path or the JSON text (default: stdin)"),
+        ],
+        build: plain,
+        example: "nvmf rpc load_config < nvmfd.json",
+    },
+    Cmd {
+        name: "bdev_malloc_create",
+        help: "Create a bdev with malloc backend; prints its name",
+        pos: &[
+            p("total_size", Float, "Size of malloc bdev in MiB (float > 0)"),
+            p("block_size", Int, "Data block size for this bdev"),
+        ],
+        opts: &[
+            o("-b", "--name", "name", Str, "Name of the bdev (default: MallocN)"),
+            o("-u", "--uuid", "uuid", Str, "UUID of the bdev (optional)"),
+            o("-p", "--physical-block-size", "physical_block_size", Int, "Physical block size (accepted, ignored)"),
+            o("-o", "--optimal-io-boundary", "optimal_io_boundary", Int, "Split on optimal IO boundary (accepted, ignored)"),
+            o("-m", "--md-size", "md_size", Int, "Metadata size (only 0 is supported)"),
+            o("-i", "--md-interleave", "md_interleave", True, "Metadata interleaved (accepted, ignored)"),
+            choices(o("-t", "--dif-type", "dif_type", Int, "Protection information type (only 0 is supported)"), &["0", "1", "2", "3"]),
+            o("-d", "--dif-is-head-of-md", "dif_is_head_of_md", True, "PI in the first 8 bytes of metadata (accepted, ignored)"),
+            choices(o("-f", "--dif-pi-format", "dif_pi_format", Int, "Protection information format (accepted, ignored)"), &["0", "1", "2"]),
+            o("-n", "--numa-id", "numa_id", Int, "NUMA node ID (accepted, ignored)"),
+        ],
+        build: malloc_create,
+        example: "nvmf rpc bdev_malloc_create -b Malloc0 512 512",
+    },
+    Cmd {
+        name: "bdev_malloc_delete",
+        help: "Delete a malloc bdev (it must not back a namespace)",
+        pos: &[p("name", Str, "malloc bdev name")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc bdev_malloc_delete Malloc0",
+    },
+    Cmd {
+        name: "bdev_null_create",
+        help: "Add a bdev with null backend (writes discarded, reads return zeroes); prints its name",
+        pos: &[
+            p("name", Str, "Block device name"),
+            p("total_size", Int, "Size of null bdev in MiB (int > 0)"),
+            p("block_size", Int, "Data block size for this bdev"),
+        ],
+        opts: &[
+            o("-u", "--uuid", "uuid", Str, "UUID of the bdev (optional)"),
+            o("-p", "--physical-block-size", "physical_block_size", Int, "Physical block size (accepted, ignored)"),
+            o("-m", "--md-size", "md_size", Int, "Metadata size (only 0 is supported)"),
+            choices(o("-t", "--dif-type", "dif_type", Int, "Protection information type (only 0 is supported)"), &["0", "1", "2", "3"]),
+            o("-d", "--dif-is-head-of-md", "dif_is_head_of_md", True, "(accepted, ignored)"),
+            choices(o("-f", "--dif-pi-format", "dif_pi_format", Int, "(accepted, ignored)"), &["0", "1", "2"]),
+            o("-a", "--preferred-write-alignment", "preferred_write_alignment", Int, "(accepted, ignored)"),
+            o("-g", "--preferred-write-granularity", "preferred_write_granularity", Int, "(accepted, ignored)"),
+            o("-s", "--optimal-write-size", "optimal_write_size", Int, "(accepted, ignored)"),
+            o("-c", "--preferred-unmap-alignment", "preferred_unmap_alignment", Int, "(accepted, ignored)"),
+            o("-r", "--preferred-unmap-granularity", "preferred_unmap_granularity", Int, "(accepted, ignored)"),
+        ],
+        build: null_create,
+        example: "nvmf rpc bdev_null_create Null0 1024 4096",
+    },
+    Cmd {
+        name: "bdev_null_delete",
+        help: "Delete a null bdev (it must not back a namespace)",
+        pos: &[p("name", Str, "null bdev name")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc bdev_null_delete Null0",
+    },
+    Cmd {
+        name: "bdev_get_bdevs",
+        help: "Display the bdev list or one bdev",
+        pos: &[],
+        opts: &[
+            o("-b", "--name", "name", Str, "Name of the bdev"),
+            o("-t", "--timeout-ms", "timeout", Int, "Time to wait for the bdev to appear (accepted, ignored: bdevs appear synchronously)"),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_get_bdevs -b Malloc0",
+    },
+    Cmd {
+        name: "nvmf_create_transport",
+        help: "Create the NVMe-oF transport (nvmfd: TCP only)",
+        pos: &[],
+        opts: &[
+            req(o("-t", "--trtype", "trtype", Str, "Transport type (TCP)")),
+            o("-g", "--tgt-name", "tgt_name", Str, "Parent NVMe-oF target name (accepted, ignored)"),
+            o("-q", "--max-queue-depth", "max_queue_depth", Int, "Max number of outstanding I/O per queue"),
+            o("-m", "--max-io-qpairs-per-ctrlr", "max_io_qpairs_per_ctrlr", Int, "Max number of IO qpairs per controller"),
+            o("-c", "--in-capsule-data-size", "in_capsule_data_size", Int, "Max in-capsule data size (bytes)"),
+            o("-i", "--max-io-size", "max_io_size", Int, "Max I/O size (bytes)"),
+            o("-u", "--io-unit-size", "io_unit_size", Int, "I/O unit size (bytes)"),
+            o("-a", "--max-aq-depth", "max_aq_depth", Int, "Max number of admin cmds per AQ"),
+            o("-n", "--num-shared-buffers", "num_shared_buffers", Int, "(accepted, ignored)"),
+            o("-b", "--buf-cache-size", "buf_cache_size", Int, "(accepted, ignored)"),
+            o("", "--iobuf-small-cache-size", "iobuf_small_cache_size", Int, "(accepted, ignored)"),
+            o("", "--iobuf-large-cache-size", "iobuf_large_cache_size", Int, "(accepted, ignored)"),
+            o("-z", "--zcopy", "zcopy", True, "(accepted, ignored)"),
+            o("-d", "--num-cqe", "num_cqe", Int, "RDMA only (accepted, ignored)"),
+            o("-s", "--max-srq-depth", "max_srq_depth", Int, "RDMA only (accepted, ignored)"),
+            o("-r", "--no-srq", "no_srq", True, "RDMA only (accepted, ignored)"),
+            o("-o", "--c2h-success", "c2h_success", False, "Disable C2H success optimization (TCP only)"),
+            o("-f", "--dif-insert-or-strip", "dif_insert_or_strip", True, "(accepted, ignored)"),
+            o("-y", "--sock-priority", "sock_priority", Int, "(accepted, ignored)"),
+            o("-l", "--acceptor-backlog", "acceptor_backlog", Int, "RDMA only (accepted, ignored)"),
+            o("-x", "--abort-timeout-sec", "abort_timeout_sec", Int, "(accepted, ignored)"),
+            o("-w", "--no-wr-batching", "no_wr_batching", True, "RDMA only (accepted, ignored)"),
+            o("-e", "--control-msg-num", "control_msg_num", Int, "(accepted, ignored)"),
+            o("-M", "--disable-mappable-bar0", "disable_mappable_bar0", True, "VFIO-USER only (accepted, ignored)"),
+            o("-I", "--disable-adaptive-irq", "disable_adaptive_irq", True, "VFIO-USER only (accepted, ignored)"),
+            o("-S", "--disable-shadow-doorbells", "disable_shadow_doorbells", True, "VFIO-USER only (accepted, ignored)"),
+            o("", "--acceptor-poll-rate", "acceptor_poll_rate", Int, "(accepted, ignored)"),
+            o("", "--ack-timeout", "ack_timeout", Int, "RDMA only (accepted, ignored)"),
+            o("", "--data-wr-pool-size", "data_wr_pool_size", Int, "RDMA only (accepted, ignored)"),
+            o("", "--disable-command-passthru", "disable_command_passthru", True, "(accepted, ignored)"),
+            o("", "--kas", "kas", Int, "(accepted, ignored)"),
+            o("", "--min-kato", "min_kato", Int, "(accepted, ignored)"),
+            o("", "--masked-oncs", "masked_oncs", List, "Comma-separated ONCS features to mask: all, nvmcmps, nvmdsmsv, nvmwzsv, reservs, nvmcpys (accepted, ignored)"),
+            o("", "--masked-fuses", "masked_fuses", List, "Comma-separated FUSES to mask: all, fcws (accepted, ignored)"),
+        ],
+        build: create_transport,
+        example: "nvmf rpc nvmf_create_transport -t TCP -u 8192 -i 131072 -c 8192",
+    },
+    Cmd {
+        name: "nvmf_get_transports",
+        help: "Display nvmf transports or one transport",
+        pos: &[],
+        opts: &[o("", "--trtype", "trtype", Str, "Transport type"), TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_get_transports",
+    },
+    Cmd {
+        name: "nvmf_get_subsystems",
+        help: "Display nvmf subsystems or one subsystem",
+        pos: &[Pos {
+            dest: "nqn",
+            kind: Str,
+            optional: true,
+            help: "Subsystem NQN",
+        }],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_get_subsystems",
+    },
+    Cmd {
+        name: "nvmf_create_subsystem",
+        help: "Create an NVMe-oF subsystem",
+        pos: &[NQN],
+        opts: &[
+            TGT_T,
+            o("-s", "--serial-number", "serial_number", Str, "Serial number of the virtual NVMe controller"),
+            o("-d", "--model-number", "model_number", Str, "Model number of the virtual NVMe controller"),
+            o("-a", "--allow-any-host", "allow_any_host", True, "Allow any host to connect (default: enforce allowed host NQN list)"),
+            o("-m", "--max-namespaces", "max_namespaces", Int, "Maximum number of namespaces"),
+            o("-r", "--ana-reporting", "ana_reporting", True, "Enable ANA reporting feature"),
+            o("-i", "--min-cntlid", "min_cntlid", Int, "Minimum controller ID"),
+            o("-I", "--max-cntlid", "max_cntlid", Int, "Maximum controller ID"),
+            o("", "--dmrsl", "dmrsl", Int, "(accepted, ignored)"),
+            o("", "--wzsl", "wzsl", Int, "(accepted, ignored)"),
+            o("-p", "--passthrough", "passthrough", True, "(accepted, ignored)"),
+            o("-n", "--enable-nssr", "enable_nssr", True, "(accepted, ignored)"),
+            o("", "--admin-label", "admin_label", Str, "(accepted, ignored)"),
+        ],
+        build: plain,
+        example: "nvmf rpc nvmf_create_subsystem nqn.2016-06.io.spdk:cnode1 -a -s SPDK00000000000001 -d SPDK_Controller1",
+    },
+    Cmd {
+        name: "nvmf_delete_subsystem",
+        help: "Delete an NVMe-oF subsystem (its controllers are disconnected)",
+        pos: &[NQN],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_delete_subsystem nqn.2016-06.io.spdk:cnode1",
+    },
+    Cmd {
+        name: "nvmf_subsystem_add_listener",
+        help: "Add a listener to an NVMe-oF subsystem ('discovery' = the discovery NQN)",
+        pos: &[NQN],
+        opts: &[
+            req(o("-t", "--trtype", "trtype", Str, "NVMe-oF transport type: tcp")),
+            req(o("-a", "--traddr", "traddr", Str, "NVMe-oF transport address: an IP address")),
+            TGT_P,
+            o("-f", "--adrfam", "adrfam", Str, "Address family: ipv4, ipv6"),
+            o("-s", "--trsvcid", "trsvcid", Str, "Transport service id: the TCP port"),
+            o("-k", "--secure-channel", "secure_channel", True, "Require TLS (not supported by nvmfd)"),
+            choices(o("-n", "--ana-state", "ana_state", Str, "ANA state (accepted, ignored)"), &["optimized", "non_optimized", "inaccessible"]),
+            o("-S", "--sock-impl", "sock_impl", Str, "(accepted, ignored)"),
+            o("", "--numa-id", "numa_id", Int, "(accepted, ignored)"),
+        ],
+        build: listener,
+        example: "nvmf rpc nvmf_subsystem_add_listener nqn.2016-06.io.spdk:cnode1 -t tcp -a 127.0.0.1 -s 4420",
+    },
+    Cmd {
+        name: "nvmf_subsystem_remove_listener",
+        help: "Remove a listener from an NVMe-oF subsystem ('discovery' = the discovery NQN)",
+        pos: &[NQN],
+        opts: &[
+            req(o("-t", "--trtype", "trtype", Str, "NVMe-oF transport type: tcp")),
+            req(o("-a", "--traddr", "traddr", Str, "NVMe-oF transport address: an IP address")),
+            TGT_P,
+            o("-f", "--adrfam", "adrfam", Str, "Address family: ipv4, ipv6"),
+            o("-s", "--trsvcid", "trsvcid", Str, "Transport service id: the TCP port"),
+        ],
+        build: listener,
+        example: "nvmf rpc nvmf_subsystem_remove_listener nqn.2016-06.io.spdk:cnode1 -t tcp -a 127.0.0.1 -s 4420",
+    },
+    Cmd {
+        name: "nvmf_subsystem_add_ns",
+        help: "Add a namespace to an NVMe-oF subsystem; prints the NSID",
+        pos: &[NQN, p("bdev_name", Str, "Name of the bdev to expose as a namespace")],
+        opts: &[
+            TGT_T,
+            o("-p", "--ptpl-file", "ptpl_file", Str, "(accepted, ignored)"),
+            o("-n", "--nsid", "nsid", Int, "Namespace ID (default: lowest free)"),
+            o("-g", "--nguid", "nguid", Str, "16-byte NGUID in hexadecimal"),
+            o("-e", "--eui64", "eui64", Str, "8-byte EUI-64 in hexadecimal"),
+            o("-u", "--uuid", "uuid", Str, "RFC 4122 UUID"),
+            o("-a", "--anagrpid", "anagrpid", Int, "ANA group ID (accepted, ignored)"),
+            o("-i", "--no-auto-visible", "no_auto_visible", True, "Per-host visibility (not supported by nvmfd)"),
+            o("-N", "--hide-metadata", "hide_metadata", True, "(accepted, ignored)"),
+        ],
+        build: add_ns,
+        example: "nvmf rpc nvmf_subsystem_add_ns nqn.2016-06.io.spdk:cnode1 Malloc0",
+    },
+    Cmd {
+        name: "nvmf_subsystem_remove_ns",
+        help: "Remove a namespace from an NVMe-oF subsystem",
+        pos: &[NQN, p("nsid", Int, "Namespace ID")],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_remove_ns nqn.2016-06.io.spdk:cnode1 1",
+    },
+    Cmd {
+        name: "nvmf_subsystem_add_host",
+        help: "Add a host NQN to the allowed list of a subsystem",
+        pos: &[NQN, p("host", Str, "Host NQN to allow")],
+        opts: &[
+            TGT_T,
+            o("", "--psk", "psk", Str, "TLS PSK (not supported by nvmfd)"),
+            o("", "--dhchap-key", "dhchap_key", Str, "DH-HMAC-CHAP key (not supported by nvmfd)"),
+            o("", "--dhchap-ctrlr-key", "dhchap_ctrlr_key", Str, "DH-HMAC-CHAP controller key (not supported by nvmfd)"),
+        ],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_add_host nqn.2016-06.io.spdk:cnode1 nqn.2014-08.org.nvmexpress:uuid:...",
+    },
+    Cmd {
+        name: "nvmf_subsystem_remove_host",
+        help: "Remove a host NQN from the allowed list of a subsystem",
+        pos: &[NQN, p("host", Str, "Host NQN to remove")],
+        opts: &[
+            TGT_T,
+            o("-T", "--timeout-ms", "timeout_ms", Int, "(accepted, ignored)"),
+        ],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_remove_host nqn.2016-06.io.spdk:cnode1 nqn.2014-08.org.nvmexpress:uuid:...",
+    },
+    Cmd {
+        name: "nvmf_subsystem_allow_any_host",
+        help: "Allow any host to connect (--allow-any-host) or enforce the host list (--no-allow-any-host)",
+        pos: &[NQN],
+        opts: &[
+            o("", "--allow-any-host", "allow_any_host", BoolOpt, "true: any host; --no-allow-any-host: enforce the allowed host list"),
+            o("-e", "--enable", "enable", True, "Older rpc.py spelling of --allow-any-host"),
+            o("-d", "--disable", "disable", True, "Older rpc.py spelling of --no-allow-any-host"),
+            TGT_T,
+        ],
+        build: allow_any_host,
+        example: "nvmf rpc nvmf_subsystem_allow_any_host nqn.2016-06.io.spdk:cnode1 --allow-any-host",
+    },
+    Cmd {
+        name: "nvmf_subsystem_get_controllers",
+        help: "Display controllers of an NVMe-oF subsystem",
+        pos: &[NQN],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_get_controllers nqn.2016-06.io.spdk:cnode1",
+    },
+    Cmd {
+        name: "nvmf_subsystem_get_qpairs",
+        help: "Display queue pairs of an NVMe-oF subsystem",
+        pos: &[NQN],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_get_qpairs nqn.2016-06.io.spdk:cnode1",
+    },
+    Cmd {
+        name: "nvmf_subsystem_get_listeners",
+        help: "Display listeners of an NVMe-oF subsystem",
+        pos: &[NQN],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_subsystem_get_listeners nqn.2016-06.io.spdk:cnode1",
+    },
+    Cmd {
+        name: "nvmf_get_stats",
+        help: "Display current statistics of the target",
+        pos: &[],
+        opts: &[TGT_T],
+        build: plain,
+        example: "nvmf rpc nvmf_get_stats",
+    },
+];
+
+/// Parameters as rpc.py sends them: every option that has a value.
+fn plain(m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    Ok(m)
+}
+
+fn num_blocks(m: &mut Map<String, Value>) -> Result<(), String> {
+    let size = m
+        .remove("total_size")
+        .and_then(|v| v.as_f64())
+        .unwrap_or(0.0);
+    let bs = m.get("block_size").and_then(Value::as_i64).unwrap_or(0);
+    if bs <= 0 {
+        return Err("block_size must be greater than 0".into());
+    }
+    let n = ((size * 1024.0 * 1024.0) / bs as f64).floor();
+    if n < 0.0 {
+        return Err("total_size must not be negative".into());
+    }
+    m.insert("num_blocks".into(), json!(n as u64));
+    Ok(())
+}
+
+fn malloc_create(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    num_blocks(&mut m)?;
+    Ok(m)
+}
+
+fn null_create(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    if m.get("dif_type").and_then(Value::as_i64).unwrap_or(0) != 0
+        && m.get("md_size").and_then(Value::as_i64).unwrap_or(0) == 0
+    {
+        return Err("--md-size must be > 0 when --dif-type is > 0".into());
+    }
+    num_blocks(&mut m)?;
+    Ok(m)
+}
+
+fn check_list(
+    m: &Map<String, Value>,
+    key: &str,
+    allowed: &[&str],
+) -> Result<Option<Value>, String> {
+    let Some(Value::Array(items)) = m.get(key) else {
+        return Ok(None);
+    };
+    let names: Vec<&str> = items.iter().filter_map(Value::as_str).collect();
+    let bad: Vec<&str> = names
+        .iter()
+        .copied()
+        .filter(|n| *n != "all" && !allowed.contains(n))
+        .collect();
+    if !bad.is_empty() {
+        return Err(format!(
+            "invalid {key}: '{}'; available: all, {}",
+            bad.join(", "),
+            allowed.join(", ")
+        ));
+    }
+    Ok(Some(if names.contains(&"all") {
+        json!(allowed)
+    } else {
+        json!(names)
+    }))
+}
+
+fn create_transport(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    for (key, allowed) in [("masked_oncs", ONCS), ("masked_fuses", FUSES)] {
+        match check_list(&m, key, allowed)? {
+            Some(v) if v.as_array().is_some_and(|a| !a.is_empty()) => {
+                m.insert(key.into(), v);
+            }
+            _ => {
+                m.remove(key);
+            }
+        }
+    }
+    Ok(m)
+}
+
+fn discovery_shortcut(m: &mut Map<String, Value>) {
+    if m.get("nqn").and_then(Value::as_str) == Some("discovery") {
+        m.insert("nqn".into(), json!(nvmf_config::DISCOVERY_NQN));
+    }
+}
+
+fn group_as(m: &mut Map<String, Value>, name: &str, keys: &[&str]) {
+    let mut group = Map::new();
+    for k in keys {
+        if let Some(v) = m.remove(*k) {
+            group.insert((*k).to_string(), v);
+        }
+    }
+    if !group.is_empty() {
+        m.insert(name.to_string(), Value::Object(group));
+    }
+}
+
+fn listener(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    group_as(
+        &mut m,
+        "listen_address",
+        &["trtype", "traddr", "trsvcid", "adrfam"],
+    );
+    discovery_shortcut(&mut m);
+    Ok(m)
+}
+
+fn add_ns(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    group_as(
+        &mut m,
+        "namespace",
+        &[
+            "bdev_name",
+            "ptpl_file",
+            "nsid",
+            "nguid",
+            "eui64",
+            "uuid",
+            "anagrpid",
+            "no_auto_visible",
+            "hide_metadata",
+        ],
+    );
+    Ok(m)
+}
+
+fn allow_any_host(mut m: Map<String, Value>) -> Result<Map<String, Value>, String> {
+    let enable = m.remove("enable") == Some(json!(true));
+    let disable = m.remove("disable") == Some(json!(true));
+    let allow = match (m.get("allow_any_host"), enable, disable) {
+        (Some(v), false, false) => v.clone(),
+        (None, true, false) => json!(true),
+        (None, false, true) => json!(false),
+        (None, false, false) => {
+            return Err("one of --allow-any-host / --no-allow-any-host is required".into())
+        }
+        _ => return Err("give only one of --allow-any-host, --no-allow-any-host, -e, -d".into()),
+    };
+    m.insert("allow_any_host".into(), allow);
+    Ok(m)
+}
+
+/// Global options (before the method), rpc.py's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Globals {
+    pub server: String,
+    pub timeout: f64,
+    pub retries: u32,
+    pub dry_run: bool,
+}
+
+impl Default for Globals {
+    fn default() -> Self {
+        Globals {
+            server: DEFAULT_RPC_SOCKET.to_string(),
+            timeout: 60.0,
+            retries: 0,
+            dry_run: false,
+        }
+    }
+}
+
+/// A parsed command line.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Invocation {
+    /// Print this help text and exit 0.
+    Help(String),
+    /// Call `method` with `params` (None: no params member).
+    Call {
+        globals: Globals,
+        method: String,
+        params: Option<Value>,
+        /// Client-side options of save_config / load_config (indent,
+        /// subsystems, json_conf, ...), not sent.
+        local: Map<String, Value>,
+    },
+}
+
+fn usage_line(c: &Cmd) -> String {
+    let mut s = format!("nvmf rpc [GLOBAL OPTIONS] {}", c.name);
+    for o in c.opts.iter().filter(|o| o.required) {
+        let flag = if o.short.is_empty() { o.long } else { o.short };
+        s.push_str(&format!(" {flag} {}", o.dest.to_uppercase()));
+    }
+    if c.opts.iter().any(|o| !o.required) {
+        s.push_str(" [OPTIONS]");
+    }
+    for p in c.pos {
+        if p.optional {
+            s.push_str(&format!(" [{}]", p.dest.to_uppercase()));
+        } else {
+            s.push_str(&format!(" {}", p.dest.to_uppercase()));
+        }
+    }
+    s
+}
+
+fn command_help(c: &Cmd) -> String {
+    let mut s = format!("usage: {}\n\n{}\n", usage_line(c), c.help);
+    if !c.pos.is_empty() {
+        s.push_str("\npositional arguments:\n");
+        for p in c.pos {
+            s.push_str(&format!("  {:<34} {}\n", p.dest.to_uppercase(), p.help));
+        }
+    }
+    if !c.opts.is_empty() {
+        s.push_str("\noptions:\n");
+        for o in c.opts {
+            let value = match o.kind {
+                True | False | BoolOpt => String::new(),
+                _ => format!(" {}", o.dest.to_uppercase()),
+            };
+            let mut names = if o.short.is_empty() {
+                o.long.to_string()
+            } else {
+                format!("{}, {}", o.short, o.long)
+            };
+            if o.kind == BoolOpt {
+                names.push_str(&format!(", --no-{}", &o.long[2..]));
+            }
+            let mut help = o.help.to_string();
+            if !o.choices.is_empty() {
+                help.push_str(&format!(" {{{}}}", o.choices.join(",")));
+            }
+            if o.required {
+                help.push_str(" (required)");
+            }
+            s.push_str(&format!("  {:<34} {}\n", format!("{names}{value}"), help));
+        }
+    }
+    s.push_str(&format!("\nexample:\n  {}\n", c.example));
+    s
+}
+
+/// The top-level `nvmf rpc --help` text.
+pub fn main_help() -> String {
+    let mut s = format!(
+        "usage: nvmf rpc [GLOBAL OPTIONS] METHOD [ARGS]\n\n\
+         Configure a running nvmfd over its JSON-RPC socket, one call at a time, with\n\
+         the same methods, arguments and flags as SPDK's scripts/rpc.py (scripts\n\
+         written for rpc.py work with `nvmf rpc` in its place, and rpc.py itself can\n\
+         talk to nvmfd). The result is printed as JSON (a string result bare, like\n\
+         rpc.py); errors go to stderr and the exit status is 1.\n\n\
+         global options (before METHOD):\n\
+         \x20 -s, --server SOCKET   RPC Unix socket path (default: {DEFAULT_RPC_SOCKET})\n\
+         \x20 -t TIMEOUT            seconds to wait for a response (default: 60.0)\n\
+         \x20 -r RETRIES            retry connecting RETRIES times, 0.2 s apart (default: 0)\n\
+         \x20 -p PORT               accepted for rpc.py compatibility, ignored (Unix socket only)\n\
+         \x20 -v, --verbose LEVEL   accepted for rpc.py compatibility, ignored\n\
+         \x20 --dry-run             print the request instead of sending it\n\
+         \x20 -h, --help            this help; `nvmf rpc METHOD -h` explains one method\n\n\
+         methods:\n"
+    );
+    for c in COMMANDS {
+        s.push_str(&format!("  {:<32} {}\n", c.name, c.help));
+    }
+    s.push_str(
+        "\na typical setup (what SPDK's NVMe/TCP quick start does):\n\
+         \x20 nvmf rpc nvmf_create_transport -t TCP -u 8192 -i 131072 -c 8192\n\
+         \x20 nvmf rpc bdev_malloc_create -b Malloc0 512 512\n\
+         \x20 nvmf rpc nvmf_create_subsystem nqn.2016-06.io.spdk:cnode1 -a -s SPDK00000000000001 -d SPDK_Controller1\n\
+         \x20 nvmf rpc nvmf_subsystem_add_ns nqn.2016-06.io.spdk:cnode1 Malloc0\n\
+         \x20 nvmf rpc nvmf_subsystem_add_listener nqn.2016-06.io.spdk:cnode1 -t tcp -a 127.0.0.1 -s 4420\n\
+         \x20 nvmf rpc save_config > nvmfd.json      # later: nvmfd -c nvmfd.json, or load_config < nvmfd.json\n",
+    );
+    s
+}
+
+fn parse_value(kind: Kind, what: &str, raw: &str) -> Result<Value, String> {
+    match kind {
+        Str => Ok(json!(raw)),
+        Int => raw
+            .parse::<i64>()
+            .map(|n| json!(n))
+            .map_err(|_| format!("{what}: invalid int value: '{raw}'")),
+        Float => raw
+            .parse::<f64>()
+            .ok()
+            .filter(|f| f.is_finite())
+            .map(|f| json!(f))
+            .ok_or_else(|| format!("{what}: invalid float value: '{raw}'")),
+        List => Ok(json!(raw.split(',').collect::<Vec<_>>())),
+        True | False | BoolOpt => unreachable!("flags take no value"),
+    }
+}
+
+fn looks_like_number(s: &str) -> bool {
+    s.len() > 1 && s.starts_with('-') && s[1..].parse::<f64>().is_ok()
+}
+
+/// Parses the words after `nvmf rpc`.
+pub fn parse_args(args: &[String]) -> Result<Invocation, String> {
+    let mut g = Globals::default();
+    let mut i = 0;
+    let value_of = |i: &mut usize, flag: &str| -> Result<String, String> {
+        *i += 1;
+        args.get(*i)
+            .cloned()
+            .ok_or_else(|| format!("argument {flag}: expected one argument"))
+    };
+    while i < args.len() && args[i].starts_with('-') {
+        let a = args[i].as_str();
+        let (flag, inline) = match a.split_once('=') {
+            Some((f, v)) if a.starts_with("--") => (f, Some(v.to_string())),
+            _ => (a, None),
+        };
+        let val = |i: &mut usize| match &inline {
+            Some(v) => Ok(v.clone()),
+            None => value_of(i, flag),
+        };
+        match flag {
+            "-h" | "--help" => return Ok(Invocation::Help(main_help())),
+            "-s" | "--server" => g.server = val(&mut i)?,
+            "-t" | "--timeout" => {
+                let v = val(&mut i)?;
+                g.timeout = v
+                    .parse()
+                    .ok()
+                    .filter(|t: &f64| *t > 0.0 && t.is_finite())
+                    .ok_or_else(|| format!("argument -t: invalid timeout '{v}'"))?;
+            }
+            "-r" => {
+                let v = val(&mut i)?;
+                g.retries = v
+                    .parse()
+                    .map_err(|_| format!("argument -r: invalid int value: '{v}'"))?;
+            }
+            "-p" | "--verbose" => {
+                val(&mut i)?;
+            }
+            "-v" => {}
+            "--dry-run" => g.dry_run = true,
+            _ => {
+                return Err(format!(
+                    "unrecognized global option {a} (see nvmf rpc --help)"
+                ))
+            }
+        }
+        i += 1;
+    }
+    let Some(method) = args.get(i) else {
+        return Err(format!("no METHOD given\n\n{}", main_help()));
+    };
+    let Some(cmd) = COMMANDS.iter().find(|c| c.name == method) else {
+        return Err(format!(
+            "unknown method '{method}' (nvmf rpc --help lists the methods nvmfd implements)"
+        ));
+    };
+    let rest = &args[i + 1..];
+    let mut m = Map::new();
+    for o in cmd.opts {
+        match o.kind {
+            True => {
+                m.insert(o.dest.into(), json!(false));
+            }
+            False => {
+                m.insert(o.dest.into(), json!(true));
+            }
+            _ => {}
+        }
+    }
+    let mut positionals = Vec::new();
+    let mut seen = Vec::new();
+    let mut j = 0;
+    while j < rest.len() {
+        let a = rest[j].as_str();
+        if a == "-h" || a == "--help" {
+            return Ok(Invocation::Help(command_help(cmd)));
+        }
+        if a == "--" {
+            positionals.extend(rest[j + 1..].iter().cloned());
+            break;
+        }
+        if a.starts_with('-') && a.len() > 1 && !looks_like_number(a) {
+            let (flag, inline) = match a.split_once('=') {
+                Some((f, v)) if a.starts_with("--") => (f, Some(v.to_string())),
+                _ => (a, None),
+            };
+            let negated = flag.strip_prefix("--no-");
+            let opt = cmd.opts.iter().find(|o| {
+                (!o.short.is_empty() && o.short == flag)
+                    || o.long == flag
+                    || (o.kind == BoolOpt && negated == Some(&o.long[2..]))
+            });
+            let Some(opt) = opt else {
+                return Err(format!(
+                    "{}: unrecognized argument {a}\n\n{}",
+                    cmd.name,
+                    usage_line(cmd)
+                ));
+            };
+            seen.push(opt.dest);
+            let value = match opt.kind {
+                True => json!(true),
+                False => json!(false),
+                BoolOpt => json!(negated.is_none()),
+                kind => {
+                    let raw = match inline {
+                        Some(v) => v,
+                        None => {
+                            j += 1;
+                            rest.get(j).cloned().ok_or_else(|| {
+                                format!("{}: argument {flag}: expected one argument", cmd.name)
+                            })?
+                        }
+                    };
+                    if !opt.choices.is_empty() && !opt.choices.contains(&raw.as_str()) {
+                        return Err(format!(
+                            "{}: argument {flag}: invalid choice: '{raw}' (choose from {})",
+                            cmd.name,
+                            opt.choices.join(", ")
+                        ));
+                    }
+                    parse_value(kind, &format!("{}: argument {flag}", cmd.name), &raw)?
+                }
+            };
+            m.insert(opt.dest.into(), value);
+        } else {
+            positionals.push(rest[j].clone());
+        }
+        j += 1;
+    }
+    if let Some(o) = cmd
+        .opts
+        .iter()
+        .find(|o| o.required && !seen.contains(&o.dest))
+    {
+        let names = if o.short.is_empty() {
+            o.long.to_string()
+        } else {
+            format!("{}/{}", o.short, o.long)
+        };
+        return Err(format!(
+            "{}: the following arguments are required: {names}\n\n{}",
+            cmd.name,
+            usage_line(cmd)
+        ));
+    }
+    let mut pos_iter = positionals.into_iter();
+    for p in cmd.pos {
+        match pos_iter.next() {
+            Some(raw) => {
+                let v = parse_value(p.kind, &format!("{}: argument {}", cmd.name, p.dest), &raw)?;
+                m.insert(p.dest.into(), v);
+            }
+            None if p.optional => {}
+            None => {
+                return Err(format!(
+                    "{}: the following arguments are required: {}\n\n{}",
+                    cmd.name,
+                    p.dest.to_uppercase(),
+                    usage_line(cmd)
+                ))
+            }
+        }
+    }
+    if let Some(extra) = pos_iter.next() {
+        return Err(format!(
+            "{}: unrecognized argument {extra}\n\n{}",
+            cmd.name,
+            usage_line(cmd)
+        ));
+    }
+    let m = (cmd.build)(m).map_err(|e| format!("{}: {e}", cmd.name))?;
+    let (params, local) = match cmd.name {
+        "save_config" | "load_config" => (None, m),
+        _ => ((!m.is_empty()).then_some(Value::Object(m)), Map::new()),
+    };
+    Ok(Invocation::Call {
+        globals: g,
+        method: cmd.name.to_string(),
+        params,
+        local,
+    })
+}
+
+/// rpc.py's output: a string bare, anything else as JSON with 2-space indent.
+pub fn format_result(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string_pretty(other).unwrap_or_default(),
+    }
+}
+
+fn to_json_indent(v: &Value, indent: i64) -> String {
+    if indent < 0 {
+        return v.to_string();
+    }
+    let ind = " ".repeat(indent as usize);
+    let mut out = Vec::new();
+    let fmt = serde_json::ser::PrettyFormatter::with_indent(ind.as_bytes());
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
+    serde::Serialize::serialize(v, &mut ser).expect("serializing a Value cannot fail");
+    String::from_utf8(out).expect("JSON is UTF-8")
+}
+
+fn save_config(client: &mut RpcClient, local: &Map<String, Value>) -> Result<String, String> {
+    let err = |e: ClientError| e.to_string();
+    let subsystems = client.call("framework_get_subsystems", None).map_err(err)?;
+    let list = subsystems
+        .as_array()
+        .ok_or("framework_get_subsystems did not return an array")?;
+    let mut wanted: Option<Vec<String>> = None;
+    if let Some(sel) = local.get("subsystems").and_then(Value::as_str) {
+        let mut set: Vec<String> = Vec::new();
+        let mut todo: Vec<String> = sel.split(',').map(str::to_string).collect();
+        while let Some(name) = todo.pop() {
+            if set.contains(&name) {
+                continue;
+            }
+            let entry = list
+                .iter()
+                .find(|e| e["subsystem"] == name.as_str())
+                .ok_or_else(|| format!("save_config: no subsystem \"{name}\""))?;
+            if let Some(deps) = entry["depends_on"].as_array() {
+                todo.extend(deps.iter().filter_map(Value::as_str).map(str::to_string));
+            }
+            set.push(name);
+        }
+        wanted = Some(set);
+    }
+    let with_batches = local.get("with_batches").cloned().unwrap_or(json!(false));
+    let mut out = Vec::new();
+    for e in list {
+        let Some(name) = e["subsystem"].as_str() else {
+            continue;
+        };
+        if wanted
+            .as_ref()
+            .is_some_and(|w| !w.iter().any(|n| n == name))
+        {
+            continue;
+        }
+        let config = client
+            .call(
+                "framework_get_config",
+                Some(&json!({ "name": name, "with_batches": with_batches })),
+            )
+            .map_err(err)?;
+        out.push(json!({ "subsystem": name, "config": config }));
+    }
+    let indent = local.get("indent").and_then(Value::as_i64).unwrap_or(2);
+    Ok(to_json_indent(&json!({ "subsystems": out }), indent))
+}
+
+fn read_config_doc(local: &Map<String, Value>) -> Result<Value, String> {
+    let text = match local.get("json_conf").and_then(Value::as_str) {
+        Some(j) if std::path::Path::new(j).exists() => {
+            std::fs::read_to_string(j).map_err(|e| format!("load_config: cannot read {j}: {e}"))?
+        }
+        Some(j) => j.to_string(),
+        None => {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| format!("load_config: cannot read stdin: {e}"))?;
+            s
+        }
+    };
+    serde_json::from_str(&text).map_err(|e| format!("load_config: the input is not JSON: {e}"))
+}
+
+/// Calls each `{method, params}` entry of a save_config document, in order
+/// (rpc.py's way; for servers without nvmfd's `load_config`).
+fn load_config_per_entry(client: &mut RpcClient, doc: &Value) -> Result<(), String> {
+    fn walk(v: &Value, out: &mut Vec<Value>) {
+        match v {
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            other => out.push(other.clone()),
+        }
+    }
+    let sections = doc["subsystems"]
+        .as_array()
+        .ok_or("load_config: missing \"subsystems\" array")?;
+    for s in sections {
+        let mut entries = Vec::new();
+        walk(&s["config"], &mut entries);
+        for e in entries {
+            let method = e["method"]
+                .as_str()
+                .ok_or("load_config: an entry without \"method\"")?;
+            let params = e.get("params").filter(|p| !p.is_null());
+            client
+                .call(method, params)
+                .map_err(|err| format!("{method}: {err}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn run(inv: Invocation) -> Result<Option<String>, String> {
+    let (globals, method, params, local) = match inv {
+        Invocation::Help(h) => return Ok(Some(h)),
+        Invocation::Call {
+            globals,
+            method,
+            params,
+            local,
+        } => (globals, method, params, local),
+    };
+    let params = if method == "load_config" {
+        Some(read_config_doc(&local)?)
+    } else {
+        params
+    };
+    if globals.dry_run {
+        let req = RpcClient::request(1, &method, params.as_ref());
+        return Ok(Some(format!(
+            "Request:\n{}",
+            serde_json::to_string_pretty(&req).unwrap_or_default()
+        )));
+    }
+    let mut client =
+        RpcClient::connect(&globals.server, globals.retries).map_err(|e| e.to_string())?;
+    client
+        .set_timeout(Some(Duration::from_secs_f64(globals.timeout)))
+        .map_err(|e| e.to_string())?;
+    match method.as_str() {
+        "save_config" => save_config(&mut client, &local).map(Some),
+        "load_config" => {
+            let doc = params.expect("read above");
+            match client.call("load_config", Some(&doc)) {
+                Ok(_) => Ok(None),
+                Err(ClientError::Rpc(e)) if e.code == METHOD_NOT_FOUND => {
+                    load_config_per_entry(&mut client, &doc).map(|_| None)
+                }
+                Err(e) => Err(format!("load_config: {e}")),
+            }
+        }
+        _ => match client.call(&method, params.as_ref()) {
+            Ok(v) => Ok(Some(format_result(&v))),
+            Err(ClientError::Rpc(e)) => {
+                let req = params.unwrap_or(json!({}));
+                Err(format!(
+                    "request:\n{}\nGot JSON-RPC error response\nresponse:\n{}",
+                    serde_json::to_string_pretty(&json!({ "method": method, "params": req }))
+                        .unwrap_or_default(),
+                    serde_json::to_string_pretty(&e.to_json()).unwrap_or_default()
+                ))
+            }
+            Err(e) => Err(format!("{method}: {e}")),
+        },
+    }
+}
+
+/// Entry point of `nvmf rpc METHOD [ARGS]`; `args` are the words after `rpc`.
+/// Returns the process exit code (0 success, 1 RPC or connection error,
+/// 2 bad command line).
+pub fn cli_main(args: &[String]) -> i32 {
+    let inv = match parse_args(args) {
+        Ok(inv) => inv,
+        Err(e) => {
+            eprintln!("nvmf rpc: {e}");
+            return 2;
+        }
+    };
+    match run(inv) {
+        Ok(Some(out)) => {
+            println!("{out}");
+            0
+        }
+        Ok(None) => 0,
+        Err(e) => {
+            eprintln!("{e}");
+            1
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Owns the boundary between the RPC server and the running target: the
+//! `Change` enum (one validated state change), the `LiveTarget` trait the
+//! daemon implements in phase 2, and two implementations for tests and for
+//! running the server without a target (`NoLive`, `RecordingLive`).
+//!
+//! Order of a state-changing call: the server validates the call on a copy of
+//! the model, then calls `LiveTarget::apply(change, new_config)`; only when
+//! that succeeds is the copy committed as the model and written to the state
+//! file. A failing `apply` leaves model, file and (it must) target unchanged.
+
+use std::sync::Mutex;
+
+use nvmf_config::{
+    BdevConfig, ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig, TransportConfig,
+};
+use serde_json::{json, Value};
+
+/// One state change, already validated against the model. `nqn` of listener
+/// changes may be the discovery NQN (`nvmf_config::DISCOVERY_NQN`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// A new bdev (`bdev_malloc_create`, `bdev_null_create`).
+    AddBdev(BdevConfig),
+    /// A bdev no namespace uses was deleted.
+    DeleteBdev {
+        name: String,
+    },
+    /// A transport was created (listeners of its type may follow).
+    CreateTransport(TransportConfig),
+    /// A new, empty subsystem (no namespaces, hosts or listeners yet).
+    CreateSubsystem(SubsystemConfig),
+    /// A subsystem was deleted with its namespaces, hosts and listeners:
+    /// its controllers must be torn down.
+    DeleteSubsystem {
+        nqn: String,
+    },
+    AddNamespace {
+        nqn: String,
+        ns: NamespaceConfig,
+    },
+    /// Controllers of the subsystem lose the namespace (Namespace Attribute
+    /// Changed AEN in the core).
+    RemoveNamespace {
+        nqn: String,
+        nsid: u32,
+    },
+    /// Start listening (if no other subsystem does on that address) and
+    /// report the address in the discovery log.
+    AddListener {
+        nqn: String,
+        listener: ListenerConfig,
+    },
+    /// Stop reporting the address for this subsystem; stop listening when no
+    /// subsystem uses it any more. Connections through it may stay.
+    RemoveListener {
+        nqn: String,
+        listener: ListenerConfig,
+    },
+    AddHost {
+        nqn: String,
+        host: String,
+    },
+    /// Controllers of that host on this subsystem should be disconnected.
+    RemoveHost {
+        nqn: String,
+        host: String,
+    },
+    AllowAnyHost {
+        nqn: String,
+        allow: bool,
+    },
+    /// The whole configuration was replaced (`load_config`): `new_config` is
+    /// the complete target to converge to.
+    LoadConfig,
+}
+
+impl Change {
+    /// Short name for logs: `"AddNamespace"`, ...
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Change::AddBdev(_) => "AddBdev",
+            Change::DeleteBdev { .. } => "DeleteBdev",
+            Change::CreateTransport(_) => "CreateTransport",
+            Change::CreateSubsystem(_) => "CreateSubsystem",
+            Change::DeleteSubsystem { .. } => "DeleteSubsystem",
+            Change::AddNamespace { .. } => "AddNamespace",
+            Change::RemoveNamespace { .. } => "RemoveNamespace",
+            Change::AddListener { .. } => "AddListener",
+            Change::RemoveListener { .. } => "RemoveListener",
+            Change::AddHost { .. } => "AddHost",
+            Change::RemoveHost { .. } => "RemoveHost",
+            Change::AllowAnyHost { .. } => "AllowAnyHost",
+            Change::LoadConfig => "LoadConfig",
+        }
+    }
+}
+
+/// The running target as the RPC server sees it. Implemented by the daemon
+/// (phase 2); called from the RPC thread, never from a reactor.
+pub trait LiveTarget: Send + Sync {
+    /// Makes `change` live. `new_config` is the whole model after the change
+    /// (what the target must look like afterwards). An `Err` is sent to the
+    /// client as an internal error and the model is not changed, so the
+    /// implementation must leave the target as it was.
+    fn apply(&self, change: &Change, new_config: &TargetConfig) -> Result<(), String>;
+    /// `nvmf_subsystem_get_controllers` entries of a subsystem (SPDK shape:
+    /// `cntlid, cntrltype, hostnqn, hostid, num_io_qpairs`).
+    fn controllers(&self, nqn: &str) -> Vec<Value>;
+    /// `nvmf_subsystem_get_qpairs` entries (`cntlid, qid, state, listen_address`).
+    fn qpairs(&self, nqn: &str) -> Vec<Value>;
+    /// `nvmf_get_stats` result (`tick_rate, poll_groups: [...]`).
+    fn stats(&self) -> Value;
+}
+
+/// No target behind the server: every change is accepted, nothing is connected.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoLive;
+
+impl LiveTarget for NoLive {
+    fn apply(&self, _change: &Change, _new_config: &TargetConfig) -> Result<(), String> {
+        Ok(())
+    }
+    fn controllers(&self, _nqn: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    fn qpairs(&self, _nqn: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    fn stats(&self) -> Value {
+        empty_stats()
+    }
+}
+
+/// `nvmf_get_stats` of a target with no poll groups.
+pub fn empty_stats() -> Value {
+    json!({ "tick_rate": 1_000_000_000u64, "poll_groups": [] })
+}
+
+/// Test double: records every applied change; can be told to refuse the next
+/// ones; returns canned controllers/qpairs/stats.
+#[derive(Debug, Default)]
+pub struct RecordingLive {
+    inner: Mutex<Recording>,
+}
+
+#[derive(Debug, Default)]
+struct Recording {
+    changes: Vec<Change>,
+    fail_with: Option<String>,
+    controllers: Vec<(String, Value)>,
+    qpairs: Vec<(String, Value)>,
+    stats: Option<Value>,
+}
+
+impl RecordingLive {
+    pub fn new() -> RecordingLive {
+        RecordingLive::default()
+    }
+
+    /// The changes applied so far, in order.
+    pub fn changes(&self) -> Vec<Change> {
+        self.lock().changes.clone()
+    }
+
+    /// Empties the record and returns what it held.
+    pub fn take_changes(&self) -> Vec<Change> {
+        std::mem::take(&mut self.lock().changes)
+    }
+
+    /// From now on `apply` fails with `msg` (None: succeeds again).
+    pub fn fail_with(&self, msg: Option<&str>) {
+        self.lock().fail_with = msg.map(str::to_string);
+    }
+
+    /// Adds a controller entry reported for `nqn`.
+    pub fn push_controller(&self, nqn: &str, entry: Value) {
+        self.lock().controllers.push((nqn.to_string(), entry));
+    }
+
+    /// Adds a qpair entry reported for `nqn`.
+    pub fn push_qpair(&self, nqn: &str, entry: Value) {
+        self.lock().qpairs.push((nqn.to_string(), entry));
+    }
+
+    /// Sets what `stats` returns.
+    pub fn set_stats(&self, stats: Value) {
+        self.lock().stats = Some(stats);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Recording> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl LiveTarget for RecordingLive {
+    fn apply(&self, change: &Change, _new_config: &TargetConfig) -> Result<(), String> {
+        let mut r = self.lock();
+        if let Some(msg) = &r.fail_with {
+            return Err(msg.clone());
+        }
+        r.changes.push(change.clone());
+        Ok(())
+    }
+    fn controllers(&self, nqn: &str) -> Vec<Value> {
+        let r = self.lock();
+        r.controllers
+            .iter()
+            .filter(|(n, _)| n == nqn)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+    fn qpairs(&self, nqn: &str) -> Vec<Value> {
+        let r = self.lock();
+        r.qpairs
+            .iter()
+            .filter(|(n, _)| n == nqn)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+    fn stats(&self) -> Value {
+        self.lock().stats.clone().unwrap_or_else(empty_stats)
+    }
+}

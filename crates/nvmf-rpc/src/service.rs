@@ -1,0 +1,794 @@
+//! Owns method dispatch: `RpcService` holds the configuration model
+//! (`nvmf_config::TargetConfig`), the `LiveTarget` and the optional
+//! `StateFile`, turns one JSON-RPC request (or a batch) into its response,
+//! and implements every method: creates through
+//! `TargetConfig::apply_method`, deletes/removes/queries on the model here.
+//! State changes follow validate-on-a-copy → `LiveTarget::apply` → commit →
+//! persist, under one lock, so calls from several connections are serialized
+//! and a failed call changes nothing.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use nvmf_config::{
+    format_eui64, format_nguid, format_uuid, AddressFamily, BdevConfig, BdevKind, ListenerConfig,
+    SubsystemConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN, SKIPPED_METHODS,
+};
+use serde_json::{json, Map, Value};
+
+use crate::error::{RpcError, EBUSY, ENODEV, INVALID_REQUEST, METHOD_NOT_FOUND};
+use crate::live::{Change, LiveTarget};
+use crate::params::Params;
+use crate::state_file::StateFile;
+
+/// Methods nvmfd implements (SPDK names; `save_config`/`load_config` are
+/// nvmfd's server-side versions of rpc.py's client-side commands).
+pub const METHODS: &[&str] = &[
+    "rpc_get_methods",
+    "spdk_get_version",
+    "framework_get_subsystems",
+    "framework_get_config",
+    "framework_wait_init",
+    "save_config",
+    "load_config",
+    "bdev_malloc_create",
+    "bdev_malloc_delete",
+    "bdev_null_create",
+    "bdev_null_delete",
+    "bdev_get_bdevs",
+    "nvmf_create_transport",
+    "nvmf_get_transports",
+    "nvmf_create_subsystem",
+    "nvmf_delete_subsystem",
+    "nvmf_get_subsystems",
+    "nvmf_subsystem_add_ns",
+    "nvmf_subsystem_remove_ns",
+    "nvmf_subsystem_add_listener",
+    "nvmf_subsystem_remove_listener",
+    "nvmf_subsystem_add_host",
+    "nvmf_subsystem_remove_host",
+    "nvmf_subsystem_allow_any_host",
+    "nvmf_subsystem_get_controllers",
+    "nvmf_subsystem_get_qpairs",
+    "nvmf_subsystem_get_listeners",
+    "nvmf_get_stats",
+];
+
+/// Methods that change state (persisted after success).
+pub const STATE_CHANGING_METHODS: &[&str] = &[
+    "load_config",
+    "bdev_malloc_create",
+    "bdev_malloc_delete",
+    "bdev_null_create",
+    "bdev_null_delete",
+    "nvmf_create_transport",
+    "nvmf_create_subsystem",
+    "nvmf_delete_subsystem",
+    "nvmf_subsystem_add_ns",
+    "nvmf_subsystem_remove_ns",
+    "nvmf_subsystem_add_listener",
+    "nvmf_subsystem_remove_listener",
+    "nvmf_subsystem_add_host",
+    "nvmf_subsystem_remove_host",
+    "nvmf_subsystem_allow_any_host",
+];
+
+/// `spdk_get_version`'s `version` string.
+pub fn version_string() -> String {
+    format!("nvmfd v{}", env!("CARGO_PKG_VERSION"))
+}
+
+struct State {
+    config: TargetConfig,
+    state_file: Option<StateFile>,
+}
+
+/// The JSON-RPC method handler (transport-independent; `server::serve`
+/// puts it on a Unix socket).
+pub struct RpcService {
+    state: Mutex<State>,
+    live: Arc<dyn LiveTarget>,
+}
+
+impl RpcService {
+    /// A service over `config` (what the target runs now). With a state file,
+    /// every successful state change is written to it; `new` itself does not
+    /// write (call [`RpcService::persist`] to save the starting config).
+    pub fn new(
+        config: TargetConfig,
+        live: Arc<dyn LiveTarget>,
+        state_file: Option<StateFile>,
+    ) -> RpcService {
+        RpcService {
+            state: Mutex::new(State { config, state_file }),
+            live,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A copy of the current model.
+    pub fn config(&self) -> TargetConfig {
+        self.lock().config.clone()
+    }
+
+    /// Writes the current model to the state file (if any).
+    pub fn persist(&self) -> std::io::Result<()> {
+        let st = self.lock();
+        match &st.state_file {
+            Some(f) => f.write(&st.config),
+            None => Ok(()),
+        }
+    }
+
+    /// Handles one decoded JSON value from the stream: a request object or a
+    /// batch array. `None` when nothing is to be sent back (notifications).
+    pub fn handle(&self, request: &Value) -> Option<Value> {
+        match request {
+            Value::Array(items) if items.is_empty() => Some(error_response(
+                Value::Null,
+                &RpcError::new(INVALID_REQUEST, "Invalid request: empty batch"),
+            )),
+            Value::Array(items) => {
+                let out: Vec<Value> = items.iter().filter_map(|r| self.handle_one(r)).collect();
+                if out.is_empty() {
+                    None
+                } else {
+                    Some(Value::Array(out))
+                }
+            }
+            other => self.handle_one(other),
+        }
+    }
+
+    fn handle_one(&self, req: &Value) -> Option<Value> {
+        let invalid = |why: &str| {
+            Some(error_response(
+                Value::Null,
+                &RpcError::new(INVALID_REQUEST, format!("Invalid request: {why}")),
+            ))
+        };
+        let Some(obj) = req.as_object() else {
+            return invalid("a request must be a JSON object");
+        };
+        if let Some(k) = obj
+            .keys()
+            .find(|k| !matches!(k.as_str(), "jsonrpc" | "method" | "params" | "id"))
+        {
+            return invalid(&format!("unknown member \"{k}\""));
+        }
+        match obj.get("jsonrpc") {
+            None => {}
+            Some(Value::String(v)) if v == "2.0" => {}
+            Some(_) => return invalid("\"jsonrpc\" must be \"2.0\""),
+        }
+        let id = match obj.get("id") {
+            None => None,
+            Some(v @ (Value::String(_) | Value::Number(_) | Value::Null)) => Some(v.clone()),
+            Some(_) => return invalid("\"id\" must be a string, a number or null"),
+        };
+        let Some(method) = obj.get("method").and_then(Value::as_str) else {
+            return invalid("\"method\" must be a string");
+        };
+        let params = match obj.get("params") {
+            None | Some(Value::Null) => None,
+            Some(p @ (Value::Object(_) | Value::Array(_))) => Some(p),
+            Some(_) => return invalid("\"params\" must be an object or an array"),
+        };
+        let result = self.call(method, params);
+        let id = id?;
+        Some(match result {
+            Ok(v) => json!({ "jsonrpc": "2.0", "id": id, "result": v }),
+            Err(e) => error_response(id, &e),
+        })
+    }
+
+    /// Calls one method. State-changing methods take effect (model, live
+    /// target, state file) only when `Ok` comes back.
+    pub fn call(&self, method: &str, params: Option<&Value>) -> Result<Value, RpcError> {
+        match method {
+            "rpc_get_methods" => {
+                let mut p = Params::new(method, params)?;
+                p.opt_bool("current")?;
+                p.opt_bool("include_aliases")?;
+                p.finish()?;
+                let mut all: Vec<&str> = METHODS.iter().chain(SKIPPED_METHODS).copied().collect();
+                all.sort_unstable();
+                all.dedup();
+                Ok(json!(all))
+            }
+            "spdk_get_version" => {
+                Params::new(method, params)?.finish()?;
+                Ok(json!({
+                    "version": version_string(),
+                    "fields": {
+                        "major": env!("CARGO_PKG_VERSION_MAJOR").parse::<u32>().unwrap_or(0),
+                        "minor": env!("CARGO_PKG_VERSION_MINOR").parse::<u32>().unwrap_or(0),
+                        "patch": env!("CARGO_PKG_VERSION_PATCH").parse::<u32>().unwrap_or(0),
+                        "suffix": env!("CARGO_PKG_VERSION_PRE"),
+                    }
+                }))
+            }
+            "framework_wait_init" => {
+                Params::new(method, params)?.finish()?;
+                Ok(json!(true))
+            }
+            "framework_get_subsystems" => {
+                Params::new(method, params)?.finish()?;
+                Ok(json!([
+                    { "subsystem": "bdev", "depends_on": [] },
+                    { "subsystem": "nvmf", "depends_on": ["bdev"] },
+                ]))
+            }
+            "framework_get_config" => {
+                let mut p = Params::new(method, params)?;
+                let name = p.req_str("name")?;
+                p.opt_bool("with_batches")?;
+                p.finish()?;
+                let doc = self.lock().config.to_json_value();
+                section(&doc, name).cloned().ok_or_else(|| {
+                    RpcError::invalid_params(format!(
+                        "{method}: parameter \"name\": no subsystem \"{name}\" (nvmfd has \"bdev\" and \"nvmf\")"
+                    ))
+                })
+            }
+            "save_config" => {
+                Params::new(method, params)?.finish()?;
+                Ok(self.lock().config.to_json_value())
+            }
+            "load_config" => self.load_config(params),
+            "bdev_malloc_create" | "bdev_null_create" => {
+                self.apply_config_method(method, params, |new, _| {
+                    let b = new.bdevs.last().expect("bdev was added");
+                    (Change::AddBdev(b.clone()), json!(b.name))
+                })
+            }
+            "nvmf_create_transport" => self.apply_config_method(method, params, |new, _| {
+                let t = new.transports.last().expect("transport was added");
+                (Change::CreateTransport(t.clone()), json!(true))
+            }),
+            "nvmf_create_subsystem" => self.apply_config_method(method, params, |new, _| {
+                let s = new.subsystems.last().expect("subsystem was added");
+                (Change::CreateSubsystem(s.clone()), json!(true))
+            }),
+            "nvmf_subsystem_add_ns" => self.apply_config_method(method, params, |new, nqn| {
+                let s = new.subsystem(nqn).expect("validated");
+                let ns = s.namespaces.last().expect("namespace was added").clone();
+                let nsid = ns.nsid;
+                (
+                    Change::AddNamespace {
+                        nqn: nqn.to_string(),
+                        ns,
+                    },
+                    json!(nsid),
+                )
+            }),
+            "nvmf_subsystem_add_listener" => {
+                self.apply_config_method(method, params, |new, nqn| {
+                    let list = if nqn == DISCOVERY_NQN {
+                        &new.discovery_listeners
+                    } else {
+                        &new.subsystem(nqn).expect("validated").listeners
+                    };
+                    let listener = list.last().expect("listener was added").clone();
+                    (
+                        Change::AddListener {
+                            nqn: nqn.to_string(),
+                            listener,
+                        },
+                        json!(true),
+                    )
+                })
+            }
+            "nvmf_subsystem_add_host" => self.apply_config_method(method, params, |new, nqn| {
+                let host = new
+                    .subsystem(nqn)
+                    .and_then(|s| s.hosts.last())
+                    .expect("host was added")
+                    .clone();
+                (
+                    Change::AddHost {
+                        nqn: nqn.to_string(),
+                        host,
+                    },
+                    json!(true),
+                )
+            }),
+            "nvmf_subsystem_allow_any_host" => {
+                self.apply_config_method(method, params, |new, nqn| {
+                    let allow = new.subsystem(nqn).expect("validated").allow_any_host;
+                    (
+                        Change::AllowAnyHost {
+                            nqn: nqn.to_string(),
+                            allow,
+                        },
+                        json!(true),
+                    )
+                })
+            }
+            "bdev_malloc_delete" => self.delete_bdev(method, params, BdevKind::Malloc),
+            "bdev_null_delete" => self.delete_bdev(method, params, BdevKind::Null),
+            "nvmf_delete_subsystem" => self.delete_subsystem(params),
+            "nvmf_subsystem_remove_ns" => self.remove_ns(params),
+            "nvmf_subsystem_remove_listener" => self.remove_listener(params),
+            "nvmf_subsystem_remove_host" => self.remove_host(params),
+            "bdev_get_bdevs" => self.get_bdevs(params),
+            "nvmf_get_transports" => self.get_transports(params),
+            "nvmf_get_subsystems" => self.get_subsystems(params),
+            "nvmf_subsystem_get_listeners" => {
+                let (_, nqn) = self.query_nqn(method, params)?;
+                let cfg = &self.lock().config;
+                let list = if nqn == DISCOVERY_NQN {
+                    &cfg.discovery_listeners
+                } else {
+                    &cfg.subsystem(&nqn).expect("checked").listeners
+                };
+                Ok(Value::Array(
+                    list.iter()
+                        .map(|l| json!({ "address": listener_json(l), "ana_state": "optimized" }))
+                        .collect(),
+                ))
+            }
+            "nvmf_subsystem_get_controllers" => {
+                let (_, nqn) = self.query_nqn(method, params)?;
+                Ok(Value::Array(self.live.controllers(&nqn)))
+            }
+            "nvmf_subsystem_get_qpairs" => {
+                let (_, nqn) = self.query_nqn(method, params)?;
+                Ok(Value::Array(self.live.qpairs(&nqn)))
+            }
+            "nvmf_get_stats" => {
+                let mut p = Params::new(method, params)?;
+                p.ignore(&["tgt_name"]);
+                p.finish()?;
+                Ok(self.live.stats())
+            }
+            m if SKIPPED_METHODS.contains(&m) => {
+                // SPDK-internal tuning (what SPDK's save_config emits for
+                // iobuf, sock, accel, ...): checked for shape, no effect.
+                let mut scratch = TargetConfig::default();
+                scratch
+                    .apply_method(m, params)
+                    .map_err(|e| RpcError::from_config(m, &e))?;
+                Ok(json!(true))
+            }
+            _ => Err(RpcError::new(
+                METHOD_NOT_FOUND,
+                format!("Method not found: \"{method}\" (rpc_get_methods lists the methods nvmfd implements)"),
+            )),
+        }
+    }
+
+    /// validate on a copy → live.apply → commit → persist.
+    fn commit(
+        &self,
+        method: &str,
+        mut st: MutexGuard<'_, State>,
+        new: TargetConfig,
+        change: Change,
+        result: Value,
+    ) -> Result<Value, RpcError> {
+        self.live.apply(&change, &new).map_err(|e| {
+            RpcError::internal(format!(
+                "{method}: the running target could not apply the change ({}): {e}",
+                change.kind()
+            ))
+        })?;
+        st.config = new;
+        if let Some(f) = &st.state_file {
+            f.write(&st.config).map_err(|e| {
+                RpcError::internal(format!(
+                    "{method}: the change is live but could not be saved to the state file: {e}"
+                ))
+            })?;
+        }
+        Ok(result)
+    }
+
+    fn apply_config_method(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        change_of: impl FnOnce(&TargetConfig, &str) -> (Change, Value),
+    ) -> Result<Value, RpcError> {
+        let st = self.lock();
+        let mut new = st.config.clone();
+        new.apply_method(method, params)
+            .map_err(|e| RpcError::from_config(method, &e))?;
+        let nqn = params
+            .and_then(|p| p.get("nqn"))
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let (change, result) = change_of(&new, nqn);
+        self.commit(method, st, new, change, result)
+    }
+
+    fn load_config(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "load_config";
+        let doc =
+            match params {
+                Some(v @ Value::Object(_)) => v,
+                _ => return Err(RpcError::invalid_params(
+                    "load_config: params must be a save_config document {\"subsystems\": [...]}",
+                )),
+            };
+        let new = TargetConfig::from_json_value(doc)
+            .map_err(|e| RpcError::invalid_params(format!("load_config: {e}")))?;
+        let st = self.lock();
+        self.commit(method, st, new, Change::LoadConfig, json!(true))
+    }
+
+    fn delete_bdev(
+        &self,
+        method: &str,
+        params: Option<&Value>,
+        kind: BdevKind,
+    ) -> Result<Value, RpcError> {
+        let mut p = Params::new(method, params)?;
+        let name = p.req_str("name")?;
+        p.finish()?;
+        let st = self.lock();
+        let Some(b) = st.config.bdev(name) else {
+            return Err(RpcError::new(
+                ENODEV,
+                format!("{method}: no bdev named \"{name}\" (No such device)"),
+            ));
+        };
+        if b.kind != kind {
+            return Err(RpcError::new(
+                ENODEV,
+                format!(
+                    "{method}: bdev \"{name}\" was created by {}, not by {} (No such device)",
+                    b.kind.create_method(),
+                    kind.create_method()
+                ),
+            ));
+        }
+        if let Some((nqn, nsid)) = claim_of(&st.config, name) {
+            return Err(RpcError::new(
+                EBUSY,
+                format!(
+                    "{method}: bdev \"{name}\" is namespace {nsid} of subsystem \"{nqn}\"; \
+                     remove it first with nvmf_subsystem_remove_ns (Device or resource busy)"
+                ),
+            ));
+        }
+        let mut new = st.config.clone();
+        new.bdevs.retain(|b| b.name != name);
+        let change = Change::DeleteBdev {
+            name: name.to_string(),
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    fn subsystem_index(cfg: &TargetConfig, p: &Params<'_>, nqn: &str) -> Result<usize, RpcError> {
+        if nqn == DISCOVERY_NQN {
+            return Err(p.err("nqn", "not possible on the discovery subsystem"));
+        }
+        cfg.subsystems
+            .iter()
+            .position(|s| s.nqn == nqn)
+            .ok_or_else(|| p.err("nqn", format!("no subsystem \"{nqn}\"")))
+    }
+
+    fn delete_subsystem(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_delete_subsystem";
+        let mut p = Params::new(method, params)?;
+        let nqn = p.req_str("nqn")?;
+        p.ignore(&["tgt_name"]);
+        let st = self.lock();
+        let si = Self::subsystem_index(&st.config, &p, nqn)?;
+        p.finish()?;
+        let mut new = st.config.clone();
+        new.subsystems.remove(si);
+        let change = Change::DeleteSubsystem {
+            nqn: nqn.to_string(),
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    fn remove_ns(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_subsystem_remove_ns";
+        let mut p = Params::new(method, params)?;
+        let nqn = p.req_str("nqn")?;
+        let nsid = p
+            .opt_u64("nsid", u64::from(u32::MAX))?
+            .ok_or_else(|| p.err("nsid", "missing required parameter"))? as u32;
+        p.ignore(&["tgt_name"]);
+        let st = self.lock();
+        let si = Self::subsystem_index(&st.config, &p, nqn)?;
+        if st.config.subsystems[si].namespace(nsid).is_none() {
+            return Err(p.err(
+                "nsid",
+                format!("subsystem \"{nqn}\" has no namespace with NSID {nsid}"),
+            ));
+        }
+        p.finish()?;
+        let mut new = st.config.clone();
+        new.subsystems[si].namespaces.retain(|ns| ns.nsid != nsid);
+        let change = Change::RemoveNamespace {
+            nqn: nqn.to_string(),
+            nsid,
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    fn remove_listener(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_subsystem_remove_listener";
+        let mut p = Params::new(method, params)?;
+        let nqn = p.req_str("nqn")?;
+        let addr = p
+            .opt_object("listen_address")?
+            .ok_or_else(|| p.err("listen_address", "missing required parameter"))?;
+        p.ignore(&["tgt_name"]);
+        p.finish()?;
+        let la = Value::Object(addr.clone());
+        let mut a = Params::new("nvmf_subsystem_remove_listener: listen_address", Some(&la))?;
+        let trstr = a.req_str("trtype")?;
+        let trtype = TransportType::parse(trstr).ok_or_else(|| {
+            a.err(
+                "trtype",
+                format!("transport \"{trstr}\" is not supported by nvmfd (only TCP)"),
+            )
+        })?;
+        let traddr = a.req_str("traddr")?;
+        let trsvcid = a.opt_str("trsvcid")?;
+        let adrfam = match a.opt_str("adrfam")? {
+            Some(f) => Some(AddressFamily::parse(f).ok_or_else(|| {
+                a.err(
+                    "adrfam",
+                    format!("address family \"{f}\" is not supported (IPv4 or IPv6)"),
+                )
+            })?),
+            None => None,
+        };
+        a.finish()?;
+        let matches = |l: &ListenerConfig| {
+            l.trtype == trtype
+                && l.traddr == traddr
+                && trsvcid.is_none_or(|s| l.trsvcid == s)
+                && adrfam.is_none_or(|f| l.adrfam == f)
+        };
+        let st = self.lock();
+        let mut new = st.config.clone();
+        let list = if nqn == DISCOVERY_NQN {
+            &mut new.discovery_listeners
+        } else {
+            let pp = Params::new(method, None)?;
+            let si = Self::subsystem_index(&st.config, &pp, nqn)?;
+            &mut new.subsystems[si].listeners
+        };
+        let Some(pos) = list.iter().position(matches) else {
+            return Err(RpcError::invalid_params(format!(
+                "{method}: parameter \"listen_address\": subsystem \"{nqn}\" does not listen on {traddr}:{}",
+                trsvcid.unwrap_or("*")
+            )));
+        };
+        let listener = list.remove(pos);
+        let change = Change::RemoveListener {
+            nqn: nqn.to_string(),
+            listener,
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    fn remove_host(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_subsystem_remove_host";
+        let mut p = Params::new(method, params)?;
+        let nqn = p.req_str("nqn")?;
+        let host = p.req_str("host")?;
+        p.ignore(&["tgt_name", "timeout_ms"]);
+        let st = self.lock();
+        let si = Self::subsystem_index(&st.config, &p, nqn)?;
+        if !st.config.subsystems[si].hosts.iter().any(|h| h == host) {
+            return Err(p.err(
+                "host",
+                format!("host \"{host}\" is not on the allowed list of subsystem \"{nqn}\""),
+            ));
+        }
+        p.finish()?;
+        let mut new = st.config.clone();
+        new.subsystems[si].hosts.retain(|h| h != host);
+        let change = Change::RemoveHost {
+            nqn: nqn.to_string(),
+            host: host.to_string(),
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    /// `{nqn, tgt_name?}` of a per-subsystem query; the subsystem must exist
+    /// (the discovery NQN is allowed).
+    fn query_nqn(&self, method: &str, params: Option<&Value>) -> Result<((), String), RpcError> {
+        let mut p = Params::new(method, params)?;
+        let nqn = p.req_str("nqn")?;
+        p.ignore(&["tgt_name"]);
+        p.finish()?;
+        if nqn != DISCOVERY_NQN && self.lock().config.subsystem(nqn).is_none() {
+            let p = Params::new(method, None)?;
+            return Err(p.err("nqn", format!("no subsystem \"{nqn}\"")));
+        }
+        Ok(((), nqn.to_string()))
+    }
+
+    fn get_bdevs(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "bdev_get_bdevs";
+        let mut p = Params::new(method, params)?;
+        let name = p.opt_str("name")?;
+        p.opt_u64("timeout", u64::MAX)?;
+        p.finish()?;
+        let st = self.lock();
+        let cfg = &st.config;
+        match name {
+            Some(n) => {
+                let b = cfg.bdev(n).ok_or_else(|| {
+                    RpcError::new(
+                        ENODEV,
+                        format!("{method}: no bdev named \"{n}\" (No such device)"),
+                    )
+                })?;
+                Ok(json!([bdev_json(cfg, b)]))
+            }
+            None => Ok(Value::Array(
+                cfg.bdevs.iter().map(|b| bdev_json(cfg, b)).collect(),
+            )),
+        }
+    }
+
+    fn get_transports(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_get_transports";
+        let mut p = Params::new(method, params)?;
+        let trtype = p.opt_str("trtype")?;
+        p.ignore(&["tgt_name"]);
+        p.finish()?;
+        let st = self.lock();
+        let list: Vec<Value> = st
+            .config
+            .transports
+            .iter()
+            .filter(|t| trtype.is_none_or(|s| t.trtype.as_str().eq_ignore_ascii_case(s)))
+            .map(transport_json)
+            .collect();
+        if let (Some(t), true) = (trtype, list.is_empty()) {
+            return Err(RpcError::invalid_params(format!(
+                "{method}: parameter \"trtype\": no {t} transport"
+            )));
+        }
+        Ok(Value::Array(list))
+    }
+
+    fn get_subsystems(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "nvmf_get_subsystems";
+        let mut p = Params::new(method, params)?;
+        let nqn = p.opt_str("nqn")?;
+        p.ignore(&["tgt_name"]);
+        p.finish()?;
+        let st = self.lock();
+        let cfg = &st.config;
+        let mut all = vec![discovery_json(cfg)];
+        all.extend(cfg.subsystems.iter().map(subsystem_json));
+        match nqn {
+            None => Ok(Value::Array(all)),
+            Some(n) => {
+                let one: Vec<Value> = all.into_iter().filter(|s| s["nqn"] == n).collect();
+                if one.is_empty() {
+                    let p = Params::new(method, None)?;
+                    return Err(p.err("nqn", format!("no subsystem \"{n}\"")));
+                }
+                Ok(Value::Array(one))
+            }
+        }
+    }
+}
+
+fn error_response(id: Value, e: &RpcError) -> Value {
+    json!({ "jsonrpc": "2.0", "id": id, "error": e.to_json() })
+}
+
+/// The `config` array of one `save_config` section.
+fn section<'a>(doc: &'a Value, name: &str) -> Option<&'a Value> {
+    doc["subsystems"]
+        .as_array()?
+        .iter()
+        .find(|s| s["subsystem"] == name)
+        .map(|s| &s["config"])
+}
+
+/// (subsystem NQN, NSID) of the namespace that uses bdev `name`.
+pub(crate) fn claim_of<'a>(cfg: &'a TargetConfig, name: &str) -> Option<(&'a str, u32)> {
+    cfg.subsystems.iter().find_map(|s| {
+        s.namespaces
+            .iter()
+            .find(|ns| ns.bdev_name == name)
+            .map(|ns| (s.nqn.as_str(), ns.nsid))
+    })
+}
+
+fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
+    let claimed = claim_of(cfg, &b.name).is_some();
+    let mut m = Map::new();
+    m.insert("name".into(), json!(b.name));
+    m.insert("aliases".into(), json!([]));
+    m.insert(
+        "product_name".into(),
+        json!(match b.kind {
+            BdevKind::Malloc => "Malloc disk",
+            BdevKind::Null => "Null disk",
+        }),
+    );
+    m.insert("block_size".into(), json!(b.block_size));
+    m.insert("num_blocks".into(), json!(b.num_blocks));
+    if let Some(u) = &b.uuid {
+        m.insert("uuid".into(), json!(u.to_string()));
+    }
+    m.insert("claimed".into(), json!(claimed));
+    if claimed {
+        m.insert("claim_type".into(), json!("exclusive_write"));
+    }
+    m.insert("zoned".into(), json!(false));
+    m.insert(
+        "supported_io_types".into(),
+        json!({
+            "read": true, "write": true, "unmap": true, "write_zeroes": true,
+            "flush": true, "reset": true, "nvme_admin": false, "nvme_io": false,
+        }),
+    );
+    m.insert("driver_specific".into(), json!({}));
+    Value::Object(m)
+}
+
+fn transport_json(t: &TransportConfig) -> Value {
+    json!({
+        "trtype": t.trtype.as_str(),
+        "max_queue_depth": t.max_queue_depth,
+        "max_io_qpairs_per_ctrlr": t.max_io_qpairs_per_ctrlr,
+        "in_capsule_data_size": t.in_capsule_data_size,
+        "max_io_size": t.max_io_size,
+        "io_unit_size": t.io_unit_size,
+        "max_aq_depth": t.max_aq_depth,
+        "c2h_success": t.c2h_success,
+    })
+}
+
+fn listener_json(l: &ListenerConfig) -> Value {
+    json!({
+        "trtype": l.trtype.as_str(),
+        "adrfam": l.adrfam.as_str(),
+        "traddr": l.traddr,
+        "trsvcid": l.trsvcid,
+    })
+}
+
+fn discovery_json(cfg: &TargetConfig) -> Value {
+    json!({
+        "nqn": DISCOVERY_NQN,
+        "subtype": "Discovery",
+        "listen_addresses": cfg.discovery_listeners.iter().map(listener_json).collect::<Vec<_>>(),
+        "allow_any_host": true,
+        "hosts": [],
+    })
+}
+
+fn subsystem_json(s: &SubsystemConfig) -> Value {
+    json!({
+        "nqn": s.nqn,
+        "subtype": "NVMe",
+        "listen_addresses": s.listeners.iter().map(listener_json).collect::<Vec<_>>(),
+        "allow_any_host": s.allow_any_host,
+        "hosts": s.hosts.iter().map(|h| json!({ "nqn": h })).collect::<Vec<_>>(),
+        "serial_number": s.serial_number,
+        "model_number": s.model_number,
+        "max_namespaces": s.max_namespaces,
+        "min_cntlid": s.min_cntlid,
+        "max_cntlid": s.max_cntlid,
+        "ana_reporting": s.ana_reporting,
+        "namespaces": s.namespaces.iter().map(|ns| json!({
+            "nsid": ns.nsid,
+            "bdev_name": ns.bdev_name,
+            "name": ns.bdev_name,
+            "nguid": format_nguid(&ns.nguid),
+            "eui64": format_eui64(&ns.eui64),
+            "uuid": format_uuid(&ns.uuid),
+        })).collect::<Vec<_>>(),
+    })
+}
