@@ -2,15 +2,16 @@
 # scripts/run.sh - THE run command: build nvmfd (release), start it, check it with the Linux
 # kernel's NVMe/TCP host, keep serving.
 #
-#   scripts/run.sh [--check-only] [--no-check] [-- NVMFD_ARGS...]
+#   scripts/run.sh [--check-only] [--no-check] [--no-bench] [-- NVMFD_ARGS...]
 #
-# 1. cargo build --release -p nvmfd
+# 1. cargo build --release -p nvmfd (and the `nvmf` initiator CLI of nvmf-host)
 # 2. start target/release/nvmfd (default: the embedded config - a 1 GiB RAM namespace,
 #    subsystem nqn.2024-01.io.nvmfd:default, on 127.0.0.1:4420, discovery on the same port)
 # 3. self-check: a QEMU guest (testbed/nvmfd-testbed) running Debian's kernel does
 #    nvme discover + connect + fio 4k randrw and 128k seq write/read with crc32c verification
 #    (tests/interop/selfcheck.sh), then disconnects; the result is printed.
-#    (Once the user-space initiator's `nvmf perf` exists, a short benchmark goes here too.)
+#    Then a short benchmark with the user-space initiator on the host: `nvmf perf` 4k randread
+#    QD32 and 128k sequential write QD16, 5 s each (--no-bench skips it).
 # 4. keep nvmfd running in the foreground until Ctrl-C, or, with --check-only, stop it and
 #    exit with the check's status.
 #
@@ -20,12 +21,13 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 
-check=1 check_only=0
+check=1 check_only=0 bench=1
 nvmfd_args=()
 while [ $# -gt 0 ]; do
   case $1 in
     --check-only) check_only=1; shift ;;
     --no-check) check=0; shift ;;
+    --no-bench) bench=0; shift ;;
     --) shift; nvmfd_args=("$@"); break ;;
     -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -35,9 +37,12 @@ NQN=${NVMFD_CHECK_NQN:-nqn.2024-01.io.nvmfd:default}
 PORT=${NVMFD_CHECK_PORT:-4420}
 say() { echo "run.sh: $*" >&2; }
 
-say "building nvmfd (release)"
+say "building nvmfd and nvmf (release)"
 cargo build --release -p nvmfd
 BIN=target/release/nvmfd
+if [ "$bench" = 1 ] && ! cargo build --release -p nvmf-host --bin nvmf; then
+  say "warning: could not build the nvmf initiator CLI; no benchmark"; bench=0
+fi
 
 if [ "$check" = 1 ]; then
   # the guest tools; quick when already prepared
@@ -81,6 +86,17 @@ if [ "$check" = 1 ]; then
       tests/interop/selfcheck.sh > "$out/report" 2>&1 || rc=$?
   sed 's/^/  guest | /' "$out/report" >&2
   if [ "$rc" = 0 ]; then say "SELF-CHECK PASSED"; else say "SELF-CHECK FAILED (status $rc; job dir $out)"; fi
+fi
+
+if [ "$bench" = 1 ]; then
+  TRID="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
+  for w in "randread 4096 32" "write 131072 16"; do
+    set -- $w
+    say "benchmark: nvmf perf -w $1 -o $2 -q $3 -t 5"
+    if ! target/release/nvmf perf -r "$TRID" -w "$1" -o "$2" -q "$3" -t 5 --no-progress 2>&1 | sed 's/^/  perf | /' >&2; then
+      say "benchmark $1 failed"; [ "$rc" != 0 ] || rc=1
+    fi
+  done
 fi
 
 if [ "$check_only" = 1 ]; then

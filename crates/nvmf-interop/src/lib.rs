@@ -129,13 +129,17 @@ pub fn nvmfd_binary() -> PathBuf {
 fn newest_source_newer_than(bin: &Path) -> Option<PathBuf> {
     let built = fs::metadata(bin).and_then(|m| m.modified()).ok()?;
     let mut newest: Option<(SystemTime, PathBuf)> = None;
-    let mut stack = vec![repo_root().join("crates")];
+    // library/binary sources only (crates/*/src), not tests, examples or fuzz targets
+    let mut stack: Vec<PathBuf> = fs::read_dir(repo_root().join("crates"))
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| !e.path().ends_with("nvmf-interop"))
+        .map(|e| e.path().join("src"))
+        .collect();
     while let Some(dir) = stack.pop() {
         for e in fs::read_dir(&dir).into_iter().flatten().flatten() {
             let p = e.path();
-            if p.ends_with("nvmf-interop") || p.ends_with("target") {
-                continue;
-            }
             if p.is_dir() {
                 stack.push(p);
             } else if p.extension().is_some_and(|x| x == "rs") {
