@@ -70,13 +70,6 @@ fn run(cli: Cli) -> Result<()> {
         info!("config: parameter {p} accepted but not used by nvmfd");
     }
 
-    let tcp = cfg
-        .transport(TransportType::Tcp)
-        .cloned()
-        .unwrap_or_default();
-    let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
-    let params = TcpParams::new(target.limits(), tcp.c2h_success);
-
     // Reactor cores.
     let allowed = cpus::allowed_cpus().context("reading the CPU affinity mask")?;
     let cores: Vec<usize> = match &cli.cores {
@@ -96,6 +89,13 @@ fn run(cli: Cli) -> Result<()> {
     if cores.is_empty() {
         bail!("no core to run a reactor on");
     }
+
+    let tcp = cfg
+        .transport(TransportType::Tcp)
+        .cloned()
+        .unwrap_or_default();
+    let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
+    let params = TcpParams::new(target.limits(), tcp.c2h_success);
 
     // Listeners: every reactor gets its own SO_REUSEPORT socket per address.
     let addrs: Vec<Arc<ListenAddr>> = cfg
