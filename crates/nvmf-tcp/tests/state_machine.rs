@@ -542,3 +542,87 @@ fn large_h2c_payload_is_placed_directly() {
         assert_eq!(read(&mut m, &mut h, 0, 65536).1, data);
     }
 }
+
+#[test]
+fn c2h_success_flag_when_sq_flow_control_is_disabled() {
+    use nvmf_wire::command::SglDescriptor;
+    use nvmf_wire::fabrics::{ConnectData, CATTR_DISABLE_SQ_FLOW_CONTROL};
+    use zerocopy::IntoBytes;
+    let t = target();
+    let mut admin = Mem::new(&t, 50);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, false, false);
+    let mut m = Mem::new(&t, 51);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let cmd = Command::connect(1, 1, 31, CATTR_DISABLE_SQ_FLOW_CONTROL, 0);
+    let cd = ConnectData::new([7; 16], cntlid, DEFAULT_NQN, HOSTNQN);
+    let (c, _) = exec(&mut m, &h, cmd, Out::InCapsule(cd.as_bytes()), 0);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let data = pattern(52, 4096);
+    assert_eq!(write(&mut m, &mut h, 0, &data, true), Status::SUCCESS);
+    for i in 0..3u16 {
+        let mut cmd = Command::new(0x02, 200 + i);
+        cmd.set_nsid(1);
+        cmd.set_lba_range(0, 8);
+        cmd.set_sgl(SglDescriptor::transport(4096));
+        m.send(&h.capsule(&cmd, &[]));
+        match m.recv(&h) {
+            Resp::C2H {
+                cccid,
+                data: d,
+                last,
+                success,
+                ..
+            } => {
+                assert_eq!(cccid, 200 + i);
+                assert!(
+                    last && success,
+                    "SUCCESS flag replaces the response capsule"
+                );
+                assert_eq!(d, data);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    // No response capsules were queued behind the data.
+    m.drain();
+    assert!(h.parse(&mut m.inbox).unwrap().is_empty());
+}
+
+#[test]
+fn async_event_request_completes_through_poll() {
+    let t = target();
+    let mut admin = Mem::new(&t, 60);
+    let mut ah = Host::new();
+    admin_up(&mut admin, &mut ah, false, false);
+    // Enable namespace attribute notices (Set Features 0x0b, bit 8).
+    let mut sf = Command::new(0x09, 70);
+    sf.set_cdw10(0x0b);
+    sf.set_cdw11(1 << 8);
+    let (c, _) = exec(&mut admin, &ah, sf, Out::None, 0);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let aer = Command::new(0x0c, 71);
+    admin.send(&ah.capsule(&aer, &[]));
+    admin.drain();
+    assert!(admin.inbox.is_empty(), "AER stays outstanding");
+    let ns = nvmf_config::NamespaceConfig {
+        nsid: 2,
+        bdev_name: "Malloc1".into(),
+        nguid: [2; 16],
+        eui64: [2; 8],
+        uuid: [2; 16],
+    };
+    t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
+    admin.conn.poll(std::time::Instant::now());
+    match admin.recv(&ah) {
+        Resp::Cqe(c) => {
+            assert_eq!(c.cid(), 71);
+            assert_eq!(c.status(), Status::SUCCESS);
+        }
+        other => panic!("{other:?}"),
+    }
+    // The AER's slot was freed: its CID can be used again.
+    let (c, _) = exec(&mut admin, &ah, Command::new(0x18, 71), Out::None, 0);
+    assert_eq!(c.status(), Status::SUCCESS);
+}
