@@ -518,3 +518,33 @@ fn help_and_version() {
         .unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("nvmfd "));
 }
+
+#[test]
+fn garbage_connections_do_not_hurt_the_daemon() {
+    let d = Daemon::start("0");
+    for seed in 0..40u64 {
+        let mut s = d.connect();
+        let h = Host::new();
+        let mut bytes = Vec::new();
+        if seed % 2 == 0 {
+            bytes.extend(h.icreq(seed % 4 == 0, seed % 3 == 0));
+        }
+        let mut junk = pattern(seed + 100, 16 + (seed as usize * 131) % 5000);
+        if seed % 3 != 0 {
+            junk[0] = (seed % 10) as u8;
+            junk[2] = [8u8, 24, 72, 128][(seed % 4) as usize];
+        }
+        bytes.extend(junk);
+        // The daemon may hang up before taking every byte.
+        let _ = s.s.write_all(&bytes);
+        if seed % 5 == 0 {
+            drop(s);
+            continue;
+        }
+        let _ = s.s.shutdown(Shutdown::Write);
+        let mut sink = Vec::new();
+        let _ = s.s.read_to_end(&mut sink);
+    }
+    exercise(&d, true, 11);
+    assert!(!d.logs().contains("panic"), "log:\n{}", d.logs());
+}
