@@ -227,13 +227,28 @@ pub fn spdk_config(port: u16, bdevs: &[Malloc], subsystems: &[Subsystem]) -> Val
 
 extern "C" {
     fn kill(pid: i32, sig: i32) -> i32;
+    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
 }
+const PR_SET_PDEATHSIG: i32 = 1;
 const SIGTERM: i32 = 15;
 
 fn signal(child: &Child, sig: i32) {
     // SAFETY: plain kill(2) on the pid of a child we spawned and have not reaped yet.
     unsafe {
         kill(child.id() as i32, sig);
+    }
+}
+
+/// Makes the child get `sig` when the thread that spawned it exits, so nothing we start
+/// outlives a test binary that is killed outright (normally Drop stops it first).
+fn die_with_parent(cmd: &mut Command, sig: i32) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            prctl(PR_SET_PDEATHSIG, sig as u64, 0, 0, 0);
+            Ok(())
+        });
     }
 }
 
@@ -281,6 +296,7 @@ impl Nvmfd {
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
+        die_with_parent(&mut cmd, SIGTERM);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
@@ -499,6 +515,8 @@ pub fn run_guest(
     cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(fs::File::create(&tb_log).unwrap());
+    // the testbed traps TERM and kills its qemu
+    die_with_parent(&mut cmd, SIGTERM);
     let t0 = Instant::now();
     let mut child = cmd.spawn().expect("spawn testbed/nvmfd-testbed run");
     let deadline = t0 + timeout + Duration::from_secs(60);
