@@ -51,10 +51,13 @@ impl fmt::Display for NvmeError {
             }
         )?;
         if self.connect && plain(self.status) == Status::CONNECT_INVALID_PARAMETERS {
-            // dw0: IPO (31:16) byte offset of the bad field, IATTR (bit 0)
-            // set if it is in the Connect data rather than the SQE.
-            let ipo = self.dw0 >> 16;
-            let in_data = self.dw0 & 1 != 0;
+            // dw0: IPO (15:0) byte offset of the bad field, IATTR (bit 16)
+            // set if it is in the Connect data rather than the SQE (as the
+            // Linux and SPDK targets send it).
+            // TODO(wire): `Completion::connect_invalid_param` puts IPO in
+            // 31:16 and IATTR in bit 0, the other way round.
+            let ipo = self.dw0 & 0xffff;
+            let in_data = (self.dw0 >> 16) & 1 != 0;
             let what = if in_data {
                 match ipo {
                     0..=15 => "hostid",
@@ -171,7 +174,7 @@ mod tests {
         let e = NvmeError {
             op: "Connect",
             status: Status::CONNECT_INVALID_PARAMETERS.with_dnr(),
-            dw0: (256 << 16) | 1,
+            dw0: (1 << 16) | 256,
             connect: true,
         };
         let s = Error::Nvme(e).to_string();

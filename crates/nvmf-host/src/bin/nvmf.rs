@@ -192,7 +192,7 @@ struct PerfArgs {
     queues: u16,
     /// CPUs to run on, one pinned thread each: '0,1' or '0-3'
     #[arg(long, value_parser = parse_cores, value_name = "LIST")]
-    cores: Option<Vec<usize>>,
+    cores: Option<CoreList>,
     /// Namespace ID (default: ns: from the transport ID, else 1)
     #[arg(long = "ns", value_name = "NSID")]
     nsid: Option<u32>,
@@ -233,7 +233,11 @@ fn parse_workload(s: &str) -> std::result::Result<Workload, String> {
     })
 }
 
-fn parse_cores(s: &str) -> std::result::Result<Vec<usize>, String> {
+/// A parsed `--cores` list (a newtype so clap takes it as one value).
+#[derive(Clone, Debug)]
+struct CoreList(Vec<usize>);
+
+fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
     let mut v = Vec::new();
     for part in s.split(',').filter(|p| !p.is_empty()) {
         let bad = || format!("'{part}' is not a CPU number or range (e.g. 0,2 or 0-3)");
@@ -253,7 +257,7 @@ fn parse_cores(s: &str) -> std::result::Result<Vec<usize>, String> {
     if v.is_empty() {
         return Err("empty CPU list".into());
     }
-    Ok(v)
+    Ok(CoreList(v))
 }
 
 fn main() -> ExitCode {
@@ -402,7 +406,7 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     cfg.read_pct = a.read_pct;
     cfg.duration = Duration::from_secs(a.time);
     cfg.queues = a.queues;
-    cfg.cores = a.cores;
+    cfg.cores = a.cores.map(|c| c.0);
     cfg.verify = a.verify;
     cfg.in_capsule = a.in_capsule;
     cfg.progress = !a.json && !a.no_progress && std::io::stdout().is_terminal();
