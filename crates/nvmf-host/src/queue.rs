@@ -20,10 +20,11 @@
 //! One queue belongs to one thread.
 
 use crate::error::{Error, NvmeError, Result};
-use crate::transport::{Negotiated, Transport, TransportParams};
+use crate::transport::{Negotiated, Transport, TransportParams, TxBuf};
 use nvmf_wire::command::FLAGS_PSDT_SGL_MPTR_CONTIG;
+use nvmf_wire::digest::crc32c;
 use nvmf_wire::fabrics::ConnectData;
-use nvmf_wire::pdu::{self, EncodeOpts, Pdu};
+use nvmf_wire::pdu::{self, CapsuleCmdHeader, CommonHeader, EncodeOpts, Pdu, PduType};
 use nvmf_wire::zerocopy::IntoBytes;
 use nvmf_wire::{Command, DataDirection, IoOpcode, SglDescriptor, Status};
 use std::collections::VecDeque;
@@ -97,7 +98,11 @@ struct SlotInfo {
 struct Slots {
     qid: u16,
     info: Box<[SlotInfo]>,
-    bufs: Box<[u8]>,
+    /// All slot buffers, `info.len() * buf_size` bytes, owned (freed in
+    /// Drop). Held as a raw pointer because queued output refers to it
+    /// (`TxBuf::push_ext`) while the caller fills other slots.
+    bufs: *mut u8,
+    bufs_len: usize,
     buf_size: usize,
     free: Vec<Slot>,
     done: VecDeque<IoCompletion>,
@@ -148,7 +153,8 @@ impl IoQueue {
             s: Slots {
                 qid: p.qid,
                 info,
-                bufs: vec![0u8; nslots * buf_size].into_boxed_slice(),
+                bufs: Box::into_raw(vec![0u8; nslots * buf_size].into_boxed_slice()) as *mut u8,
+                bufs_len: nslots * buf_size,
                 buf_size,
                 free,
                 done: VecDeque::with_capacity(nslots),
@@ -272,15 +278,14 @@ impl IoQueue {
     /// The slot's data buffer.
     #[inline]
     pub fn buf(&self, slot: Slot) -> &[u8] {
-        let b = self.s.buf_size;
-        &self.s.bufs[slot as usize * b..][..b]
+        self.s.buf(slot as usize)
     }
 
-    /// The slot's data buffer, to fill before a write.
+    /// The slot's data buffer, to fill before a write. (Changing it while
+    /// a write from it is in flight changes what is sent.)
     #[inline]
     pub fn buf_mut(&mut self, slot: Slot) -> &mut [u8] {
-        let b = self.s.buf_size;
-        &mut self.s.bufs[slot as usize * b..][..b]
+        self.s.buf_mut(slot as usize)
     }
 
     // ---- submission ----
@@ -307,14 +312,16 @@ impl IoQueue {
         cmd.set_cid(slot);
         cmd.flags = (cmd.flags & !nvmf_wire::command::FLAGS_PSDT_MASK) | FLAGS_PSDT_SGL_MPTR_CONTIG;
         let enc = self.t.encode_opts();
-        let b = self.s.buf_size;
-        let buf = &self.s.bufs[i * b..][..len as usize];
         if dir == DataDirection::HostToController && len <= self.in_capsule {
             cmd.set_sgl(SglDescriptor::in_capsule(0, len));
-            pdu::encode_capsule_cmd(self.t.tx(), &enc, &cmd, buf);
+            let data = self.s.buf_ptr(i);
+            encode_capsule_cmd_header(self.t.tx().bytes(), &enc, &cmd, len as usize);
+            // SAFETY: the slot buffer lives as long as the queue (which owns
+            // the TxBuf) and has at least `len` bytes.
+            unsafe { send_data(self.t.tx(), &enc, data, len as usize) };
         } else {
             cmd.set_sgl(SglDescriptor::transport(len));
-            pdu::encode_capsule_cmd(self.t.tx(), &enc, &cmd, &[]);
+            pdu::encode_capsule_cmd(self.t.tx().bytes(), &enc, &cmd, &[]);
         }
         self.s.info[i] = SlotInfo {
             state: State::InFlight,
@@ -439,7 +446,7 @@ impl IoQueue {
                 }
                 return Err(Error::Closed(String::new()));
             }
-            if self.t.tx_pending() > 0 {
+            if self.t.tx_pending() {
                 self.t.flush()?;
             }
             if !self.s.done.is_empty() || timeout == Some(Duration::ZERO) {
@@ -499,7 +506,41 @@ impl IoQueue {
     }
 }
 
+// SAFETY: `bufs` is an allocation owned by this struct alone.
+unsafe impl Send for Slots {}
+
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // SAFETY: `bufs`/`bufs_len` came from Box::into_raw of a boxed slice.
+        unsafe {
+            drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.bufs,
+                self.bufs_len,
+            )));
+        }
+    }
+}
+
 impl Slots {
+    #[inline]
+    fn buf_ptr(&self, i: usize) -> *mut u8 {
+        debug_assert!(i < self.info.len());
+        // SAFETY: i < slots, so the offset is inside the allocation.
+        unsafe { self.bufs.add(i * self.buf_size) }
+    }
+    #[inline]
+    fn buf(&self, i: usize) -> &[u8] {
+        assert!(i < self.info.len(), "slot out of range");
+        // SAFETY: in bounds; shared borrow of self.
+        unsafe { std::slice::from_raw_parts(self.buf_ptr(i), self.buf_size) }
+    }
+    #[inline]
+    fn buf_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.info.len(), "slot out of range");
+        // SAFETY: in bounds; exclusive borrow of self.
+        unsafe { std::slice::from_raw_parts_mut(self.buf_ptr(i), self.buf_size) }
+    }
+
     fn slot_for(&mut self, cid: u16, what: &str) -> Result<usize> {
         let i = cid as usize;
         if i >= self.info.len() || self.info[i].state != State::InFlight {
@@ -528,7 +569,7 @@ impl Slots {
         });
     }
 
-    fn handle(&mut self, pdu: &Pdu<'_>, tx: &mut Vec<u8>, enc: &EncodeOpts) -> Result<()> {
+    fn handle(&mut self, pdu: &Pdu<'_>, tx: &mut TxBuf, enc: &EncodeOpts) -> Result<()> {
         match *pdu {
             Pdu::CapsuleResp(r) => {
                 let cqe = &r.cqe;
@@ -562,13 +603,12 @@ impl Slots {
                     info.digest_error = true;
                 }
                 info.received += data.len() as u32;
-                let b = self.buf_size;
-                self.bufs[i * b + off..][..data.len()].copy_from_slice(data);
+                let (received, total) = (info.received, info.len);
+                self.buf_mut(i)[off..off + data.len()].copy_from_slice(data);
                 if hdr.success() {
-                    if info.received != info.len {
+                    if received != total {
                         return Err(Error::Protocol(format!(
-                            "C2HData SUCCESS after {} of {} bytes",
-                            info.received, info.len
+                            "C2HData SUCCESS after {received} of {total} bytes"
                         )));
                     }
                     self.complete(i, Status::SUCCESS, 0, 0);
@@ -591,15 +631,14 @@ impl Slots {
                         r.cccid()
                     )));
                 }
-                let b = self.buf_size;
-                let data = &self.bufs[i * b + off..][..len];
+                let data = self.buf_ptr(i);
                 let chunk = self.maxh2cdata as usize;
                 let mut done = 0;
                 while done < len {
                     let n = chunk.min(len - done);
                     let last = done + n == len;
                     pdu::encode_h2c_data_header(
-                        tx,
+                        tx.bytes(),
                         enc,
                         r.cccid(),
                         r.ttag(),
@@ -607,7 +646,10 @@ impl Slots {
                         n as u32,
                         if last { pdu::DATA_LAST } else { 0 },
                     );
-                    pdu::append_data(tx, enc, &data[done..done + n]);
+                    // SAFETY: off + len <= the slot's transfer length <=
+                    // buf_size (checked above); the buffer outlives the TxBuf
+                    // contents (both belong to the queue).
+                    unsafe { send_data(tx, enc, data.add(off + done), n) };
                     done += n;
                 }
             }
@@ -619,5 +661,93 @@ impl Slots {
             }
         }
         Ok(())
+    }
+}
+
+/// Payloads smaller than this are copied into the send buffer; larger ones
+/// are sent from the slot buffer by reference (writev).
+const COPY_BELOW: usize = 2048;
+
+/// Queue `len` payload bytes at `data` and, if negotiated, their data digest.
+///
+/// # Safety
+/// `data..data+len` must be valid for reads until the TxBuf is flushed.
+#[inline]
+unsafe fn send_data(tx: &mut TxBuf, enc: &EncodeOpts, data: *const u8, len: usize) {
+    let bytes = std::slice::from_raw_parts(data, len);
+    if len < COPY_BELOW {
+        pdu::append_data(tx.bytes(), enc, bytes);
+        return;
+    }
+    tx.push_ext(data, len);
+    if enc.ddgst {
+        tx.bytes().extend_from_slice(&crc32c(bytes).to_le_bytes());
+    }
+}
+
+// TODO(wire): a header-only capsule encoder (like `encode_h2c_data_header`)
+// would let in-capsule data go out from the caller's buffer without this
+// local copy of the framing rules.
+/// Append a command capsule's header, header digest and padding for
+/// `data_len` bytes of in-capsule data that the caller queues next.
+fn encode_capsule_cmd_header(out: &mut Vec<u8>, enc: &EncodeOpts, cmd: &Command, data_len: usize) {
+    if data_len == 0 {
+        pdu::encode_capsule_cmd(out, enc, cmd, &[]);
+        return;
+    }
+    let ty = PduType::CapsuleCmd;
+    let hd = if enc.hdgst { 4 } else { 0 };
+    let dd = if enc.ddgst { 4 } else { 0 };
+    let align = (enc.pda as usize % 32 + 1) * 4;
+    let pdo = (ty.hlen() + hd).div_ceil(align) * align;
+    let plen = pdo + data_len + dd;
+    let mut flags = 0;
+    if enc.hdgst {
+        flags |= pdu::HDGSTF;
+    }
+    if enc.ddgst {
+        flags |= pdu::DDGSTF;
+    }
+    let h = CapsuleCmdHeader {
+        ch: CommonHeader::new(ty, flags, pdo as u8, plen as u32),
+        cmd: *cmd,
+    };
+    let start = out.len();
+    out.extend_from_slice(h.as_bytes());
+    if enc.hdgst {
+        let d = crc32c(h.as_bytes());
+        out.extend_from_slice(&d.to_le_bytes());
+    }
+    out.resize(start + pdo, 0);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capsule_header_matches_the_wire_encoder() {
+        let mut cmd = Command::new(IoOpcode::Write as u8, 7);
+        cmd.set_nsid(1).set_lba_range(0, 8);
+        cmd.set_sgl(SglDescriptor::in_capsule(0, 4096));
+        let data: Vec<u8> = (0..4096u32).map(|i| i as u8).collect();
+        for (h, d, pda) in [
+            (false, false, 0),
+            (true, false, 0),
+            (true, true, 0),
+            (true, true, 3),
+        ] {
+            let enc = EncodeOpts {
+                hdgst: h,
+                ddgst: d,
+                pda,
+            };
+            let mut want = Vec::new();
+            pdu::encode_capsule_cmd(&mut want, &enc, &cmd, &data);
+            let mut got = Vec::new();
+            encode_capsule_cmd_header(&mut got, &enc, &cmd, data.len());
+            pdu::append_data(&mut got, &enc, &data);
+            assert_eq!(got, want, "hdgst {h} ddgst {d} pda {pda}");
+        }
     }
 }

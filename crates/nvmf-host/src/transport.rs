@@ -45,8 +45,7 @@ pub struct Transport {
     rx_end: usize,
     /// Total length (from `rx_start`) the decoder asked for last time.
     rx_need: usize,
-    tx: Vec<u8>,
-    tx_sent: usize,
+    tx: TxBuf,
     /// The peer closed its side; what was received before still counts.
     eof: bool,
     dec: DecodeOpts,
@@ -111,8 +110,7 @@ impl Transport {
             rx_start: 0,
             rx_end: 0,
             rx_need: 0,
-            tx: Vec::with_capacity(256 * 1024),
-            tx_sent: 0,
+            tx: TxBuf::new(),
             eof: false,
             dec: DecodeOpts {
                 max_data_len,
@@ -280,32 +278,26 @@ impl Transport {
     }
 
     /// The send buffer: append PDUs, then `flush`.
-    pub fn tx(&mut self) -> &mut Vec<u8> {
+    pub fn tx(&mut self) -> &mut TxBuf {
         &mut self.tx
     }
-    /// Bytes appended but not yet written to the socket.
-    pub fn tx_pending(&self) -> usize {
-        self.tx.len() - self.tx_sent
+    /// Output queued but not yet written to the socket.
+    pub fn tx_pending(&self) -> bool {
+        self.tx.pending()
     }
 
-    /// Write as much pending output as the socket takes without blocking.
-    /// Returns true when everything has been written.
+    /// Write as much pending output as the socket takes without blocking,
+    /// with gather writes (writev) over the queued segments. Returns true
+    /// when everything has been written.
     pub fn flush(&mut self) -> Result<bool> {
-        while self.tx_sent < self.tx.len() {
-            match self.sock.write(&self.tx[self.tx_sent..]) {
-                Ok(0) => return Err(Error::Closed(" while sending".into())),
-                Ok(n) => self.tx_sent += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_reset(&e) => {
-                    return Err(Error::Closed(format!(" ({e})")));
-                }
-                Err(e) => return Err(Error::io("sending to the target", e)),
+        match self.tx.write_to(self.sock.as_raw_fd()) {
+            Ok(done) => Ok(done),
+            Err(e) if is_reset(&e) => Err(Error::Closed(format!(" ({e})"))),
+            Err(e) if e.kind() == io::ErrorKind::WriteZero => {
+                Err(Error::Closed(" while sending".into()))
             }
+            Err(e) => Err(Error::io("sending to the target", e)),
         }
-        self.tx.clear();
-        self.tx_sent = 0;
-        Ok(true)
     }
 
     /// One non-blocking read into the receive buffer (as much as fits).
@@ -355,13 +347,13 @@ impl Transport {
     }
 
     /// Decode every complete PDU in the receive buffer and hand each to `f`
-    /// together with the send buffer and the encoder settings (for replies
+    /// together with the send queue and the encoder settings (for replies
     /// such as H2CData). A C2HTermReq ends the connection with
     /// `Error::Terminated`; a malformed PDU makes us send an H2CTermReq and
     /// fail with `Error::Protocol`. Returns the number of PDUs handled.
     pub fn parse<F>(&mut self, mut f: F) -> Result<usize>
     where
-        F: FnMut(&Pdu<'_>, &mut Vec<u8>, &EncodeOpts) -> Result<()>,
+        F: FnMut(&Pdu<'_>, &mut TxBuf, &EncodeOpts) -> Result<()>,
     {
         let mut count = 0;
         loop {
@@ -422,6 +414,7 @@ impl Transport {
     fn send_now(&mut self, bytes: &[u8]) {
         // Pending output first so the termination is the last thing sent.
         let _ = self.flush();
+        self.tx.clear();
         let _ = self.sock.set_nonblocking(false);
         let _ = self
             .sock
@@ -453,7 +446,7 @@ impl Transport {
 
     /// poll(2) events this connection waits for.
     pub fn poll_events(&self) -> i16 {
-        if self.tx_pending() > 0 {
+        if self.tx_pending() {
             libc::POLLIN | libc::POLLOUT
         } else {
             libc::POLLIN
@@ -496,5 +489,196 @@ pub fn fes_reason(fes: u16) -> &'static str {
         pdu::FES_DATA_LIMIT_EXCEEDED => "data transfer limit exceeded",
         pdu::FES_UNSUPPORTED_PARAMETER => "unsupported parameter",
         _ => "unknown fatal error",
+    }
+}
+
+/// One piece of queued output.
+#[derive(Debug, Clone, Copy)]
+enum Seg {
+    /// `TxBuf::buf[start..end]`.
+    Own(usize, usize),
+    /// Caller memory (a command's data buffer), sent without copying.
+    Ext(*const u8, usize),
+}
+
+/// Most iovecs handed to one writev.
+const MAX_IOV: usize = 256;
+
+/// The send queue: PDU headers, digests and small payloads are appended to
+/// an owned byte buffer; large payloads are queued by reference (`push_ext`)
+/// and go out straight from the command's buffer. `flush` writes it all with
+/// writev, as few calls as the socket allows. Allocation-free once its
+/// vectors have grown to the queue's working size.
+pub struct TxBuf {
+    buf: Vec<u8>,
+    segs: Vec<Seg>,
+    /// `buf[own_mark..]` is not yet covered by a segment.
+    own_mark: usize,
+    /// Next segment to write and bytes of it already written.
+    idx: usize,
+    off: usize,
+    iov: Vec<libc::iovec>,
+}
+
+// SAFETY: the external segments point at memory the owner of the TxBuf
+// keeps alive and unmodified until flushed (the contract of `push_ext`);
+// nothing else is shared.
+unsafe impl Send for TxBuf {}
+
+impl Default for TxBuf {
+    fn default() -> Self {
+        TxBuf::new()
+    }
+}
+
+impl TxBuf {
+    pub fn new() -> TxBuf {
+        TxBuf {
+            buf: Vec::with_capacity(256 * 1024),
+            segs: Vec::with_capacity(1024),
+            own_mark: 0,
+            idx: 0,
+            off: 0,
+            iov: Vec::with_capacity(MAX_IOV),
+        }
+    }
+
+    /// The owned byte buffer, for appending encoded PDUs.
+    #[inline]
+    pub fn bytes(&mut self) -> &mut Vec<u8> {
+        &mut self.buf
+    }
+
+    /// Queue `len` bytes at `ptr` to be sent after what is queued so far.
+    ///
+    /// # Safety
+    /// The memory must stay valid, and should stay unchanged, until `flush`
+    /// has written it (or the TxBuf is cleared or dropped).
+    #[inline]
+    pub unsafe fn push_ext(&mut self, ptr: *const u8, len: usize) {
+        self.close_own();
+        if len > 0 {
+            self.segs.push(Seg::Ext(ptr, len));
+        }
+    }
+
+    #[inline]
+    fn close_own(&mut self) {
+        if self.buf.len() > self.own_mark {
+            self.segs.push(Seg::Own(self.own_mark, self.buf.len()));
+            self.own_mark = self.buf.len();
+        }
+    }
+
+    /// Anything left to write.
+    #[inline]
+    pub fn pending(&self) -> bool {
+        self.idx < self.segs.len() || self.buf.len() > self.own_mark
+    }
+
+    /// Drop everything queued.
+    pub fn clear(&mut self) {
+        self.buf.clear();
+        self.segs.clear();
+        self.own_mark = 0;
+        self.idx = 0;
+        self.off = 0;
+    }
+
+    /// Write to a non-blocking fd until done or it would block.
+    fn write_to(&mut self, fd: i32) -> io::Result<bool> {
+        self.close_own();
+        while self.idx < self.segs.len() {
+            self.iov.clear();
+            for (k, seg) in self.segs[self.idx..].iter().take(MAX_IOV).enumerate() {
+                let (p, n) = match *seg {
+                    Seg::Own(a, b) => (self.buf[a..b].as_ptr(), b - a),
+                    Seg::Ext(p, n) => (p, n),
+                };
+                let skip = if k == 0 { self.off } else { 0 };
+                self.iov.push(libc::iovec {
+                    // SAFETY: skip < n for the first segment (advance keeps it so).
+                    iov_base: unsafe { p.add(skip) } as *mut libc::c_void,
+                    iov_len: n - skip,
+                });
+            }
+            // SAFETY: every iovec points at live memory: our buffer or, by
+            // the contract of push_ext, the caller's.
+            let r = unsafe { libc::writev(fd, self.iov.as_ptr(), self.iov.len() as i32) };
+            if r < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => return Err(e),
+                }
+            }
+            if r == 0 {
+                return Err(io::Error::from(io::ErrorKind::WriteZero));
+            }
+            let mut left = r as usize;
+            while left > 0 {
+                let n = match self.segs[self.idx] {
+                    Seg::Own(a, b) => b - a,
+                    Seg::Ext(_, n) => n,
+                } - self.off;
+                if left >= n {
+                    left -= n;
+                    self.idx += 1;
+                    self.off = 0;
+                } else {
+                    self.off += left;
+                    left = 0;
+                }
+            }
+        }
+        self.clear();
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixStream;
+
+    /// Owned and external segments come out in order, across partial writes.
+    #[test]
+    fn txbuf_gather_writes_in_order() {
+        let (a, mut b) = UnixStream::pair().unwrap();
+        a.set_nonblocking(true).unwrap();
+        let big: Vec<u8> = (0..300_000u32).map(|i| (i * 7) as u8).collect();
+        let mut tx = TxBuf::new();
+        let mut want = Vec::new();
+        for round in 0..40usize {
+            tx.bytes().extend_from_slice(&[round as u8; 24]);
+            want.extend_from_slice(&[round as u8; 24]);
+            let part = &big[round * 5000..round * 5000 + 1000 + round * 3000];
+            // SAFETY: `big` outlives every flush below.
+            unsafe { tx.push_ext(part.as_ptr(), part.len()) };
+            want.extend_from_slice(part);
+        }
+        tx.bytes().extend_from_slice(b"tail");
+        want.extend_from_slice(b"tail");
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 7000];
+            loop {
+                let n = b.read(&mut buf).unwrap();
+                if n == 0 {
+                    return got;
+                }
+                got.extend_from_slice(&buf[..n]);
+            }
+        });
+        let fd = a.as_raw_fd();
+        while !tx.write_to(fd).unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!tx.pending());
+        drop(a);
+        let got = reader.join().unwrap();
+        assert_eq!(got.len(), want.len());
+        assert!(got == want);
     }
 }
