@@ -35,6 +35,7 @@ pub(crate) fn embedded_default() -> TargetConfig {
         bdevs: vec![BdevConfig {
             name: "Malloc0".to_string(),
             kind: BdevKind::Malloc,
+            file: None,
             block_size: 512,
             num_blocks: (1u64 << 30) / 512,
             uuid: None,

@@ -24,6 +24,7 @@
 
 mod default;
 mod error;
+mod file_bdev;
 mod ids;
 mod nqn;
 mod params;
@@ -34,6 +35,7 @@ use std::path::Path;
 
 pub use default::DEFAULT_SUBSYSTEM_NQN;
 pub use error::ConfigError;
+pub use file_bdev::{probe as probe_file, Probe as FileProbe, FILE_BLOCK_SIZES};
 pub use ids::{
     derive_namespace_ids, format_eui64, format_nguid, format_uuid, parse_eui64, parse_nguid,
     parse_uuid, random_namespace_ids, NamespaceIds, Uuid16,
@@ -86,6 +88,31 @@ pub struct BdevConfig {
     /// Number of logical blocks (> 0).
     pub num_blocks: u64,
     pub uuid: Option<Uuid16>,
+    /// File / block-device details; `Some` exactly when `kind` is
+    /// [`BdevKind::File`]. `block_size` and `num_blocks` above are then the
+    /// values resolved at load (given or detected block size, size of the
+    /// file or device divided by it).
+    pub file: Option<FileBdev>,
+}
+
+/// A bdev backed by a regular file or a block device (`bdev_uring_create`,
+/// `bdev_aio_create`; both are served by nvmfd's io_uring backend).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileBdev {
+    /// Path of the file or block device, as given.
+    pub filename: String,
+    /// Serve reads only; writes fail with Namespace Is Write Protected.
+    pub readonly: bool,
+    /// Use fallocate(2) for Deallocate (punch hole) and Write Zeroes
+    /// (zero range). `bdev_aio_create`'s `fallocate` (default false);
+    /// always true for `bdev_uring_create`.
+    pub fallocate: bool,
+    /// The file is a block device (size and logical block size from the
+    /// kernel) rather than a regular file.
+    pub is_block_device: bool,
+    /// Logical block size of the underlying device (block devices: the
+    /// device's; files: 512). `block_size` is never smaller.
+    pub device_block_size: u32,
 }
 
 impl BdevConfig {
@@ -102,6 +129,18 @@ pub enum BdevKind {
     Malloc,
     /// Discards writes, reads zeroes (`bdev_null_create`).
     Null,
+    /// A file or block device ([`BdevConfig::file`] holds the details); the
+    /// method it was created with is kept so save_config writes it back.
+    File(FileMethod),
+}
+
+/// Which SPDK method created a file bdev.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FileMethod {
+    /// `bdev_uring_create`.
+    Uring,
+    /// `bdev_aio_create`.
+    Aio,
 }
 
 impl BdevKind {
@@ -110,6 +149,8 @@ impl BdevKind {
         match self {
             BdevKind::Malloc => "bdev_malloc_create",
             BdevKind::Null => "bdev_null_create",
+            BdevKind::File(FileMethod::Uring) => "bdev_uring_create",
+            BdevKind::File(FileMethod::Aio) => "bdev_aio_create",
         }
     }
 }

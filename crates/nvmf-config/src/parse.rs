@@ -12,7 +12,7 @@ use crate::ids::{derive_namespace_ids, parse_eui64, parse_nguid, parse_uuid, Uui
 use crate::nqn::{validate_nqn, DISCOVERY_NQN};
 use crate::params::{Kind, Params};
 use crate::{
-    AddressFamily, BdevConfig, BdevKind, ConfigError, ListenerConfig, NamespaceConfig,
+    AddressFamily, BdevConfig, BdevKind, ConfigError, FileMethod, ListenerConfig, NamespaceConfig,
     SubsystemConfig, TargetConfig, TransportConfig, TransportType, DEFAULT_MAX_CNTLID,
     DEFAULT_MAX_NAMESPACES, MODEL_NUMBER_MAX_LEN, SERIAL_NUMBER_MAX_LEN,
 };
@@ -322,6 +322,8 @@ fn apply(
     match method {
         "bdev_malloc_create" => bdev_create(cfg, p, BdevKind::Malloc),
         "bdev_null_create" => bdev_create(cfg, p, BdevKind::Null),
+        "bdev_uring_create" => crate::file_bdev::create(cfg, p, FileMethod::Uring),
+        "bdev_aio_create" => crate::file_bdev::create(cfg, p, FileMethod::Aio),
         "nvmf_create_transport" => create_transport(cfg, p),
         "nvmf_create_subsystem" => create_subsystem(cfg, p),
         "nvmf_subsystem_add_ns" => add_ns(cfg, p),
@@ -331,6 +333,7 @@ fn apply(
         _ => Err(ConfigError::for_method(
             method,
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
+             bdev_uring_create, bdev_aio_create, \
              nvmf_create_transport, nvmf_create_subsystem and nvmf_subsystem_add_ns/add_listener/\
              add_host/allow_any_host, and skips SPDK-internal tuning methods)",
         )),
@@ -349,7 +352,7 @@ fn bdev_create(
             .map(|i| format!("Malloc{i}"))
             .find(|n| cfg.bdev(n).is_none())
             .expect("some MallocN is free"),
-        (BdevKind::Null, None) => return Err(p.err("name", "missing required parameter")),
+        (_, None) => return Err(p.err("name", "missing required parameter")),
     };
     if name.is_empty() {
         return Err(p.err("name", "bdev name must not be empty"));
@@ -406,7 +409,7 @@ fn bdev_create(
     }
     let ignored = match kind {
         BdevKind::Malloc => MALLOC_IGNORED,
-        BdevKind::Null => NULL_IGNORED,
+        _ => NULL_IGNORED,
     };
     let mut ign = cfg.ignored_params.clone();
     p.ignore(ignored, &mut ign)?;
@@ -418,6 +421,7 @@ fn bdev_create(
         block_size,
         num_blocks,
         uuid,
+        file: None,
     });
     Ok(())
 }

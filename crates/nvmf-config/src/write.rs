@@ -7,7 +7,7 @@ use serde_json::{json, Map, Value};
 
 use crate::ids::{format_eui64, format_nguid, format_uuid};
 use crate::nqn::DISCOVERY_NQN;
-use crate::{ListenerConfig, TargetConfig};
+use crate::{BdevKind, ListenerConfig, TargetConfig};
 
 fn entry(method: &str, params: Value) -> Value {
     json!({ "method": method, "params": params })
@@ -33,6 +33,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         .bdevs
         .iter()
         .map(|b| {
+            if let (BdevKind::File(m), Some(f)) = (b.kind, &b.file) {
+                return entry(b.kind.create_method(), crate::file_bdev::params(b, f, m));
+            }
             let mut p = Map::new();
             p.insert("name".into(), json!(b.name));
             p.insert("num_blocks".into(), json!(b.num_blocks));

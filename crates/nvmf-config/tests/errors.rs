@@ -633,7 +633,8 @@ fn duplicate_explicit_ids() {
 fn unsupported_methods_and_transports() {
     for m in [
         "bdev_nvme_attach_controller",
-        "bdev_aio_create",
+        // bdev_aio_create is supported (file bdevs, tests/file_bdev.rs).
+        "bdev_lvol_create_lvstore",
         "bdev_rbd_create",
         "nvmf_discovery_add_referral",
         "nbd_start_disk",

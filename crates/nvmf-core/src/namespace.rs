@@ -110,6 +110,9 @@ pub struct NamespaceTable {
     slots: Vec<Option<Arc<Namespace>>>,
     /// NSIDs present, ascending.
     active: Vec<u32>,
+    /// Some namespace's backend keeps pointers into data buffers after
+    /// submit (see `Backend::needs_stable_buffers`).
+    stable_buffers: bool,
 }
 
 impl NamespaceTable {
@@ -149,6 +152,21 @@ impl NamespaceTable {
         self.active.is_empty()
     }
 
+    /// True when some backend needs data buffers that stay put until the
+    /// command completes (`Backend::needs_stable_buffers`).
+    #[inline]
+    pub fn needs_stable_buffers(&self) -> bool {
+        self.stable_buffers
+    }
+
+    fn update_stable_buffers(&mut self) {
+        self.stable_buffers = self
+            .slots
+            .iter()
+            .flatten()
+            .any(|n| n.backend().needs_stable_buffers());
+    }
+
     /// Namespaces in NSID order.
     pub fn iter(&self) -> impl Iterator<Item = &Arc<Namespace>> {
         self.slots.iter().flatten()
@@ -169,6 +187,7 @@ impl NamespaceTable {
         if let Err(pos) = t.active.binary_search(&nsid) {
             t.active.insert(pos, nsid);
         }
+        t.update_stable_buffers();
         t
     }
 
@@ -185,6 +204,7 @@ impl NamespaceTable {
         while matches!(t.slots.last(), Some(None)) {
             t.slots.pop();
         }
+        t.update_stable_buffers();
         t
     }
 }

@@ -152,6 +152,15 @@ impl QueuePair {
         &self.stats
     }
 
+    /// Data buffers handed to `execute` must stay valid and unmoved until
+    /// the command completes (an asynchronous backend such as the io_uring
+    /// file backend serves a namespace): the transport passes its request
+    /// slot buffer, copying in-capsule data there first.
+    #[inline]
+    pub fn needs_stable_buffers(&self) -> bool {
+        self.ns.needs_stable_buffers()
+    }
+
     /// The listener this queue came in on.
     pub fn port(&self) -> &Arc<PortInfo> {
         &self.port
@@ -350,6 +359,11 @@ impl QueuePair {
                 reason: reason.as_str(),
             };
         }
+        // Operations in flight hold clones of the sink: reap this
+        // thread's ring (and submit what was queued) before draining.
+        if Arc::strong_count(&self.sink) > 1 {
+            crate::backend::uring::flush();
+        }
         if !self.sink.is_empty() {
             self.deliver_backend_completions(out);
         }
@@ -421,6 +435,12 @@ fn aen_result(bit: u32) -> u32 {
 
 impl Drop for QueuePair {
     fn drop(&mut self) {
+        // Asynchronous operations still in flight point into the
+        // transport's buffers, which are freed right after this queue pair:
+        // wait until the kernel is done with them.
+        if Arc::strong_count(&self.sink) > 1 {
+            crate::backend::uring::wait_sink_idle(&self.sink);
+        }
         let Some(ctrl) = self.ctrl.take() else {
             return;
         };

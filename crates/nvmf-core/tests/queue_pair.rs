@@ -54,6 +54,7 @@ fn bdev(name: &str, kind: BdevKind, block_size: u32, num_blocks: u64) -> BdevCon
         block_size,
         num_blocks,
         uuid: None,
+        file: None,
     }
 }
 

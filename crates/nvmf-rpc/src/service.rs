@@ -714,6 +714,9 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
         json!(match b.kind {
             BdevKind::Malloc => "Malloc disk",
             BdevKind::Null => "Null disk",
+            // SPDK's product names for bdev_uring / bdev_aio.
+            BdevKind::File(nvmf_config::FileMethod::Uring) => "URING bdev",
+            BdevKind::File(nvmf_config::FileMethod::Aio) => "AIO disk",
         }),
     );
     m.insert("block_size".into(), json!(b.block_size));

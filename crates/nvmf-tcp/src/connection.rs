@@ -114,6 +114,8 @@ enum Src<'a> {
 
 /// One NVMe/TCP connection (see the module documentation).
 pub struct Connection {
+    /// Declared first so it drops first: dropping it waits for asynchronous
+    /// backend I/O still in flight, which points into `slots`' buffers.
     qp: QueuePair,
     params: TcpParams,
     phase: Phase,
@@ -258,6 +260,12 @@ impl Connection {
     /// Bytes of an incomplete PDU are buffered.
     pub fn has_partial_input(&self) -> bool {
         self.rx_end > self.rx_start || self.direct.is_some()
+    }
+
+    /// Commands wait for an asynchronous backend (the reactor polls such
+    /// connections when the backend signals completions).
+    pub fn has_executing(&self) -> bool {
+        self.slots.executing() > 0
     }
 
     /// Output is waiting to be written.
@@ -544,6 +552,16 @@ impl Connection {
                     self.complete_status(idx, Status::SGL_OFFSET_INVALID.with_dnr());
                 } else if len > icd || data.len() != len as usize {
                     self.complete_status(idx, Status::SGL_DATA_LENGTH_INVALID.with_dnr());
+                } else if self.qp.needs_stable_buffers() {
+                    // An asynchronous backend keeps using the data after
+                    // execute() returns: the receive buffer moves, the
+                    // (aligned) slot buffer does not.
+                    let max = self.params.max_io_size.max(icd) as usize;
+                    if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.len = len;
+                        slot.data_mut(len as usize, max).copy_from_slice(data);
+                    }
+                    return self.execute(idx, Src::Slot);
                 } else {
                     return self.execute(idx, Src::Rx(data));
                 }

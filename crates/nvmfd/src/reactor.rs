@@ -4,10 +4,15 @@
 //! buffer, every complete PDU is processed, and all responses leave in one
 //! vectored write. The thread sleeps in epoll when idle; a 100 ms tick drives
 //! keep-alive, async events and deferred completions (`QueuePair::poll`).
+//! The thread's io_uring (file bdevs) signals an eventfd in the same epoll
+//! set: on it, completions are reaped and the connections with commands in
+//! flight are polled and written at once.
 
 use crate::listen::ListenAddr;
 use mio::net::{TcpListener, TcpStream};
+use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
+use nvmf_core::backend::uring;
 use nvmf_core::queue::PortInfo;
 use nvmf_core::target::Target;
 use nvmf_tcp::{Connection, TcpParams};
@@ -24,6 +29,8 @@ use tracing::{debug, info, warn};
 pub const WAKER_TOKEN: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const CONN_BASE: usize = 1 << 16;
+/// The thread's io_uring completion eventfd.
+const URING_TOKEN: Token = Token(CONN_BASE - 1);
 /// Timer tick: keep-alive, AER and async completion polling.
 const TICK: Duration = Duration::from_millis(100);
 /// A connection whose peer does not take its last bytes (e.g. the
@@ -92,6 +99,24 @@ impl Reactor {
                 warn!(reactor = self.id, "cannot register listener: {e}");
             }
         }
+        // This thread's io_uring: batched submissions, completions wake epoll.
+        uring::set_batching(true);
+        match uring::eventfd() {
+            Ok(fd) => {
+                if let Err(e) = self.poll.registry().register(
+                    &mut SourceFd(&fd),
+                    URING_TOKEN,
+                    Interest::READABLE,
+                ) {
+                    warn!(
+                        reactor = self.id,
+                        "cannot register the io_uring eventfd: {e}"
+                    );
+                }
+            }
+            Err(e) => debug!(reactor = self.id, "no io_uring on this thread: {e}"),
+        }
+        let mut uring_ready = false;
         let mut events = Events::with_capacity(1024);
         let mut conns: Slab<Conn> = Slab::with_capacity(64);
         let mut again: Vec<usize> = Vec::with_capacity(64);
@@ -124,6 +149,9 @@ impl Reactor {
                 let t = ev.token().0;
                 if t == WAKER_TOKEN.0 {
                     continue;
+                } else if t == URING_TOKEN.0 {
+                    uring::clear_eventfd();
+                    uring_ready = true;
                 } else if t < CONN_BASE {
                     let i = t - LISTENER_BASE;
                     if !self.accept_all(i, &mut conns) {
@@ -155,6 +183,12 @@ impl Reactor {
             std::mem::swap(&mut again, &mut again_next);
             again.sort_unstable();
             again.dedup();
+
+            // File bdev completions: deliver them now, not on the next tick.
+            if uring::flush() > 0 || std::mem::take(&mut uring_ready) {
+                self.poll_executing(&mut conns, &mut again, &mut tick_keys);
+                uring::flush();
+            }
 
             let now = Instant::now();
             if conns.is_empty() && !retry_accept {
@@ -254,6 +288,34 @@ impl Reactor {
                 read_closed: false,
                 closing_since: None,
             });
+        }
+    }
+
+    /// Polls (delivers late completions) and services every connection
+    /// with commands waiting for an asynchronous backend.
+    fn poll_executing(
+        &self,
+        conns: &mut Slab<Conn>,
+        again: &mut Vec<usize>,
+        keys: &mut Vec<usize>,
+    ) {
+        let now = Instant::now();
+        keys.clear();
+        keys.extend(
+            conns
+                .iter()
+                .filter(|(_, c)| c.sm.has_executing())
+                .map(|(k, _)| k),
+        );
+        for &key in keys.iter() {
+            let Some(c) = conns.get_mut(key) else {
+                continue;
+            };
+            if catch_unwind(AssertUnwindSafe(|| c.sm.poll(now))).is_err() {
+                self.close(key, conns, "internal error (panic) in poll".into());
+                continue;
+            }
+            self.service_key(key, conns, again);
         }
     }
 

@@ -10,8 +10,10 @@
 //! touch memory outside their own (malloc) and answer LBA Out of Range rather
 //! than panic.
 
+pub mod file;
 pub mod malloc;
 pub mod null;
+pub mod uring;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -21,6 +23,7 @@ use nvmf_wire::status::Status;
 
 use crate::error::CoreError;
 
+pub use file::FileBackend;
 pub use malloc::MallocBackend;
 pub use null::NullBackend;
 
@@ -44,8 +47,14 @@ pub enum Submitted {
     Done(Status),
     /// Will finish later: the backend posts `(tag, status)` to the
     /// [`CompletionSink`] it was given, and the queue pair's `poll` turns it
-    /// into a completion. Until then the request's data buffer stays valid
-    /// and untouched by the transport (the slot is kept).
+    /// into a completion. Until then the request's data buffer stays valid,
+    /// at the same address, and untouched by the transport (the slot is
+    /// kept): an asynchronous backend may keep a raw pointer to it and read
+    /// into it / write from it later (the file backend's io_uring does).
+    /// Backends that do say so with [`Backend::needs_stable_buffers`], and
+    /// hold a clone of the sink until the operation is finished; the queue
+    /// pair does not go away (and so the transport does not free the
+    /// buffers) while such clones exist (see `QueuePair`'s `Drop`).
     Pending,
 }
 
@@ -125,6 +134,14 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// deallocate). Always completes inline: one command can carry 256
     /// ranges, and a hint needs no completion tracking.
     fn deallocate(&self, lba: u64, blocks: u64) -> Status;
+    /// True when operations keep pointers into the data buffer after
+    /// `submit` returned [`Submitted::Pending`]: the transport must then pass
+    /// buffers that stay put until completion (its request slot buffer,
+    /// 4096-byte aligned for O_DIRECT) rather than e.g. in-capsule data in a
+    /// receive buffer that moves.
+    fn needs_stable_buffers(&self) -> bool {
+        false
+    }
 }
 
 /// Create the backend a bdev entry describes.
@@ -150,6 +167,13 @@ pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, CoreError> {
             cfg.block_size,
             cfg.num_blocks,
         ))),
+        BdevKind::File(_) => {
+            let f = cfg
+                .file
+                .as_ref()
+                .ok_or_else(|| bad("file bdev without file parameters"))?;
+            Ok(Arc::new(FileBackend::new(cfg, f)?))
+        }
     }
 }
 
@@ -333,6 +357,7 @@ mod tests {
             block_size: 512,
             num_blocks: 0,
             uuid: None,
+            file: None,
         };
         assert!(create(&cfg).is_err());
         cfg.num_blocks = 1;
