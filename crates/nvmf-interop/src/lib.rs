@@ -561,6 +561,98 @@ pub fn run_guest(
     }
 }
 
+// ----------------------------------------------------------- kernel target --
+
+/// The Linux kernel NVMe/TCP target (nvmet) in a background guest, reachable at
+/// 127.0.0.1:`port`; stopped when dropped. For testing the user-space initiator against a
+/// reference target.
+pub struct KernelTarget {
+    state: PathBuf,
+    pub port: u16,
+    pub nqn: String,
+}
+
+impl KernelTarget {
+    /// `testbed/nvmfd-testbed target-start` with `namespaces` RAM namespaces of `size_mb` MiB;
+    /// extra options (e.g. `--allow-host NQN`, `--serial SN`) go in `extra`.
+    pub fn start(
+        dir: &Path,
+        port: u16,
+        nqn: &str,
+        namespaces: u32,
+        size_mb: u32,
+        extra: &[&str],
+    ) -> KernelTarget {
+        let state = dir.join("kernel-target");
+        let out = Command::new("bash")
+            .arg(testbed())
+            .args([
+                "target-start",
+                "--lifetime",
+                "900",
+                "--ready-timeout",
+                "120",
+            ])
+            .arg("--state")
+            .arg(&state)
+            .args(["--port", &port.to_string(), "--nqn", nqn])
+            .args([
+                "--namespaces",
+                &namespaces.to_string(),
+                "--size",
+                &size_mb.to_string(),
+            ])
+            .args(extra)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run testbed/nvmfd-testbed target-start");
+        let t = KernelTarget {
+            state,
+            port,
+            nqn: nqn.to_string(),
+        };
+        assert!(
+            out.status.success(),
+            "kernel target did not start ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        t
+    }
+
+    /// The target guest's kernel log so far.
+    pub fn dmesg(&self) -> String {
+        fs::read_to_string(self.state.join("target-dmesg.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for KernelTarget {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(testbed())
+            .arg("target-stop")
+            .arg("--state")
+            .arg(&self.state)
+            .stdin(Stdio::null())
+            .output();
+    }
+}
+
+/// Sends an NVMe/TCP ICReq to 127.0.0.1:`port` and returns the 128-byte ICResp.
+pub fn icreq_probe(port: u16) -> std::io::Result<[u8; 128]> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = [0u8; 128];
+    req[2] = 128; // hlen
+    req[4..8].copy_from_slice(&128u32.to_le_bytes()); // plen; PFV 0, HPDA 0, no digests, MAXR2T 0
+    s.write_all(&req)?;
+    let mut resp = [0u8; 128];
+    s.read_exact(&mut resp)?;
+    Ok(resp)
+}
+
 /// Standard checkpoint answer: the daemon must report zero active controllers within 10 s.
 pub fn expect_no_controllers(nvmfd: &Nvmfd) -> String {
     match nvmfd.wait_active_controllers(0, Duration::from_secs(10)) {

@@ -280,3 +280,34 @@ fn keepalive_disconnect_reconnect() {
         &host_failures,
     );
 }
+
+/// The testbed's kernel-target mode: nvmet in a guest answers an ICReq on the forwarded
+/// host port (the reference target for the user-space initiator's tests).
+#[test]
+fn testbed_kernel_target_answers() {
+    let Some(_serial) = begin("testbed_kernel_target_answers") else {
+        return;
+    };
+    let dir = work_dir("kernel-target");
+    let port = free_port();
+    let t0 = std::time::Instant::now();
+    let target = KernelTarget::start(&dir, port, "nqn.2024-01.io.nvmfd:reference", 1, 16, &[]);
+    let resp = icreq_probe(port);
+    say(&format!(
+        "interop testbed_kernel_target_answers: target up and probed in {:.1} s",
+        t0.elapsed().as_secs_f64()
+    ));
+    let resp = resp
+        .unwrap_or_else(|e| panic!("ICReq to the kernel target failed: {e}\n{}", target.dmesg()));
+    assert_eq!(
+        resp[0],
+        1,
+        "PDU type of the answer is not ICResp: {:02x?}",
+        &resp[..8]
+    );
+    assert_eq!(
+        u32::from_le_bytes(resp[4..8].try_into().unwrap()),
+        128,
+        "ICResp PLEN"
+    );
+}
