@@ -53,9 +53,7 @@ impl fmt::Display for NvmeError {
         if self.connect && plain(self.status) == Status::CONNECT_INVALID_PARAMETERS {
             // dw0: IPO (15:0) byte offset of the bad field, IATTR (bit 16)
             // set if it is in the Connect data rather than the SQE (as the
-            // Linux and SPDK targets send it).
-            // TODO(wire): `Completion::connect_invalid_param` puts IPO in
-            // 31:16 and IATTR in bit 0, the other way round.
+            // Linux and SPDK targets, and nvmf-wire's helper, send it).
             let ipo = self.dw0 & 0xffff;
             let in_data = (self.dw0 >> 16) & 1 != 0;
             let what = if in_data {
