@@ -20,11 +20,11 @@
 //! One queue belongs to one thread.
 
 use crate::error::{Error, NvmeError, Result};
-use crate::transport::{Negotiated, Transport, TransportParams, TxBuf};
+use crate::transport::{Negotiated, RxEvent, RxSink, Transport, TransportParams, TxBuf};
 use nvmf_wire::command::FLAGS_PSDT_SGL_MPTR_CONTIG;
 use nvmf_wire::digest::crc32c;
 use nvmf_wire::fabrics::ConnectData;
-use nvmf_wire::pdu::{self, CapsuleCmdHeader, CommonHeader, EncodeOpts, Pdu, PduType};
+use nvmf_wire::pdu::{self, CapsuleCmdHeader, CommonHeader, DataHeader, EncodeOpts, Pdu, PduType};
 use nvmf_wire::zerocopy::IntoBytes;
 use nvmf_wire::{Command, DataDirection, IoOpcode, SglDescriptor, Status};
 use std::collections::VecDeque;
@@ -433,8 +433,7 @@ impl IoQueue {
             // Drain what the socket has (bounded, so a busy queue returns).
             for _ in 0..8 {
                 let n = self.t.recv()?;
-                let s = &mut self.s;
-                self.t.parse(|pdu, tx, enc| s.handle(pdu, tx, enc))?;
+                self.t.parse(&mut self.s)?;
                 if n == 0 {
                     break;
                 }
@@ -569,6 +568,46 @@ impl Slots {
         });
     }
 
+    /// Validate a C2HData header for `len` payload bytes; returns the slot.
+    fn check_c2h(&mut self, hdr: &DataHeader, len: usize) -> Result<usize> {
+        let i = self.slot_for(hdr.cccid(), "C2HData")?;
+        let info = &self.info[i];
+        let off = hdr.datao() as usize;
+        if info.dir != DataDirection::ControllerToHost {
+            return Err(Error::Protocol(format!(
+                "C2HData for command {} that reads no data",
+                hdr.cccid()
+            )));
+        }
+        if off + len > info.len as usize {
+            return Err(Error::Protocol(format!(
+                "C2HData offset {off} + {len} beyond the {} byte transfer of command {}",
+                info.len,
+                hdr.cccid()
+            )));
+        }
+        Ok(i)
+    }
+
+    /// Account C2HData payload that is in the slot buffer now.
+    fn c2h_done(&mut self, i: usize, hdr: &DataHeader, len: usize, digest_ok: bool) -> Result<()> {
+        let info = &mut self.info[i];
+        if !digest_ok {
+            info.digest_error = true;
+        }
+        info.received += len as u32;
+        if hdr.success() {
+            if info.received != info.len {
+                return Err(Error::Protocol(format!(
+                    "C2HData SUCCESS after {} of {} bytes",
+                    info.received, info.len
+                )));
+            }
+            self.complete(i, Status::SUCCESS, 0, 0);
+        }
+        Ok(())
+    }
+
     fn handle(&mut self, pdu: &Pdu<'_>, tx: &mut TxBuf, enc: &EncodeOpts) -> Result<()> {
         match *pdu {
             Pdu::CapsuleResp(r) => {
@@ -582,37 +621,10 @@ impl Slots {
                 data,
                 data_digest_ok,
             } => {
-                let i = self.slot_for(hdr.cccid(), "C2HData")?;
-                let info = &mut self.info[i];
+                let i = self.check_c2h(hdr, data.len())?;
                 let off = hdr.datao() as usize;
-                if info.dir != DataDirection::ControllerToHost {
-                    return Err(Error::Protocol(format!(
-                        "C2HData for command {} that reads no data",
-                        hdr.cccid()
-                    )));
-                }
-                if off + data.len() > info.len as usize {
-                    return Err(Error::Protocol(format!(
-                        "C2HData offset {off} + {} beyond the {} byte transfer of command {}",
-                        data.len(),
-                        info.len,
-                        hdr.cccid()
-                    )));
-                }
-                if !data_digest_ok {
-                    info.digest_error = true;
-                }
-                info.received += data.len() as u32;
-                let (received, total) = (info.received, info.len);
                 self.buf_mut(i)[off..off + data.len()].copy_from_slice(data);
-                if hdr.success() {
-                    if received != total {
-                        return Err(Error::Protocol(format!(
-                            "C2HData SUCCESS after {received} of {total} bytes"
-                        )));
-                    }
-                    self.complete(i, Status::SUCCESS, 0, 0);
-                }
+                self.c2h_done(i, hdr, data.len(), data_digest_ok)?;
             }
             Pdu::R2T(r) => {
                 let i = self.slot_for(r.cccid(), "R2T")?;
@@ -661,6 +673,25 @@ impl Slots {
             }
         }
         Ok(())
+    }
+}
+
+impl RxSink for Slots {
+    fn on_event(&mut self, ev: RxEvent<'_, '_>, tx: &mut TxBuf, enc: &EncodeOpts) -> Result<()> {
+        match ev {
+            RxEvent::Pdu(p) => self.handle(p, tx, enc),
+            RxEvent::C2HPlaced { hdr, digest_ok } => {
+                // Validated by c2h_place before the payload arrived.
+                let i = hdr.cccid() as usize;
+                self.c2h_done(i, hdr, hdr.datal() as usize, digest_ok)
+            }
+        }
+    }
+
+    fn c2h_place(&mut self, hdr: &DataHeader) -> Result<Option<*mut u8>> {
+        let i = self.check_c2h(hdr, hdr.datal() as usize)?;
+        // SAFETY: datao + datal <= the transfer length <= buf_size (checked).
+        Ok(Some(unsafe { self.buf_ptr(i).add(hdr.datao() as usize) }))
     }
 }
 

@@ -10,7 +10,9 @@
 //! until it is readable (or writable while output is pending).
 
 use crate::error::{Error, Result};
-use nvmf_wire::pdu::{self, DecodeOpts, Decoded, EncodeOpts, Pdu, Role};
+use nvmf_wire::digest::crc32c;
+use nvmf_wire::pdu::{self, DataHeader, DecodeOpts, Decoded, EncodeOpts, Pdu, PduType, Role};
+use nvmf_wire::zerocopy::FromBytes;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::AsRawFd;
@@ -48,6 +50,11 @@ pub struct Transport {
     tx: TxBuf,
     /// The peer closed its side; what was received before still counts.
     eof: bool,
+    /// A C2HData payload being received straight into the command's buffer.
+    direct: Option<Direct>,
+    /// Largest single read into `rx` (smaller while large C2HData PDUs
+    /// arrive, so their payloads go directly to the command buffers).
+    read_cap: usize,
     dec: DecodeOpts,
     enc: EncodeOpts,
     neg: Negotiated,
@@ -112,6 +119,8 @@ impl Transport {
             rx_need: 0,
             tx: TxBuf::new(),
             eof: false,
+            direct: None,
+            read_cap: usize::MAX,
             dec: DecodeOpts {
                 max_data_len,
                 ..DecodeOpts::new(Role::Host)
@@ -308,6 +317,24 @@ impl Transport {
         if self.eof {
             return Err(Error::Closed(String::new()));
         }
+        if let Some(d) = &mut self.direct {
+            if d.got < d.len {
+                // SAFETY: `c2h_place` promised `len` writable bytes at `dst`
+                // that stay valid until the PDU is complete.
+                let dst =
+                    unsafe { std::slice::from_raw_parts_mut(d.dst.add(d.got), d.len - d.got) };
+                return match read_some(&mut self.sock, dst)? {
+                    None => {
+                        self.eof = true;
+                        Ok(0)
+                    }
+                    Some(n) => {
+                        d.got += n;
+                        Ok(n)
+                    }
+                };
+            }
+        }
         if self.rx_start == self.rx_end {
             self.rx_start = 0;
             self.rx_end = 0;
@@ -323,20 +350,15 @@ impl Transport {
             // Full of complete PDUs not parsed yet; the caller parses first.
             return Ok(0);
         }
-        loop {
-            match self.sock.read(&mut self.rx[self.rx_end..]) {
-                Ok(0) => {
-                    self.eof = true;
-                    return Ok(0);
-                }
-                Ok(n) => {
-                    self.rx_end += n;
-                    return Ok(n);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(0),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if is_reset(&e) => return Err(Error::Closed(format!(" ({e})"))),
-                Err(e) => return Err(Error::io("receiving from the target", e)),
+        let end = self.rx.len().min(self.rx_end.saturating_add(self.read_cap));
+        match read_some(&mut self.sock, &mut self.rx[self.rx_end..end])? {
+            None => {
+                self.eof = true;
+                Ok(0)
+            }
+            Some(n) => {
+                self.rx_end += n;
+                Ok(n)
             }
         }
     }
@@ -351,12 +373,42 @@ impl Transport {
     /// such as H2CData). A C2HTermReq ends the connection with
     /// `Error::Terminated`; a malformed PDU makes us send an H2CTermReq and
     /// fail with `Error::Protocol`. Returns the number of PDUs handled.
-    pub fn parse<F>(&mut self, mut f: F) -> Result<usize>
-    where
-        F: FnMut(&Pdu<'_>, &mut TxBuf, &EncodeOpts) -> Result<()>,
-    {
+    pub fn parse<S: RxSink>(&mut self, sink: &mut S) -> Result<usize> {
         let mut count = 0;
         loop {
+            if let Some(d) = &self.direct {
+                if d.got < d.len {
+                    return Ok(count);
+                }
+                let digest_ok = if d.ddgst {
+                    if self.rx_end - self.rx_start < 4 {
+                        self.rx_need = 4;
+                        return Ok(count);
+                    }
+                    let at = self.rx_start;
+                    let got = u32::from_le_bytes(self.rx[at..at + 4].try_into().expect("4"));
+                    self.rx_start += 4;
+                    // SAFETY: as in `recv`; the whole payload is there now.
+                    let data = unsafe { std::slice::from_raw_parts(d.dst, d.len) };
+                    got == crc32c(data)
+                } else {
+                    true
+                };
+                let hdr = d.hdr;
+                self.direct = None;
+                self.rx_need = 0;
+                count += 1;
+                let r = sink.on_event(
+                    RxEvent::C2HPlaced {
+                        hdr: &hdr,
+                        digest_ok,
+                    },
+                    &mut self.tx,
+                    &self.enc,
+                );
+                self.fail_on_protocol_error(r)?;
+                continue;
+            }
             let buf = &self.rx[self.rx_start..self.rx_end];
             match pdu::decode(buf, &self.dec) {
                 Ok(Decoded::Incomplete { need }) => {
@@ -369,6 +421,9 @@ impl Transport {
                         return Err(Error::Protocol(msg));
                     }
                     self.rx_need = need;
+                    if self.try_direct(sink)? {
+                        continue;
+                    }
                     return Ok(count);
                 }
                 Ok(Decoded::Pdu { len, pdu }) => {
@@ -379,16 +434,18 @@ impl Transport {
                             reason: fes_reason(hdr.fes()),
                         });
                     }
-                    let r = f(&pdu, &mut self.tx, &self.enc);
+                    if let Pdu::C2HData { data, .. } = pdu {
+                        self.read_cap = if data.len() >= DIRECT_MIN {
+                            DIRECT_READ_CAP
+                        } else {
+                            usize::MAX
+                        };
+                    }
+                    let r = sink.on_event(RxEvent::Pdu(&pdu), &mut self.tx, &self.enc);
                     self.rx_start += len;
                     self.rx_need = 0;
                     count += 1;
-                    if let Err(e) = r {
-                        if let Error::Protocol(_) = e {
-                            self.terminate(pdu::FES_PDU_SEQUENCE_ERROR, 0);
-                        }
-                        return Err(e);
-                    }
+                    self.fail_on_protocol_error(r)?;
                 }
                 Err(e) => {
                     let buf = &self.rx[self.rx_start..self.rx_end];
@@ -402,6 +459,84 @@ impl Transport {
                 }
             }
         }
+    }
+
+    fn fail_on_protocol_error(&mut self, r: Result<()>) -> Result<()> {
+        if let Err(e) = r {
+            if let Error::Protocol(_) = e {
+                self.terminate(pdu::FES_PDU_SEQUENCE_ERROR, 0);
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The front of `rx` is an incomplete PDU. If it is a C2HData PDU with a
+    /// large payload whose header is all here, check the header, ask the
+    /// sink where the payload goes, move what is buffered there and switch
+    /// to receiving the rest straight into it. Returns true if it did.
+    fn try_direct<S: RxSink>(&mut self, sink: &mut S) -> Result<bool> {
+        let buf = &self.rx[self.rx_start..self.rx_end];
+        if buf.len() < 8 || buf[0] != PduType::C2HData as u8 {
+            return Ok(false);
+        }
+        let (flags, hlen, pdo) = (buf[1], buf[2] as usize, buf[3] as usize);
+        let plen = u32::from_le_bytes(buf[4..8].try_into().expect("4")) as usize;
+        let hd = if self.dec.hdgst { 4 } else { 0 };
+        let ddgst = flags & pdu::DDGSTF != 0;
+        let dd = if ddgst { 4 } else { 0 };
+        // Anything unusual goes the normal way (the decoder reports it once
+        // the PDU is complete).
+        if hlen != PduType::C2HData.hlen()
+            || (flags & pdu::HDGSTF != 0) != self.dec.hdgst
+            || (ddgst && !self.dec.ddgst)
+            || (self.dec.ddgst && !ddgst)
+            || pdo < hlen + hd
+            || plen < pdo + dd
+            || buf.len() < pdo
+        {
+            return Ok(false);
+        }
+        let len = plen - pdo - dd;
+        if len < DIRECT_MIN || len > self.dec.max_data_len as usize {
+            return Ok(false);
+        }
+        if hd > 0 {
+            let want = crc32c(&buf[..hlen]);
+            if u32::from_le_bytes(buf[hlen..hlen + 4].try_into().expect("4")) != want {
+                let hdr = pdu::offending_header(buf).to_vec();
+                let mut out = Vec::new();
+                pdu::encode_term_req(&mut out, Role::Host, pdu::FES_HEADER_DIGEST_ERROR, 0, &hdr);
+                self.send_now(&out);
+                return Err(Error::Protocol("header digest mismatch in C2HData".into()));
+            }
+        }
+        let hdr = DataHeader::read_from_bytes(&buf[..hlen]).expect("24 bytes");
+        if hdr.datal() as usize != len || (hdr.success() && !hdr.last()) {
+            return Ok(false);
+        }
+        let dst = match sink.c2h_place(&hdr) {
+            Ok(Some(p)) => p,
+            Ok(None) => return Ok(false),
+            Err(e) => {
+                self.fail_on_protocol_error(Err(e))?;
+                unreachable!("fail_on_protocol_error returns the error");
+            }
+        };
+        let have = (buf.len() - pdo).min(len);
+        // SAFETY: `c2h_place` promised `len` writable bytes at `dst`.
+        unsafe { std::ptr::copy_nonoverlapping(buf[pdo..].as_ptr(), dst, have) };
+        self.rx_start += pdo + have;
+        self.rx_need = 0;
+        self.read_cap = DIRECT_READ_CAP;
+        self.direct = Some(Direct {
+            hdr,
+            dst,
+            len,
+            got: have,
+            ddgst,
+        });
+        Ok(true)
     }
 
     /// Best effort: tell the target we are giving up on the connection.
@@ -489,6 +624,63 @@ pub fn fes_reason(fes: u16) -> &'static str {
         pdu::FES_DATA_LIMIT_EXCEEDED => "data transfer limit exceeded",
         pdu::FES_UNSUPPORTED_PARAMETER => "unsupported parameter",
         _ => "unknown fatal error",
+    }
+}
+
+/// C2HData payloads at least this large are received straight into the
+/// command's buffer when they are not already buffered whole.
+pub const DIRECT_MIN: usize = 16 * 1024;
+/// Read size into the receive buffer while large C2HData PDUs arrive: a
+/// header and a little more, so most of each payload lands directly.
+const DIRECT_READ_CAP: usize = 4096;
+
+/// A C2HData payload being received directly into a command buffer.
+#[derive(Debug, Clone, Copy)]
+struct Direct {
+    hdr: DataHeader,
+    dst: *mut u8,
+    len: usize,
+    got: usize,
+    ddgst: bool,
+}
+
+// SAFETY: `dst` points into a buffer owned by whoever owns the Transport
+// (the queue), valid until the PDU is complete (the `c2h_place` contract).
+unsafe impl Send for Direct {}
+
+/// What `Transport::parse` hands to its sink.
+pub enum RxEvent<'a, 'p> {
+    /// A whole PDU, borrowed from the receive buffer.
+    Pdu(&'a Pdu<'p>),
+    /// A C2HData PDU whose payload was received straight into the place
+    /// `c2h_place` gave for it.
+    C2HPlaced {
+        hdr: &'a DataHeader,
+        digest_ok: bool,
+    },
+}
+
+/// The consumer of received PDUs (the queue).
+pub trait RxSink {
+    /// Handle one PDU; may queue replies (H2CData) on `tx`.
+    fn on_event(&mut self, ev: RxEvent<'_, '_>, tx: &mut TxBuf, enc: &EncodeOpts) -> Result<()>;
+    /// Where to put the `datal` payload bytes of this C2HData PDU, or None
+    /// to get it as a normal `RxEvent::Pdu`. The memory must stay valid and
+    /// untouched by others until the matching `C2HPlaced` event.
+    fn c2h_place(&mut self, hdr: &DataHeader) -> Result<Option<*mut u8>>;
+}
+
+/// One non-blocking read; None at end of file, Some(0) if nothing is there.
+fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+    loop {
+        match sock.read(buf) {
+            Ok(0) if !buf.is_empty() => return Ok(None),
+            Ok(n) => return Ok(Some(n)),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(0)),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if is_reset(&e) => return Err(Error::Closed(format!(" ({e})"))),
+            Err(e) => return Err(Error::io("receiving from the target", e)),
+        }
     }
 }
 

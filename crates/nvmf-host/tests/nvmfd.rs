@@ -54,7 +54,7 @@ fn nvmfd_path() -> PathBuf {
     p
 }
 
-fn config_json(port: u16) -> String {
+fn config_json(port: u16, c2h_success: bool) -> String {
     let listen = |nqn: &str| {
         format!(
             r#"{{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{nqn}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}"#
@@ -66,7 +66,7 @@ fn config_json(port: u16) -> String {
    {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","block_size":512,"num_blocks":{BLOCKS}}}}},
    {{"method":"bdev_malloc_create","params":{{"name":"Malloc1","block_size":512,"num_blocks":2048}}}}]}},
  {{"subsystem":"nvmf","config":[
-   {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","c2h_success":true,"in_capsule_data_size":4096,
+   {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","c2h_success":{c2h_success},"in_capsule_data_size":4096,
       "max_io_size":131072,"io_unit_size":131072,"max_queue_depth":128,"max_aq_depth":32,"max_io_qpairs_per_ctrlr":8}}}},
    {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,
       "serial_number":"NVMFHOST0001","model_number":"nvmf-host test"}}}},
@@ -95,13 +95,19 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Daemon {
+        Daemon::start_with(true)
+    }
+
+    /// `c2h_success`: whether reads end with a SUCCESS-flagged C2HData
+    /// instead of a response capsule.
+    fn start_with(c2h_success: bool) -> Daemon {
         let port = free_port();
         let cfg = std::env::temp_dir().join(format!(
             "nvmf-host-test-{}-{}.json",
             std::process::id(),
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::write(&cfg, config_json(port)).unwrap();
+        std::fs::write(&cfg, config_json(port, c2h_success)).unwrap();
         let mut child = Proc::new(nvmfd_path())
             .args(["-c", cfg.to_str().unwrap(), "-m", "0"])
             .env_remove("RUST_LOG")
@@ -332,7 +338,10 @@ fn connect_identify_and_io_commands() {
 }
 
 fn perf_verify(io: &str, digests: bool, extra: &[&str]) {
-    let d = Daemon::start();
+    perf_verify_on(&Daemon::start(), io, digests, extra);
+}
+
+fn perf_verify_on(d: &Daemon, io: &str, digests: bool, extra: &[&str]) {
     let trid = d.trid_str(NQN);
     let mut args = vec![
         "perf", "-r", &trid, "-w", "randrw", "-o", io, "-q", "8", "-t", "2", "--verify", "--json",
@@ -391,6 +400,13 @@ fn perf_verify_128k_r2t() {
 #[test]
 fn perf_verify_128k_digests_two_queues() {
     perf_verify("131072", true, &["--queues", "2"]);
+}
+
+#[test]
+fn perf_verify_without_c2h_success_flag() {
+    let d = Daemon::start_with(false);
+    perf_verify_on(&d, "131072", true, &[]);
+    perf_verify_on(&d, "4096", false, &[]);
 }
 
 #[test]
