@@ -9,7 +9,7 @@
 use nvmf_config::{AddressFamily, ListenerConfig, TransportType, DISCOVERY_NQN};
 use nvmf_wire::log::{
     DiscoveryLogEntry, DiscoveryLogHeader, ADRFAM_IPV4, ADRFAM_IPV6, SUBTYPE_CURRENT_DISCOVERY,
-    SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TREQ_SECURE_CHANNEL_NOT_REQUIRED, TRTYPE_TCP,
+    SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TREQ_SECURE_CHANNEL_NOT_SPECIFIED, TRTYPE_TCP,
 };
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
@@ -19,9 +19,10 @@ use crate::target::Target;
 /// Size of the header and of each record.
 pub const RECORD: usize = 1024;
 
-/// TREQ of every record: secure channel not required; the host may disable
-/// SQ flow control.
-pub const TREQ: u8 = TREQ_SECURE_CHANNEL_NOT_REQUIRED | TREQ_DISABLE_SQFLOW;
+/// TREQ of every record: secure channel "not specified" (no TLS today) and
+/// the host may disable SQ flow control. The kernel target sends the same
+/// value, and nvme-cli 2.3 cannot name the "not required" variant.
+pub const TREQ: u8 = TREQ_SECURE_CHANNEL_NOT_SPECIFIED | TREQ_DISABLE_SQFLOW;
 
 fn trtype_code(t: TransportType) -> u8 {
     match t {

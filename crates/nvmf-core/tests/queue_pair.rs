@@ -915,7 +915,10 @@ fn discovery_log_filters_by_host() {
     assert_eq!(e[0].trtype, 3);
     assert_eq!(e[0].adrfam, 1);
     assert_eq!(e[0].subtype, 2);
-    assert_eq!(e[0].treq & 3, 2, "secure channel not required");
+    assert_eq!(
+        e[0].treq, 0x04,
+        "secure channel not specified, SQ flow control disable supported"
+    );
     assert_eq!(e[0].cntlid.get(), 0xFFFF);
     assert_eq!(e[0].asqsz.get(), 128);
     assert_eq!(e[0].traddr(), "127.0.0.1");
