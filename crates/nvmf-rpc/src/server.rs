@@ -6,6 +6,7 @@
 //! code -32700 (id null) and the connection is closed, as SPDK does.
 
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,6 +23,8 @@ use crate::service::RpcService;
 /// the socket file; connections in progress finish their current request.
 pub struct RpcServer {
     path: PathBuf,
+    /// A duplicate of the listening socket, to wake the accept on shutdown.
+    wake: OwnedFd,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
@@ -31,6 +34,7 @@ pub struct RpcServer {
 pub fn serve(path: impl AsRef<Path>, service: Arc<RpcService>) -> io::Result<RpcServer> {
     let path = path.as_ref().to_path_buf();
     let listener = bind(&path)?;
+    let wake = OwnedFd::from(listener.try_clone()?);
     let stop = Arc::new(AtomicBool::new(false));
     let stop2 = stop.clone();
     let thread = std::thread::Builder::new()
@@ -38,6 +42,7 @@ pub fn serve(path: impl AsRef<Path>, service: Arc<RpcService>) -> io::Result<Rpc
         .spawn(move || accept_loop(listener, service, stop2))?;
     Ok(RpcServer {
         path,
+        wake,
         stop,
         thread: Some(thread),
     })
@@ -71,7 +76,17 @@ fn accept_loop(listener: UnixListener, service: Arc<RpcService>, stop: Arc<Atomi
         if stop.load(Ordering::Acquire) {
             break;
         }
-        let Ok(conn) = conn else { continue };
+        let conn = match conn {
+            Ok(c) => c,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
+            Err(_) if stop.load(Ordering::Acquire) => break,
+            Err(_) => {
+                // EMFILE and friends: back off instead of spinning.
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+        };
         let service = service.clone();
         let _ = std::thread::Builder::new()
             .name("nvmf-rpc-conn".into())
@@ -129,7 +144,9 @@ impl RpcServer {
     pub fn shutdown(&mut self) {
         if let Some(t) = self.thread.take() {
             self.stop.store(true, Ordering::Release);
-            let _ = UnixStream::connect(&self.path); // wake the accept
+            // shutdown(2) on a listening socket makes a blocked accept return.
+            // SAFETY: `wake` is an open socket descriptor owned by `self`.
+            unsafe { libc::shutdown(self.wake.as_raw_fd(), libc::SHUT_RDWR) };
             let _ = t.join();
             let _ = std::fs::remove_file(&self.path);
         }

@@ -10,8 +10,9 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvmf_config::{
-    format_eui64, format_nguid, format_uuid, AddressFamily, BdevConfig, BdevKind, ListenerConfig,
-    SubsystemConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN, SKIPPED_METHODS,
+    format_eui64, format_nguid, format_uuid, AddressFamily, BdevConfig, BdevKind, FileMethod,
+    ListenerConfig, SubsystemConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN,
+    SKIPPED_METHODS,
 };
 use serde_json::{json, Map, Value};
 
@@ -34,6 +35,10 @@ pub const METHODS: &[&str] = &[
     "bdev_malloc_delete",
     "bdev_null_create",
     "bdev_null_delete",
+    "bdev_uring_create",
+    "bdev_uring_delete",
+    "bdev_aio_create",
+    "bdev_aio_delete",
     "bdev_get_bdevs",
     "nvmf_create_transport",
     "nvmf_get_transports",
@@ -60,6 +65,10 @@ pub const STATE_CHANGING_METHODS: &[&str] = &[
     "bdev_malloc_delete",
     "bdev_null_create",
     "bdev_null_delete",
+    "bdev_uring_create",
+    "bdev_uring_delete",
+    "bdev_aio_create",
+    "bdev_aio_delete",
     "nvmf_create_transport",
     "nvmf_create_subsystem",
     "nvmf_delete_subsystem",
@@ -238,7 +247,25 @@ impl RpcService {
                 Ok(self.lock().config.to_json_value())
             }
             "load_config" => self.load_config(params),
-            "bdev_malloc_create" | "bdev_null_create" => {
+            "bdev_aio_create" => {
+                // rpc.py always sends `nowait` (RWF_NOWAIT); nvmf-config's
+                // model has no such parameter: accepted and ignored here.
+                let mut stripped = params.cloned();
+                if let Some(Value::Object(m)) = &mut stripped {
+                    if let Some(v) = m.remove("nowait") {
+                        if !v.is_boolean() {
+                            return Err(RpcError::invalid_params(
+                                "bdev_aio_create: parameter \"nowait\": expected true or false",
+                            ));
+                        }
+                    }
+                }
+                self.apply_config_method(method, stripped.as_ref(), |new, _| {
+                    let b = new.bdevs.last().expect("bdev was added");
+                    (Change::AddBdev(b.clone()), json!(b.name))
+                })
+            }
+            "bdev_malloc_create" | "bdev_null_create" | "bdev_uring_create" => {
                 self.apply_config_method(method, params, |new, _| {
                     let b = new.bdevs.last().expect("bdev was added");
                     (Change::AddBdev(b.clone()), json!(b.name))
@@ -309,6 +336,10 @@ impl RpcService {
             }
             "bdev_malloc_delete" => self.delete_bdev(method, params, BdevKind::Malloc),
             "bdev_null_delete" => self.delete_bdev(method, params, BdevKind::Null),
+            "bdev_uring_delete" => {
+                self.delete_bdev(method, params, BdevKind::File(FileMethod::Uring))
+            }
+            "bdev_aio_delete" => self.delete_bdev(method, params, BdevKind::File(FileMethod::Aio)),
             "nvmf_delete_subsystem" => self.delete_subsystem(params),
             "nvmf_subsystem_remove_ns" => self.remove_ns(params),
             "nvmf_subsystem_remove_listener" => self.remove_listener(params),
@@ -715,8 +746,8 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
             BdevKind::Malloc => "Malloc disk",
             BdevKind::Null => "Null disk",
             // SPDK's product names for bdev_uring / bdev_aio.
-            BdevKind::File(nvmf_config::FileMethod::Uring) => "URING bdev",
-            BdevKind::File(nvmf_config::FileMethod::Aio) => "AIO disk",
+            BdevKind::File(FileMethod::Uring) => "URING bdev",
+            BdevKind::File(FileMethod::Aio) => "AIO disk",
         }),
     );
     m.insert("block_size".into(), json!(b.block_size));

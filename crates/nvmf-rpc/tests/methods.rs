@@ -1,0 +1,1009 @@
+//! Every method's success path and bad-input cases, through a real socket,
+//! with the recording live target: results in SPDK's shapes, errors with
+//! SPDK's codes and a message naming the problem, state unchanged on error.
+
+mod common;
+
+use common::*;
+use nvmf_config::DISCOVERY_NQN;
+use nvmf_rpc::error::*;
+use nvmf_rpc::{Change, ClientError, RpcClient, RpcError};
+use serde_json::{json, Value};
+
+const CNODE1: &str = "nqn.2016-06.io.spdk:cnode1";
+
+fn call(c: &mut RpcClient, m: &str, p: Value) -> Result<Value, RpcError> {
+    let p = if p.is_null() { None } else { Some(p) };
+    match c.call(m, p.as_ref()) {
+        Ok(v) => Ok(v),
+        Err(ClientError::Rpc(e)) => Err(e),
+        Err(e) => panic!("{m}: transport error {e}"),
+    }
+}
+
+/// Asserts the call fails with `code` and a message containing `needle`,
+/// and that neither the model nor the live target changed.
+fn fails(h: &Harness, c: &mut RpcClient, m: &str, p: Value, code: i32, needle: &str) {
+    let before = h.service.config();
+    let changes = h.live.changes().len();
+    let e = call(c, m, p.clone()).expect_err(&format!("{m} {p} succeeded"));
+    assert_eq!(e.code, code, "{m} {p}: {}", e.message);
+    assert!(
+        e.message.contains(needle),
+        "{m} {p}: message {:?} lacks {needle:?}",
+        e.message
+    );
+    assert_eq!(h.service.config(), before, "{m}: model changed on error");
+    assert_eq!(
+        h.live.changes().len(),
+        changes,
+        "{m}: live target changed on error"
+    );
+}
+
+#[test]
+fn meta_methods() {
+    let h = Harness::new();
+    let mut c = h.client();
+    let methods = call(&mut c, "rpc_get_methods", Value::Null).unwrap();
+    let list: Vec<&str> = methods
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    for m in nvmf_rpc::service::METHODS {
+        assert!(list.contains(m), "{m} missing");
+    }
+    assert!(
+        list.contains(&"sock_impl_set_options"),
+        "skipped SPDK methods listed for rpc.py load_config"
+    );
+    let mut sorted = list.clone();
+    sorted.sort();
+    assert_eq!(list, sorted);
+    call(
+        &mut c,
+        "rpc_get_methods",
+        json!({"current": true, "include_aliases": false}),
+    )
+    .unwrap();
+    fails(
+        &h,
+        &mut c,
+        "rpc_get_methods",
+        json!({"current": 1}),
+        INVALID_PARAMS,
+        "\"current\"",
+    );
+
+    let v = call(&mut c, "spdk_get_version", Value::Null).unwrap();
+    assert_eq!(
+        v,
+        json!({"version": "nvmfd v0.1.0", "fields": {"major": 0, "minor": 1, "patch": 0, "suffix": ""}})
+    );
+    fails(
+        &h,
+        &mut c,
+        "spdk_get_version",
+        json!({"x": 1}),
+        INVALID_PARAMS,
+        "unknown parameter",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_frobnicate",
+        Value::Null,
+        METHOD_NOT_FOUND,
+        "bdev_frobnicate",
+    );
+
+    assert_eq!(
+        call(&mut c, "framework_get_subsystems", Value::Null).unwrap(),
+        json!([{"subsystem": "bdev", "depends_on": []}, {"subsystem": "nvmf", "depends_on": ["bdev"]}])
+    );
+    assert_eq!(
+        call(&mut c, "framework_get_config", json!({"name": "bdev"})).unwrap(),
+        json!([])
+    );
+    fails(
+        &h,
+        &mut c,
+        "framework_get_config",
+        json!({"name": "vhost"}),
+        INVALID_PARAMS,
+        "vhost",
+    );
+    assert_eq!(
+        call(&mut c, "framework_wait_init", Value::Null).unwrap(),
+        json!(true)
+    );
+    // SPDK-internal tuning calls (from SPDK save_config dumps) are accepted as no-ops.
+    let before = h.service.config();
+    assert_eq!(
+        call(
+            &mut c,
+            "sock_impl_set_options",
+            json!({"impl_name": "posix", "recv_buf_size": 2097152})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(h.service.config(), before);
+    fails(
+        &h,
+        &mut c,
+        "iobuf_set_options",
+        json!([1]),
+        INVALID_PARAMS,
+        "object",
+    );
+    assert!(h.live.changes().is_empty());
+}
+
+#[test]
+fn bdevs() {
+    let h = Harness::new();
+    let mut c = h.client();
+    let name = call(
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "Malloc0", "num_blocks": 2048, "block_size": 512}),
+    )
+    .unwrap();
+    assert_eq!(name, json!("Malloc0"));
+    // Unnamed malloc bdevs are named MallocN, as SPDK does.
+    let name = call(
+        &mut c,
+        "bdev_malloc_create",
+        json!({"num_blocks": 16, "block_size": 4096}),
+    )
+    .unwrap();
+    assert_eq!(name, json!("Malloc1"));
+    let name = call(
+        &mut c,
+        "bdev_null_create",
+        json!({"name": "Null0", "num_blocks": 100, "block_size": 4096, "uuid": "6ba7b810-9dad-11d1-80b4-00c04fd430c8"}),
+    )
+    .unwrap();
+    assert_eq!(name, json!("Null0"));
+    let changes = h.live.take_changes();
+    assert_eq!(changes.len(), 3);
+    assert!(
+        matches!(&changes[0], Change::AddBdev(b) if b.name == "Malloc0" && b.num_blocks == 2048)
+    );
+
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "Malloc0", "num_blocks": 1, "block_size": 512}),
+        EEXIST,
+        "already exists",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "M", "num_blocks": 1, "block_size": 1000}),
+        EINVAL,
+        "block_size",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "M", "block_size": 512}),
+        EINVAL,
+        "num_blocks",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "M", "num_blocks": "10", "block_size": 512}),
+        EINVAL,
+        "num_blocks",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "M", "num_blocks": 1, "block_size": 512, "bogus": 1}),
+        INVALID_PARAMS,
+        "bogus",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_null_create",
+        json!({"num_blocks": 1, "block_size": 512}),
+        INVALID_PARAMS,
+        "name",
+    );
+
+    let all = call(&mut c, "bdev_get_bdevs", Value::Null).unwrap();
+    assert_eq!(all.as_array().unwrap().len(), 3);
+    let one = call(&mut c, "bdev_get_bdevs", json!({"name": "Null0"})).unwrap();
+    let b = &one[0];
+    assert_eq!(b["name"], "Null0");
+    assert_eq!(b["product_name"], "Null disk");
+    assert_eq!(b["block_size"], 4096);
+    assert_eq!(b["num_blocks"], 100);
+    assert_eq!(b["claimed"], false);
+    assert_eq!(b["uuid"], "6ba7b810-9dad-11d1-80b4-00c04fd430c8");
+    assert_eq!(b["supported_io_types"]["write_zeroes"], true);
+    fails(
+        &h,
+        &mut c,
+        "bdev_get_bdevs",
+        json!({"name": "Nope"}),
+        ENODEV,
+        "Nope",
+    );
+
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_delete",
+        json!({"name": "Nope"}),
+        ENODEV,
+        "Nope",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_delete",
+        json!({"name": "Null0"}),
+        ENODEV,
+        "bdev_null_create",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_delete",
+        Value::Null,
+        INVALID_PARAMS,
+        "\"name\"",
+    );
+    assert_eq!(
+        call(&mut c, "bdev_malloc_delete", json!({"name": "Malloc1"})).unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        call(&mut c, "bdev_null_delete", json!({"name": "Null0"})).unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        h.live.take_changes(),
+        vec![
+            Change::DeleteBdev {
+                name: "Malloc1".into()
+            },
+            Change::DeleteBdev {
+                name: "Null0".into()
+            }
+        ]
+    );
+    let names: Vec<String> = h
+        .service
+        .config()
+        .bdevs
+        .iter()
+        .map(|b| b.name.clone())
+        .collect();
+    assert_eq!(names, ["Malloc0"]);
+}
+
+#[test]
+fn subsystems_namespaces_listeners_hosts() {
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    let changes = h.live.take_changes();
+    let kinds: Vec<&str> = changes.iter().map(Change::kind).collect();
+    assert_eq!(
+        kinds,
+        [
+            "CreateTransport",
+            "AddBdev",
+            "CreateSubsystem",
+            "AddNamespace",
+            "AddListener"
+        ]
+    );
+    match &changes[3] {
+        Change::AddNamespace { nqn, ns } => {
+            assert_eq!(nqn, CNODE1);
+            assert_eq!(ns.nsid, 1);
+            assert_eq!(ns.bdev_name, "Malloc0");
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // transports
+    let t = call(&mut c, "nvmf_get_transports", Value::Null).unwrap();
+    assert_eq!(t[0]["trtype"], "TCP");
+    assert_eq!(t[0]["io_unit_size"], 8192);
+    assert_eq!(t[0]["in_capsule_data_size"], 8192);
+    assert_eq!(t[0]["max_queue_depth"], 128);
+    call(&mut c, "nvmf_get_transports", json!({"trtype": "tcp"})).unwrap();
+    fails(
+        &h,
+        &mut c,
+        "nvmf_get_transports",
+        json!({"trtype": "RDMA"}),
+        INVALID_PARAMS,
+        "RDMA",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_transport",
+        json!({"trtype": "TCP"}),
+        INTERNAL_ERROR,
+        "already exists",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_transport",
+        json!({"trtype": "RDMA"}),
+        INVALID_PARAMS,
+        "RDMA",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_transport",
+        json!({}),
+        INVALID_PARAMS,
+        "trtype",
+    );
+
+    // subsystems
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_subsystem",
+        json!({"nqn": CNODE1}),
+        INTERNAL_ERROR,
+        "already exists",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_subsystem",
+        json!({"nqn": "iqn.bad"}),
+        INVALID_PARAMS,
+        "invalid NQN",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_subsystem",
+        json!({"nqn": 5}),
+        INVALID_PARAMS,
+        "nqn",
+    );
+    let cnode2 = "nqn.2016-06.io.spdk:cnode2";
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_create_subsystem",
+            json!({"nqn": cnode2, "max_namespaces": 4})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    let subs = call(&mut c, "nvmf_get_subsystems", Value::Null).unwrap();
+    assert_eq!(subs[0]["nqn"], DISCOVERY_NQN);
+    assert_eq!(subs[0]["subtype"], "Discovery");
+    assert_eq!(subs[1]["nqn"], CNODE1);
+    assert_eq!(subs[1]["subtype"], "NVMe");
+    assert_eq!(subs[1]["allow_any_host"], true);
+    assert_eq!(subs[1]["serial_number"], "SPDK00000000000001");
+    assert_eq!(subs[1]["model_number"], "SPDK_Controller1");
+    assert_eq!(subs[1]["namespaces"][0]["nsid"], 1);
+    assert_eq!(subs[1]["namespaces"][0]["name"], "Malloc0");
+    assert_eq!(
+        subs[1]["listen_addresses"][0],
+        json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"})
+    );
+    assert_eq!(subs[2]["allow_any_host"], false);
+    assert_eq!(
+        call(&mut c, "nvmf_get_subsystems", json!({"nqn": cnode2}))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_get_subsystems",
+        json!({"nqn": "nqn.2016-06.io.spdk:x"}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+
+    // namespaces
+    call(
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "Malloc1", "num_blocks": 64, "block_size": 512}),
+    )
+    .unwrap();
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": cnode2, "namespace": {"bdev_name": "Malloc0"}}),
+        INVALID_PARAMS,
+        "already namespace 1",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": cnode2, "namespace": {"bdev_name": "Nope"}}),
+        INVALID_PARAMS,
+        "no bdev named \"Nope\"",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": CNODE1, "namespace": {"bdev_name": "Malloc1", "nsid": 1}}),
+        INVALID_PARAMS,
+        "NSID 1",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": cnode2, "namespace": {"bdev_name": "Malloc1", "nsid": 9}}),
+        INVALID_PARAMS,
+        "max_namespaces",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": "nqn.2016-06.io.spdk:x", "namespace": {"bdev_name": "Malloc1"}}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": cnode2}),
+        INVALID_PARAMS,
+        "namespace",
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": cnode2, "namespace": {"bdev_name": "Malloc1", "nsid": 3}})
+        )
+        .unwrap(),
+        json!(3)
+    );
+    let b = call(&mut c, "bdev_get_bdevs", json!({"name": "Malloc1"})).unwrap();
+    assert_eq!(b[0]["claimed"], true);
+    fails(
+        &h,
+        &mut c,
+        "bdev_malloc_delete",
+        json!({"name": "Malloc1"}),
+        EBUSY,
+        "namespace 3",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_ns",
+        json!({"nqn": cnode2, "nsid": 1}),
+        INVALID_PARAMS,
+        "NSID 1",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_ns",
+        json!({"nqn": cnode2}),
+        INVALID_PARAMS,
+        "nsid",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_ns",
+        json!({"nqn": cnode2, "nsid": -1}),
+        INVALID_PARAMS,
+        "nsid",
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_remove_ns",
+            json!({"nqn": cnode2, "nsid": 3})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        call(&mut c, "bdev_malloc_delete", json!({"name": "Malloc1"})).unwrap(),
+        json!(true)
+    );
+
+    // listeners
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4420"}}),
+        INVALID_PARAMS,
+        "already listens",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "localhost", "trsvcid": "4420"}}),
+        INVALID_PARAMS,
+        "not an IP address",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "99999"}}),
+        INVALID_PARAMS,
+        "trsvcid",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "rdma", "traddr": "127.0.0.1", "trsvcid": "4420"}}),
+        INVALID_PARAMS,
+        "rdma",
+    );
+    let disc = json!({"nqn": DISCOVERY_NQN, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}});
+    assert_eq!(
+        call(&mut c, "nvmf_subsystem_add_listener", disc.clone()).unwrap(),
+        json!(true)
+    );
+    let l = call(
+        &mut c,
+        "nvmf_subsystem_get_listeners",
+        json!({"nqn": CNODE1}),
+    )
+    .unwrap();
+    assert_eq!(
+        l,
+        json!([{"address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}, "ana_state": "optimized"}])
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_get_listeners",
+            json!({"nqn": DISCOVERY_NQN})
+        )
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .len(),
+        1
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_get_listeners",
+        json!({"nqn": cnode2 .replace('2', "9")}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4421"}}),
+        INVALID_PARAMS,
+        "does not listen",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_listener",
+        json!({"nqn": CNODE1}),
+        INVALID_PARAMS,
+        "listen_address",
+    );
+    h.live.take_changes();
+    assert_eq!(
+        call(&mut c, "nvmf_subsystem_remove_listener", disc).unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        call(&mut c, "nvmf_subsystem_remove_listener", json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4420"}})).unwrap(),
+        json!(true)
+    );
+    let ch = h.live.take_changes();
+    assert!(matches!(&ch[0], Change::RemoveListener { nqn, .. } if nqn == DISCOVERY_NQN));
+    assert!(
+        matches!(&ch[1], Change::RemoveListener { nqn, listener } if nqn == CNODE1 && listener.trsvcid == "4420")
+    );
+
+    // hosts
+    let host = "nqn.2014-08.org.nvmexpress:uuid:6ba7b810-9dad-11d1-80b4-00c04fd430c8";
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_add_host",
+            json!({"nqn": cnode2, "host": host})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": cnode2, "host": host}),
+        INVALID_PARAMS,
+        "already allowed",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": cnode2, "host": "nqn.bad"}),
+        INVALID_PARAMS,
+        "invalid NQN",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": cnode2, "host": "nqn.2016-06.io.spdk:h", "psk": "key0"}),
+        INVALID_PARAMS,
+        "not supported",
+    );
+    let subs = call(&mut c, "nvmf_get_subsystems", json!({"nqn": cnode2})).unwrap();
+    assert_eq!(subs[0]["hosts"], json!([{"nqn": host}]));
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_remove_host",
+        json!({"nqn": cnode2, "host": "nqn.2016-06.io.spdk:other"}),
+        INVALID_PARAMS,
+        "not on the allowed list",
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_remove_host",
+            json!({"nqn": cnode2, "host": host})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_allow_any_host",
+            json!({"nqn": cnode2, "allow_any_host": true})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_allow_any_host",
+        json!({"nqn": cnode2}),
+        INVALID_PARAMS,
+        "allow_any_host",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_allow_any_host",
+        json!({"nqn": cnode2, "allow_any_host": "yes"}),
+        INVALID_PARAMS,
+        "allow_any_host",
+    );
+    let ch = h.live.take_changes();
+    assert_eq!(
+        ch,
+        vec![
+            Change::AddHost {
+                nqn: cnode2.into(),
+                host: host.into()
+            },
+            Change::RemoveHost {
+                nqn: cnode2.into(),
+                host: host.into()
+            },
+            Change::AllowAnyHost {
+                nqn: cnode2.into(),
+                allow: true
+            },
+        ]
+    );
+
+    // delete
+    fails(
+        &h,
+        &mut c,
+        "nvmf_delete_subsystem",
+        json!({"nqn": DISCOVERY_NQN}),
+        INVALID_PARAMS,
+        "discovery",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_delete_subsystem",
+        json!({"nqn": "nqn.2016-06.io.spdk:x"}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_delete_subsystem",
+            json!({"nqn": CNODE1, "tgt_name": "nvmf_tgt"})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        h.live.take_changes(),
+        vec![Change::DeleteSubsystem { nqn: CNODE1.into() }]
+    );
+    // Its namespace's bdev is free again.
+    assert_eq!(
+        call(&mut c, "bdev_malloc_delete", json!({"name": "Malloc0"})).unwrap(),
+        json!(true)
+    );
+}
+
+#[test]
+fn live_queries_and_refusals() {
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    let ctrlr = json!({"cntlid": 1, "cntrltype": "io", "hostnqn": "nqn.2016-06.io.spdk:host1", "hostid": "27dad528-6368-41c3-82d3-0b956b49025d", "num_io_qpairs": 2});
+    h.live.push_controller(CNODE1, ctrlr.clone());
+    h.live
+        .push_qpair(CNODE1, json!({"cntlid": 1, "qid": 0, "state": "active"}));
+    h.live
+        .set_stats(json!({"tick_rate": 1000, "poll_groups": [{"name": "reactor0"}]}));
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_get_controllers",
+            json!({"nqn": CNODE1})
+        )
+        .unwrap(),
+        json!([ctrlr])
+    );
+    assert_eq!(
+        call(&mut c, "nvmf_subsystem_get_qpairs", json!({"nqn": CNODE1}))
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    assert_eq!(
+        call(&mut c, "nvmf_get_stats", Value::Null).unwrap()["poll_groups"][0]["name"],
+        "reactor0"
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_get_controllers",
+        json!({"nqn": "nqn.2016-06.io.spdk:x"}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_get_qpairs",
+        json!({}),
+        INVALID_PARAMS,
+        "nqn",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_get_stats",
+        json!({"foo": 1}),
+        INVALID_PARAMS,
+        "foo",
+    );
+
+    // The live target refusing a change: error, nothing committed.
+    h.live.fail_with(Some("port 4421 is in use"));
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4421"}}),
+        INTERNAL_ERROR,
+        "port 4421 is in use",
+    );
+    h.live.fail_with(None);
+    call(&mut c, "nvmf_subsystem_add_listener", json!({"nqn": CNODE1, "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4421"}})).unwrap();
+}
+
+#[test]
+fn save_load_save_is_byte_identical() {
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    call(
+        &mut c,
+        "bdev_null_create",
+        json!({"name": "Null0", "num_blocks": 100, "block_size": 4096}),
+    )
+    .unwrap();
+    call(
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": CNODE1, "host": "nqn.2016-06.io.spdk:host1"}),
+    )
+    .unwrap();
+    let saved = call(&mut c, "save_config", Value::Null).unwrap();
+    let text1 = serde_json::to_string_pretty(&saved).unwrap();
+    assert_eq!(saved, h.service.config().to_json_value());
+    // framework_get_config (what rpc.py's save_config uses) gives the same sections.
+    assert_eq!(
+        call(&mut c, "framework_get_config", json!({"name": "nvmf"})).unwrap(),
+        saved["subsystems"][1]["config"]
+    );
+
+    // Into a fresh server (it replaces everything there).
+    let h2 = Harness::new();
+    let mut c2 = h2.client();
+    call(
+        &mut c2,
+        "bdev_malloc_create",
+        json!({"name": "Other", "num_blocks": 8, "block_size": 512}),
+    )
+    .unwrap();
+    h2.live.take_changes();
+    assert_eq!(
+        call(&mut c2, "load_config", saved.clone()).unwrap(),
+        json!(true)
+    );
+    assert_eq!(h2.live.take_changes(), vec![Change::LoadConfig]);
+    let text2 =
+        serde_json::to_string_pretty(&call(&mut c2, "save_config", Value::Null).unwrap()).unwrap();
+    assert_eq!(text1, text2);
+    // And into the same server.
+    call(&mut c, "load_config", saved).unwrap();
+    let text3 =
+        serde_json::to_string_pretty(&call(&mut c, "save_config", Value::Null).unwrap()).unwrap();
+    assert_eq!(text1, text3);
+
+    // A bad document changes nothing.
+    fails(
+        &h2,
+        &mut c2,
+        "load_config",
+        json!({"subsystems": [{"subsystem": "nvmf", "config": [{"method": "nvmf_subsystem_add_ns", "params": {"nqn": CNODE1, "namespace": {"bdev_name": "Nope"}}}]}]}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+    fails(
+        &h2,
+        &mut c2,
+        "load_config",
+        json!({"config": []}),
+        INVALID_PARAMS,
+        "subsystems",
+    );
+    fails(
+        &h2,
+        &mut c2,
+        "load_config",
+        Value::Null,
+        INVALID_PARAMS,
+        "save_config document",
+    );
+
+    // rpc.py's client-side load_config: one call per entry, SPDK's internal
+    // tuning entries included, into an empty target.
+    let h3 = Harness::new();
+    let mut c3 = h3.client();
+    let spdk_like: Value = serde_json::from_str(&text1).unwrap();
+    call(
+        &mut c3,
+        "iobuf_set_options",
+        json!({"small_pool_count": 8192}),
+    )
+    .unwrap();
+    for sec in spdk_like["subsystems"].as_array().unwrap() {
+        for e in sec["config"].as_array().unwrap() {
+            call(&mut c3, e["method"].as_str().unwrap(), e["params"].clone()).unwrap();
+        }
+    }
+    let text4 =
+        serde_json::to_string_pretty(&call(&mut c3, "save_config", Value::Null).unwrap()).unwrap();
+    assert_eq!(text1, text4);
+}
+
+#[test]
+fn requests_validated_like_spdk() {
+    let h = Harness::new();
+    let mut s = h.raw();
+    // jsonrpc must be "2.0"; method a string; id string/number/null; params object/array.
+    for (req, needle) in [
+        (
+            r#"{"jsonrpc":"1.0","method":"spdk_get_version","id":1}"#,
+            "jsonrpc",
+        ),
+        (r#"{"jsonrpc":"2.0","method":5,"id":1}"#, "method"),
+        (r#"{"jsonrpc":"2.0","id":1}"#, "method"),
+        (
+            r#"{"jsonrpc":"2.0","method":"spdk_get_version","id":[1]}"#,
+            "id",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"spdk_get_version","id":1,"params":3}"#,
+            "params",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"spdk_get_version","id":1,"extra":3}"#,
+            "extra",
+        ),
+        ("42", "object"),
+        ("[]", "empty batch"),
+    ] {
+        send(&mut s, req.as_bytes());
+        let r = read_values(&mut s, 1).remove(0);
+        assert_eq!(r["error"]["code"], INVALID_REQUEST, "{req}: {r}");
+        assert!(
+            r["error"]["message"].as_str().unwrap().contains(needle),
+            "{req}: {r}"
+        );
+        assert_eq!(r["id"], Value::Null);
+    }
+    // Params as an array: valid request, invalid params for these methods.
+    send(
+        &mut s,
+        br#"{"jsonrpc":"2.0","method":"bdev_get_bdevs","id":"a","params":["x"]}"#,
+    );
+    let r = read_values(&mut s, 1).remove(0);
+    assert_eq!(r["error"]["code"], INVALID_PARAMS);
+    assert_eq!(r["id"], "a");
+    // A notification (no id) gets no response; the next request does.
+    send(
+        &mut s,
+        br#"{"jsonrpc":"2.0","method":"bdev_malloc_create","params":{"name":"N","num_blocks":8,"block_size":512}}{"jsonrpc":"2.0","method":"bdev_get_bdevs","id":null}"#,
+    );
+    let r = read_values(&mut s, 1).remove(0);
+    assert_eq!(r["id"], Value::Null);
+    assert_eq!(r["result"][0]["name"], "N");
+    // Batch: one array response, notifications left out.
+    send(
+        &mut s,
+        br#"[{"jsonrpc":"2.0","method":"spdk_get_version","id":1},{"jsonrpc":"2.0","method":"nope","id":2},{"jsonrpc":"2.0","method":"spdk_get_version"},7]"#,
+    );
+    let r = read_values(&mut s, 1).remove(0);
+    let arr = r.as_array().unwrap();
+    assert_eq!(arr.len(), 3);
+    assert_eq!(arr[0]["id"], 1);
+    assert_eq!(arr[1]["error"]["code"], METHOD_NOT_FOUND);
+    assert_eq!(arr[2]["error"]["code"], INVALID_REQUEST);
+}
