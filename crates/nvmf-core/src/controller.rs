@@ -32,6 +32,10 @@ pub enum CloseReason {
     ControllerDestroyed = 2,
     /// The subsystem was removed.
     SubsystemRemoved = 3,
+    /// The host was removed from the subsystem's allow list.
+    HostRemoved = 4,
+    /// The listener the controller connected through was removed.
+    ListenerRemoved = 5,
 }
 
 impl CloseReason {
@@ -40,6 +44,8 @@ impl CloseReason {
             CloseReason::KeepAliveTimeout => "keep-alive timeout",
             CloseReason::ControllerDestroyed => "controller destroyed",
             CloseReason::SubsystemRemoved => "subsystem removed",
+            CloseReason::HostRemoved => "host removed from the subsystem",
+            CloseReason::ListenerRemoved => "listener removed",
         }
     }
 
@@ -48,6 +54,8 @@ impl CloseReason {
             1 => Some(CloseReason::KeepAliveTimeout),
             2 => Some(CloseReason::ControllerDestroyed),
             3 => Some(CloseReason::SubsystemRemoved),
+            4 => Some(CloseReason::HostRemoved),
+            5 => Some(CloseReason::ListenerRemoved),
             _ => None,
         }
     }

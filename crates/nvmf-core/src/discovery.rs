@@ -71,7 +71,7 @@ pub fn discovery_log(target: &Target, hostnqn: &str, port: &PortInfo) -> Vec<u8>
                 asqsz,
                 &l.trsvcid,
                 sub.nqn(),
-                report_addr(l, port),
+                report_addr(&l, port),
             ));
         }
     }

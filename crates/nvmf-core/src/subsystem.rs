@@ -9,12 +9,12 @@
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
 
-use crate::controller::Controller;
+use crate::controller::{CloseReason, Controller};
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
 
@@ -43,12 +43,14 @@ pub struct Subsystem {
     kind: SubsystemKind,
     serial: String,
     model: String,
-    allow_any_host: bool,
-    hosts: Vec<String>,
+    /// Access list and listeners change at run time (RPC); read on Connect
+    /// and for the discovery log only, never per I/O.
+    allow_any_host: AtomicBool,
+    hosts: RwLock<Vec<String>>,
     max_namespaces: u32,
     min_cntlid: u16,
     max_cntlid: u16,
-    listeners: Vec<ListenerConfig>,
+    listeners: RwLock<Vec<ListenerConfig>>,
     namespaces: RwLock<Arc<NamespaceTable>>,
     ns_generation: AtomicU64,
     registry: Mutex<Registry>,
@@ -63,12 +65,12 @@ impl Subsystem {
             kind: SubsystemKind::Nvm,
             serial: cfg.serial_number.clone(),
             model: cfg.model_number.clone(),
-            allow_any_host: cfg.allow_any_host,
-            hosts: cfg.hosts.clone(),
+            allow_any_host: AtomicBool::new(cfg.allow_any_host),
+            hosts: RwLock::new(cfg.hosts.clone()),
             max_namespaces: cfg.max_namespaces.max(1),
             min_cntlid,
             max_cntlid,
-            listeners: cfg.listeners.clone(),
+            listeners: RwLock::new(cfg.listeners.clone()),
             namespaces: RwLock::new(Arc::new(namespaces)),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
@@ -85,12 +87,12 @@ impl Subsystem {
             kind: SubsystemKind::Discovery,
             serial: String::new(),
             model: "nvmfd discovery".to_string(),
-            allow_any_host: true,
-            hosts: Vec::new(),
+            allow_any_host: AtomicBool::new(true),
+            hosts: RwLock::new(Vec::new()),
             max_namespaces: 0,
             min_cntlid: 1,
             max_cntlid: 0xFFEF,
-            listeners,
+            listeners: RwLock::new(listeners),
             namespaces: RwLock::new(Arc::new(NamespaceTable::new())),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
@@ -127,25 +129,106 @@ impl Subsystem {
         self.max_namespaces
     }
 
-    /// Listen addresses of this subsystem.
-    pub fn listeners(&self) -> &[ListenerConfig] {
-        &self.listeners
+    /// Listen addresses of this subsystem (a copy: they change at run time).
+    pub fn listeners(&self) -> Vec<ListenerConfig> {
+        self.listeners
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Whether this subsystem listens on `l`.
+    pub fn has_listener(&self, l: &ListenerConfig) -> bool {
+        let ls = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        ls.contains(l)
+    }
+
+    /// Start reporting `l` (false when it was already there).
+    pub fn add_listener(&self, l: &ListenerConfig) -> bool {
+        let mut ls = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        if ls.contains(l) {
+            return false;
+        }
+        ls.push(l.clone());
+        true
+    }
+
+    /// Stop reporting `l` (false when it was not there).
+    pub fn remove_listener(&self, l: &ListenerConfig) -> bool {
+        let mut ls = self.listeners.write().unwrap_or_else(|e| e.into_inner());
+        let before = ls.len();
+        ls.retain(|x| x != l);
+        ls.len() != before
     }
 
     pub fn allow_any_host(&self) -> bool {
-        self.allow_any_host
+        self.allow_any_host.load(Ordering::Acquire)
     }
 
     /// Allowed host NQNs (ignored when `allow_any_host`).
-    pub fn hosts(&self) -> &[String] {
-        &self.hosts
+    pub fn hosts(&self) -> Vec<String> {
+        self.hosts.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// Whether `hostnqn` may connect (and see this subsystem in discovery).
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         self.kind == SubsystemKind::Discovery
-            || self.allow_any_host
-            || self.hosts.iter().any(|h| h == hostnqn)
+            || self.allow_any_host()
+            || self
+                .hosts
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+                .any(|h| h == hostnqn)
+    }
+
+    /// Add `hostnqn` to the allow list (no-op when present).
+    pub fn add_host(&self, hostnqn: &str) {
+        let mut hs = self.hosts.write().unwrap_or_else(|e| e.into_inner());
+        if !hs.iter().any(|h| h == hostnqn) {
+            hs.push(hostnqn.to_string());
+        }
+    }
+
+    /// Remove `hostnqn` from the allow list and disconnect the controllers
+    /// it may no longer have (as SPDK does). Returns how many were closed.
+    pub fn remove_host(&self, hostnqn: &str) -> usize {
+        self.hosts
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|h| h != hostnqn);
+        self.disconnect_disallowed_hosts()
+    }
+
+    /// Set allow_any_host; turning it off disconnects the controllers of
+    /// hosts not on the list. Returns how many were closed.
+    pub fn set_allow_any_host(&self, allow: bool) -> usize {
+        self.allow_any_host.store(allow, Ordering::Release);
+        if allow {
+            0
+        } else {
+            self.disconnect_disallowed_hosts()
+        }
+    }
+
+    fn disconnect_disallowed_hosts(&self) -> usize {
+        let mut n = 0;
+        for c in self.controllers() {
+            if !self.host_allowed(c.hostnqn()) && !c.is_dead() {
+                c.kill(CloseReason::HostRemoved);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Tear down every controller (the subsystem is being deleted).
+    pub fn disconnect_all(&self, reason: CloseReason) -> usize {
+        let ctrls = self.controllers();
+        for c in &ctrls {
+            c.kill(reason);
+        }
+        ctrls.len()
     }
 
     /// The current namespace table (control path: takes a read lock).

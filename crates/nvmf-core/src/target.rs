@@ -85,8 +85,9 @@ pub struct Target {
     backends: Mutex<BTreeMap<String, Arc<dyn Backend>>>,
     subsystems: RwLock<Vec<Arc<Subsystem>>>,
     discovery: Arc<Subsystem>,
-    /// Every distinct listen address; a listener's port ID is its index + 1.
-    ports: Vec<ListenerConfig>,
+    /// Every distinct listen address ever used; a listener's port ID is its
+    /// index + 1 (append-only, so port IDs stay stable at run time).
+    ports: RwLock<Vec<ListenerConfig>>,
     discovery_genctr: AtomicU64,
     active_controllers: AtomicUsize,
 }
@@ -144,11 +145,11 @@ impl Target {
         let mut ports: Vec<ListenerConfig> = Vec::new();
         let all = discovery
             .listeners()
-            .iter()
-            .chain(subsystems.iter().flat_map(|s| s.listeners().iter()));
+            .into_iter()
+            .chain(subsystems.iter().flat_map(|s| s.listeners()));
         for l in all {
-            if !ports.contains(l) {
-                ports.push(l.clone());
+            if !ports.contains(&l) {
+                ports.push(l);
             }
         }
 
@@ -157,7 +158,7 @@ impl Target {
             backends: Mutex::new(backends),
             subsystems: RwLock::new(subsystems),
             discovery,
-            ports,
+            ports: RwLock::new(ports),
             discovery_genctr: AtomicU64::new(1),
             active_controllers: AtomicUsize::new(0),
         }))
@@ -217,20 +218,28 @@ impl Target {
 
     /// Every distinct listen address (discovery and subsystems): what the
     /// daemon binds.
-    pub fn listen_addresses(&self) -> &[ListenerConfig] {
-        &self.ports
+    pub fn listen_addresses(&self) -> Vec<ListenerConfig> {
+        let mut all = self.discovery.listeners();
+        for s in self.subsystems() {
+            for l in s.listeners() {
+                if !all.contains(&l) {
+                    all.push(l);
+                }
+            }
+        }
+        all
     }
 
     /// Port ID of a listen address (1-based index; 0 if unknown). An address
     /// that is not configured itself matches a wildcard listener on the same
     /// service ID (a connection's local address on a `0.0.0.0` listener).
     pub fn port_id(&self, trsvcid: &str, traddr: &str) -> u16 {
-        let exact = self
-            .ports
+        let ports = self.ports.read().unwrap_or_else(|e| e.into_inner());
+        let exact = ports
             .iter()
             .position(|p| p.trsvcid == trsvcid && p.traddr == traddr);
         let wildcard = || {
-            self.ports
+            ports
                 .iter()
                 .position(|p| p.trsvcid == trsvcid && crate::discovery::is_wildcard(&p.traddr))
         };
@@ -277,6 +286,152 @@ impl Target {
             .filter(|s| !s.is_discovery())
             .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
         sub.remove_namespace(nsid).map(|_| ())
+    }
+}
+
+/// Runtime changes (control path: the RPC thread; each takes a lock or two,
+/// never one a reactor holds per I/O).
+impl Target {
+    /// Create a backend for a new bdev.
+    pub fn add_backend(&self, cfg: &nvmf_config::BdevConfig) -> Result<(), CoreError> {
+        let mut b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        if b.contains_key(&cfg.name) {
+            return Err(CoreError::DuplicateBdev(cfg.name.clone()));
+        }
+        let backend = backend::create(cfg)?;
+        b.insert(cfg.name.clone(), backend);
+        Ok(())
+    }
+
+    /// Forget a bdev's backend. Namespaces still holding it (none, when the
+    /// caller checked) keep it alive until they go.
+    pub fn remove_backend(&self, name: &str) -> bool {
+        let mut b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        b.remove(name).is_some()
+    }
+
+    /// Names of the bdevs with a backend.
+    pub fn backend_names(&self) -> Vec<String> {
+        let b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        b.keys().cloned().collect()
+    }
+
+    /// Add an NVM subsystem with its namespaces, hosts and listeners.
+    pub fn add_subsystem(&self, cfg: &nvmf_config::SubsystemConfig) -> Result<(), CoreError> {
+        let serr = |reason: &str| CoreError::Subsystem {
+            nqn: cfg.nqn.clone(),
+            reason: reason.to_string(),
+        };
+        if cfg.nqn == DISCOVERY_NQN {
+            return Err(serr("the discovery NQN cannot be an NVM subsystem"));
+        }
+        let max = cfg.max_namespaces.max(1);
+        let mut table = NamespaceTable::new();
+        {
+            let backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+            for n in &cfg.namespaces {
+                if table.get(n.nsid).is_some() {
+                    return Err(CoreError::Namespace {
+                        nqn: cfg.nqn.clone(),
+                        nsid: n.nsid,
+                        reason: "NSID used twice".to_string(),
+                    });
+                }
+                table = table.with(Arc::new(build_namespace(&cfg.nqn, max, n, &backends)?));
+            }
+        }
+        {
+            let mut subs = self.subsystems.write().unwrap_or_else(|e| e.into_inner());
+            if subs.iter().any(|s| s.nqn() == cfg.nqn) {
+                return Err(serr("already exists"));
+            }
+            subs.push(Arc::new(Subsystem::new_nvm(cfg, table)));
+        }
+        for l in &cfg.listeners {
+            self.note_port(l);
+        }
+        self.notify_discovery_change();
+        Ok(())
+    }
+
+    /// Remove an NVM subsystem: its controllers are torn down (their queues
+    /// close on the next reactor tick). Returns the removed subsystem.
+    pub fn remove_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, CoreError> {
+        let sub = {
+            let mut subs = self.subsystems.write().unwrap_or_else(|e| e.into_inner());
+            let pos = subs
+                .iter()
+                .position(|s| s.nqn() == nqn)
+                .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
+            subs.remove(pos)
+        };
+        // Namespaces answer Not Ready to whatever is still in flight.
+        for ns in sub.namespaces().iter() {
+            ns.set_state(crate::namespace::NamespaceState::Removing);
+        }
+        sub.disconnect_all(crate::controller::CloseReason::SubsystemRemoved);
+        self.notify_discovery_change();
+        Ok(sub)
+    }
+
+    /// Report `l` for subsystem `nqn` (the discovery NQN included).
+    pub fn add_listener(&self, nqn: &str, l: &ListenerConfig) -> Result<(), CoreError> {
+        let sub = self
+            .subsystem(nqn)
+            .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
+        self.note_port(l);
+        if sub.add_listener(l) {
+            self.notify_discovery_change();
+        }
+        Ok(())
+    }
+
+    /// Stop reporting `l` for subsystem `nqn`.
+    pub fn remove_listener(&self, nqn: &str, l: &ListenerConfig) -> Result<(), CoreError> {
+        let sub = self
+            .subsystem(nqn)
+            .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
+        if sub.remove_listener(l) {
+            self.notify_discovery_change();
+        }
+        Ok(())
+    }
+
+    /// Allow `host` on subsystem `nqn`.
+    pub fn add_host(&self, nqn: &str, host: &str) -> Result<(), CoreError> {
+        let sub = self.nvm_subsystem(nqn)?;
+        sub.add_host(host);
+        self.notify_discovery_change();
+        Ok(())
+    }
+
+    /// Disallow `host` on subsystem `nqn` and disconnect its controllers there.
+    pub fn remove_host(&self, nqn: &str, host: &str) -> Result<usize, CoreError> {
+        let sub = self.nvm_subsystem(nqn)?;
+        let n = sub.remove_host(host);
+        self.notify_discovery_change();
+        Ok(n)
+    }
+
+    /// Set allow_any_host of subsystem `nqn`.
+    pub fn set_allow_any_host(&self, nqn: &str, allow: bool) -> Result<usize, CoreError> {
+        let sub = self.nvm_subsystem(nqn)?;
+        let n = sub.set_allow_any_host(allow);
+        self.notify_discovery_change();
+        Ok(n)
+    }
+
+    fn nvm_subsystem(&self, nqn: &str) -> Result<Arc<Subsystem>, CoreError> {
+        self.subsystem(nqn)
+            .filter(|s| !s.is_discovery())
+            .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))
+    }
+
+    fn note_port(&self, l: &ListenerConfig) {
+        let mut ports = self.ports.write().unwrap_or_else(|e| e.into_inner());
+        if !ports.contains(l) {
+            ports.push(l.clone());
+        }
     }
 }
 

@@ -108,8 +108,11 @@ impl Daemon {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::write(&cfg, config_json(port, c2h_success)).unwrap();
+        let sock = cfg.with_extension("sock");
         let mut child = Proc::new(nvmfd_path())
             .args(["-c", cfg.to_str().unwrap(), "-m", "0"])
+            .arg("-r")
+            .arg(&sock)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -274,6 +274,8 @@ pub struct Nvmfd {
     child: Child,
     pub port: u16,
     pub log_path: PathBuf,
+    /// The daemon's JSON-RPC socket (`-r`).
+    pub rpc_socket: PathBuf,
     exit: Option<std::process::ExitStatus>,
 }
 
@@ -286,9 +288,12 @@ impl Nvmfd {
         fs::write(&cfg, serde_json::to_string_pretty(config).unwrap()).expect("write config");
         let log_path = dir.join("nvmfd.log");
         let log = fs::File::create(&log_path).expect("create nvmfd.log");
+        let rpc_socket = dir.join("rpc.sock");
         let mut cmd = Command::new(&bin);
         cmd.arg("-c")
             .arg(&cfg)
+            .arg("-r")
+            .arg(&rpc_socket)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -304,6 +309,7 @@ impl Nvmfd {
             child,
             port,
             log_path,
+            rpc_socket,
             exit: None,
         };
         let until = Instant::now() + Duration::from_secs(30);
@@ -330,6 +336,44 @@ impl Nvmfd {
                 );
             }
             sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Runs `nvmf rpc -s SOCKET ARGS...` (the workspace's `nvmf` binary) with a
+    /// 30 s bound; Ok(stdout) on exit status 0, Err(stdout + stderr) otherwise.
+    pub fn rpc(&self, args: &[&str]) -> Result<String, String> {
+        let bin = nvmfd_binary().with_file_name("nvmf");
+        let mut child = Command::new(&bin)
+            .arg("rpc")
+            .arg("-s")
+            .arg(&self.rpc_socket)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if Instant::now() < until => sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = child.kill();
+                    break;
+                }
+            }
+        }
+        let out = child.wait_with_output().map_err(|e| e.to_string())?;
+        let so = String::from_utf8_lossy(&out.stdout).into_owned();
+        if out.status.success() {
+            Ok(so)
+        } else {
+            Err(format!(
+                "nvmf rpc {args:?}: {:?}\n{so}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ))
         }
     }
 

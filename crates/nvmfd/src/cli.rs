@@ -21,6 +21,11 @@ CONNECTING FROM A LINUX HOST (nvme-cli):
   nvme connect  -t tcp -a 127.0.0.1 -s 4420 -n nqn.2024-01.io.nvmfd:default
   (add --hdr-digest --data-digest to use CRC32C digests)
 
+CONTROL PLANE (JSON-RPC, SPDK method names):
+  nvmfd -r /tmp/nvmfd.sock --state /var/lib/nvmfd/state.json
+  nvmf rpc -s /tmp/nvmfd.sock bdev_malloc_create -b Malloc0 64 512
+  nvmf rpc -s /tmp/nvmfd.sock nvmf_subsystem_add_ns nqn.2016-06.io.spdk:cnode1 Malloc0
+
 A config error (it names the method, the parameter and the problem) stops
 nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).";
 
@@ -38,6 +43,20 @@ pub struct Cli {
     /// this process may run on.
     #[arg(short = 'm', long = "cores", value_name = "CORES", value_parser = parse_core_list)]
     pub cores: Option<CoreList>,
+
+    /// Unix socket of the SPDK-compatible JSON-RPC server (`nvmf rpc -s PATH`,
+    /// SPDK's scripts/rpc.py -s PATH). A stale socket file is replaced; one a
+    /// live server answers on is an error.
+    #[arg(short = 'r', long = "rpc-socket", value_name = "PATH",
+          default_value = nvmf_rpc::DEFAULT_RPC_SOCKET)]
+    pub rpc_socket: PathBuf,
+
+    /// State file: the configuration is saved there (crash-safe) after every
+    /// successful state-changing RPC. If FILE exists at startup, nvmfd
+    /// restores exactly that configuration and ignores -c (with a log line);
+    /// otherwise it starts from -c (or the embedded default) and writes FILE.
+    #[arg(long = "state", value_name = "FILE")]
+    pub state: Option<PathBuf>,
 
     /// Log filter: error, warn, info, debug, trace, or a tracing directive such
     /// as "nvmfd=debug,nvmf_tcp=trace". Overrides RUST_LOG when given.

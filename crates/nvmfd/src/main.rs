@@ -6,6 +6,7 @@
 mod cli;
 mod cpus;
 mod listen;
+mod live;
 mod reactor;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -51,13 +52,36 @@ fn init_logging(level: Option<&str>) {
 
 fn run(cli: Cli) -> Result<()> {
     info!("nvmfd {} starting", env!("CARGO_PKG_VERSION"));
-    let cfg = match &cli.config {
-        Some(path) => {
+    let state_file = cli.state.as_ref().map(nvmf_rpc::StateFile::new);
+    let restored = match &state_file {
+        Some(sf) => sf
+            .load()
+            .map_err(|e| anyhow!("state file {}: {e}", sf.path().display()))?,
+        None => None,
+    };
+    let from_state = restored.is_some();
+    let cfg = match (restored, &cli.config) {
+        (Some(cfg), cfg_arg) => {
+            let sf = state_file.as_ref().map(|s| s.path().display().to_string());
+            match cfg_arg {
+                Some(c) => warn!(
+                    "state file {} exists: restoring it; -c {} is ignored",
+                    sf.unwrap_or_default(),
+                    c.display()
+                ),
+                None => info!(
+                    "configuration restored from state file {}",
+                    sf.unwrap_or_default()
+                ),
+            }
+            cfg
+        }
+        (None, Some(path)) => {
             let cfg = nvmf_config::load_file(path).map_err(|e| anyhow!("{e}"))?;
             info!("config loaded from {}", path.display());
             cfg
         }
-        None => {
+        (None, None) => {
             let cfg = TargetConfig::embedded_default();
             describe_default(&cfg);
             cfg
@@ -112,14 +136,20 @@ fn run(cli: Cli) -> Result<()> {
     let shutdown = Arc::new(AtomicBool::new(false));
     let mut reactors = Vec::new();
     let mut wakers = Vec::new();
+    let mut handles = Vec::new();
     for (id, &cpu) in cores.iter().enumerate() {
         let (poll, waker) = Reactor::new_poll().context("creating epoll")?;
         let mut listeners = Vec::new();
         for a in &addrs {
             let l = listen::bind_reuseport(a.addr)
                 .with_context(|| format!("cannot listen on {} (tcp)", a.addr))?;
-            listeners.push((mio::net::TcpListener::from_std(l), a.clone()));
+            listeners.push(Some((mio::net::TcpListener::from_std(l), a.clone())));
         }
+        let (tx, rx) = std::sync::mpsc::channel();
+        handles.push(live::ReactorHandle {
+            tx: std::sync::Mutex::new(tx),
+            waker: waker.clone(),
+        });
         wakers.push(waker);
         reactors.push(Reactor {
             id,
@@ -129,8 +159,34 @@ fn run(cli: Cli) -> Result<()> {
             target: target.clone(),
             params: params.clone(),
             shutdown: shutdown.clone(),
+            commands: rx,
+            closed: Default::default(),
         });
     }
+
+    // Control plane: its own threads; changes reach reactors by message.
+    let live = Arc::new(live::Live::new(
+        target.clone(),
+        handles,
+        cfg.clone(),
+        addrs.clone(),
+    ));
+    let service = Arc::new(nvmf_rpc::RpcService::new(
+        cfg.clone(),
+        live,
+        state_file.clone(),
+    ));
+    if let Some(sf) = &state_file {
+        if !from_state {
+            service
+                .persist()
+                .with_context(|| format!("writing state file {}", sf.path().display()))?;
+            info!("configuration saved to state file {}", sf.path().display());
+        }
+    }
+    let mut rpc = nvmf_rpc::serve(&cli.rpc_socket, service)
+        .with_context(|| format!("RPC socket {}", cli.rpc_socket.display()))?;
+    info!("RPC server listening on {}", cli.rpc_socket.display());
     for a in &addrs {
         info!(
             "listening on {} ({})",
@@ -175,6 +231,7 @@ fn run(cli: Cli) -> Result<()> {
     for w in &wakers {
         let _ = w.wake();
     }
+    rpc.shutdown();
     for t in threads {
         let _ = t.join();
     }

@@ -8,11 +8,12 @@
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
 
-use crate::listen::ListenAddr;
+use crate::listen::{self, ListenAddr};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_core::backend::uring;
+use nvmf_core::controller::QueueStats;
 use nvmf_core::queue::PortInfo;
 use nvmf_core::target::Target;
 use nvmf_tcp::{Connection, TcpParams};
@@ -21,11 +22,12 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::SocketAddr;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tracing::{debug, info, warn};
 
-/// Wakes the reactor (shutdown).
+/// Wakes the reactor (shutdown, or a command from the control plane).
 pub const WAKER_TOKEN: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const CONN_BASE: usize = 1 << 16;
@@ -46,16 +48,79 @@ pub struct Reactor {
     pub id: usize,
     pub cpu: Option<usize>,
     pub poll: Poll,
-    pub listeners: Vec<(TcpListener, Arc<ListenAddr>)>,
+    /// Listen sockets by slot (token `LISTENER_BASE + slot`); `None` once
+    /// dropped at run time.
+    pub listeners: Vec<Option<(TcpListener, Arc<ListenAddr>)>>,
     pub target: Arc<Target>,
     pub params: TcpParams,
     pub shutdown: Arc<AtomicBool>,
+    /// Control-plane commands; the sender wakes the reactor's `Waker` after
+    /// sending. The data path never waits on the control plane.
+    pub commands: Receiver<ReactorCmd>,
+    /// Counters of connections already closed.
+    pub closed: ClosedTotals,
+}
+
+/// Totals of the connections a reactor has closed (for `nvmf_get_stats`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ClosedTotals {
+    pub admin_qpairs: u64,
+    pub io_qpairs: u64,
+    pub stats: QueueStats,
+}
+
+/// A message from the control plane (the RPC thread) to a reactor.
+pub enum ReactorCmd {
+    /// Bind `addr` with SO_REUSEPORT in this reactor and accept on it.
+    Listen {
+        addr: Arc<ListenAddr>,
+        reply: Sender<Result<(), String>>,
+    },
+    /// Close the connections that came in on `addr` (all of them, or only
+    /// those whose controller belongs to subsystem `only_nqn`), and with
+    /// `unbind` stop listening on it.
+    Drop {
+        addr: SocketAddr,
+        only_nqn: Option<String>,
+        unbind: bool,
+        reply: Sender<usize>,
+    },
+    /// Report the connections and counters.
+    Snapshot { reply: Sender<ReactorSnapshot> },
+}
+
+/// One connection as `nvmf_subsystem_get_qpairs` reports it.
+#[derive(Debug, Clone)]
+pub struct QpairSnapshot {
+    pub subnqn: Option<String>,
+    pub cntlid: Option<u16>,
+    pub qid: u16,
+    pub connected: bool,
+    pub listen: nvmf_config::ListenerConfig,
+    pub peer: SocketAddr,
+}
+
+/// What a reactor reports for `nvmf_get_stats` / `nvmf_subsystem_get_qpairs`.
+#[derive(Debug, Clone, Default)]
+pub struct ReactorSnapshot {
+    pub id: usize,
+    pub qpairs: Vec<QpairSnapshot>,
+    /// Admin / I/O queue pairs ever connected on this reactor.
+    pub admin_qpairs: u64,
+    pub io_qpairs: u64,
+    pub current_admin_qpairs: u64,
+    pub current_io_qpairs: u64,
+    /// Connections not (yet) connected to a controller.
+    pub pending_qpairs: u64,
+    pub stats: QueueStats,
 }
 
 /// A reactor's view of one TCP connection.
 struct Conn {
     sock: TcpStream,
     peer: SocketAddr,
+    /// The listener it came in on.
+    laddr: Arc<ListenAddr>,
     sm: Connection,
     /// The socket may have unread bytes (edge-triggered epoll).
     rx_ready: bool,
@@ -90,7 +155,8 @@ impl Reactor {
                 Err(e) => warn!(reactor = self.id, cpu, "cannot pin reactor thread: {e}"),
             }
         }
-        for (i, (l, _)) in self.listeners.iter_mut().enumerate() {
+        for (i, slot) in self.listeners.iter_mut().enumerate() {
+            let Some((l, _)) = slot else { continue };
             if let Err(e) =
                 self.poll
                     .registry()
@@ -148,6 +214,7 @@ impl Reactor {
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t == WAKER_TOKEN.0 {
+                    self.commands(&mut conns);
                     continue;
                 } else if t == URING_TOKEN.0 {
                     uring::clear_eventfd();
@@ -240,9 +307,10 @@ impl Reactor {
     /// failed for a reason that needs a retry later (e.g. out of descriptors).
     fn accept_all(&mut self, i: usize, conns: &mut Slab<Conn>) -> bool {
         loop {
-            let Some((listener, laddr)) = self.listeners.get(i) else {
+            let Some(Some((listener, laddr))) = self.listeners.get(i) else {
                 return true;
             };
+            let laddr = laddr.clone();
             let (mut sock, peer) = match listener.accept() {
                 Ok(x) => x,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
@@ -281,6 +349,7 @@ impl Reactor {
             entry.insert(Conn {
                 sock,
                 peer,
+                laddr,
                 sm,
                 rx_ready: true,
                 tx_ready: true,
@@ -294,7 +363,7 @@ impl Reactor {
     /// Polls (delivers late completions) and services every connection
     /// with commands waiting for an asynchronous backend.
     fn poll_executing(
-        &self,
+        &mut self,
         conns: &mut Slab<Conn>,
         again: &mut Vec<usize>,
         keys: &mut Vec<usize>,
@@ -319,7 +388,7 @@ impl Reactor {
         }
     }
 
-    fn service_key(&self, key: usize, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
+    fn service_key(&mut self, key: usize, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
         let Some(c) = conns.get_mut(key) else { return };
         // A bug must cost one connection, not the reactor and all of its
         // connections: a panic closes just this one.
@@ -352,8 +421,128 @@ impl Reactor {
         }
     }
 
-    fn close(&self, key: usize, conns: &mut Slab<Conn>, reason: String) {
+    /// Runs the control-plane commands waiting in the channel.
+    fn commands(&mut self, conns: &mut Slab<Conn>) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                ReactorCmd::Listen { addr, reply } => {
+                    let _ = reply.send(self.listen(addr));
+                }
+                ReactorCmd::Drop {
+                    addr,
+                    only_nqn,
+                    unbind,
+                    reply,
+                } => {
+                    let keys: Vec<usize> = conns
+                        .iter()
+                        .filter(|(_, c)| c.laddr.addr == addr)
+                        .filter(|(_, c)| match &only_nqn {
+                            None => true,
+                            Some(n) => {
+                                c.sm.queue()
+                                    .controller()
+                                    .is_some_and(|ctrl| ctrl.subsystem().nqn() == n)
+                            }
+                        })
+                        .map(|(k, _)| k)
+                        .collect();
+                    for &k in &keys {
+                        self.close(k, conns, "listener removed".into());
+                    }
+                    if unbind {
+                        for slot in self.listeners.iter_mut() {
+                            if slot.as_ref().is_some_and(|(_, a)| a.addr == addr) {
+                                if let Some((mut l, _)) = slot.take() {
+                                    let _ = self.poll.registry().deregister(&mut l);
+                                }
+                            }
+                        }
+                    }
+                    let _ = reply.send(keys.len());
+                }
+                ReactorCmd::Snapshot { reply } => {
+                    let _ = reply.send(self.snapshot(conns));
+                }
+            }
+        }
+    }
+
+    fn listen(&mut self, addr: Arc<ListenAddr>) -> Result<(), String> {
+        if self
+            .listeners
+            .iter()
+            .flatten()
+            .any(|(_, a)| a.addr == addr.addr)
+        {
+            return Ok(());
+        }
+        let l = listen::bind_reuseport(addr.addr)
+            .map_err(|e| format!("cannot listen on {} (tcp): {e}", addr.addr))?;
+        let mut l = TcpListener::from_std(l);
+        let slot = match self.listeners.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                self.listeners.push(None);
+                self.listeners.len() - 1
+            }
+        };
+        if LISTENER_BASE + slot >= URING_TOKEN.0 {
+            return Err("too many listen addresses".into());
+        }
+        self.poll
+            .registry()
+            .register(&mut l, Token(LISTENER_BASE + slot), Interest::READABLE)
+            .map_err(|e| format!("cannot register listener {}: {e}", addr.addr))?;
+        debug!(reactor = self.id, "listening on {}", addr.addr);
+        self.listeners[slot] = Some((l, addr));
+        Ok(())
+    }
+
+    fn snapshot(&self, conns: &Slab<Conn>) -> ReactorSnapshot {
+        let mut s = ReactorSnapshot {
+            id: self.id,
+            admin_qpairs: self.closed.admin_qpairs,
+            io_qpairs: self.closed.io_qpairs,
+            stats: self.closed.stats,
+            ..Default::default()
+        };
+        for (_, c) in conns.iter() {
+            let q = c.sm.queue();
+            s.stats.add(q.stats());
+            let ctrl = q.controller();
+            if !q.is_connected() {
+                s.pending_qpairs += 1;
+            } else if q.is_admin() {
+                s.current_admin_qpairs += 1;
+                s.admin_qpairs += 1;
+            } else {
+                s.current_io_qpairs += 1;
+                s.io_qpairs += 1;
+            }
+            s.qpairs.push(QpairSnapshot {
+                subnqn: ctrl.map(|c| c.subsystem().nqn().to_string()),
+                cntlid: ctrl.map(|c| c.cntlid()),
+                qid: q.qid(),
+                connected: q.is_connected(),
+                listen: c.laddr.cfg.clone(),
+                peer: c.peer,
+            });
+        }
+        s
+    }
+
+    fn close(&mut self, key: usize, conns: &mut Slab<Conn>, reason: String) {
         if let Some(mut c) = conns.try_remove(key) {
+            let q = c.sm.queue();
+            if q.is_connected() {
+                if q.is_admin() {
+                    self.closed.admin_qpairs += 1;
+                } else {
+                    self.closed.io_qpairs += 1;
+                }
+            }
+            self.closed.stats.add(q.stats());
             let _ = self.poll.registry().deregister(&mut c.sock);
             info!(
                 reactor = self.id,

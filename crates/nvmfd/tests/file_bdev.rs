@@ -71,8 +71,11 @@ impl Daemon {
         );
         let cfg_path = tmp(&format!("{tag}.json"));
         std::fs::write(&cfg_path, cfg).unwrap();
+        let sock = tmp(&format!("{tag}.sock"));
         let mut child = Command::new(env!("CARGO_BIN_EXE_nvmfd"))
             .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
+            .arg("-r")
+            .arg(&sock)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

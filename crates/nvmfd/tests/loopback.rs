@@ -82,8 +82,13 @@ impl Daemon {
     }
 
     fn spawn(args: &[&str], port: u16) -> Daemon {
+        // Each daemon gets its own RPC socket (the default is shared).
+        let sock =
+            std::env::temp_dir().join(format!("nvmfd-loopback-{}-{port}.sock", std::process::id()));
         let mut child = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
             .args(args)
+            .arg("-r")
+            .arg(&sock)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -1,0 +1,447 @@
+//! The running target as the RPC server sees it: `nvmf_rpc::LiveTarget`
+//! over `Arc<Target>` and the reactors.
+//!
+//! Every change converges the running target from the configuration it was
+//! last given (`applied`) to the new one: one diff routine serves single
+//! RPCs and `load_config` alike. Fallible steps run first and are undone on
+//! failure (create backends, bind new listen addresses in every reactor);
+//! the rest (subsystems, namespaces, hosts, listeners in the core, dropping
+//! backends and listen sockets) cannot fail once the model validated it.
+//! Called on the RPC thread; reactors get messages (channel + mio Waker) and
+//! answer within a bounded wait, so the data path never waits on this.
+
+use std::net::SocketAddr;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mio::Waker;
+use nvmf_config::{ListenerConfig, SubsystemConfig, TargetConfig, DISCOVERY_NQN};
+use nvmf_core::target::Target;
+use nvmf_rpc::{Change, LiveTarget};
+use serde_json::{json, Value};
+use tracing::{info, warn};
+
+use crate::listen::{self, ListenAddr};
+use crate::reactor::{ReactorCmd, ReactorSnapshot};
+
+/// How long the RPC thread waits for a reactor's answer.
+const REPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// The control side of one reactor.
+pub struct ReactorHandle {
+    pub tx: Mutex<Sender<ReactorCmd>>,
+    pub waker: Arc<Waker>,
+}
+
+impl ReactorHandle {
+    fn send(&self, cmd: ReactorCmd) -> bool {
+        let ok = self
+            .tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(cmd)
+            .is_ok();
+        ok && self.waker.wake().is_ok()
+    }
+}
+
+struct Applied {
+    config: TargetConfig,
+    bound: Vec<Arc<ListenAddr>>,
+}
+
+/// `LiveTarget` of the daemon.
+pub struct Live {
+    target: Arc<Target>,
+    reactors: Vec<ReactorHandle>,
+    applied: Mutex<Applied>,
+    started: Instant,
+}
+
+impl Live {
+    pub fn new(
+        target: Arc<Target>,
+        reactors: Vec<ReactorHandle>,
+        config: TargetConfig,
+        bound: Vec<Arc<ListenAddr>>,
+    ) -> Live {
+        Live {
+            target,
+            reactors,
+            applied: Mutex::new(Applied { config, bound }),
+            started: Instant::now(),
+        }
+    }
+
+    /// Sends `make(reply)` to every reactor and collects the answers.
+    fn ask_all<T>(&self, make: impl Fn(Sender<T>) -> ReactorCmd) -> Vec<Option<T>> {
+        let mut rxs = Vec::new();
+        for r in &self.reactors {
+            let (tx, rx) = channel();
+            if r.send(make(tx)) {
+                rxs.push(Some(rx));
+            } else {
+                rxs.push(None);
+            }
+        }
+        let deadline = Instant::now() + REPLY_WAIT;
+        rxs.into_iter()
+            .map(|rx| {
+                let rx = rx?;
+                rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    .ok()
+            })
+            .collect()
+    }
+
+    fn snapshots(&self) -> Vec<ReactorSnapshot> {
+        self.ask_all(|reply| ReactorCmd::Snapshot { reply })
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Binds `addr` in every reactor; all or nothing.
+    fn bind_everywhere(&self, addr: &Arc<ListenAddr>) -> Result<(), String> {
+        listen::check_free(addr.addr)
+            .map_err(|e| format!("cannot listen on {}: {e}", addr.addr))?;
+        let replies = self.ask_all(|reply| ReactorCmd::Listen {
+            addr: addr.clone(),
+            reply,
+        });
+        let mut err = None;
+        for r in replies {
+            match r {
+                Some(Ok(())) => {}
+                Some(Err(e)) => err = Some(e),
+                None => err = Some(format!("a reactor did not answer binding {}", addr.addr)),
+            }
+        }
+        match err {
+            None => Ok(()),
+            Some(e) => {
+                self.drop_addr(addr.addr, None, true);
+                Err(e)
+            }
+        }
+    }
+
+    /// Closes connections on `addr` (of subsystem `only_nqn`, or all) and
+    /// with `unbind` stops listening there. Returns connections closed.
+    fn drop_addr(&self, addr: SocketAddr, only_nqn: Option<&str>, unbind: bool) -> usize {
+        self.ask_all(|reply| ReactorCmd::Drop {
+            addr,
+            only_nqn: only_nqn.map(str::to_string),
+            unbind,
+            reply,
+        })
+        .into_iter()
+        .flatten()
+        .sum()
+    }
+
+    fn converge(&self, st: &mut Applied, new: &TargetConfig) -> Result<(), String> {
+        let old = st.config.clone();
+        let t = &self.target;
+
+        // 1. New backends (may fail: file missing, out of memory).
+        let mut created: Vec<String> = Vec::new();
+        for b in &new.bdevs {
+            let same = old.bdev(&b.name).is_some_and(|o| o == b);
+            if same {
+                continue;
+            }
+            if old.bdev(&b.name).is_some() {
+                // Changed definition (load_config): replaced below once unused.
+                t.remove_backend(&b.name);
+            }
+            if let Err(e) = t.add_backend(b) {
+                for n in &created {
+                    t.remove_backend(n);
+                }
+                return Err(format!("bdev {}: {e}", b.name));
+            }
+            created.push(b.name.clone());
+        }
+
+        // 2. New listen addresses, bound in every reactor.
+        let mut want: Vec<Arc<ListenAddr>> = Vec::new();
+        let mut newly_bound: Vec<Arc<ListenAddr>> = Vec::new();
+        let undo = |newly: &[Arc<ListenAddr>], created: &[String]| {
+            for a in newly {
+                self.drop_addr(a.addr, None, true);
+            }
+            for n in created {
+                t.remove_backend(n);
+            }
+        };
+        for l in new.listen_addresses() {
+            let a = match ListenAddr::resolve(l) {
+                Ok(a) => Arc::new(a),
+                Err(e) => {
+                    undo(&newly_bound, &created);
+                    return Err(format!("{e:#}"));
+                }
+            };
+            if let Some(b) = st.bound.iter().find(|b| b.addr == a.addr) {
+                want.push(b.clone());
+                continue;
+            }
+            if want.iter().any(|w| w.addr == a.addr) {
+                continue;
+            }
+            if let Err(e) = self.bind_everywhere(&a) {
+                undo(&newly_bound, &created);
+                return Err(e);
+            }
+            info!("listening on {} (tcp)", a.addr);
+            newly_bound.push(a.clone());
+            want.push(a);
+        }
+
+        // 3. Subsystems: gone or redefined ones first, then new ones.
+        let ident = |s: &SubsystemConfig| {
+            let mut x = s.clone();
+            x.namespaces.clear();
+            x.hosts.clear();
+            x.listeners.clear();
+            x.allow_any_host = false;
+            x
+        };
+        let mut fresh: Vec<&SubsystemConfig> = Vec::new();
+        for o in &old.subsystems {
+            match new.subsystem(&o.nqn) {
+                Some(n) if ident(n) == ident(o) => {}
+                _ => {
+                    if let Ok(sub) = t.remove_subsystem(&o.nqn) {
+                        info!(nqn = %o.nqn, controllers = sub.controllers().len(), "subsystem removed");
+                    }
+                }
+            }
+        }
+        for n in &new.subsystems {
+            match old.subsystem(&n.nqn) {
+                Some(o) if ident(n) == ident(o) => self.converge_subsystem(o, n)?,
+                _ => fresh.push(n),
+            }
+        }
+        for n in fresh {
+            t.add_subsystem(n).map_err(|e| e.to_string())?;
+        }
+        // Discovery listeners.
+        for l in &old.discovery_listeners {
+            if !new.discovery_listeners.contains(l) {
+                let _ = t.remove_listener(DISCOVERY_NQN, l);
+                self.close_on_listener(DISCOVERY_NQN, l);
+            }
+        }
+        for l in &new.discovery_listeners {
+            if !old.discovery_listeners.contains(l) {
+                t.add_listener(DISCOVERY_NQN, l)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+
+        // 4. Backends no bdev defines any more.
+        for o in &old.bdevs {
+            if new.bdev(&o.name).is_none() {
+                t.remove_backend(&o.name);
+            }
+        }
+
+        // 5. Listen addresses nobody uses any more.
+        for b in &st.bound {
+            if !want.iter().any(|w| w.addr == b.addr) {
+                let n = self.drop_addr(b.addr, None, true);
+                info!("stopped listening on {} ({n} connection(s) closed)", b.addr);
+            }
+        }
+        st.bound = want;
+        st.config = new.clone();
+        Ok(())
+    }
+
+    /// Closes the connections of subsystem `nqn` that came in on `l`.
+    fn close_on_listener(&self, nqn: &str, l: &ListenerConfig) {
+        if let Ok(a) = ListenAddr::resolve(l) {
+            let n = self.drop_addr(a.addr, Some(nqn), false);
+            if n > 0 {
+                info!(
+                    nqn,
+                    "{n} connection(s) on removed listener {} closed", a.addr
+                );
+            }
+        }
+    }
+
+    fn converge_subsystem(&self, o: &SubsystemConfig, n: &SubsystemConfig) -> Result<(), String> {
+        let t = &self.target;
+        let nqn = &n.nqn;
+        for ns in &o.namespaces {
+            if n.namespace(ns.nsid) != Some(ns) {
+                t.remove_namespace(nqn, ns.nsid)
+                    .map_err(|e| e.to_string())?;
+                info!(nqn = %nqn, nsid = ns.nsid, "namespace removed");
+            }
+        }
+        for ns in &n.namespaces {
+            if o.namespace(ns.nsid) != Some(ns) {
+                t.add_namespace(nqn, ns).map_err(|e| e.to_string())?;
+                info!(nqn = %nqn, nsid = ns.nsid, bdev = %ns.bdev_name, "namespace added");
+            }
+        }
+        for h in &n.hosts {
+            if !o.hosts.contains(h) {
+                t.add_host(nqn, h).map_err(|e| e.to_string())?;
+            }
+        }
+        for h in &o.hosts {
+            if !n.hosts.contains(h) {
+                let k = t.remove_host(nqn, h).map_err(|e| e.to_string())?;
+                if k > 0 {
+                    info!(nqn = %nqn, host = %h, "{k} controller(s) of a removed host disconnected");
+                }
+            }
+        }
+        if o.allow_any_host != n.allow_any_host {
+            t.set_allow_any_host(nqn, n.allow_any_host)
+                .map_err(|e| e.to_string())?;
+        }
+        for l in &o.listeners {
+            if !n.listeners.contains(l) {
+                t.remove_listener(nqn, l).map_err(|e| e.to_string())?;
+                self.close_on_listener(nqn, l);
+            }
+        }
+        for l in &n.listeners {
+            if !o.listeners.contains(l) {
+                t.add_listener(nqn, l).map_err(|e| e.to_string())?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl LiveTarget for Live {
+    fn apply(&self, change: &Change, new_config: &TargetConfig) -> Result<(), String> {
+        let mut st = self.applied.lock().unwrap_or_else(|e| e.into_inner());
+        if let Change::CreateTransport(tc) = change {
+            if *self.target.limits() != nvmf_core::target::TransportLimits::from_config(tc) {
+                info!(
+                    "transport limits are fixed while nvmfd runs: the new TCP transport \
+                     parameters are saved and take effect at the next start"
+                );
+            }
+        }
+        let r = self.converge(&mut st, new_config);
+        match &r {
+            Ok(()) => info!("rpc: {} applied", change.kind()),
+            Err(e) => warn!("rpc: {} refused: {e}", change.kind()),
+        }
+        r
+    }
+
+    fn controllers(&self, nqn: &str) -> Vec<Value> {
+        let Some(sub) = self.target.subsystem(nqn) else {
+            return Vec::new();
+        };
+        sub.controllers()
+            .iter()
+            .filter(|c| !c.is_dead())
+            .map(|c| {
+                json!({
+                    "cntlid": c.cntlid(),
+                    "cntrltype": if c.is_discovery() { "discovery" } else { "io" },
+                    "hostnqn": c.hostnqn(),
+                    "hostid": format_hostid(c.hostid()),
+                    "num_io_qpairs": c.connected_io_queues(),
+                })
+            })
+            .collect()
+    }
+
+    fn qpairs(&self, nqn: &str) -> Vec<Value> {
+        let mut out = Vec::new();
+        for s in self.snapshots() {
+            for q in &s.qpairs {
+                if q.subnqn.as_deref() != Some(nqn) {
+                    continue;
+                }
+                out.push(json!({
+                    "cntlid": q.cntlid,
+                    "qid": q.qid,
+                    "state": if q.connected { "active" } else { "connecting" },
+                    "thread": poll_group_name(s.id),
+                    "listen_address": listener_json(&q.listen),
+                    "peer_address": {
+                        "trtype": "TCP",
+                        "adrfam": if q.peer.is_ipv6() { "IPv6" } else { "IPv4" },
+                        "traddr": q.peer.ip().to_string(),
+                        "trsvcid": q.peer.port().to_string(),
+                    },
+                }));
+            }
+        }
+        out
+    }
+
+    fn stats(&self) -> Value {
+        let groups: Vec<Value> = self
+            .snapshots()
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": poll_group_name(s.id),
+                    "admin_qpairs": s.admin_qpairs,
+                    "io_qpairs": s.io_qpairs,
+                    "current_admin_qpairs": s.current_admin_qpairs,
+                    "current_io_qpairs": s.current_io_qpairs,
+                    "pending_bdev_io": 0,
+                    "completed_nvme_io": s.stats.commands,
+                    "transports": [{
+                        "trtype": "TCP",
+                        "pending_qpairs": s.pending_qpairs,
+                        "reads": s.stats.reads,
+                        "writes": s.stats.writes,
+                        "bytes_read": s.stats.bytes_read,
+                        "bytes_written": s.stats.bytes_written,
+                        "errors": s.stats.errors,
+                    }],
+                })
+            })
+            .collect();
+        json!({
+            // Counters are plain counts; nvmfd has no TSC ticks: 1 tick = 1 µs.
+            "tick_rate": 1_000_000u64,
+            "uptime_us": self.started.elapsed().as_micros() as u64,
+            "poll_groups": groups,
+        })
+    }
+}
+
+fn poll_group_name(id: usize) -> String {
+    format!("nvmf_tgt_poll_group_{id:03}")
+}
+
+fn listener_json(l: &ListenerConfig) -> Value {
+    json!({
+        "trtype": l.trtype.as_str(),
+        "adrfam": l.adrfam.as_str(),
+        "traddr": l.traddr,
+        "trsvcid": l.trsvcid,
+    })
+}
+
+/// Host identifier as SPDK prints it (UUID form).
+fn format_hostid(id: &[u8; 16]) -> String {
+    let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[0..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..32]
+    )
+}
