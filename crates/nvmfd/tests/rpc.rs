@@ -1,0 +1,562 @@
+//! The JSON-RPC control plane of the real daemon over its Unix socket:
+//! SPDK's nvmf walkthrough through `nvmf rpc -s SOCK ...` on a daemon that
+//! starts with no namespaces, I/O with `nvmf perf --verify` while
+//! get_controllers/get_qpairs/get_stats show the connection, restart from
+//! `--state` (same namespace identifiers, I/O works), SIGKILL during a burst
+//! of RPCs (the state file holds a complete configuration), bad input over
+//! the socket (daemon keeps running, state unchanged), remove_listener
+//! refuses new connections, save_config → `-c` → save_config byte-identical,
+//! and the socket-in-use / stale-socket rules.
+
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nvmf_rpc::RpcClient;
+use serde_json::{json, Value};
+
+const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A fresh directory under target/tmp (short: Unix socket paths are limited).
+fn tmp_dir(tag: &str) -> PathBuf {
+    static SEQ: AtomicU32 = AtomicU32::new(0);
+    let d = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "rpc-{tag}-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// target/<profile>/nvmf, built on demand.
+fn nvmf_path() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let p = exe.parent().unwrap().parent().unwrap().join("nvmf");
+    if !p.exists() {
+        let st = Command::new(env!("CARGO"))
+            .args(["build", "-p", "nvmf-host", "--bin", "nvmf"])
+            .status()
+            .expect("cargo build -p nvmf-host");
+        assert!(st.success(), "building the nvmf CLI failed");
+    }
+    p
+}
+
+fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            panic!("{cmd:?} ran past {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+struct Daemon {
+    child: Child,
+    sock: PathBuf,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Daemon {
+    /// nvmfd -m 0 -r DIR/sock [--state DIR/state.json] [-c CFG].
+    fn start(dir: &Path, cfg: Option<&Path>, state: bool) -> Daemon {
+        let d = Daemon::spawn(dir, cfg, state);
+        d.wait_log("RPC server listening on");
+        d
+    }
+
+    fn spawn(dir: &Path, cfg: Option<&Path>, state: bool) -> Daemon {
+        let sock = dir.join("sock");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvmfd"));
+        cmd.args(["-m", "0", "-r"]).arg(&sock);
+        if state {
+            cmd.arg("--state").arg(dir.join("state.json"));
+        }
+        if let Some(c) = cfg {
+            cmd.arg("-c").arg(c);
+        }
+        let mut child = cmd
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn nvmfd");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let err = child.stderr.take().unwrap();
+        let l2 = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(err).lines() {
+                let Ok(line) = line else { break };
+                l2.lock().unwrap().push(line);
+            }
+        });
+        Daemon { child, sock, log }
+    }
+
+    fn logs(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    fn wait_log(&self, needle: &str) {
+        let start = Instant::now();
+        while !self.logs().contains(needle) {
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "nvmfd never logged {needle:?}:\n{}",
+                self.logs()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn running(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+
+    fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(st) = self.child.try_wait().unwrap() {
+                return Some(st);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+
+    /// `nvmf rpc -s SOCK ARGS` → (success, stdout + stderr).
+    fn cli(&self, args: &[&str]) -> (bool, String) {
+        let mut cmd = Command::new(nvmf_path());
+        cmd.arg("rpc").arg("-s").arg(&self.sock).args(args);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.success(), text)
+    }
+
+    /// `nvmf rpc` that must succeed; its stdout parsed as JSON.
+    fn ok(&self, args: &[&str]) -> Value {
+        let (ok, text) = self.cli(args);
+        assert!(
+            ok,
+            "nvmf rpc {args:?} failed: {text}\n--- nvmfd ---\n{}",
+            self.logs()
+        );
+        serde_json::from_str(text.trim()).unwrap_or(Value::String(text))
+    }
+
+    fn client(&self) -> RpcClient {
+        let mut c = RpcClient::connect(&self.sock, 50).expect("connect to the RPC socket");
+        c.set_timeout(Some(Duration::from_secs(30))).unwrap();
+        c
+    }
+
+    fn call(&self, method: &str, params: Value) -> Value {
+        self.client()
+            .call(method, Some(&params))
+            .unwrap_or_else(|e| panic!("{method}: {e:?}"))
+    }
+
+    fn walkthrough(&self, port: u16) {
+        self.ok(&[
+            "nvmf_create_transport",
+            "-t",
+            "TCP",
+            "-u",
+            "8192",
+            "-i",
+            "131072",
+            "-c",
+            "8192",
+        ]);
+        self.ok(&["bdev_malloc_create", "-b", "Malloc0", "64", "512"]);
+        self.ok(&[
+            "nvmf_create_subsystem",
+            NQN,
+            "-a",
+            "-s",
+            "SPDK00000000000001",
+            "-d",
+            "SPDK_Controller1",
+        ]);
+        self.ok(&["nvmf_subsystem_add_ns", NQN, "Malloc0"]);
+        self.ok(&[
+            "nvmf_subsystem_add_listener",
+            NQN,
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-s",
+            &port.to_string(),
+        ]);
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn empty_config(dir: &Path) -> PathBuf {
+    let p = dir.join("empty.json");
+    std::fs::write(&p, r#"{"subsystems":[]}"#).unwrap();
+    p
+}
+
+fn perf(port: u16, secs: u32) -> Output {
+    let trid = format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}");
+    let mut cmd = Command::new(nvmf_path());
+    cmd.args([
+        "perf",
+        "-r",
+        &trid,
+        "--no-progress",
+        "-q",
+        "8",
+        "-o",
+        "4096",
+    ])
+    .args([
+        "-w",
+        "randrw",
+        "-M",
+        "50",
+        "--verify",
+        "-t",
+        &secs.to_string(),
+    ]);
+    run_bounded(cmd, Duration::from_secs(60 + u64::from(secs)))
+}
+
+fn assert_perf_ok(out: &Output, d: &Daemon) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(" 0 mismatched - OK"),
+        "nvmf perf failed\n{stdout}\n{}\n--- nvmfd ---\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.logs()
+    );
+}
+
+#[test]
+fn spdk_walkthrough_io_and_restart_from_state() {
+    let dir = tmp_dir("walk");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let mut d = Daemon::start(&dir, Some(&empty), true);
+    assert_eq!(
+        d.call("nvmf_get_subsystems", json!({}))
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    d.walkthrough(port);
+
+    // I/O while get_controllers / get_qpairs / get_stats show the connection.
+    let io = std::thread::spawn(move || perf(port, 4));
+    let start = Instant::now();
+    let (ctrls, qpairs) = loop {
+        let c = d.call("nvmf_subsystem_get_controllers", json!({ "nqn": NQN }));
+        let q = d.call("nvmf_subsystem_get_qpairs", json!({ "nqn": NQN }));
+        if c.as_array().unwrap().len() == 1 && q.as_array().unwrap().len() >= 2 {
+            break (c, q);
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "no controller: {c} {q}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let c = &ctrls[0];
+    assert!(c["cntlid"].as_u64().unwrap() >= 1, "{c}");
+    assert!(c["hostnqn"].as_str().unwrap().starts_with("nqn."), "{c}");
+    assert_eq!(c["num_io_qpairs"], 1, "{c}");
+    let qs = qpairs.as_array().unwrap();
+    assert!(qs.iter().any(|q| q["qid"] == 0), "{qpairs}");
+    assert!(qs.iter().any(|q| q["qid"] == 1), "{qpairs}");
+    for q in qs {
+        assert_eq!(q["state"], "active", "{q}");
+        assert_eq!(q["listen_address"]["trsvcid"], port.to_string(), "{q}");
+        assert_eq!(q["peer_address"]["traddr"], "127.0.0.1", "{q}");
+    }
+    let stats = d.call("nvmf_get_stats", json!({}));
+    let pg = &stats["poll_groups"][0];
+    assert_eq!(pg["current_io_qpairs"], 1, "{stats}");
+    assert_eq!(pg["transports"][0]["trtype"], "TCP", "{stats}");
+    let out = io.join().unwrap();
+    assert_perf_ok(&out, &d);
+    let stats = d.call("nvmf_get_stats", json!({}));
+    assert!(
+        stats["poll_groups"][0]["completed_nvme_io"]
+            .as_u64()
+            .unwrap()
+            > 1000,
+        "{stats}"
+    );
+
+    // Restart with the same --state (and -c, which the state file overrides).
+    let before = d.call("nvmf_get_subsystems", json!({}));
+    let saved_before = d.call("save_config", json!({}));
+    let ns = &before[1]["namespaces"][0];
+    assert!(ns["nguid"].as_str().unwrap().len() == 32, "{before}");
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
+    assert!(d
+        .wait_exit(Duration::from_secs(10))
+        .is_some_and(|s| s.success()));
+    assert!(!d.sock.exists(), "the socket file is removed at shutdown");
+    let d = Daemon::start(&dir, Some(&empty), true);
+    d.wait_log("-c");
+    assert!(d.logs().contains("is ignored"), "{}", d.logs());
+    assert_eq!(d.call("nvmf_get_subsystems", json!({})), before);
+    assert_eq!(d.call("save_config", json!({})), saved_before);
+    let out = perf(port, 2);
+    assert_perf_ok(&out, &d);
+}
+
+#[test]
+fn sigkill_during_rpc_burst_leaves_a_complete_state() {
+    let dir = tmp_dir("kill");
+    let empty = empty_config(&dir);
+    let mut d = Daemon::start(&dir, Some(&empty), true);
+    d.ok(&["nvmf_create_subsystem", NQN, "-s", "SPDK1"]);
+    let sock = d.sock.clone();
+    let burst = std::thread::spawn(move || {
+        let mut c = RpcClient::connect(&sock, 10).unwrap();
+        c.set_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut acked = 0;
+        for i in 0..50 {
+            let p = json!({"nqn": NQN, "host": format!("nqn.2014-08.org.example:host{i}")});
+            if c.call("nvmf_subsystem_add_host", Some(&p)).is_err() {
+                break;
+            }
+            acked += 1;
+        }
+        acked
+    });
+    // Kill in the middle of the burst.
+    let start = Instant::now();
+    loop {
+        let text = std::fs::read_to_string(dir.join("state.json")).unwrap_or_default();
+        if text.contains("host5\"") || start.elapsed() > Duration::from_secs(10) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGKILL) };
+    let _ = d.wait_exit(Duration::from_secs(10));
+    let acked = burst.join().unwrap();
+    drop(d);
+
+    let d = Daemon::start(&dir, None, true);
+    let subs = d.call("nvmf_get_subsystems", json!({ "nqn": NQN }));
+    let hosts: Vec<String> = subs[0]["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["nqn"].as_str().unwrap().to_string())
+        .collect();
+    // A prefix of the burst: every acknowledged call, maybe one more.
+    assert!(
+        hosts.len() >= acked && hosts.len() <= acked + 1,
+        "acked {acked}, restored {hosts:?}"
+    );
+    for (i, h) in hosts.iter().enumerate() {
+        assert_eq!(h, &format!("nqn.2014-08.org.example:host{i}"));
+    }
+    eprintln!(
+        "killed after {acked} acknowledged add_host calls; restored {} hosts",
+        hosts.len()
+    );
+}
+
+#[test]
+fn bad_input_over_the_socket_changes_nothing() {
+    let dir = tmp_dir("bad");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let mut d = Daemon::start(&dir, Some(&empty), true);
+    d.walkthrough(port);
+    d.ok(&["bdev_malloc_create", "-b", "Malloc1", "8", "512"]);
+    let state = || std::fs::read(dir.join("state.json")).unwrap();
+    let saved = d.call("save_config", json!({}));
+    let file = state();
+
+    let mut c = d.client();
+    let cases: Vec<(&str, Value)> = vec![
+        ("no_such_method", json!({})),
+        (
+            "bdev_malloc_create",
+            json!({"num_blocks": "many", "block_size": 512}),
+        ),
+        (
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": NQN, "namespace": {"bdev_name": "Malloc1", "nsid": 1}}),
+        ),
+        (
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": NQN, "namespace": {"bdev_name": "Malloc0"}}),
+        ),
+        (
+            "nvmf_subsystem_add_listener",
+            json!({"nqn": NQN, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()}}),
+        ),
+        ("bdev_malloc_delete", json!({"name": "Malloc0"})),
+        ("nvmf_subsystem_remove_ns", json!({"nqn": NQN, "nsid": 7})),
+        ("nvmf_create_subsystem", json!({"nqn": NQN})),
+        (
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": "nqn.2016-06.io.spdk:nope", "namespace": {"bdev_name": "Malloc1"}}),
+        ),
+    ];
+    for (m, p) in &cases {
+        let r = c.call(m, Some(p));
+        assert!(r.is_err(), "{m} {p} should fail, got {r:?}");
+    }
+    // Raw garbage on a second connection: a parse error, the daemon stays.
+    {
+        use std::io::{Read, Write};
+        let mut s = std::os::unix::net::UnixStream::connect(&d.sock).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        s.write_all(b"{\"method\": nope}").unwrap();
+        let mut buf = [0u8; 512];
+        let n = s.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).contains("-32700"));
+    }
+    // A listener on a port something else holds: refused, nothing bound.
+    let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+    let busy = squatter.local_addr().unwrap().port().to_string();
+    let (ok, text) = d.cli(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &busy,
+    ]);
+    assert!(!ok, "{text}");
+    assert!(d.running(), "{}", d.logs());
+    assert_eq!(d.call("save_config", json!({})), saved);
+    assert_eq!(state(), file, "the state file is unchanged");
+    // Still fully working.
+    d.ok(&["nvmf_subsystem_add_ns", NQN, "Malloc1"]);
+    let out = perf(port, 1);
+    assert_perf_ok(&out, &d);
+}
+
+#[test]
+fn remove_listener_refuses_new_connections() {
+    let dir = tmp_dir("rmlis");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let d = Daemon::start(&dir, Some(&empty), false);
+    d.walkthrough(port);
+    let held = TcpStream::connect(("127.0.0.1", port)).expect("listening after add_listener");
+    d.ok(&[
+        "nvmf_subsystem_remove_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port.to_string(),
+    ]);
+    let e =
+        TcpStream::connect(("127.0.0.1", port)).expect_err("port refuses after remove_listener");
+    assert_eq!(e.kind(), std::io::ErrorKind::ConnectionRefused);
+    drop(held);
+    // And it comes back.
+    d.ok(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port.to_string(),
+    ]);
+    assert_perf_ok(&perf(port, 1), &d);
+}
+
+#[test]
+fn save_config_loads_with_c_and_round_trips() {
+    let dir = tmp_dir("save");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let d = Daemon::start(&dir, Some(&empty), false);
+    d.walkthrough(port);
+    d.ok(&["nvmf_subsystem_add_host", NQN, "nqn.2014-08.org.example:h1"]);
+    let (ok, saved1) = d.cli(&["save_config"]);
+    assert!(ok, "{saved1}");
+    drop(d);
+    let dir2 = tmp_dir("save2");
+    let cfg = dir2.join("saved.json");
+    std::fs::write(&cfg, &saved1).unwrap();
+    let d2 = Daemon::start(&dir2, Some(&cfg), false);
+    let (ok, saved2) = d2.cli(&["save_config"]);
+    assert!(ok, "{saved2}");
+    assert_eq!(saved1, saved2, "save → load → save is byte-identical");
+    assert_perf_ok(&perf(port, 1), &d2);
+}
+
+#[test]
+fn socket_in_use_is_an_error_and_a_stale_one_is_replaced() {
+    let dir = tmp_dir("sock");
+    let empty = empty_config(&dir);
+    let d = Daemon::start(&dir, Some(&empty), false);
+    let mut second = Daemon::spawn(&dir, Some(&empty), false);
+    let st = second
+        .wait_exit(Duration::from_secs(10))
+        .expect("second daemon exits");
+    assert!(!st.success());
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        second.logs().contains("another process serves RPC"),
+        "{}",
+        second.logs()
+    );
+    assert!(d.sock.exists(), "the first daemon's socket stays");
+    d.ok(&["spdk_get_version"]);
+    // SIGKILL leaves the socket file behind: the next start replaces it.
+    let mut d = d;
+    d.child.kill().unwrap();
+    let _ = d.wait_exit(Duration::from_secs(5));
+    assert!(d.sock.exists());
+    let d2 = Daemon::start(&dir, Some(&empty), false);
+    d2.ok(&["spdk_get_version"]);
+}
