@@ -10,6 +10,11 @@
 //! Per I/O there is no allocation and no lock: slots are reused, latency
 //! goes into preallocated histograms, random LBAs come from a xorshift PRNG,
 //! and progress counters are per-thread relaxed atomics.
+//!
+//! Waiting: a thread busy-polls its sockets (non-blocking reads) while
+//! completions keep coming, for up to `poll_us` without one, and only then
+//! sleeps in poll(2) — like spdk_nvme_perf, which always polls, but an
+//! initiator whose target stalls does not burn its core forever.
 
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{Error, Result};
@@ -94,7 +99,13 @@ pub struct PerfConfig {
     pub in_capsule: Option<u32>,
     /// Print a progress line every second (to stdout).
     pub progress: bool,
+    /// Busy-poll for up to this long without progress before sleeping in
+    /// poll(2) (zero: sleep whenever there is nothing to do).
+    pub poll: Duration,
 }
+
+/// Default busy-poll window of `nvmf perf` (`--poll-us`).
+pub const DEFAULT_POLL_US: u64 = 1000;
 
 impl PerfConfig {
     pub fn new(connect: ConnectOptions) -> PerfConfig {
@@ -111,6 +122,7 @@ impl PerfConfig {
             verify: false,
             in_capsule: None,
             progress: false,
+            poll: Duration::from_micros(DEFAULT_POLL_US),
         }
     }
 }
@@ -655,7 +667,9 @@ fn run_thread(
     base: Instant,
     deadline: Instant,
     drain: Duration,
+    spin: Duration,
 ) -> Result<()> {
+    let mut last_progress = Instant::now();
     let mut fds = vec![
         libc::pollfd {
             fd: -1,
@@ -732,7 +746,15 @@ fn run_thread(
             if !running && Instant::now() >= drain_until {
                 break; // lost I/Os are reported per queue
             }
-            if !progress {
+            if progress {
+                if !spin.is_zero() {
+                    last_progress = Instant::now();
+                }
+            } else if !spin.is_zero() && inflight > 0 && last_progress.elapsed() < spin {
+                // Busy-poll: the next completion is likely within
+                // microseconds; a sleep would add a wake-up to it.
+                std::hint::spin_loop();
+            } else {
                 let now = Instant::now();
                 let wait = if running && phase == 0 {
                     deadline.saturating_duration_since(now)
@@ -895,6 +917,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
         let barrier = Arc::clone(&barrier);
         let core = cfg.cores.as_ref().and_then(|c| c.get(t).copied());
         let duration = cfg.duration;
+        let spin = cfg.poll;
         let h = std::thread::Builder::new()
             .name(format!("nvmf-perf-{t}"))
             .spawn(move || {
@@ -914,6 +937,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
                     base,
                     start + duration,
                     Duration::from_secs(10),
+                    spin,
                 );
                 (qs, r.err().map(|e| e.to_string()))
             })

@@ -161,6 +161,7 @@ fn run(cli: Cli) -> Result<()> {
             shutdown: shutdown.clone(),
             commands: rx,
             closed: Default::default(),
+            poll_window: std::time::Duration::from_micros(cli.poll_us),
         });
     }
 

@@ -7,6 +7,19 @@
 //! The thread's io_uring (file bdevs) signals an eventfd in the same epoll
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
+//!
+//! Adaptive polling: after a loop turn that did work, the reactor polls
+//! epoll with a zero timeout for up to `poll_window` (`--poll-us`) before
+//! it blocks again, so a loaded reactor answers the next PDU without a
+//! wake-up of a halted CPU; an idle one blocks in epoll (no timer without
+//! connections), so it costs no CPU.
+//!
+//! Lost wake-ups: sockets are edge-triggered, so every path that stops
+//! reading with bytes possibly left (round budget, output backpressure)
+//! either queues the connection on the `again` list (next turn polls with
+//! a zero timeout) or waits for an event that must come (EPOLLOUT while
+//! output is queued). As a safety net, the 100 ms tick re-arms reading and
+//! writing of every connection, so no missed edge can hold I/O longer.
 
 use crate::listen::{self, ListenAddr};
 use mio::net::{TcpListener, TcpStream};
@@ -59,6 +72,9 @@ pub struct Reactor {
     pub commands: Receiver<ReactorCmd>,
     /// Counters of connections already closed.
     pub closed: ClosedTotals,
+    /// Busy-poll window after a loop turn that did work (zero: block in
+    /// epoll as soon as there is nothing to do).
+    pub poll_window: Duration,
 }
 
 /// Totals of the connections a reactor has closed (for `nvmf_get_stats`).
@@ -190,12 +206,14 @@ impl Reactor {
         let mut tick_keys: Vec<usize> = Vec::with_capacity(64);
         let mut retry_accept = false;
         let mut next_tick = Instant::now() + TICK;
+        // Until when to keep polling without sleeping (set after work).
+        let mut spin_until: Option<Instant> = None;
 
         while !self.shutdown.load(Ordering::Relaxed) {
             let now = Instant::now();
             // No connection and nothing to retry: sleep until an accept or
             // a wake-up, no timer. Otherwise wake for the next tick.
-            let timeout = if !again.is_empty() {
+            let timeout = if !again.is_empty() || spin_until.is_some_and(|t| now < t) {
                 Some(Duration::ZERO)
             } else if conns.is_empty() && !retry_accept {
                 None
@@ -210,6 +228,11 @@ impl Reactor {
             }
             if self.shutdown.load(Ordering::Relaxed) {
                 break;
+            }
+            if !self.poll_window.is_zero() && (!events.is_empty() || !again.is_empty()) {
+                // Work arrived: more is likely soon (the host's next
+                // command); poll for it instead of sleeping.
+                spin_until = Some(Instant::now() + self.poll_window);
             }
             for ev in events.iter() {
                 let t = ev.token().0;
@@ -274,6 +297,10 @@ impl Reactor {
                 tick_keys.extend(conns.iter().map(|(k, _)| k));
                 for &key in &tick_keys {
                     if let Some(c) = conns.get_mut(key) {
+                        // Safety net against a missed edge (ours or the
+                        // kernel's): try the socket once per tick.
+                        c.rx_ready = true;
+                        c.tx_ready = true;
                         let polled = catch_unwind(AssertUnwindSafe(|| c.sm.poll(now)));
                         if polled.is_err() {
                             self.close(key, &mut conns, "internal error (panic) in poll".into());

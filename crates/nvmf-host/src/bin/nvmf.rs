@@ -208,6 +208,11 @@ struct PerfArgs {
     /// No progress line even on a terminal
     #[arg(long)]
     no_progress: bool,
+    /// Busy-poll the sockets for up to US microseconds without a completion
+    /// before sleeping in poll(2) (0 = sleep whenever idle, lower CPU use,
+    /// higher latency at low queue depth)
+    #[arg(long = "poll-us", value_name = "US", default_value_t = perf::DEFAULT_POLL_US)]
+    poll_us: u64,
     #[command(flatten)]
     conn: CommonConn,
 }
@@ -409,6 +414,7 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     cfg.cores = a.cores.map(|c| c.0);
     cfg.verify = a.verify;
     cfg.in_capsule = a.in_capsule;
+    cfg.poll = Duration::from_micros(a.poll_us);
     cfg.progress = !a.json && !a.no_progress && std::io::stdout().is_terminal();
     let report = perf::run(&cfg)?;
     if a.json {
