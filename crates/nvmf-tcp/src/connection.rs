@@ -257,6 +257,11 @@ impl Connection {
         self.close.is_none() && self.tx.pending() < TX_HIGH_WATER
     }
 
+    /// The ICReq/ICResp exchange is done (PDUs other than ICReq may flow).
+    pub fn initialized(&self) -> bool {
+        self.phase == Phase::Ready
+    }
+
     /// Bytes of an incomplete PDU are buffered.
     pub fn has_partial_input(&self) -> bool {
         self.rx_end > self.rx_start || self.direct.is_some()

@@ -74,6 +74,17 @@ pub struct Cli {
     #[arg(long = "poll-us", value_name = "US", default_value_t = DEFAULT_POLL_US,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll_us: u64,
+
+    /// Close a TCP connection that sends no ICReq within this many
+    /// milliseconds of being accepted (0 = never).
+    #[arg(long = "icreq-timeout-ms", value_name = "MS", default_value_t = crate::reactor::ICREQ_TIMEOUT.as_millis() as u64)]
+    pub icreq_timeout_ms: u64,
+
+    /// Close a connection whose queue is not connected to a controller
+    /// (Fabrics Connect) within this many milliseconds of being accepted
+    /// (0 = never).
+    #[arg(long = "connect-timeout-ms", value_name = "MS", default_value_t = crate::reactor::CONNECT_TIMEOUT.as_millis() as u64)]
+    pub connect_timeout_ms: u64,
 }
 
 /// Default of `--poll-us`.

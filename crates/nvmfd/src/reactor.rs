@@ -8,6 +8,12 @@
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
 //!
+//! Handshake limits: a connection that sends no ICReq within
+//! `icreq_timeout`, or whose queue is not connected (Fabrics Connect)
+//! within `connect_timeout` of being accepted, is closed on a tick, so
+//! idle or half-open sockets cannot pile up (the kernel target and SPDK
+//! bound these too).
+//!
 //! Adaptive polling: after a loop turn that did work, the reactor polls
 //! epoll with a zero timeout for up to `poll_window` (`--poll-us`) before
 //! it blocks again, so a loaded reactor answers the next PDU without a
@@ -75,7 +81,17 @@ pub struct Reactor {
     /// Busy-poll window after a loop turn that did work (zero: block in
     /// epoll as soon as there is nothing to do).
     pub poll_window: Duration,
+    /// Close a connection that sent no ICReq this long after it was accepted.
+    pub icreq_timeout: Duration,
+    /// Close a connection not connected to a controller this long after it
+    /// was accepted.
+    pub connect_timeout: Duration,
 }
+
+/// Default of `icreq_timeout`.
+pub const ICREQ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default of `connect_timeout`.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Totals of the connections a reactor has closed (for `nvmf_get_stats`).
 #[derive(Debug, Default, Clone, Copy)]
@@ -149,6 +165,10 @@ struct Conn {
     read_closed: bool,
     /// When the state machine asked to close while output was still queued.
     closing_since: Option<Instant>,
+    /// When it was accepted (handshake limits).
+    accepted: Instant,
+    /// Connected to a controller once (the Connect limit no longer applies).
+    connected: bool,
 }
 
 enum Outcome {
@@ -306,6 +326,16 @@ impl Reactor {
                             self.close(key, &mut conns, "internal error (panic) in poll".into());
                             continue;
                         }
+                        if !c.connected {
+                            if c.sm.queue().is_connected() {
+                                c.connected = true;
+                            } else if let Some(why) =
+                                handshake_expired(c, now, self.icreq_timeout, self.connect_timeout)
+                            {
+                                self.close(key, &mut conns, why);
+                                continue;
+                            }
+                        }
                         if let Some(since) = c.closing_since {
                             if now.duration_since(since) > CLOSE_LINGER {
                                 let reason = c.sm.close_reason().unwrap_or("closing").to_string();
@@ -383,6 +413,8 @@ impl Reactor {
                 want_writable: false,
                 read_closed: false,
                 closing_since: None,
+                accepted: Instant::now(),
+                connected: false,
             });
         }
     }
@@ -579,6 +611,26 @@ impl Reactor {
             // admin queue) and closes the socket.
         }
     }
+}
+
+/// Why a connection still in its handshake must be closed now, if it must.
+fn handshake_expired(
+    c: &Conn,
+    now: Instant,
+    icreq_timeout: Duration,
+    connect_timeout: Duration,
+) -> Option<String> {
+    if c.closing_since.is_some() {
+        return None; // already closing (CLOSE_LINGER bounds it)
+    }
+    let age = now.saturating_duration_since(c.accepted);
+    if !c.sm.initialized() && !icreq_timeout.is_zero() && age > icreq_timeout {
+        return Some(format!("no ICReq within {icreq_timeout:?}"));
+    }
+    if !connect_timeout.is_zero() && age > connect_timeout {
+        return Some(format!("no Fabrics Connect within {connect_timeout:?}"));
+    }
+    None
 }
 
 /// Reads, processes and writes until the socket has nothing more for us (or

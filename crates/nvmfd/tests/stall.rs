@@ -10,6 +10,10 @@
 //! a behaviour check ("no command stuck"), not a performance assertion.
 //! On failure the message carries the kernel's TCP retransmission counters
 //! so a stall caused by the network stack (RTO backoff) can be told apart.
+//!
+//! Also here (same daemon harness): an idle daemon uses no CPU after I/O
+//! (adaptive polling stops), and the handshake limits close connections
+//! that never send ICReq or never Connect, but not connected ones.
 
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
@@ -458,5 +462,81 @@ fn idle_daemon_uses_no_cpu_after_io() {
         share < 0.05,
         "nvmfd with an idle connection used {:.1}% of a core over 2 s",
         share * 100.0
+    );
+}
+
+/// Reads until the peer closes (EOF or reset) or `limit` passes; returns
+/// how long that took, None on timeout. Data read is discarded.
+fn wait_closed(s: &mut std::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use std::io::Read;
+    let start = Instant::now();
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let mut buf = [0u8; 512];
+    while start.elapsed() < limit {
+        match s.read(&mut buf) {
+            Ok(0) => return Some(start.elapsed()),
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return Some(start.elapsed()),
+        }
+    }
+    None
+}
+
+#[test]
+fn handshake_limits_close_silent_connections() {
+    use std::io::{Read, Write};
+    let d = Daemon::start(&["--icreq-timeout-ms", "300", "--connect-timeout-ms", "1200"]);
+    // 1. TCP only, no ICReq.
+    let mut silent = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    // 2. ICReq, then nothing (no Connect).
+    let mut half = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+    let mut req = Vec::new();
+    nvmf_wire::pdu::encode_ic_req(&mut req, 0, false, false, 0);
+    half.write_all(&req).unwrap();
+    let mut resp = [0u8; 128];
+    half.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    half.read_exact(&mut resp).unwrap();
+    assert_eq!(resp[0], 1, "ICResp expected");
+
+    let t = wait_closed(&mut silent, Duration::from_secs(5))
+        .unwrap_or_else(|| panic!("a connection without ICReq stayed open:\n{}", d.logs()));
+    assert!(t < Duration::from_secs(3), "closed only after {t:?}");
+    let t2 = wait_closed(&mut half, Duration::from_secs(8))
+        .unwrap_or_else(|| panic!("a connection without Connect stayed open:\n{}", d.logs()));
+    assert!(
+        t2 + t >= Duration::from_millis(1000),
+        "closed too early: {t2:?}"
+    );
+    let logs = d.logs();
+    assert!(logs.contains("no ICReq within"), "{logs}");
+    assert!(logs.contains("no Fabrics Connect within"), "{logs}");
+
+    // Connected queues are not affected: a run longer than both limits.
+    let r = Run {
+        nsid: 1,
+        size: 4096,
+        qd: 4,
+        digests: false,
+        workload: "randrw",
+        verify: true,
+        in_capsule: None,
+        queues: 1,
+        poll_us: 0,
+    };
+    let mut cmd_ok = perf_once(&d, &r);
+    if let Err(e) = &cmd_ok {
+        cmd_ok = Err(format!("{e}\n{}", d.logs()));
+    }
+    cmd_ok.unwrap();
+    let logs = d.logs();
+    assert_eq!(
+        logs.matches("no Fabrics Connect within").count(),
+        1,
+        "a connected queue was closed by the Connect limit:\n{logs}"
     );
 }
