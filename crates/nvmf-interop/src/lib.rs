@@ -665,6 +665,11 @@ impl KernelTarget {
         t
     }
 
+    /// The testbed state directory of this target (`target-status --state DIR`).
+    pub fn state_dir(&self) -> &Path {
+        &self.state
+    }
+
     /// The target guest's kernel log so far.
     pub fn dmesg(&self) -> String {
         fs::read_to_string(self.state.join("target-dmesg.log")).unwrap_or_default()
@@ -680,6 +685,164 @@ impl Drop for KernelTarget {
             .arg(&self.state)
             .stdin(Stdio::null())
             .output();
+    }
+}
+
+// ------------------------------------------------------- host commands --
+
+/// The workspace's user-space initiator `nvmf`: `$NVMF_BIN`, else the one next to the
+/// nvmfd binary under test (`target/<profile>/nvmf`). Panics if it is missing.
+pub fn nvmf_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NVMF_BIN") {
+        return PathBuf::from(p);
+    }
+    let bin = nvmfd_binary().with_file_name("nvmf");
+    if !bin.is_file() {
+        panic!(
+            "{SWITCH}=1 but there is no nvmf binary at {} (run `cargo build --workspace` first, or set NVMF_BIN)",
+            bin.display()
+        );
+    }
+    bin
+}
+
+/// What a bounded host command left behind.
+pub struct Bounded {
+    /// The command line, for messages.
+    pub cmdline: String,
+    /// Exit status; `None` if it was killed at its time limit (or by a signal).
+    pub status: Option<i32>,
+    pub timed_out: bool,
+    pub stdout: String,
+    pub stderr: String,
+    pub wall: Duration,
+}
+
+impl Bounded {
+    pub fn report(&self) -> String {
+        format!(
+            "$ {}
+exit status {:?}{} after {:.1} s
+---- stdout ----
+{}---- stderr ----
+{}",
+            self.cmdline,
+            self.status,
+            if self.timed_out {
+                " (killed at its time limit)"
+            } else {
+                ""
+            },
+            self.wall.as_secs_f64(),
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+/// Runs `cmd` on the host with stdout/stderr in `dir/TAG.out` / `dir/TAG.err` (kept for
+/// debugging; files, so a chatty command cannot block on a full pipe), killing it after
+/// `timeout`.
+pub fn run_bounded(dir: &Path, tag: &str, cmd: &mut Command, timeout: Duration) -> Bounded {
+    let out_path = dir.join(format!("{tag}.out"));
+    let err_path = dir.join(format!("{tag}.err"));
+    let cmdline = std::iter::once(cmd.get_program())
+        .chain(cmd.get_args())
+        .map(|a| {
+            let a = a.to_string_lossy();
+            if a.contains(' ') || a.is_empty() {
+                format!("'{a}'")
+            } else {
+                a.into_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    cmd.stdin(Stdio::null())
+        .stdout(fs::File::create(&out_path).expect("create .out"))
+        .stderr(fs::File::create(&err_path).expect("create .err"));
+    die_with_parent(cmd, SIGTERM);
+    let t0 = Instant::now();
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmdline}: {e}"));
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st.code(),
+            Ok(None) if t0.elapsed() < timeout => sleep(Duration::from_millis(20)),
+            _ => {
+                timed_out = true;
+                stop_child(&mut child, Duration::from_secs(2));
+                break None;
+            }
+        }
+    };
+    Bounded {
+        cmdline,
+        status,
+        timed_out,
+        stdout: fs::read_to_string(&out_path).unwrap_or_default(),
+        stderr: fs::read_to_string(&err_path).unwrap_or_default(),
+        wall: t0.elapsed(),
+    }
+}
+
+/// A loop block device (`losetup -f --show`) over a file, detached when dropped (always,
+/// also when the test fails). Needs root.
+pub struct LoopDevice {
+    pub path: PathBuf,
+}
+
+impl LoopDevice {
+    /// Attaches `file` to the first free loop device with the given logical sector size.
+    pub fn attach(file: &Path, sector_size: u32) -> Result<LoopDevice, String> {
+        let out = Command::new("losetup")
+            .args(["-f", "--show", "--sector-size", &sector_size.to_string()])
+            .arg(file)
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run losetup: {e}"))?;
+        let dev = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        if !out.status.success() || !dev.starts_with("/dev/loop") {
+            if dev.starts_with("/dev/loop") {
+                let _ = Command::new("losetup").arg("-d").arg(&dev).output();
+            }
+            return Err(format!(
+                "`losetup -f --show --sector-size {sector_size} {}` failed ({}): {}{}",
+                file.display(),
+                out.status,
+                dev,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(LoopDevice {
+            path: PathBuf::from(dev),
+        })
+    }
+}
+
+impl Drop for LoopDevice {
+    fn drop(&mut self) {
+        let out = Command::new("losetup")
+            .arg("-d")
+            .arg(&self.path)
+            .stdin(Stdio::null())
+            .output();
+        match out {
+            Ok(o) if o.status.success() => {
+                say(&format!("interop: {} detached", self.path.display()))
+            }
+            Ok(o) => say(&format!(
+                "interop: warning: `losetup -d {}` failed: {}",
+                self.path.display(),
+                String::from_utf8_lossy(&o.stderr).trim()
+            )),
+            Err(e) => say(&format!(
+                "interop: warning: cannot run `losetup -d {}`: {e}",
+                self.path.display()
+            )),
+        }
     }
 }
 
