@@ -89,6 +89,19 @@ pub(crate) fn connect(
         tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem");
         return Err(invalid_param(true, ipo::SUBNQN));
     };
+    // An NVM subsystem is reachable only through its own listeners: to a host
+    // that came in on another port it does not exist (as with nvmet). The
+    // discovery subsystem answers on every port the target listens on.
+    if !subsys.is_discovery() && !subsys.listens_on(port) {
+        tracing::warn!(
+            subnqn,
+            hostnqn,
+            peer = %port.peer,
+            port = %format_args!("{}:{}", port.traddr, port.trsvcid),
+            "connect to a subsystem that does not listen on this port"
+        );
+        return Err(invalid_param(true, ipo::SUBNQN));
+    }
     if hostnqn.is_empty() {
         return Err(invalid_param(true, ipo::HOSTNQN));
     }

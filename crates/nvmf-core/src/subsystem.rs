@@ -17,6 +17,7 @@ use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
 use crate::controller::{CloseReason, Controller};
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
+use crate::queue::PortInfo;
 
 /// What kind of subsystem this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -141,6 +142,17 @@ impl Subsystem {
     pub fn has_listener(&self, l: &ListenerConfig) -> bool {
         let ls = self.listeners.read().unwrap_or_else(|e| e.into_inner());
         ls.contains(l)
+    }
+
+    /// Whether a connection that came in on `port` may reach this subsystem.
+    pub fn listens_on(&self, port: &PortInfo) -> bool {
+        let ls = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        ls.iter().any(|l| {
+            l.trtype == port.trtype
+                && l.adrfam == port.adrfam
+                && l.traddr == port.traddr
+                && l.trsvcid == port.trsvcid
+        })
     }
 
     /// Start reporting `l` (false when it was already there).

@@ -98,6 +98,15 @@ fn port() -> Arc<PortInfo> {
     })
 }
 
+/// The port the restricted subsystem listens on (a wildcard listener).
+fn restricted_port() -> Arc<PortInfo> {
+    Arc::new(PortInfo {
+        traddr: "0.0.0.0".to_string(),
+        trsvcid: "4421".to_string(),
+        ..(*port()).clone()
+    })
+}
+
 fn done(e: Exec) -> Completion {
     match e {
         Exec::Complete(c) => c,
@@ -265,13 +274,13 @@ fn connect_unknown_subsystem() {
 #[test]
 fn connect_host_not_allowed() {
     let t = target();
-    let mut qp = QueuePair::new(t.clone(), port());
+    let mut qp = QueuePair::new(t.clone(), restricted_port());
     let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_B);
     let s = status(&c);
     assert_eq!((s.sct, s.sc), (1, 0x84));
     assert_eq!(c.dw0(), (1 << 16) | 512);
     assert!(!qp.is_connected());
-    let mut ok = QueuePair::new(t.clone(), port());
+    let mut ok = QueuePair::new(t.clone(), restricted_port());
     let c = connect_raw(&mut ok, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
     assert_eq!(status(&c), Status::SUCCESS);
 }
@@ -335,6 +344,26 @@ fn command_before_connect_is_fatal() {
 }
 
 #[test]
+fn connect_only_through_the_subsystems_own_listeners() {
+    let t = target();
+    // The restricted subsystem listens on 0.0.0.0:4421 only: through
+    // 127.0.0.1:4420 it does not exist for the host (IPO = SUBNQN).
+    let mut qp = QueuePair::new(t.clone(), port());
+    let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
+    assert_eq!((status(&c).sct, status(&c).sc), (1, 0x82));
+    assert_eq!(c.dw0(), (1 << 16) | 256);
+    assert_eq!(t.active_controllers(), 0);
+    // The discovery subsystem answers on every port.
+    let mut d = QueuePair::new(t.clone(), restricted_port());
+    let c = connect_raw(&mut d, 0, 31, 0, 0xFFFF, DISCOVERY_NQN, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+    // And the restricted subsystem through its own port.
+    let mut ok = QueuePair::new(t.clone(), restricted_port());
+    let c = connect_raw(&mut ok, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+}
+
+#[test]
 fn io_queue_connect_paths() {
     let t = target();
     let a = admin(&t, NQN, HOST_A);
@@ -351,8 +380,9 @@ fn io_queue_connect_paths() {
     // Right ID, other host.
     let c = connect_raw(&mut qp, 2, 127, 0, id, NQN, HOST_B);
     assert_eq!(c.dw0(), (1 << 16) | 16);
-    // Right ID, other subsystem.
-    let c = connect_raw(&mut qp, 2, 127, 0, id, NQN_RESTRICTED, HOST_A);
+    // Right ID, other subsystem (reached through that subsystem's port).
+    let mut other = QueuePair::new(t.clone(), restricted_port());
+    let c = connect_raw(&mut other, 2, 127, 0, id, NQN_RESTRICTED, HOST_A);
     assert_eq!(c.dw0(), (1 << 16) | 16);
     // QID beyond the negotiated count.
     let c = connect_raw(&mut qp, 128, 127, 0, id, NQN, HOST_A);
@@ -608,6 +638,7 @@ fn seventy_namespaces_have_distinct_ids() {
     let mut sub = SubsystemConfig::new(NQN);
     sub.allow_any_host = true;
     sub.max_namespaces = 100;
+    sub.listeners = vec![listener("127.0.0.1", "4420")];
     for nsid in 1..=70u32 {
         let name = format!("Malloc{nsid}");
         cfg.bdevs.push(bdev(&name, BdevKind::Malloc, 512, 16));
