@@ -25,7 +25,7 @@
 //! either queues the connection on the `again` list (next turn polls with
 //! a zero timeout) or waits for an event that must come (EPOLLOUT while
 //! output is queued). As a safety net, the 100 ms tick re-arms reading and
-//! writing of every connection, so no missed edge can hold I/O longer.
+//! writing of every connection, so a missed edge costs at most one tick.
 
 use crate::listen::{self, ListenAddr};
 use mio::net::{TcpListener, TcpStream};
