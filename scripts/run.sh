@@ -56,7 +56,10 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
 fi
 
 LOG=$(mktemp "${TMPDIR:-/tmp}/nvmfd-run.XXXXXX.log")
-"$BIN" "${nvmfd_args[@]}" > >(tee -a "$LOG") 2>&1 &
+# a private RPC socket unless the caller names one (SPDK or another nvmfd may own the default)
+rpc_args=()
+case " ${nvmfd_args[*]-} " in *" -r "*|*" --rpc-socket"*) ;; *) rpc_args=(-r "${LOG%.log}.sock") ;; esac
+"$BIN" "${rpc_args[@]}" "${nvmfd_args[@]}" > >(tee -a "$LOG") 2>&1 &
 NVMFD_PID=$!
 stop_nvmfd() {
   trap - INT TERM EXIT
@@ -71,11 +74,12 @@ trap 'stop_nvmfd; exit 130' INT TERM
 trap 'stop_nvmfd' EXIT
 
 for _ in $(seq 300); do
-  grep -q "listening on" "$LOG" && break
+  grep -q "listening on .* (tcp)" "$LOG" && break
   kill -0 "$NVMFD_PID" 2>/dev/null || { say "nvmfd exited during start-up (log: $LOG)"; exit 1; }
   sleep 0.1
 done
-grep -q "listening on" "$LOG" || { say "nvmfd did not report 'listening on' within 30 s (log: $LOG)"; exit 1; }
+grep -q "listening on .* (tcp)" "$LOG" || { say "nvmfd did not report 'listening on' within 30 s (log: $LOG)"; exit 1; }
+[ ${#rpc_args[@]} -eq 0 ] || say "RPC socket: ${rpc_args[1]}  (e.g. target/release/nvmf rpc -s ${rpc_args[1]} nvmf_get_subsystems)"
 
 rc=0
 if [ "$check" = 1 ]; then

@@ -21,12 +21,14 @@ note() { echo "test.sh: $*" >&2; }
 declare -A NEED=(
   [qemu-system-x86_64]=qemu-system-x86 [busybox]=busybox-static [modprobe]=kmod [cpio]=cpio
   [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
-  [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=gcc
+  [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
   command -v "$cmd" >/dev/null 2>&1 || missing+=("${NEED[$cmd]}")
 done
+# linking needs libc's headers and start files, which gcc only recommends
+[ -e /usr/include/stdio.h ] || missing+=(build-essential)
 # the guest needs the static busybox, not just any busybox
 if [ -x /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then missing+=(busybox-static); fi
 if [ ${#missing[@]} -gt 0 ]; then

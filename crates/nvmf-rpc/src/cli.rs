@@ -834,8 +834,10 @@ pub fn parse_args(args: &[String]) -> Result<Invocation, String> {
                 g.timeout = v
                     .parse()
                     .ok()
-                    .filter(|t: &f64| *t > 0.0 && t.is_finite())
-                    .ok_or_else(|| format!("argument -t: invalid timeout '{v}'"))?;
+                    .filter(|t: &f64| (0.001..=86_400.0).contains(t))
+                    .ok_or_else(|| {
+                        format!("argument -t: invalid timeout '{v}' (seconds, 0.001 to 86400)")
+                    })?;
             }
             "-r" => {
                 let v = val(&mut i)?;

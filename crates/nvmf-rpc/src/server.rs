@@ -61,6 +61,21 @@ fn bind(path: &Path) -> io::Result<UnixListener> {
                     ),
                 ));
             }
+            // Nobody answers: replace a stale socket, but never delete
+            // anything else that happens to sit at this path.
+            use std::os::unix::fs::FileTypeExt;
+            let is_socket = std::fs::symlink_metadata(path)
+                .map(|m| m.file_type().is_socket())
+                .unwrap_or(false);
+            if !is_socket {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    format!(
+                        "{}: exists and is not a socket; refusing to replace it",
+                        path.display()
+                    ),
+                ));
+            }
             std::fs::remove_file(path)?;
             UnixListener::bind(path)
         }

@@ -57,7 +57,7 @@ impl StateFile {
         let ctx = |what: &str, p: &Path, e: io::Error| {
             io::Error::new(e.kind(), format!("{what} {}: {e}", p.display()))
         };
-        {
+        let written = (|| {
             let mut f = OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -66,8 +66,12 @@ impl StateFile {
                 .map_err(|e| ctx("cannot create", &self.tmp, e))?;
             f.write_all(bytes)
                 .map_err(|e| ctx("cannot write", &self.tmp, e))?;
-            f.sync_all()
-                .map_err(|e| ctx("cannot fsync", &self.tmp, e))?;
+            f.sync_all().map_err(|e| ctx("cannot fsync", &self.tmp, e))
+        })();
+        if let Err(e) = written {
+            // FILE itself is untouched; don't leave a partial temp file.
+            let _ = fs::remove_file(&self.tmp);
+            return Err(e);
         }
         fs::rename(&self.tmp, &self.path).map_err(|e| ctx("cannot rename onto", &self.path, e))?;
         File::open(&self.dir)

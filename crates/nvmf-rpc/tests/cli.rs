@@ -322,6 +322,19 @@ fn cli_main_end_to_end() {
     );
     assert_eq!(cli_main(&words("--help")), 0);
     assert_eq!(run("--dry-run spdk_get_version"), 0);
+    // Timeouts out of range are command-line errors, never a panic.
+    assert_eq!(
+        cli_main(&words(&format!("-s {s} -t 1e30 spdk_get_version"))),
+        2
+    );
+    assert_eq!(
+        cli_main(&words(&format!("-s {s} -t 0 spdk_get_version"))),
+        2
+    );
+    assert_eq!(
+        cli_main(&words(&format!("-s {s} -t 5 spdk_get_version"))),
+        0
+    );
 
     let cfg = h.service.config();
     assert_eq!(cfg.bdevs[0].num_blocks, 131072);

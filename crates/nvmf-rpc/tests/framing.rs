@@ -150,6 +150,15 @@ fn server_socket_lifecycle() {
         .unwrap();
     srv.shutdown();
     assert!(!stale.exists());
+    // Anything that is not a socket is left alone (a mistyped -r must not
+    // delete a file).
+    let precious = h.dir.path().join("state.json");
+    std::fs::write(&precious, b"{}").unwrap();
+    let e = nvmf_rpc::serve(&precious, h.service.clone())
+        .err()
+        .expect("a regular file is not replaced");
+    assert!(e.to_string().contains("not a socket"), "{e}");
+    assert_eq!(std::fs::read(&precious).unwrap(), b"{}");
 }
 
 const PY_CLIENT: &str = r#"

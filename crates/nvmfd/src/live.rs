@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::Waker;
-use nvmf_config::{ListenerConfig, SubsystemConfig, TargetConfig, DISCOVERY_NQN};
+use nvmf_config::{ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig, DISCOVERY_NQN};
 use nvmf_core::target::Target;
 use nvmf_rpc::{Change, LiveTarget};
 use serde_json::{json, Value};
@@ -145,20 +145,31 @@ impl Live {
         let old = st.config.clone();
         let t = &self.target;
 
-        // 1. New backends (may fail: file missing, out of memory).
+        // 1. New backends (may fail: file missing, out of memory). A bdev
+        // whose definition changed (load_config) is replaced, and every
+        // namespace on it is re-attached in step 3 so hosts see the new one.
         let mut created: Vec<String> = Vec::new();
+        let mut redefined: Vec<String> = Vec::new();
         for b in &new.bdevs {
-            let same = old.bdev(&b.name).is_some_and(|o| o == b);
-            if same {
+            let before = old.bdev(&b.name);
+            if before.is_some_and(|o| o == b) {
                 continue;
             }
-            if old.bdev(&b.name).is_some() {
-                // Changed definition (load_config): replaced below once unused.
+            if before.is_some() {
                 t.remove_backend(&b.name);
+                redefined.push(b.name.clone());
             }
             if let Err(e) = t.add_backend(b) {
                 for n in &created {
                     t.remove_backend(n);
+                }
+                // Put back the definitions this call replaced.
+                for n in &redefined {
+                    if let Some(o) = old.bdev(n) {
+                        if let Err(e) = t.add_backend(o) {
+                            tracing::error!(bdev = %n, "cannot restore the previous bdev: {e}");
+                        }
+                    }
                 }
                 return Err(format!("bdev {}: {e}", b.name));
             }
@@ -222,7 +233,7 @@ impl Live {
         }
         for n in &new.subsystems {
             match old.subsystem(&n.nqn) {
-                Some(o) if ident(n) == ident(o) => self.converge_subsystem(o, n)?,
+                Some(o) if ident(n) == ident(o) => self.converge_subsystem(o, n, &redefined)?,
                 _ => fresh.push(n),
             }
         }
@@ -275,18 +286,28 @@ impl Live {
         }
     }
 
-    fn converge_subsystem(&self, o: &SubsystemConfig, n: &SubsystemConfig) -> Result<(), String> {
+    fn converge_subsystem(
+        &self,
+        o: &SubsystemConfig,
+        n: &SubsystemConfig,
+        redefined_bdevs: &[String],
+    ) -> Result<(), String> {
         let t = &self.target;
         let nqn = &n.nqn;
+        // A namespace is re-attached when its entry changed or its bdev was
+        // redefined (it still holds the replaced backend otherwise).
+        let same = |a: &NamespaceConfig, b: Option<&NamespaceConfig>| {
+            b == Some(a) && !redefined_bdevs.contains(&a.bdev_name)
+        };
         for ns in &o.namespaces {
-            if n.namespace(ns.nsid) != Some(ns) {
+            if !same(ns, n.namespace(ns.nsid)) {
                 t.remove_namespace(nqn, ns.nsid)
                     .map_err(|e| e.to_string())?;
                 info!(nqn = %nqn, nsid = ns.nsid, "namespace removed");
             }
         }
         for ns in &n.namespaces {
-            if o.namespace(ns.nsid) != Some(ns) {
+            if !same(ns, o.namespace(ns.nsid)) {
                 t.add_namespace(nqn, ns).map_err(|e| e.to_string())?;
                 info!(nqn = %nqn, nsid = ns.nsid, bdev = %ns.bdev_name, "namespace added");
             }

@@ -560,3 +560,45 @@ fn socket_in_use_is_an_error_and_a_stale_one_is_replaced() {
     let d2 = Daemon::start(&dir, Some(&empty), false);
     d2.ok(&["spdk_get_version"]);
 }
+
+#[test]
+fn load_config_with_a_redefined_bdev_reattaches_its_namespace() {
+    let dir = tmp_dir("redef");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let d = Daemon::start(&dir, Some(&empty), false);
+    d.walkthrough(port); // Malloc0: 64 MiB of 512-byte blocks = 131072 blocks
+    let identify = || {
+        let trid = format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}");
+        let mut cmd = Command::new(nvmf_path());
+        cmd.args(["identify", "-r", &trid]);
+        let out = run_bounded(cmd, Duration::from_secs(30));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert!(identify().contains("131072 blocks"), "{}", identify());
+
+    // The same configuration with Malloc0 twice as large.
+    let mut cfg = d.call("save_config", json!({}));
+    for sub in cfg["subsystems"].as_array_mut().unwrap() {
+        for entry in sub["config"].as_array_mut().into_iter().flatten() {
+            if entry["method"] == "bdev_malloc_create" {
+                entry["params"]["num_blocks"] = json!(262144);
+            }
+        }
+    }
+    assert_eq!(d.call("load_config", cfg), json!(true));
+    let bdevs = d.call("bdev_get_bdevs", json!({"name": "Malloc0"}));
+    assert_eq!(bdevs[0]["num_blocks"], json!(262144));
+    // The namespace serves the new bdev, as the model and a restart would.
+    let now = identify();
+    assert!(
+        now.contains("262144 blocks"),
+        "namespace still on the old bdev:\n{now}"
+    );
+    assert_perf_ok(&perf(port, 1), &d);
+}
