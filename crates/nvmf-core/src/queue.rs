@@ -95,6 +95,11 @@ pub struct QueuePair {
     /// Namespace table snapshot and the subsystem generation it belongs to.
     ns_generation: u64,
     ns: Arc<NamespaceTable>,
+    /// `needs_stable_buffers` answered from the current snapshot: the next
+    /// I/O command runs against that same snapshot (no refresh), so a
+    /// namespace added in between cannot receive a buffer chosen for the
+    /// old table.
+    ns_pinned: bool,
     max_transfer: u32,
     stats: QueueStats,
     sink: Arc<CompletionSink>,
@@ -116,6 +121,7 @@ impl QueuePair {
             ctrl: None,
             ns_generation: 0,
             ns: Arc::new(NamespaceTable::new()),
+            ns_pinned: false,
             max_transfer,
             stats: QueueStats::default(),
             sink: CompletionSink::new(),
@@ -156,8 +162,21 @@ impl QueuePair {
     /// the command completes (an asynchronous backend such as the io_uring
     /// file backend serves a namespace): the transport passes its request
     /// slot buffer, copying in-capsule data there first.
+    ///
+    /// Answers for the subsystem's current namespace table: a namespace
+    /// added at run time (say an io_uring file) must be seen here before the
+    /// transport decides where the data of the first command to it lives,
+    /// so a changed generation refreshes the cached table first (one atomic
+    /// load when nothing changed). The next `execute` on an I/O queue uses
+    /// the snapshot this answer came from.
     #[inline]
-    pub fn needs_stable_buffers(&self) -> bool {
+    pub fn needs_stable_buffers(&mut self) -> bool {
+        if let Some(ctrl) = &self.ctrl {
+            if ctrl.subsystem().ns_generation() != self.ns_generation {
+                self.refresh_namespaces();
+            }
+        }
+        self.ns_pinned = true;
         self.ns.needs_stable_buffers()
     }
 
@@ -319,7 +338,9 @@ impl QueuePair {
             };
             return self.complete(cmd.cid(), Outcome::err(status));
         }
-        if let Some(ctrl) = &self.ctrl {
+        if std::mem::take(&mut self.ns_pinned) {
+            // The transport chose the data buffer for this snapshot.
+        } else if let Some(ctrl) = &self.ctrl {
             let generation = ctrl.subsystem().ns_generation();
             if generation != self.ns_generation {
                 self.refresh_namespaces();

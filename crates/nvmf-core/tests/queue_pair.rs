@@ -1450,3 +1450,49 @@ fn config_errors() {
     cfg.subsystems[0].namespaces.push(ns_cfg(NQN, 1, "Malloc1"));
     assert!(Target::from_config(&cfg).is_err(), "NSID used twice");
 }
+
+// ---------------------------------------------------------------- stable buffers
+
+/// A file (io_uring) namespace added at run time to a subsystem whose I/O
+/// queue cached a malloc-only table: the transport's question "must data
+/// buffers stay put?" has to see the new namespace before the first command
+/// to it runs, or in-capsule data would go to the kernel from the moving
+/// receive buffer.
+#[test]
+fn runtime_file_namespace_needs_stable_buffers_before_first_io() {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("queue_pair");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("stable_buffers.img");
+    let _ = std::fs::remove_file(&path);
+    std::fs::File::create(&path)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let json = format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[{{"method":"bdev_uring_create","params":{{"name":"File0","filename":"{}"}}}}]}}]}}"#,
+        path.display()
+    );
+    let file_cfg = TargetConfig::from_json_str(&json).unwrap();
+
+    let t = target();
+    let a = admin(&t, NQN, HOST_A);
+    let mut q = io_queue(&t, cntlid(&a), 1, NQN, HOST_A);
+    // Malloc + null only: no stable buffers, and the snapshot is cached.
+    assert!(!q.needs_stable_buffers());
+    let mut buf = vec![0u8; 512];
+    assert_eq!(
+        status(&rw(&mut q, IoOpcode::Read, 1, 0, 1, &mut buf)),
+        Status::SUCCESS
+    );
+    assert!(!q.needs_stable_buffers());
+
+    t.add_backend(&file_cfg.bdevs[0]).unwrap();
+    t.add_namespace(NQN, &ns_cfg(NQN, 3, "File0")).unwrap();
+    // No command has run since: the answer must already cover NSID 3.
+    assert!(q.needs_stable_buffers());
+
+    // Removing it again goes back (after the next check).
+    t.remove_namespace(NQN, 3).unwrap();
+    assert!(!q.needs_stable_buffers());
+    let _ = std::fs::remove_file(&path);
+}
