@@ -139,6 +139,7 @@ fn read_write(
             BlockOp::Write {
                 lba: slba,
                 buf: data,
+                fua: cmd.fua(),
             },
             tag,
             sink,

@@ -250,6 +250,21 @@ impl FileBackend {
     }
 
     /// Blocking fallback for buffers that do not meet O_DIRECT alignment.
+    /// fdatasync(2) (a FUA write that went through the bounce path).
+    fn sync_data(&self) -> Status {
+        loop {
+            // SAFETY: plain syscall on our descriptor.
+            if unsafe { libc::fdatasync(self.shared.fd()) } == 0 {
+                return Status::SUCCESS;
+            }
+            let e = std::io::Error::last_os_error().raw_os_error();
+            if e != Some(libc::EINTR) {
+                tracing::warn!(bdev = %self.shared.name(), errno = e.unwrap_or(0), "file bdev fdatasync failed");
+                return uring::errno_status(OpKind::Flush, e);
+            }
+        }
+    }
+
     fn bounce(&self, write: bool, off: u64, buf: *mut u8, len: usize) -> Status {
         let layout = match std::alloc::Layout::from_size_align(len.max(1), DIRECT_ALIGN) {
             Ok(l) => l,
@@ -371,7 +386,7 @@ impl Backend for FileBackend {
                 }
                 self.queue(OpKind::Read, p, off, len, tag, sink)
             }
-            BlockOp::Write { lba, buf } => {
+            BlockOp::Write { lba, buf, fua } => {
                 if self.readonly {
                     return Submitted::Done(Status::NS_WRITE_PROTECTED.with_dnr());
                 }
@@ -385,9 +400,15 @@ impl Backend for FileBackend {
                 // The kernel only reads through this pointer.
                 let p = buf.as_ptr().cast_mut();
                 if self.direct && !(p as usize).is_multiple_of(DIRECT_ALIGN) {
-                    return Submitted::Done(self.bounce(true, off, p, buf.len()));
+                    let status = self.bounce(true, off, p, buf.len());
+                    return Submitted::Done(if fua && status.is_success() {
+                        self.sync_data()
+                    } else {
+                        status
+                    });
                 }
-                self.queue(OpKind::Write, p, off, len, tag, sink)
+                let kind = if fua { OpKind::WriteFua } else { OpKind::Write };
+                self.queue(kind, p, off, len, tag, sink)
             }
             BlockOp::Flush => {
                 if self.readonly {

@@ -147,7 +147,7 @@ impl Backend for MallocBackend {
                     None => Status::LBA_OUT_OF_RANGE.with_dnr(),
                 }
             }
-            BlockOp::Write { lba, buf } => {
+            BlockOp::Write { lba, buf, .. } => {
                 match self.blocks_of(buf.len()).and_then(|n| self.range(lba, n)) {
                     Some((start, len)) => {
                         // SAFETY: as for Read, in the other direction.

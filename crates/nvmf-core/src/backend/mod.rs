@@ -32,8 +32,10 @@ pub use null::NullBackend;
 pub enum BlockOp<'a> {
     /// Read `buf.len() / block_size` blocks starting at `lba` into `buf`.
     Read { lba: u64, buf: &'a mut [u8] },
-    /// Write `buf` starting at `lba`.
-    Write { lba: u64, buf: &'a [u8] },
+    /// Write `buf` starting at `lba`. With `fua` (Force Unit Access) the
+    /// data must be on stable media when the operation completes; backends
+    /// without a volatile cache (malloc, null) ignore it.
+    Write { lba: u64, buf: &'a [u8], fua: bool },
     /// Make previously completed writes durable.
     Flush,
     /// Set `blocks` blocks starting at `lba` to zero.
@@ -263,7 +265,8 @@ mod tests {
             &m,
             BlockOp::Write {
                 lba: 14,
-                buf: &data
+                buf: &data,
+                fua: false
             }
         )
         .is_success());
@@ -284,7 +287,8 @@ mod tests {
                 &m,
                 BlockOp::Write {
                     lba: 15,
-                    buf: &data
+                    buf: &data,
+                    fua: false
                 }
             ),
             oob
@@ -357,7 +361,15 @@ mod tests {
     fn null_reads_zeroes() {
         let n = NullBackend::new("n", 4096, 4);
         let mut b = vec![9u8; 8192];
-        assert!(op_status(&n, BlockOp::Write { lba: 2, buf: &b }).is_success());
+        assert!(op_status(
+            &n,
+            BlockOp::Write {
+                lba: 2,
+                buf: &b,
+                fua: false
+            }
+        )
+        .is_success());
         assert!(op_status(
             &n,
             BlockOp::Read {

@@ -71,7 +71,7 @@ impl Backend for NullBackend {
                 }
                 s
             }
-            BlockOp::Write { lba, buf } => self.check(lba, buf.len()),
+            BlockOp::Write { lba, buf, .. } => self.check(lba, buf.len()),
             BlockOp::Flush => Status::SUCCESS,
             BlockOp::WriteZeroes { lba, blocks } => self.check_blocks(lba, blocks),
         };

@@ -44,6 +44,9 @@ const ZERO_RANGE_MODE: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_S
 pub enum OpKind {
     Read,
     Write,
+    /// Write with Force Unit Access: RWF_DSYNC on every submission of it
+    /// (resubmitted remainders of a short write included).
+    WriteFua,
     Flush,
     /// fallocate(ZERO_RANGE); falls back to `WriteZeroBuf` when unsupported.
     ZeroRange,
@@ -172,9 +175,12 @@ impl Ring {
                 let p = op.buf.wrapping_add(op.done as usize);
                 opcode::Read::new(fd, p, rest as u32).offset(off).build()
             }
-            OpKind::Write => {
+            OpKind::Write | OpKind::WriteFua => {
                 let p = op.buf.wrapping_add(op.done as usize);
-                opcode::Write::new(fd, p, rest as u32).offset(off).build()
+                opcode::Write::new(fd, p, rest as u32)
+                    .offset(off)
+                    .rw_flags(rw_flags(op.kind))
+                    .build()
             }
             OpKind::Flush => opcode::Fsync::new(fd)
                 .flags(types::FsyncFlags::DATASYNC)
@@ -296,7 +302,7 @@ impl Ring {
                 }
                 true
             }
-            OpKind::Read | OpKind::Write | OpKind::WriteZeroBuf => {
+            OpKind::Read | OpKind::Write | OpKind::WriteFua | OpKind::WriteZeroBuf => {
                 if res < 0 {
                     self.fail(idx, Some(-res));
                     return true;
@@ -357,6 +363,15 @@ impl Ring {
                 (self.ops.len() - 1) as u32
             }
         }
+    }
+}
+
+/// Per-I/O flags (`RWF_*`) of a write submission: RWF_DSYNC for FUA, so
+/// the kernel completes the write only once it is durable.
+pub fn rw_flags(kind: OpKind) -> i32 {
+    match kind {
+        OpKind::WriteFua => libc::RWF_DSYNC,
+        _ => 0,
     }
 }
 
