@@ -19,6 +19,7 @@ use nvmf_wire::command::{Command, SGL_ID_IN_CAPSULE, SGL_ID_TRANSPORT};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::digest::crc32c;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
+use nvmf_wire::opcode::{AdminOpcode, FabricsType};
 use nvmf_wire::pdu::{
     decode, encode_c2h_data_header, encode_capsule_resp, encode_r2t, encode_term_req,
     offending_header, peek_layout, DecodeOpts, Decoded, EncodeOpts, Pdu, PduError, PduType, Role,
@@ -50,6 +51,8 @@ const FEI_DATA_CCCID: u32 = 8;
 const FEI_DATA_TTAG: u32 = 10;
 const FEI_DATA_DATAO: u32 = 12;
 const FEI_DATA_DATAL: u32 = 16;
+/// Common header FLAGS byte (H2CData DATA_LAST).
+const FEI_FLAGS: u32 = 1;
 const FABRICS_OPCODE: u8 = 0x7f;
 const FCTYPE_CONNECT: u8 = 0x01;
 
@@ -413,6 +416,7 @@ impl Connection {
                                 ttag: hdr.ttag(),
                                 datao: hdr.datao(),
                                 datal: hdr.datal(),
+                                last: hdr.last(),
                             };
                             self.on_h2c_data(h, data, data_digest_ok)
                         }
@@ -509,6 +513,15 @@ impl Connection {
     fn on_capsule(&mut self, cmd: Command, data: &mut [u8], ddok: bool) -> Result<(), PduError> {
         self.require_ready()?;
         self.stats.commands += 1;
+        if !self.qp.is_connected() && !is_connect(&cmd) {
+            // Nothing but a Connect may come first: fail before asking for
+            // (or taking in) any data.
+            return Err(PduError::new(
+                FES_PDU_SEQUENCE_ERROR,
+                0,
+                "command before Fabrics Connect",
+            ));
+        }
         let idx = match self.slots.alloc(&cmd) {
             Ok(i) => i,
             Err(AllocError::CidConflict) => {
@@ -638,6 +651,13 @@ impl Connection {
                 "H2CData command ID does not match its transfer tag",
             ));
         }
+        if h.datal == 0 {
+            return Err(PduError::new(
+                FES_INVALID_HEADER_FIELD,
+                FEI_DATA_DATAL,
+                "H2CData without data",
+            ));
+        }
         if h.datal > self.params.maxh2cdata {
             return Err(PduError::new(
                 FES_DATA_LIMIT_EXCEEDED,
@@ -658,6 +678,19 @@ impl Connection {
                 FES_DATA_OUT_OF_RANGE,
                 FEI_DATA_DATAL,
                 "H2CData beyond the command's transfer length",
+            ));
+        }
+        // One R2T covers the whole transfer, so its last PDU (LAST set) is
+        // exactly the one that ends the transfer.
+        if h.last != (end == u64::from(slot.len)) {
+            return Err(PduError::new(
+                FES_INVALID_HEADER_FIELD,
+                FEI_FLAGS,
+                if h.last {
+                    "H2CData LAST flag before the end of the transfer"
+                } else {
+                    "final H2CData without the LAST flag"
+                },
             ));
         }
         Ok(h.ttag)
@@ -719,6 +752,7 @@ impl Connection {
             ttag: le16(buf, 10),
             datao: le32(buf, 12),
             datal: le32(buf, 16),
+            last: buf[1] & DATA_LAST != 0,
         };
         if h.datal as usize != data_len {
             return Err(PduError::new(
@@ -861,6 +895,11 @@ fn le32(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
 }
 
+/// A Fabrics Connect command.
+fn is_connect(cmd: &Command) -> bool {
+    cmd.opcode() == AdminOpcode::FabricsCommand as u8 && cmd.fctype() == FabricsType::Connect as u8
+}
+
 /// The H2CData header fields the handler uses.
 #[derive(Debug, Clone, Copy)]
 struct H2C {
@@ -868,4 +907,6 @@ struct H2C {
     ttag: u16,
     datao: u32,
     datal: u32,
+    /// DATA_LAST flag.
+    last: bool,
 }

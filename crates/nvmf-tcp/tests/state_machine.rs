@@ -319,6 +319,35 @@ fn io_before_connect() {
     expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, None);
 }
 
+/// A host→controller command with a Transport SGL before Connect: the
+/// connection fails at once, without an R2T (no data is taken in).
+#[test]
+fn write_before_connect_gets_no_r2t() {
+    let t = target();
+    let mut m = Mem::new(&t, 8);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut cmd = Command::new(0x01, 1);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(0, 8);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(4096));
+    m.send(&h.capsule(&cmd, &[]));
+    expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, Some(0));
+}
+
+/// Likewise an admin command with in-capsule data.
+#[test]
+fn admin_capsule_before_connect_is_fatal() {
+    let t = target();
+    let mut m = Mem::new(&t, 9);
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let mut cmd = Command::new(0x09, 1);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::in_capsule(0, 16));
+    m.send(&h.capsule(&cmd, &[0u8; 16]));
+    expect_term(&mut m, &h, FES_PDU_SEQUENCE_ERROR, Some(0));
+}
+
 fn r2t_for_write(m: &mut Mem, h: &Host, cid: u16, len: u32) -> u16 {
     let mut cmd = Command::new(0x01, cid);
     cmd.set_nsid(1);
@@ -379,6 +408,50 @@ fn large_h2c_data_out_of_range_before_payload() {
     let p = h.h2c(5, ttag, 4096, &[1u8; 65536], true);
     m.send(&p[..64]);
     expect_term(&mut m, &h, FES_DATA_OUT_OF_RANGE, Some(12));
+}
+
+#[test]
+fn h2c_data_without_data_is_fatal() {
+    let (_t, _a, mut m, h) = connected_io(27, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 4096);
+    m.send(&h.h2c(5, ttag, 0, &[], false));
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(16));
+}
+
+#[test]
+fn h2c_data_last_flag_must_mark_the_end() {
+    // LAST on a PDU that does not end the transfer.
+    let (_t, _a, mut m, h) = connected_io(28, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 8192);
+    m.send(&h.h2c(5, ttag, 0, &[1u8; 4096], true));
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(1));
+
+    // The PDU that ends the transfer without LAST.
+    let (_t, _a, mut m, h) = connected_io(30, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 8192);
+    m.send(&h.h2c(5, ttag, 0, &[1u8; 4096], false));
+    m.drain();
+    assert!(m.inbox.is_empty(), "first half accepted silently");
+    m.send(&h.h2c(5, ttag, 4096, &[1u8; 4096], false));
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(1));
+
+    // Same on the direct-placement path (large payload, header judged
+    // before the payload arrives).
+    let (_t, _a, mut m, h) = connected_io(32, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 65536);
+    let p = h.h2c(5, ttag, 0, &[1u8; 65536], false);
+    m.send(&p[..64]);
+    expect_term(&mut m, &h, FES_INVALID_HEADER_FIELD, Some(1));
+
+    // Split correctly: accepted.
+    let (_t, _a, mut m, h) = connected_io(34, false);
+    let ttag = r2t_for_write(&mut m, &h, 5, 8192);
+    m.send(&h.h2c(5, ttag, 0, &[1u8; 4096], false));
+    m.send(&h.h2c(5, ttag, 4096, &[1u8; 4096], true));
+    match m.recv(&h) {
+        Resp::Cqe(c) => assert_eq!(c.status(), Status::SUCCESS),
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
