@@ -75,7 +75,7 @@ pub struct IoTag {
 ///
 /// Inline backends (malloc, null) never touch it. The queue pair checks
 /// [`CompletionSink::is_empty`] (one relaxed atomic load) on every `poll`, so
-/// an idle sink costs nothing. A future io_uring backend will post from the
+/// an idle sink costs nothing. The io_uring file backend posts from the
 /// reactor thread that owns the queue pair, so the lock is uncontended.
 ///
 /// No allocation per completion: `drain` swaps the posted list with a spare
