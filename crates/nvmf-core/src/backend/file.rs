@@ -108,7 +108,7 @@ impl FileBackend {
             name: cfg.name.clone(),
             reason,
         };
-        uring::available().map_err(|e| err(e))?;
+        uring::available().map_err(err)?;
         let open = |direct: bool| {
             let mut o = OpenOptions::new();
             o.read(true).write(!f.readonly);
@@ -243,7 +243,7 @@ impl FileBackend {
 
     fn byte_range(&self, lba: u64, len: u64) -> Option<u64> {
         let end = lba.checked_add(len / u64::from(self.block_size))?;
-        if end > self.num_blocks || len % u64::from(self.block_size) != 0 {
+        if end > self.num_blocks || !len.is_multiple_of(u64::from(self.block_size)) {
             return None;
         }
         lba.checked_mul(u64::from(self.block_size))
