@@ -41,9 +41,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # ---- Rust toolchain ------------------------------------------------------------
-# (Debian 12's own rustc is too old for this workspace: rust-version 1.85)
+# (Debian 12's own rustc is too old for this workspace: rust-version 1.87)
 if ! command -v cargo >/dev/null 2>&1; then
-  note "cargo not found: install a Rust toolchain >= 1.85 (rustup) into ~/.cargo/bin"
+  note "cargo not found: install a Rust toolchain >= 1.87 (rustup) into ~/.cargo/bin"
   exit 1
 fi
 note "$(cargo --version), $(rustc --version)"
