@@ -6,22 +6,14 @@
 //! leaves the daemon serving. The `nvmf` binary is taken from this build's
 //! target dir (built with `cargo build -p nvmf-host` if missing).
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+mod common;
+
+use common::{free_port, nvmf_path, Nvmfd};
 use std::path::PathBuf;
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:file-test";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn tmp(name: &str) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nvmfd_file_bdev");
@@ -29,25 +21,24 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-/// target/<profile>/nvmf, built on demand.
-fn nvmf_path() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("nvmf");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "nvmf-host", "--bin", "nvmf"])
-            .status()
-            .expect("cargo build -p nvmf-host");
-        assert!(st.success(), "building the nvmf CLI failed");
-    }
+/// target/<profile>/nvmf, built on demand; must exist.
+fn nvmf() -> PathBuf {
+    let p = nvmf_path();
     assert!(p.exists(), "no nvmf binary at {}", p.display());
     p
 }
 
+/// A running nvmfd (killed on drop: see [`Nvmfd`]).
 struct Daemon {
-    child: Child,
+    nvmfd: Nvmfd,
     port: u16,
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = Nvmfd;
+    fn deref(&self) -> &Nvmfd {
+        &self.nvmfd
+    }
 }
 
 impl Daemon {
@@ -72,56 +63,24 @@ impl Daemon {
         let cfg_path = tmp(&format!("{tag}.json"));
         std::fs::write(&cfg_path, cfg).unwrap();
         let sock = tmp(&format!("{tag}.sock"));
-        let mut child = Command::new(env!("CARGO_BIN_EXE_nvmfd"))
-            .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
-            .arg("-r")
-            .arg(&sock)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nvmfd");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let d = Daemon { child, port, log };
+        let nvmfd = Nvmfd::spawn(
+            Nvmfd::command()
+                .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
+                .arg("-r")
+                .arg(&sock),
+        );
+        let d = Daemon { nvmfd, port };
         d.wait_log("listening on");
         d
     }
 
-    fn logs(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    fn wait_log(&self, needle: &str) {
-        let start = Instant::now();
-        while !self.logs().contains(needle) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "nvmfd never logged {needle:?}:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     fn trid(&self) -> String {
-        format!(
-            "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{} subnqn:{NQN}",
-            self.port
-        )
+        common::trid(self.port, NQN)
     }
 
     fn perf(&self, args: &[&str], limit: Duration) -> Output {
         let trid = self.trid();
-        let mut child = Command::new(nvmf_path())
+        let mut child = Command::new(nvmf())
             .args(["perf", "-r", &trid, "--no-progress"])
             .args(args)
             .stdin(Stdio::null())
@@ -138,13 +97,6 @@ impl Daemon {
             std::thread::sleep(Duration::from_millis(50));
         }
         child.wait_with_output().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -193,7 +145,7 @@ fn host_killed_with_io_in_flight() {
     let d = Daemon::start("killed", "bdev_uring_create", 4096, 64 << 20);
     let trid = d.trid();
     for _ in 0..3 {
-        let mut child = Command::new(nvmf_path())
+        let mut child = Command::new(nvmf())
             .args([
                 "perf",
                 "-r",

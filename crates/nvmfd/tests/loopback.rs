@@ -3,43 +3,42 @@
 //! without digests, and every malformed case must end in the spec's
 //! C2HTermReq (or a clean close) while the daemon keeps serving others.
 
-#[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod common;
+#[path = "../../nvmf-tcp/tests/common/mod.rs"]
+mod tcp_common;
 
-use common::host::*;
-use common::{config_json, ALLOWED_HOST, RESTRICTED_NQN};
+use common::{free_port, Nvmfd};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::CNTLID_DYNAMIC;
 use nvmf_wire::pdu::*;
 use nvmf_wire::status::Status;
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpStream};
 use std::path::PathBuf;
-use std::process::{Child, Command as Proc, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use tcp_common::host::*;
+use tcp_common::{config_json, ALLOWED_HOST, RESTRICTED_NQN};
 
 const IO_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// A running nvmfd; killed on drop.
+/// A running nvmfd; killed on drop (see [`Nvmfd`]), its config file
+/// removed after.
 struct Daemon {
-    child: Child,
+    nvmfd: Nvmfd,
     port: u16,
-    log: Arc<Mutex<Vec<String>>>,
     cfg: Option<PathBuf>,
 }
 
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+impl std::ops::Deref for Daemon {
+    type Target = Nvmfd;
+    fn deref(&self) -> &Nvmfd {
+        &self.nvmfd
+    }
 }
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 fn write_cfg(text: &str) -> PathBuf {
     let p = std::env::temp_dir().join(format!(
@@ -61,15 +60,8 @@ impl Daemon {
             let mut d = Daemon::spawn(&["-c", cfg.to_str().unwrap(), "-m", cores], port);
             d.cfg = Some(cfg);
             let ready = format!("listening on 127.0.0.1:{port} (tcp)");
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if d.log.lock().unwrap().iter().any(|l| l.contains(&ready)) {
-                    return d;
-                }
-                if d.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if d.nvmfd.wait_ready(&ready, Duration::from_secs(10)) {
+                return d;
             }
             std::thread::sleep(Duration::from_millis(50));
             assert!(
@@ -85,42 +77,19 @@ impl Daemon {
         // Each daemon gets its own RPC socket (the default is shared).
         let sock =
             std::env::temp_dir().join(format!("nvmfd-loopback-{}-{port}.sock", std::process::id()));
-        let mut child = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
-            .args(args)
-            .arg("-r")
-            .arg(&sock)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nvmfd");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                l2.lock().unwrap().push(line);
-            }
-        });
+        let nvmfd = Nvmfd::spawn(Nvmfd::command().args(args).arg("-r").arg(&sock));
         Daemon {
-            child,
+            nvmfd,
             port,
-            log,
             cfg: None,
         }
-    }
-
-    fn logs(&self) -> String {
-        self.log.lock().unwrap().join("\n")
     }
 
     /// Waits (10 s at most) for a log line containing `needle`.
     fn wait_log(&self, needle: &str) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
+            if self.logged(needle) {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -142,25 +111,16 @@ impl Daemon {
 
     /// Waits up to 10 s for the process to exit.
     fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return st;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "nvmfd did not exit; log:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        match self.nvmfd.wait_exit(Duration::from_secs(10)) {
+            Some(st) => st,
+            None => panic!("nvmfd did not exit; log:\n{}", self.logs()),
         }
     }
 }
 
 impl Drop for Daemon {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.nvmfd.kill();
         if let Some(p) = &self.cfg {
             let _ = std::fs::remove_file(p);
         }
@@ -508,19 +468,13 @@ fn config_error_exits_nonzero_before_serving() {
 
 #[test]
 fn help_and_version() {
-    let out = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
-        .arg("--help")
-        .output()
-        .unwrap();
+    let out = Nvmfd::command().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in ["--config", "--cores", "--log-level", "0x3", "nvme connect"] {
         assert!(text.contains(needle), "--help mentions {needle}: {text}");
     }
-    let out = Proc::new(env!("CARGO_BIN_EXE_nvmfd"))
-        .arg("--version")
-        .output()
-        .unwrap();
+    let out = Nvmfd::command().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("nvmfd "));
 }
 

@@ -8,26 +8,19 @@
 //! refuses new connections, save_config → `-c` → save_config byte-identical,
 //! and the socket-in-use / stale-socket rules.
 
-use std::io::{BufRead, BufReader};
+mod common;
+
+use common::{free_port, nvmf_path, run_bounded, Nvmfd};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nvmf_rpc::RpcClient;
 use serde_json::{json, Value};
 
 const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A fresh directory under target/tmp (short: Unix socket paths are limited).
 fn tmp_dir(tag: &str) -> PathBuf {
@@ -42,42 +35,23 @@ fn tmp_dir(tag: &str) -> PathBuf {
     d
 }
 
-/// target/<profile>/nvmf, built on demand.
-fn nvmf_path() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("nvmf");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "nvmf-host", "--bin", "nvmf"])
-            .status()
-            .expect("cargo build -p nvmf-host");
-        assert!(st.success(), "building the nvmf CLI failed");
-    }
-    p
-}
-
-fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let start = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if start.elapsed() > limit {
-            let _ = child.kill();
-            panic!("{cmd:?} ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
+/// A running nvmfd (killed on drop: see [`Nvmfd`]).
 struct Daemon {
-    child: Child,
+    nvmfd: Nvmfd,
     sock: PathBuf,
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = Nvmfd;
+    fn deref(&self) -> &Nvmfd {
+        &self.nvmfd
+    }
+}
+
+impl std::ops::DerefMut for Daemon {
+    fn deref_mut(&mut self) -> &mut Nvmfd {
+        &mut self.nvmfd
+    }
 }
 
 impl Daemon {
@@ -90,7 +64,7 @@ impl Daemon {
 
     fn spawn(dir: &Path, cfg: Option<&Path>, state: bool) -> Daemon {
         let sock = dir.join("sock");
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_nvmfd"));
+        let mut cmd = Nvmfd::command();
         cmd.args(["-m", "0", "-r"]).arg(&sock);
         if state {
             cmd.arg("--state").arg(dir.join("state.json"));
@@ -98,55 +72,8 @@ impl Daemon {
         if let Some(c) = cfg {
             cmd.arg("-c").arg(c);
         }
-        let mut child = cmd
-            .env_remove("RUST_LOG")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nvmfd");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                l2.lock().unwrap().push(line);
-            }
-        });
-        Daemon { child, sock, log }
-    }
-
-    fn logs(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
-    fn wait_log(&self, needle: &str) {
-        let start = Instant::now();
-        while !self.logs().contains(needle) {
-            assert!(
-                start.elapsed() < Duration::from_secs(20),
-                "nvmfd never logged {needle:?}:\n{}",
-                self.logs()
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn running(&mut self) -> bool {
-        self.child.try_wait().unwrap().is_none()
-    }
-
-    fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                return Some(st);
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        None
+        let nvmfd = Nvmfd::spawn(cmd.env("NO_COLOR", "1"));
+        Daemon { nvmfd, sock }
     }
 
     /// `nvmf rpc -s SOCK ARGS` → (success, stdout + stderr).
@@ -221,13 +148,6 @@ impl Daemon {
     }
 }
 
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn empty_config(dir: &Path) -> PathBuf {
     let p = dir.join("empty.json");
     std::fs::write(&p, r#"{"subsystems":[]}"#).unwrap();
@@ -235,7 +155,7 @@ fn empty_config(dir: &Path) -> PathBuf {
 }
 
 fn perf(port: u16, secs: u32) -> Output {
-    let trid = format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}");
+    let trid = common::trid(port, NQN);
     let mut cmd = Command::new(nvmf_path());
     cmd.args([
         "perf",
@@ -569,7 +489,7 @@ fn load_config_with_a_redefined_bdev_reattaches_its_namespace() {
     let d = Daemon::start(&dir, Some(&empty), false);
     d.walkthrough(port); // Malloc0: 64 MiB of 512-byte blocks = 131072 blocks
     let identify = || {
-        let trid = format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{NQN}");
+        let trid = common::trid(port, NQN);
         let mut cmd = Command::new(nvmf_path());
         cmd.args(["identify", "-r", &trid]);
         let out = run_bounded(cmd, Duration::from_secs(30));

@@ -15,12 +15,13 @@
 //! (adaptive polling stops), and the handshake limits close connections
 //! that never send ICReq or never Connect, but not connected ones.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
+mod common;
+
+use common::{free_port, nvmf_path, Nvmfd};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_rpc::RpcClient;
@@ -32,28 +33,6 @@ const NQN: &str = "nqn.2016-06.io.spdk:stall";
 const MAX_LAT: Duration = Duration::from_secs(2);
 /// Namespace size in 512-byte blocks (32 MiB).
 const BLOCKS: u64 = 65536;
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// target/<profile>/nvmf, built on demand.
-fn nvmf_path() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let p = exe.parent().unwrap().parent().unwrap().join("nvmf");
-    if !p.exists() {
-        let st = Command::new(env!("CARGO"))
-            .args(["build", "-p", "nvmf-host", "--bin", "nvmf"])
-            .status()
-            .expect("cargo build -p nvmf-host");
-        assert!(st.success(), "building the nvmf CLI failed");
-    }
-    p
-}
 
 fn config(port: u16) -> String {
     let listen = |nqn: &str| {
@@ -82,11 +61,18 @@ fn config(port: u16) -> String {
     .to_string()
 }
 
+/// A running nvmfd (killed on drop: see [`Nvmfd`]).
 struct Daemon {
-    child: Child,
+    nvmfd: Nvmfd,
     port: u16,
     sock: PathBuf,
-    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::ops::Deref for Daemon {
+    type Target = Nvmfd;
+    fn deref(&self) -> &Nvmfd {
+        &self.nvmfd
+    }
 }
 
 impl Daemon {
@@ -99,45 +85,20 @@ impl Daemon {
             static SEQ: AtomicU64 = AtomicU64::new(0);
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
             let sock = dir.join(format!("stall-{}-{n}.sock", std::process::id()));
-            let mut child = Command::new(env!("CARGO_BIN_EXE_nvmfd"))
-                .arg("-c")
-                .arg(&cfg)
-                .args(["-m", "0,1", "-r"])
-                .arg(&sock)
-                .args(extra)
-                .env_remove("RUST_LOG")
-                .env("NO_COLOR", "1")
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn nvmfd");
-            let log = Arc::new(Mutex::new(Vec::new()));
-            let err = child.stderr.take().unwrap();
-            let l2 = log.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(err).lines() {
-                    let Ok(line) = line else { break };
-                    l2.lock().unwrap().push(line);
-                }
-            });
-            let d = Daemon {
-                child,
-                port,
-                sock,
-                log,
-            };
-            let ready = "RPC server listening on";
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let mut d = d;
-            while Instant::now() < deadline {
-                if d.logs().contains(ready) {
-                    return d;
-                }
-                if d.child.try_wait().unwrap().is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let nvmfd = Nvmfd::spawn(
+                Nvmfd::command()
+                    .arg("-c")
+                    .arg(&cfg)
+                    .args(["-m", "0,1", "-r"])
+                    .arg(&sock)
+                    .args(extra)
+                    .env("NO_COLOR", "1"),
+            );
+            let mut d = Daemon { nvmfd, port, sock };
+            if d.nvmfd
+                .wait_ready("RPC server listening on", Duration::from_secs(20))
+            {
+                return d;
             }
             std::thread::sleep(Duration::from_millis(100));
             assert!(
@@ -149,26 +110,8 @@ impl Daemon {
         panic!("no free port for nvmfd");
     }
 
-    fn logs(&self) -> String {
-        self.log.lock().unwrap().join("\n")
-    }
-
     fn trid(&self) -> String {
-        format!(
-            "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{} subnqn:{NQN}",
-            self.port
-        )
-    }
-
-    fn pid(&self) -> u32 {
-        self.child.id()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        common::trid(self.port, NQN)
     }
 }
 
