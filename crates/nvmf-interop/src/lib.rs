@@ -868,6 +868,32 @@ pub fn expect_no_controllers(nvmfd: &Nvmfd) -> String {
     }
 }
 
+/// The fio verification scenario (`tests/interop/fio-verify.sh`: 4k randrw 75/25 and 128k
+/// sequential write + read with crc32c verify, plain and with header/data digests) run by
+/// the kernel host as `HOST_ID` against subsystem `nqn` of `nvmfd` on `port`; the daemon
+/// must be back to zero controllers after each disconnect. Ends with [`finish`].
+pub fn fio_verify_scenario(test: &str, dir: &Path, port: u16, nqn: &str, nvmfd: &mut Nvmfd) {
+    let env = vec![
+        ("PORT", port.to_string()),
+        ("NQN", nqn.to_string()),
+        (
+            "FIO_MB",
+            std::env::var("NVMFD_INTEROP_FIO_MB").unwrap_or_else(|_| "16".into()),
+        ),
+        ("HOSTNQN", host_nqn(HOST_ID)),
+        ("HOSTID", HOST_ID.to_string()),
+    ];
+    let run = run_guest(
+        dir,
+        "fio-verify.sh",
+        &[port],
+        &env,
+        Duration::from_secs(300),
+        |_, _| expect_no_controllers(nvmfd),
+    );
+    finish(test, &run, nvmfd, &[]);
+}
+
 /// Ends a scenario: prints the report (shown by cargo test on failure), checks the guest's
 /// status and the daemon's health, and prints a one-line result on the real stderr.
 pub fn finish(test: &str, run: &GuestRun, nvmfd: &mut Nvmfd, host_failures: &[String]) {

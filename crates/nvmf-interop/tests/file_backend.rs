@@ -4,11 +4,8 @@
 //! 64 MiB file with 4096-byte blocks (O_DIRECT through the per-reactor
 //! io_uring). Opt-in with NVMFD_INTEROP=1, like kernel_host.rs.
 
-use std::time::Duration;
-
 use nvmf_interop::*;
 
-const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const NQN: &str = "nqn.2016-06.io.spdk:file1";
 
 #[test]
@@ -45,23 +42,5 @@ fn fio_verify_on_file_bdev() {
         "file bdev not opened with O_DIRECT:\n{}",
         nvmfd.log()
     );
-    let env = vec![
-        ("PORT", port.to_string()),
-        ("NQN", NQN.to_string()),
-        (
-            "FIO_MB",
-            std::env::var("NVMFD_INTEROP_FIO_MB").unwrap_or_else(|_| "16".into()),
-        ),
-        ("HOSTNQN", host_nqn(HOST_ID)),
-        ("HOSTID", HOST_ID.to_string()),
-    ];
-    let run = run_guest(
-        &dir,
-        "fio-verify.sh",
-        &[port],
-        &env,
-        GUEST_TIMEOUT,
-        |_, _| expect_no_controllers(&nvmfd),
-    );
-    finish("fio_verify_on_file_bdev", &run, &mut nvmfd, &[]);
+    fio_verify_scenario("fio_verify_on_file_bdev", &dir, port, NQN, &mut nvmfd);
 }

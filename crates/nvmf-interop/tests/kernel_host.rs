@@ -201,24 +201,7 @@ fn fio_verify_plain_and_digest() {
     let dir = work_dir("fio");
     let port = free_port();
     let mut nvmfd = Nvmfd::start(&dir, &single_ns_config(port), port);
-    let mut env = vec![
-        ("PORT", port.to_string()),
-        ("NQN", NQN1.to_string()),
-        (
-            "FIO_MB",
-            std::env::var("NVMFD_INTEROP_FIO_MB").unwrap_or_else(|_| "16".into()),
-        ),
-    ];
-    env.extend(host_env());
-    let run = run_guest(
-        &dir,
-        "fio-verify.sh",
-        &[port],
-        &env,
-        GUEST_TIMEOUT,
-        |_, _| expect_no_controllers(&nvmfd),
-    );
-    finish("fio_verify_plain_and_digest", &run, &mut nvmfd, &[]);
+    fio_verify_scenario("fio_verify_plain_and_digest", &dir, port, NQN1, &mut nvmfd);
 }
 
 /// An idle connection (--keep-alive-tmo=5) survives 12 s; disconnect frees the controller

@@ -8,11 +8,9 @@
 //! Opt-in with NVMFD_INTEROP=1, like kernel_host.rs.
 
 use std::process::Command;
-use std::time::Duration;
 
 use nvmf_interop::*;
 
-const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
 const NQN: &str = "nqn.2016-06.io.spdk:loop1";
 const SIZE: u64 = 64 << 20;
 const SECTOR: u32 = 4096;
@@ -92,25 +90,7 @@ fn fio_verify_on_loop_device() {
         "interop fio_verify_on_loop_device: {}",
         opened.unwrap().trim()
     ));
-    let env = vec![
-        ("PORT", port.to_string()),
-        ("NQN", NQN.to_string()),
-        (
-            "FIO_MB",
-            std::env::var("NVMFD_INTEROP_FIO_MB").unwrap_or_else(|_| "16".into()),
-        ),
-        ("HOSTNQN", host_nqn(HOST_ID)),
-        ("HOSTID", HOST_ID.to_string()),
-    ];
-    let run = run_guest(
-        &dir,
-        "fio-verify.sh",
-        &[port],
-        &env,
-        GUEST_TIMEOUT,
-        |_, _| expect_no_controllers(&nvmfd),
-    );
-    finish("fio_verify_on_loop_device", &run, &mut nvmfd, &[]);
+    fio_verify_scenario("fio_verify_on_loop_device", &dir, port, NQN, &mut nvmfd);
     // nvmfd is stopped before the loop device is detached (drop order: nvmfd, then lo)
     drop(nvmfd);
     drop(lo);
