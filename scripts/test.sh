@@ -9,6 +9,7 @@
 #
 # env: NVMFD_TEST_THREADS (default 1: the interop tests boot guests; 2 cores)
 #      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
+#      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
