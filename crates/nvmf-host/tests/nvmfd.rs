@@ -98,8 +98,9 @@ impl Daemon {
         Daemon::start_with(true)
     }
 
-    /// `c2h_success`: whether reads end with a SUCCESS-flagged C2HData
-    /// instead of a response capsule.
+    /// `c2h_success`: the transport's option. nvmf-host keeps SQ flow
+    /// control on, so its reads end with a response capsule either way
+    /// (the flag itself is tested in nvmf-tcp's state_machine tests).
     fn start_with(c2h_success: bool) -> Daemon {
         let port = free_port();
         let cfg = std::env::temp_dir().join(format!(
@@ -405,6 +406,10 @@ fn perf_verify_128k_digests_two_queues() {
     perf_verify("131072", true, &["--queues", "2"]);
 }
 
+/// A config with `"c2h_success": false` loads and serves verified I/O.
+/// (nvmf-host does not disable SQ flow control, so the SUCCESS flag is not
+/// used with either setting: what the option changes on the wire is checked
+/// by nvmf-tcp's `c2h_success_off_keeps_response_capsules`.)
 #[test]
 fn perf_verify_without_c2h_success_flag() {
     let d = Daemon::start_with(false);

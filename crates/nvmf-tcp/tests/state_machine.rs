@@ -589,7 +589,21 @@ fn garbage_never_panics() {
         }
         m.send(&junk);
         m.drain();
-        let _ = h.parse(&mut m.inbox);
+        // Whatever the target said decodes whole; it either ended with a
+        // C2HTermReq and closed, or waits for the rest of a PDU.
+        let got = h.parse(&mut m.inbox).expect("target output decodes");
+        assert!(m.inbox.is_empty(), "seed {seed}: a partial PDU from the target");
+        if m.closed() {
+            assert!(
+                matches!(got.last(), Some(Resp::Term { .. })),
+                "seed {seed}: closed without a C2HTermReq: {got:?}"
+            );
+        } else {
+            assert!(
+                m.conn.has_partial_input(),
+                "seed {seed}: garbage neither rejected nor awaited: {got:?}"
+            );
+        }
     }
 }
 
@@ -661,6 +675,41 @@ fn c2h_success_flag_when_sq_flow_control_is_disabled() {
     // No response capsules were queued behind the data.
     m.drain();
     assert!(h.parse(&mut m.inbox).unwrap().is_empty());
+}
+
+/// `c2h_success: false` (SPDK's `nvmf_create_transport` option): even with
+/// SQ flow control disabled, reads end with a response capsule, not with a
+/// SUCCESS-flagged C2HData.
+#[test]
+fn c2h_success_off_keeps_response_capsules() {
+    use nvmf_wire::command::SglDescriptor;
+    use nvmf_wire::fabrics::{ConnectData, CATTR_DISABLE_SQ_FLOW_CONTROL};
+    use zerocopy::IntoBytes;
+    let t = target();
+    let mut admin = Mem::new(&t, 55);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, false, false);
+    let mut m = Mem::new(&t, 56);
+    m.conn = Connection::new(t.clone(), port(), &TcpParams::new(t.limits(), false));
+    let mut h = Host::new();
+    init(&mut m, &mut h, false, false);
+    let cmd = Command::connect(1, 1, 31, CATTR_DISABLE_SQ_FLOW_CONTROL, 0);
+    let cd = ConnectData::new([7; 16], cntlid, DEFAULT_NQN, HOSTNQN);
+    let (c, _) = exec(&mut m, &h, cmd, Out::InCapsule(cd.as_bytes()), 0);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let mut cmd = Command::new(0x02, 300);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(0, 8);
+    cmd.set_sgl(SglDescriptor::transport(4096));
+    m.send(&h.capsule(&cmd, &[]));
+    match m.recv(&h) {
+        Resp::C2H { last, success, .. } => assert!(last && !success, "no SUCCESS flag"),
+        other => panic!("{other:?}"),
+    }
+    match m.recv(&h) {
+        Resp::Cqe(c) => assert_eq!((c.cid(), c.status()), (300, Status::SUCCESS)),
+        other => panic!("expected a response capsule, got {other:?}"),
+    }
 }
 
 #[test]
