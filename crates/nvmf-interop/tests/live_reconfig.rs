@@ -66,10 +66,18 @@ fn live_namespace_add_and_remove_under_io() {
                 })
                 .and_then(|_| nvmfd.rpc(&["nvmf_get_subsystems", NQN]))
                 .and_then(|out| {
-                    if out.contains("\"nsid\": 1,") {
-                        Err(format!("namespace 1 still listed: {out}"))
-                    } else {
+                    let v: serde_json::Value =
+                        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+                    let nsids: Vec<u64> = v[0]["namespaces"]
+                        .as_array()
+                        .ok_or_else(|| format!("no namespace list: {out}"))?
+                        .iter()
+                        .filter_map(|ns| ns["nsid"].as_u64())
+                        .collect();
+                    if nsids == [2] {
                         Ok("ok daemon serving, controller listed".to_string())
+                    } else {
+                        Err(format!("expected only namespace 2, got {nsids:?}: {out}"))
                     }
                 }),
             _ => Ok(expect_no_controllers(&nvmfd)),

@@ -592,7 +592,10 @@ fn garbage_never_panics() {
         // Whatever the target said decodes whole; it either ended with a
         // C2HTermReq and closed, or waits for the rest of a PDU.
         let got = h.parse(&mut m.inbox).expect("target output decodes");
-        assert!(m.inbox.is_empty(), "seed {seed}: a partial PDU from the target");
+        assert!(
+            m.inbox.is_empty(),
+            "seed {seed}: a partial PDU from the target"
+        );
         if m.closed() {
             assert!(
                 matches!(got.last(), Some(Resp::Term { .. })),

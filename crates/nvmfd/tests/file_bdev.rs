@@ -166,8 +166,15 @@ fn host_killed_with_io_in_flight() {
             .spawn()
             .unwrap();
         std::thread::sleep(Duration::from_millis(700));
+        // Still running (a 10 s run at queue depth 64): killed mid-I/O.
+        let early = child.try_wait().unwrap();
         let _ = child.kill();
         let _ = child.wait();
+        assert!(
+            early.is_none(),
+            "nvmf perf exited ({early:?}) before it was killed:\n{}",
+            d.logs()
+        );
     }
     // The daemon survived and still serves correct data.
     let out = d.perf(

@@ -265,6 +265,9 @@ fn spdk_walkthrough_io_and_restart_from_state() {
     assert_perf_ok(&out, &d);
 }
 
+/// add_host calls in the burst: many more than the kill waits for.
+const BURST: usize = 200;
+
 #[test]
 fn sigkill_during_rpc_burst_leaves_a_complete_state() {
     let dir = tmp_dir("kill");
@@ -276,7 +279,7 @@ fn sigkill_during_rpc_burst_leaves_a_complete_state() {
         let mut c = RpcClient::connect(&sock, 10).unwrap();
         c.set_timeout(Some(Duration::from_secs(10))).unwrap();
         let mut acked = 0;
-        for i in 0..50 {
+        for i in 0..BURST {
             let p = json!({"nqn": NQN, "host": format!("nqn.2014-08.org.example:host{i}")});
             if c.call("nvmf_subsystem_add_host", Some(&p)).is_err() {
                 break;
@@ -289,14 +292,26 @@ fn sigkill_during_rpc_burst_leaves_a_complete_state() {
     let start = Instant::now();
     loop {
         let text = std::fs::read_to_string(dir.join("state.json")).unwrap_or_default();
-        if text.contains("host5\"") || start.elapsed() > Duration::from_secs(10) {
+        if text.contains("host5\"") {
             break;
         }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the burst never reached host5:\n{}",
+            d.logs()
+        );
         std::thread::sleep(Duration::from_millis(1));
     }
     unsafe { libc::kill(d.child.id() as i32, libc::SIGKILL) };
-    let _ = d.wait_exit(Duration::from_secs(10));
+    assert!(
+        d.wait_exit(Duration::from_secs(10)).is_some(),
+        "nvmfd survived SIGKILL"
+    );
     let acked = burst.join().unwrap();
+    assert!(
+        (5..BURST).contains(&acked),
+        "the kill did not land mid-burst: {acked} of {BURST} calls acknowledged"
+    );
     drop(d);
 
     let d = Daemon::start(&dir, None, true);
@@ -464,12 +479,7 @@ fn socket_in_use_is_an_error_and_a_stale_one_is_replaced() {
         .wait_exit(Duration::from_secs(10))
         .expect("second daemon exits");
     assert!(!st.success());
-    std::thread::sleep(Duration::from_millis(100));
-    assert!(
-        second.logs().contains("another process serves RPC"),
-        "{}",
-        second.logs()
-    );
+    second.wait_log("another process serves RPC");
     assert!(d.sock.exists(), "the first daemon's socket stays");
     d.ok(&["spdk_get_version"]);
     // SIGKILL leaves the socket file behind: the next start replaces it.

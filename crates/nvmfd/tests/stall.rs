@@ -433,7 +433,9 @@ fn wait_closed(s: &mut std::net::TcpStream, limit: Duration) -> Option<Duration>
 #[test]
 fn handshake_limits_close_silent_connections() {
     use std::io::{Read, Write};
-    let d = Daemon::start(&["--icreq-timeout-ms", "300", "--connect-timeout-ms", "1200"]);
+    // The Connect limit is well below the 1 s perf run at the end, so a
+    // limit that also hit connected queues would cut that run short.
+    let d = Daemon::start(&["--icreq-timeout-ms", "300", "--connect-timeout-ms", "600"]);
     // 1. TCP only, no ICReq.
     let mut silent = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
     // 2. ICReq, then nothing (no Connect).
@@ -452,12 +454,12 @@ fn handshake_limits_close_silent_connections() {
     let t2 = wait_closed(&mut half, Duration::from_secs(8))
         .unwrap_or_else(|| panic!("a connection without Connect stayed open:\n{}", d.logs()));
     assert!(
-        t2 + t >= Duration::from_millis(1000),
+        t2 + t >= Duration::from_millis(500),
         "closed too early: {t2:?}"
     );
-    let logs = d.logs();
-    assert!(logs.contains("no ICReq within"), "{logs}");
-    assert!(logs.contains("no Fabrics Connect within"), "{logs}");
+    // (the log line may reach us just after the close does)
+    d.wait_log("no ICReq within");
+    d.wait_log("no Fabrics Connect within");
 
     // Connected queues are not affected: a run longer than both limits.
     let r = Run {
