@@ -186,17 +186,18 @@ fn pipelined_commands_in_one_buffer() {
         bytes.extend(h.capsule(&cmd, &[]));
     }
     io.send(&bytes);
-    let mut done = 0;
-    while done < 32 {
+    let mut done = std::collections::BTreeSet::new();
+    while done.len() < 32 {
         match io.recv(&h) {
             Resp::C2H { data, .. } => assert_eq!(data.len(), 4096),
             Resp::Cqe(c) => {
                 assert_eq!(c.status(), Status::SUCCESS);
-                done += 1;
+                assert!(done.insert(c.cid()), "CID {} answered twice", c.cid());
             }
             other => panic!("unexpected {other:?}"),
         }
     }
+    assert_eq!(done, (100..132).collect());
 }
 
 /// Expects a C2HTermReq with `fes` (and `fei` when given), then a close.
