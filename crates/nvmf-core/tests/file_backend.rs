@@ -376,10 +376,14 @@ fn loop_device() {
                 assert!(e.contains("block_size") && e.contains("smaller"), "{e}");
             }
         });
-        let _ = Command::new("losetup").args(["-d", &dev]).status();
+        let detached = Command::new("losetup").args(["-d", &dev]).status();
         if let Err(e) = result {
             std::panic::resume_unwind(e);
         }
+        assert!(
+            detached.as_ref().is_ok_and(|s| s.success()),
+            "losetup -d {dev}: {detached:?} (loop device left attached)"
+        );
     }
 }
 
