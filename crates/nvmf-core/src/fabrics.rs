@@ -5,6 +5,16 @@
 //! Connect and attaching an I/O queue to an existing one, and the controller
 //! properties CAP, VS, CC, CSTS (enable, reset and shutdown handshakes).
 //! Connect errors carry IATTR/IPO in dword 0 the way the Linux host reads them.
+//!
+//! Host limits (`Target::set_host_limits`): a Connect that would take a host
+//! over its controller cap (admin queue) or I/O queue cap (I/O queue), or the
+//! target over its total controller cap, completes with Connect Controller
+//! Busy (SCT 1h, SC 81h) and DNR clear: nothing in the command is wrong, the
+//! target is out of a resource that may free up, so the host may retry later
+//! (the Linux host keeps reconnecting every reconnect_delay until
+//! ctrl_loss_tmo; with DNR it would give the controller up for good). nvmet
+//! answers Controller Busy too when it has no controller ID left or a queue
+//! is already taken.
 
 use std::sync::Arc;
 
@@ -17,7 +27,7 @@ use nvmf_wire::opcode::FabricsType;
 use nvmf_wire::status::Status;
 use nvmf_wire::zerocopy::FromBytes;
 
-use crate::controller::Controller;
+use crate::controller::{ClaimError, Controller};
 use crate::error::{connect_ipo_iattr, Outcome, INVALID_FIELD, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::queue::PortInfo;
 use crate::target::Target;
@@ -44,10 +54,6 @@ pub const NVME_VERSION: u32 = VS_1_3;
 /// CAP.TO: worst-case time to become ready, in 500 ms units (7.5 s, as nvmet).
 const CAP_TIMEOUT: u8 = 15;
 
-/// Discovery controllers connected with KATO 0 still time out after this
-/// long, so stale discovery sessions go away (nvmet does the same).
-const DISCOVERY_DEFAULT_KATO_MS: u32 = 120_000;
-
 /// A successful Connect.
 #[derive(Debug)]
 pub(crate) enum Connected {
@@ -60,6 +66,11 @@ pub(crate) enum Connected {
         qid: u16,
         depth: u16,
     },
+}
+
+/// Over a host limit: Connect Controller Busy, retryable (see the top comment).
+fn over_limit() -> Outcome {
+    Outcome::err(Status::CONNECT_CONTROLLER_BUSY)
 }
 
 fn invalid_param(in_data: bool, offset: u16) -> Outcome {
@@ -127,19 +138,26 @@ pub(crate) fn connect(
         }
         let mut kato_ms = cmd.kato();
         if subsys.is_discovery() && kato_ms == 0 {
-            kato_ms = DISCOVERY_DEFAULT_KATO_MS;
+            kato_ms = target.discovery_kato_ms();
         }
         let max_io = if subsys.is_discovery() {
             0
         } else {
             limits.max_io_qpairs_per_ctrlr
         };
+        if let Err(hit) = target.admit_controller(hostnqn) {
+            tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached");
+            return Err(over_limit());
+        }
         let hostid = d.hostid;
         let sub2 = subsys.clone();
+        let mut admitted = false;
         let ctrl = subsys.register_controller(|cntlid| {
-            Arc::new(Controller::new(
-                cntlid, sub2, hostnqn, hostid, max_io, kato_ms,
-            ))
+            admitted = true;
+            Arc::new(
+                Controller::new(cntlid, sub2, hostnqn, hostid, max_io, kato_ms)
+                    .with_admission(target),
+            )
         });
         match ctrl {
             Some(ctrl) => Ok(Connected::Admin {
@@ -147,6 +165,9 @@ pub(crate) fn connect(
                 depth: sqsize + 1,
             }),
             None => {
+                if !admitted {
+                    target.release_controller(hostnqn);
+                }
                 tracing::warn!(subnqn, hostnqn, "no free controller ID");
                 Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY.with_dnr()))
             }
@@ -162,8 +183,13 @@ pub(crate) fn connect(
         if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_queue_depth) {
             return Err(invalid_param(false, ipo::SQSIZE));
         }
-        if !ctrl.claim_io_queue(qid) {
-            return Err(invalid_param(false, ipo::QID));
+        match ctrl.claim_io_queue(qid) {
+            Ok(()) => {}
+            Err(ClaimError::InvalidQid) => return Err(invalid_param(false, ipo::QID)),
+            Err(ClaimError::Limit(hit)) => {
+                tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused (Controller Busy): host limit of {hit} reached");
+                return Err(over_limit());
+            }
         }
         Ok(Connected::Io {
             ctrl,
