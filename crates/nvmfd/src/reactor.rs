@@ -20,6 +20,16 @@
 //! wake-up of a halted CPU; an idle one blocks in epoll (no timer without
 //! connections), so it costs no CPU.
 //!
+//! Limits and liveness (`limits.rs`): every accepted connection is first
+//! admitted against the connection caps shared by all reactors (over the
+//! cap: closed at once with RST), then gets TCP keepalive and
+//! TCP_USER_TIMEOUT, so a peer that vanished without FIN/RST makes its
+//! socket fail in bounded time and the connection (with its controller,
+//! for an admin queue) is torn down, even with KATO 0. Per-connection log
+//! lines (accepted, refused, closed) go through a per-reactor rate limit;
+//! the teardown of a controller's admin queue is always logged. The log
+//! writer itself is non-blocking (main.rs).
+//!
 //! Lost wake-ups: sockets are edge-triggered, so every path that stops
 //! reading with bytes possibly left (round budget, output backpressure)
 //! either queues the connection on the `again` list (next turn polls with
@@ -27,6 +37,7 @@
 //! output is queued). As a safety net, the 100 ms tick re-arms reading and
 //! writing of every connection, so a missed edge costs at most one tick.
 
+use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -86,6 +97,12 @@ pub struct Reactor {
     /// Close a connection not connected to a controller this long after it
     /// was accepted.
     pub connect_timeout: Duration,
+    /// Connection caps shared by every reactor.
+    pub conn_limits: Arc<ConnLimits>,
+    /// TCP keepalive / TCP_USER_TIMEOUT of accepted sockets.
+    pub keepalive: Keepalive,
+    /// Rate limit of per-connection log lines.
+    pub log: LogLimiter,
 }
 
 /// Default of `icreq_timeout`.
@@ -169,6 +186,8 @@ struct Conn {
     accepted: Instant,
     /// Connected to a controller once (the Connect limit no longer applies).
     connected: bool,
+    /// Its place under the connection caps (given back on drop).
+    _ticket: ConnTicket,
 }
 
 enum Outcome {
@@ -305,6 +324,8 @@ impl Reactor {
                 next_tick = now + TICK;
             } else if now >= next_tick {
                 next_tick = now + TICK;
+                let id = self.id;
+                self.log.roll(now, |k| info!(reactor = id, "suppressed {k} similar messages"));
                 if retry_accept {
                     retry_accept = false;
                     for i in 0..self.listeners.len() {
@@ -378,8 +399,29 @@ impl Reactor {
                     return false;
                 }
             };
+            let ticket = match self.conn_limits.admit(peer.ip()) {
+                Ok(t) => t,
+                Err(why) => {
+                    // Close at once, with RST: no TIME_WAIT left here, and
+                    // the peer learns right away.
+                    let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
+                    drop(sock);
+                    let id = self.id;
+                    self.conn_log(|| {
+                        warn!(
+                            reactor = id,
+                            "connection from {peer} on {} refused: limit of {why} reached",
+                            laddr.addr
+                        )
+                    });
+                    continue;
+                }
+            };
             if let Err(e) = sock.set_nodelay(true) {
                 debug!("TCP_NODELAY failed for {peer}: {e}");
+            }
+            if let Err(e) = self.keepalive.apply(&sock) {
+                debug!("TCP keepalive setup failed for {peer}: {e}");
             }
             let port = Arc::new(PortInfo {
                 trtype: laddr.cfg.trtype,
@@ -399,10 +441,13 @@ impl Reactor {
                 warn!("cannot register connection from {peer}: {e}");
                 continue;
             }
-            info!(
-                reactor = self.id,
-                "connection accepted from {peer} on {} (tcp)", laddr.addr
-            );
+            let id = self.id;
+            self.conn_log(|| {
+                info!(
+                    reactor = id,
+                    "connection accepted from {peer} on {} (tcp)", laddr.addr
+                )
+            });
             entry.insert(Conn {
                 sock,
                 peer,
@@ -415,6 +460,7 @@ impl Reactor {
                 closing_since: None,
                 accepted: Instant::now(),
                 connected: false,
+                _ticket: ticket,
             });
         }
     }
@@ -591,6 +637,18 @@ impl Reactor {
         s
     }
 
+    /// Runs `log` unless this reactor's per-connection line budget for the
+    /// current second is spent.
+    fn conn_log(&mut self, log: impl FnOnce()) {
+        let id = self.id;
+        if self
+            .log
+            .allow(Instant::now(), |k| info!(reactor = id, "suppressed {k} similar messages"))
+        {
+            log();
+        }
+    }
+
     fn close(&mut self, key: usize, conns: &mut Slab<Conn>, reason: String) {
         if let Some(mut c) = conns.try_remove(key) {
             let q = c.sm.queue();
@@ -603,10 +661,20 @@ impl Reactor {
             }
             self.closed.stats.add(q.stats());
             let _ = self.poll.registry().deregister(&mut c.sock);
-            info!(
-                reactor = self.id,
-                "connection from {} closed: {reason}", c.peer
-            );
+            let id = self.id;
+            let peer = c.peer;
+            match q.controller().filter(|_| q.is_admin()) {
+                // A controller goes away with this queue: always logged.
+                Some(ctrl) => info!(
+                    reactor = id,
+                    cntlid = ctrl.cntlid(),
+                    hostnqn = %ctrl.hostnqn(),
+                    "connection from {peer} closed (admin queue, controller torn down): {reason}"
+                ),
+                None => self.conn_log(|| {
+                    info!(reactor = id, "connection from {peer} closed: {reason}")
+                }),
+            }
             // Dropping `c` drops its QueuePair (controller teardown for an
             // admin queue) and closes the socket.
         }
@@ -666,6 +734,11 @@ fn service(c: &mut Conn) -> Outcome {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.rx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                    return Outcome::Close(format!(
+                        "peer unreachable (TCP keepalive / user timeout expired): {e}"
+                    ))
+                }
                 Err(e) => return Outcome::Close(format!("read error: {e}")),
             }
         }
@@ -681,6 +754,11 @@ fn service(c: &mut Conn) -> Outcome {
                 Ok(n) => c.sm.consume_output(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.tx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                    return Outcome::Close(format!(
+                        "peer unreachable (TCP keepalive / user timeout expired): {e}"
+                    ))
+                }
                 Err(e) => return Outcome::Close(format!("write error: {e}")),
             }
         }
