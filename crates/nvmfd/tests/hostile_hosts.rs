@@ -466,6 +466,60 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
     assert!(test_start.elapsed() < Duration::from_secs(60));
 }
 
+// ---------------------------------------------------------------- logging
+
+/// nvmfd's stderr is a pipe nobody reads (a stuck log collector): once the
+/// pipe is full, a reactor writing its log lines synchronously would block
+/// for good. With the non-blocking writer (and no rate limit at all) a
+/// connection flood that logs far more than the pipe holds leaves the
+/// reactor serving.
+#[test]
+fn stuck_stderr_never_stalls_the_reactor() {
+    use std::process::Stdio;
+    let port = free_port();
+    let cfg = std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.json", std::process::id()));
+    std::fs::write(&cfg, config_on("127.0.0.1", port)).unwrap();
+    let sock = std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.sock", std::process::id()));
+    let mut child = Nvmfd::command()
+        .args(["-c", cfg.to_str().unwrap(), "-m", "0", "--log-rate", "0", "-r"])
+        .arg(&sock)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn nvmfd");
+    struct Kill(std::process::Child, PathBuf);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+            let _ = std::fs::remove_file(&self.1);
+        }
+    }
+    // Held, never read.
+    let _stderr = child.stderr.take();
+    let _guard = Kill(child, cfg);
+    let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while TcpStream::connect(addr).is_err() {
+        assert!(Instant::now() < deadline, "nvmfd never listened");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // ~2 log lines of ~130 bytes per connection: 3000 connections log
+    // several times the 64 KiB a pipe holds.
+    for _ in 0..3000 {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .expect("connect (did the reactor stop accepting?)");
+        drop(s);
+    }
+    let t = Instant::now();
+    let mut by = Bystander::connect(port, BYSTANDER).expect("served while stderr is stuck");
+    let lat = by.run_for(Duration::from_millis(300));
+    assert!(!lat.is_empty());
+    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+}
+
 // ---------------------------------------------------------------- liveness
 
 #[test]
