@@ -15,6 +15,10 @@
 //! ctrl_loss_tmo; with DNR it would give the controller up for good). nvmet
 //! answers Controller Busy too when it has no controller ID left or a queue
 //! is already taken.
+//!
+//! Every refusal is logged through the target's rate limit
+//! (`Target::set_log_rate`): a host may repeat a refused Connect on one
+//! connection as fast as it can send.
 
 use std::sync::Arc;
 
@@ -97,27 +101,33 @@ pub(crate) fn connect(
     let subnqn = d.subnqn();
     let hostnqn = d.hostnqn();
     let Some(subsys) = target.subsystem(subnqn) else {
-        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem");
+        target.refusal_log(
+            || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem"),
+        );
         return Err(invalid_param(true, ipo::SUBNQN));
     };
     // An NVM subsystem is reachable only through its own listeners: to a host
     // that came in on another port it does not exist (as with nvmet). The
     // discovery subsystem answers on every port the target listens on.
     if !subsys.is_discovery() && !subsys.listens_on(port) {
-        tracing::warn!(
-            subnqn,
-            hostnqn,
-            peer = %port.peer,
-            port = %format_args!("{}:{}", port.traddr, port.trsvcid),
-            "connect to a subsystem that does not listen on this port"
-        );
+        target.refusal_log(|| {
+            tracing::warn!(
+                subnqn,
+                hostnqn,
+                peer = %port.peer,
+                port = %format_args!("{}:{}", port.traddr, port.trsvcid),
+                "connect to a subsystem that does not listen on this port"
+            )
+        });
         return Err(invalid_param(true, ipo::SUBNQN));
     }
     if hostnqn.is_empty() {
         return Err(invalid_param(true, ipo::HOSTNQN));
     }
     if !subsys.host_allowed(hostnqn) {
-        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed");
+        target.refusal_log(
+            || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed"),
+        );
         return Err(Outcome {
             status: Status::CONNECT_INVALID_HOST.with_dnr(),
             dw0: connect_ipo_iattr(true, ipo::HOSTNQN),
@@ -146,7 +156,7 @@ pub(crate) fn connect(
             limits.max_io_qpairs_per_ctrlr
         };
         if let Err(hit) = target.admit_controller(hostnqn) {
-            tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached");
+            target.refusal_log(|| tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached"));
             return Err(over_limit());
         }
         let hostid = d.hostid;
@@ -187,7 +197,7 @@ pub(crate) fn connect(
             Ok(()) => {}
             Err(ClaimError::InvalidQid) => return Err(invalid_param(false, ipo::QID)),
             Err(ClaimError::Limit(hit)) => {
-                tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused (Controller Busy): host limit of {hit} reached");
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused (Controller Busy): host limit of {hit} reached"));
                 return Err(over_limit());
             }
         }

@@ -145,6 +145,19 @@ pub struct HostUsage {
     pub io_queues: usize,
 }
 
+/// Default of [`Target::set_log_rate`].
+pub const DEFAULT_REFUSAL_LOG_RATE: u32 = 20;
+
+/// Rate limit of Connect refusal log lines, all reactors together: a host
+/// may repeat a refused Connect on one connection as fast as it can send.
+#[derive(Debug)]
+struct RefusalLog {
+    per_sec: u32,
+    window: Option<std::time::Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
 /// Connect-time bookkeeping (one lock, taken on Connect and teardown only).
 #[derive(Debug, Default)]
 struct Admission {
@@ -168,6 +181,7 @@ pub struct Target {
     active_controllers: AtomicUsize,
     admission: Mutex<Admission>,
     discovery_kato_ms: AtomicU32,
+    refusal_log: Mutex<RefusalLog>,
 }
 
 impl Target {
@@ -241,6 +255,12 @@ impl Target {
             active_controllers: AtomicUsize::new(0),
             admission: Mutex::new(Admission::default()),
             discovery_kato_ms: AtomicU32::new(DEFAULT_DISCOVERY_KATO_MS),
+            refusal_log: Mutex::new(RefusalLog {
+                per_sec: DEFAULT_REFUSAL_LOG_RATE,
+                window: None,
+                used: 0,
+                suppressed: 0,
+            }),
         }))
     }
 
@@ -288,6 +308,41 @@ impl Target {
 
     pub fn discovery_kato_ms(&self) -> u32 {
         self.discovery_kato_ms.load(Ordering::Acquire)
+    }
+
+    /// Connect refusal lines logged per second at most (0 = no limit); the
+    /// rest are counted and reported in one line when the next second opens.
+    pub fn set_log_rate(&self, per_sec: u32) {
+        self.refusal_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .per_sec = per_sec;
+    }
+
+    /// Runs `log` (a Connect refusal line) unless this second's budget is
+    /// spent (control path: one small lock).
+    pub(crate) fn refusal_log(&self, log: impl FnOnce()) {
+        let mut r = self.refusal_log.lock().unwrap_or_else(|e| e.into_inner());
+        if r.per_sec == 0 {
+            drop(r);
+            return log();
+        }
+        let now = std::time::Instant::now();
+        if r.window.is_none_or(|w| now.saturating_duration_since(w).as_secs() >= 1) {
+            r.window = Some(now);
+            r.used = 0;
+            let k = std::mem::take(&mut r.suppressed);
+            if k > 0 {
+                tracing::warn!("suppressed {k} similar Connect refusal messages");
+            }
+        }
+        if r.used < r.per_sec {
+            r.used += 1;
+            drop(r);
+            log();
+        } else {
+            r.suppressed += 1;
+        }
     }
 
     /// What `hostnqn` holds right now.

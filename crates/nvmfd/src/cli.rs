@@ -43,7 +43,8 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
       a peer that vanished without FIN/RST is detected and its controller
       torn down in bounded time, also with keep-alive (KATO) 0.
   --log-rate [20]: per-connection log lines (accept, close) per second and
-      reactor; the rest are counted in one \"suppressed\" line.
+      reactor, and Connect refusal lines per second; the rest are counted in
+      one \"suppressed\" line.
 
 A config error (it names the method, the parameter and the problem) stops
 nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).";
@@ -158,8 +159,10 @@ pub struct Cli {
     pub tcp_user_timeout_ms: Option<u64>,
 
     /// Per-connection log lines (accepted, closed, refused) each reactor
-    /// writes per second at most; the rest are counted and reported in one
-    /// "suppressed N similar messages" line (0 = no limit). Controller
+    /// writes per second at most, and Connect refusal lines (over a limit,
+    /// unknown subsystem, host not allowed) the whole target writes per
+    /// second at most; the rest are counted and reported in one
+    /// "suppressed N similar ... messages" line (0 = no limit). Controller
     /// teardowns are always logged.
     #[arg(long = "log-rate", value_name = "N", default_value_t = crate::limits::DEFAULT_LOG_RATE)]
     pub log_rate: u32,

@@ -142,6 +142,7 @@ fn run(cli: Cli) -> Result<()> {
         max_io_queues_per_host: cli.max_io_queues_per_host,
     });
     target.set_discovery_kato_ms(cli.discovery_kato_ms);
+    target.set_log_rate(cli.log_rate);
     let conn_limits = limits::ConnLimits::new(cli.max_connections, cli.max_connections_per_host);
     let keepalive = limits::Keepalive::from_cli(
         cli.tcp_keepalive_idle_s,

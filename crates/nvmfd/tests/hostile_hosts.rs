@@ -446,6 +446,13 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
         "{refused_lines} refusal lines for {} refusals (budget {budget})",
         report.flood_refused
     );
+    let busy_lines = d.count_log("refused (Controller Busy)");
+    assert!(
+        busy_lines <= budget,
+        "{busy_lines} Connect refusal lines for {} refusals (budget {budget})",
+        report.busy_answers
+    );
+    assert!(d.logged("similar Connect refusal messages"));
 
     // Afterwards: a fresh host is served, and the storm host's caps are
     // free again once its connections are gone.
