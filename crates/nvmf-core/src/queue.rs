@@ -420,7 +420,13 @@ impl QueuePair {
 
         // AERs the host aborted.
         for cid in aq.aborted.drain(..) {
-            out(Completion::new(cid, qid, sqhd, Status::ABORTED_BY_REQUEST, 0));
+            out(Completion::new(
+                cid,
+                qid,
+                sqhd,
+                Status::ABORTED_BY_REQUEST,
+                0,
+            ));
         }
         // Asynchronous events.
         while !aq.aers.is_empty() && ctrl.pending_events() != 0 {

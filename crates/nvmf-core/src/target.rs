@@ -129,10 +129,16 @@ impl std::fmt::Display for LimitHit {
         match self {
             LimitHit::Controllers(n) => write!(f, "{n} controllers in total (--max-controllers)"),
             LimitHit::ControllersPerHost(n) => {
-                write!(f, "{n} controllers for this host NQN (--max-controllers-per-host)")
+                write!(
+                    f,
+                    "{n} controllers for this host NQN (--max-controllers-per-host)"
+                )
             }
             LimitHit::IoQueuesPerHost(n) => {
-                write!(f, "{n} I/O queues for this host NQN (--max-io-queues-per-host)")
+                write!(
+                    f,
+                    "{n} I/O queues for this host NQN (--max-io-queues-per-host)"
+                )
             }
         }
     }
@@ -302,7 +308,11 @@ impl Target {
     /// for none (Connect KATO 0 or Set Features Keep Alive Timer 0).
     /// 0 is taken as the default (discovery controllers are always reaped).
     pub fn set_discovery_kato_ms(&self, ms: u32) {
-        let ms = if ms == 0 { DEFAULT_DISCOVERY_KATO_MS } else { ms };
+        let ms = if ms == 0 {
+            DEFAULT_DISCOVERY_KATO_MS
+        } else {
+            ms
+        };
         self.discovery_kato_ms.store(ms, Ordering::Release);
     }
 
@@ -328,7 +338,9 @@ impl Target {
             return log();
         }
         let now = std::time::Instant::now();
-        if r.window.is_none_or(|w| now.saturating_duration_since(w).as_secs() >= 1) {
+        if r.window
+            .is_none_or(|w| now.saturating_duration_since(w).as_secs() >= 1)
+        {
             r.window = Some(now);
             r.used = 0;
             let k = std::mem::take(&mut r.suppressed);
@@ -370,7 +382,10 @@ impl Target {
             return Err(LimitHit::ControllersPerHost(l.max_controllers_per_host));
         }
         a.controllers += 1;
-        a.per_host.entry(hostnqn.to_string()).or_default().controllers += 1;
+        a.per_host
+            .entry(hostnqn.to_string())
+            .or_default()
+            .controllers += 1;
         Ok(())
     }
 

@@ -208,7 +208,10 @@ fn discovery_controller_with_kato_0_is_reaped() {
     assert_eq!(done(d.execute(&cmd, &mut [])).status(), Status::SUCCESS);
     assert_eq!(d.controller().unwrap().kato_ms(), 2000);
     let now = Instant::now();
-    assert_eq!(poll(&mut d, now + Duration::from_millis(1500)).0, QueueState::Open);
+    assert_eq!(
+        poll(&mut d, now + Duration::from_millis(1500)).0,
+        QueueState::Open
+    );
     assert!(matches!(
         poll(&mut d, now + Duration::from_millis(2600)).0,
         QueueState::Close { .. }
@@ -219,7 +222,10 @@ fn discovery_controller_with_kato_0_is_reaped() {
     let mut n = admin(&t, NQN, HOST_A, 0);
     assert_eq!(done(n.execute(&cmd, &mut [])).status(), Status::SUCCESS);
     assert_eq!(n.controller().unwrap().kato_ms(), 0);
-    assert_eq!(poll(&mut n, now + Duration::from_secs(3600)).0, QueueState::Open);
+    assert_eq!(
+        poll(&mut n, now + Duration::from_secs(3600)).0,
+        QueueState::Open
+    );
 }
 
 fn abort(qp: &mut QueuePair, sqid: u16, cid: u16) -> Completion {
@@ -233,7 +239,10 @@ fn abort_completes_an_outstanding_aer() {
     let t = target();
     let mut a = admin(&t, NQN, HOST_A, 0);
     for cid in [40u16, 41] {
-        let e = a.execute(&Command::new(AdminOpcode::AsyncEventRequest as u8, cid), &mut []);
+        let e = a.execute(
+            &Command::new(AdminOpcode::AsyncEventRequest as u8, cid),
+            &mut [],
+        );
         assert_eq!(e, Exec::Pending);
     }
     // Unknown CID, or a command on an I/O queue: not aborted (bit 0 set).

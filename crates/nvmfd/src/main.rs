@@ -300,7 +300,7 @@ fn warn_fd_limit(max_connections: usize) {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
         return;
     }
-    let soft = rl.rlim_cur as u64;
+    let soft = rl.rlim_cur;
     if max_connections == 0 || soft < max_connections as u64 + 64 {
         warn!(
             "open file limit (ulimit -n) is {soft}: below --max-connections {max_connections} + 64 spare; accepts may fail with EMFILE first"

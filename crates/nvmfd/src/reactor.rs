@@ -325,7 +325,9 @@ impl Reactor {
             } else if now >= next_tick {
                 next_tick = now + TICK;
                 let id = self.id;
-                self.log.roll(now, |k| info!(reactor = id, "suppressed {k} similar messages"));
+                self.log.roll(now, |k| {
+                    info!(reactor = id, "suppressed {k} similar messages")
+                });
                 if retry_accept {
                     retry_accept = false;
                     for i in 0..self.listeners.len() {
@@ -641,10 +643,9 @@ impl Reactor {
     /// current second is spent.
     fn conn_log(&mut self, log: impl FnOnce()) {
         let id = self.id;
-        if self
-            .log
-            .allow(Instant::now(), |k| info!(reactor = id, "suppressed {k} similar messages"))
-        {
+        if self.log.allow(Instant::now(), |k| {
+            info!(reactor = id, "suppressed {k} similar messages")
+        }) {
             log();
         }
     }
@@ -671,9 +672,9 @@ impl Reactor {
                     hostnqn = %ctrl.hostnqn(),
                     "connection from {peer} closed (admin queue, controller torn down): {reason}"
                 ),
-                None => self.conn_log(|| {
-                    info!(reactor = id, "connection from {peer} closed: {reason}")
-                }),
+                None => {
+                    self.conn_log(|| info!(reactor = id, "connection from {peer} closed: {reason}"))
+                }
             }
             // Dropping `c` drops its QueuePair (controller teardown for an
             // admin queue) and closes the socket.

@@ -50,7 +50,10 @@ static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// The test target of `tcp_common::config_json`, listening on `addr`.
 fn config_on(addr: &str, port: u16) -> String {
-    config_json(port).replace("\"traddr\":\"127.0.0.1\"", &format!("\"traddr\":\"{addr}\""))
+    config_json(port).replace(
+        "\"traddr\":\"127.0.0.1\"",
+        &format!("\"traddr\":\"{addr}\""),
+    )
 }
 
 use tcp_common::config_json;
@@ -66,10 +69,8 @@ impl Daemon {
                 SEQ.fetch_add(1, Ordering::Relaxed)
             ));
             std::fs::write(&cfg, config_on(addr, port)).unwrap();
-            let sock = std::env::temp_dir().join(format!(
-                "nvmfd-hostile-{}-{port}.sock",
-                std::process::id()
-            ));
+            let sock = std::env::temp_dir()
+                .join(format!("nvmfd-hostile-{}-{port}.sock", std::process::id()));
             let mut nvmfd = Nvmfd::spawn(
                 Nvmfd::command()
                     .args(["-c", cfg.to_str().unwrap(), "-m", "0", "-r"])
@@ -310,7 +311,11 @@ fn storm(addr: SocketAddr, stop: Arc<AtomicBool>) -> StormReport {
         let mut s = sock_from(a2, addr);
         let c = connect_queue(&mut s, 0, 30_000, CNTLID_DYNAMIC, DEFAULT_NQN, STORM_HOST);
         if i < MAX_CTRL_PER_HOST {
-            assert_eq!(c.status(), Status::SUCCESS, "controller {i} of the storm host");
+            assert_eq!(
+                c.status(),
+                Status::SUCCESS,
+                "controller {i} of the storm host"
+            );
             cntlids.push(c.dw0() as u16);
             held.push(s);
         } else {
@@ -340,7 +345,10 @@ fn storm(addr: SocketAddr, stop: Arc<AtomicBool>) -> StormReport {
             refused += 1;
         }
     }
-    assert_eq!(refused, 6, "connections over the per-address cap of {MAX_CONN_PER_HOST}");
+    assert_eq!(
+        refused, 6,
+        "connections over the per-address cap of {MAX_CONN_PER_HOST}"
+    );
 
     // Then knock until told to stop: a connection flood from the same
     // address (refused at accept) and controller / I/O queue Connects of
@@ -352,10 +360,18 @@ fn storm(addr: SocketAddr, stop: Arc<AtomicBool>) -> StormReport {
         while !stop2.load(Ordering::Relaxed) {
             let mut s = sock_from(a3, addr);
             let c = connect_queue(&mut s, 0, 30_000, CNTLID_DYNAMIC, DEFAULT_NQN, STORM_HOST);
-            assert_eq!(c.status(), busy(), "controller over the cap during the storm");
+            assert_eq!(
+                c.status(),
+                busy(),
+                "controller over the cap during the storm"
+            );
             let mut s = sock_from(a3, addr);
             let c = connect_queue(&mut s, 9, 0, cntlids[0], DEFAULT_NQN, STORM_HOST);
-            assert_eq!(c.status(), busy(), "I/O queue over the cap during the storm");
+            assert_eq!(
+                c.status(),
+                busy(),
+                "I/O queue over the cap during the storm"
+            );
             n += 2;
         }
         n
@@ -464,7 +480,10 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
         match Bystander::connect(d.port, STORM_HOST) {
             Ok(b) => again.push(b),
             Err(e) => {
-                assert!(Instant::now() < deadline, "storm host not admitted again: {e}");
+                assert!(
+                    Instant::now() < deadline,
+                    "storm host not admitted again: {e}"
+                );
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
@@ -486,9 +505,18 @@ fn stuck_stderr_never_stalls_the_reactor() {
     let port = free_port();
     let cfg = std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.json", std::process::id()));
     std::fs::write(&cfg, config_on("127.0.0.1", port)).unwrap();
-    let sock = std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.sock", std::process::id()));
+    let sock =
+        std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.sock", std::process::id()));
     let mut child = Nvmfd::command()
-        .args(["-c", cfg.to_str().unwrap(), "-m", "0", "--log-rate", "0", "-r"])
+        .args([
+            "-c",
+            cfg.to_str().unwrap(),
+            "-m",
+            "0",
+            "--log-rate",
+            "0",
+            "-r",
+        ])
         .arg(&sock)
         .env_remove("RUST_LOG")
         .stdin(Stdio::null())
@@ -524,7 +552,11 @@ fn stuck_stderr_never_stalls_the_reactor() {
     let mut by = Bystander::connect(port, BYSTANDER).expect("served while stderr is stuck");
     let lat = by.run_for(Duration::from_millis(300));
     assert!(!lat.is_empty());
-    assert!(t.elapsed() < Duration::from_secs(5), "took {:?}", t.elapsed());
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
 }
 
 // ---------------------------------------------------------------- liveness
@@ -559,7 +591,11 @@ fn silent_discovery_controller_with_kato_0_is_reaped() {
         }
     };
     let took = t.elapsed();
-    assert!(closed, "discovery controller not reaped within 5 s:\n{}", d.logs());
+    assert!(
+        closed,
+        "discovery controller not reaped within 5 s:\n{}",
+        d.logs()
+    );
     assert!(
         took >= Duration::from_millis(900) && took < Duration::from_millis(2500),
         "reaped after {took:?}"
@@ -604,12 +640,28 @@ impl NetNs {
         let _ = ip(&["netns", "del", &ns.name]);
         let _ = ip(&["link", "del", &ns.veth]);
         ip_ok(&["netns", "add", &ns.name]);
-        ip_ok(&["link", "add", &ns.veth, "type", "veth", "peer", "name", &peer]);
+        ip_ok(&[
+            "link", "add", &ns.veth, "type", "veth", "peer", "name", &peer,
+        ]);
         ip_ok(&["link", "set", &peer, "netns", &ns.name]);
-        ip_ok(&["addr", "add", &format!("{}/30", ns.target_ip()), "dev", &ns.veth]);
+        ip_ok(&[
+            "addr",
+            "add",
+            &format!("{}/30", ns.target_ip()),
+            "dev",
+            &ns.veth,
+        ]);
         ip_ok(&["link", "set", &ns.veth, "up"]);
         let n = ns.name.clone();
-        ip_ok(&["-n", &n, "addr", "add", &format!("{}/30", ns.host_ip()), "dev", &peer]);
+        ip_ok(&[
+            "-n",
+            &n,
+            "addr",
+            "add",
+            &format!("{}/30", ns.host_ip()),
+            "dev",
+            &peer,
+        ]);
         ip_ok(&["-n", &n, "link", "set", &peer, "up"]);
         ip_ok(&["-n", &n, "link", "set", "lo", "up"]);
         ns
