@@ -201,7 +201,13 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             if nsqr == 0xFFFF || ncqr == 0xFFFF {
                 return Outcome::err(INVALID_FIELD);
             }
-            let max = u32::from(ctrl.max_io_queues().max(1));
+            // No more than the transport allows per controller, nor than
+            // the host may still connect under its per-host I/O queue
+            // limit (at least 1: the field cannot say 0; Connect enforces).
+            let mut max = u32::from(ctrl.max_io_queues().max(1));
+            if let Some(left) = ctx.target.io_queue_budget(ctrl.hostnqn()) {
+                max = max.min(left.clamp(1, u16::MAX as usize) as u32);
+            }
             let nsqa = (nsqr + 1).min(max);
             let ncqa = (ncqr + 1).min(max);
             ctrl.set_num_io_queues(nsqa.min(ncqa) as u16);

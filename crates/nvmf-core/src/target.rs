@@ -400,6 +400,18 @@ impl Target {
         }
     }
 
+    /// I/O queues `hostnqn` may still connect under its per-host limit
+    /// (None: unlimited). Set Features Number of Queues offers no more, so
+    /// a well-behaved host creates only queues it can connect.
+    pub fn io_queue_budget(&self, hostnqn: &str) -> Option<usize> {
+        let a = self.admission();
+        let max = a.limits.max_io_queues_per_host;
+        (max != 0).then(|| {
+            let used = a.per_host.get(hostnqn).map_or(0, |u| u.io_queues);
+            max.saturating_sub(used)
+        })
+    }
+
     /// Reserve an I/O queue for `hostnqn` (released by `release_io_queue`).
     pub(crate) fn admit_io_queue(&self, hostnqn: &str) -> Result<(), LimitHit> {
         let mut a = self.admission();

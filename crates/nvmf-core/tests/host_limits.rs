@@ -190,6 +190,43 @@ fn io_queues_per_host_are_capped_across_controllers() {
     assert_eq!(t.host_usage(HOST_A), HostUsage::default());
 }
 
+#[test]
+fn number_of_queues_offers_what_the_host_may_still_connect() {
+    let t = target();
+    t.set_host_limits(HostLimits {
+        max_controllers: 0,
+        max_controllers_per_host: 0,
+        max_io_queues_per_host: 3,
+    });
+    let set_queues = |qp: &mut QueuePair, n: u32| {
+        let mut cmd = Command::new(AdminOpcode::SetFeatures as u8, 6);
+        cmd.set_cdw10(FeatureId::NumberOfQueues as u32)
+            .set_cdw11((n - 1) | ((n - 1) << 16));
+        let c = done(qp.execute(&cmd, &mut []));
+        assert_eq!(c.status(), Status::SUCCESS);
+        (c.dw0() & 0xFFFF) + 1
+    };
+    let mut a1 = admin(&t, NQN, HOST_A, 0);
+    assert_eq!(set_queues(&mut a1, 8), 3);
+    let c1 = cntlid(&a1);
+    let (_q1, c) = connect(&t, 1, 0, c1, NQN, HOST_A);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let (_q2, c) = connect(&t, 2, 0, c1, NQN, HOST_A);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let mut a2 = admin(&t, NQN, HOST_A, 0);
+    assert_eq!(set_queues(&mut a2, 8), 1, "one queue left for host A");
+    let (_q3, c) = connect(&t, 1, 0, cntlid(&a2), NQN, HOST_A);
+    assert_eq!(c.status(), Status::SUCCESS);
+    // Nothing left: still 1 offered (the field cannot say 0), Connect refuses.
+    let mut a3 = admin(&t, NQN, HOST_A, 0);
+    assert_eq!(set_queues(&mut a3, 8), 1);
+    let (_, c) = connect(&t, 1, 0, cntlid(&a3), NQN, HOST_A);
+    assert_eq!(c.status(), busy());
+    // Another host gets its full budget.
+    let mut b = admin(&t, NQN, HOST_B, 0);
+    assert_eq!(set_queues(&mut b, 8), 3);
+}
+
 fn poll(qp: &mut QueuePair, now: Instant) -> (QueueState, Vec<Completion>) {
     let mut got = Vec::new();
     let st = qp.poll(now, &mut |c| got.push(c));

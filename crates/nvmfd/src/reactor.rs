@@ -28,7 +28,9 @@
 //! for an admin queue) is torn down, even with KATO 0. Per-connection log
 //! lines (accepted, refused, closed) go through a per-reactor rate limit;
 //! the teardown of a controller's admin queue is always logged. The log
-//! writer itself is non-blocking (main.rs).
+//! writer itself is non-blocking (main.rs). A listener accepts at most
+//! `ACCEPT_BUDGET` connections per loop turn, so a connection flood cannot
+//! keep the reactor from its other sockets.
 //!
 //! Lost wake-ups: sockets are edge-triggered, so every path that stops
 //! reading with bytes possibly left (round budget, output backpressure)
@@ -72,6 +74,21 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 const MAX_ROUNDS: usize = 8;
 /// iovecs per writev.
 const IOV_BATCH: usize = 64;
+/// Connections one listener accepts per loop turn before the other
+/// sockets get their turn (a connection flood cannot hold the reactor in
+/// its accept loop).
+const ACCEPT_BUDGET: usize = 64;
+
+/// How an accept round on one listener ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepted {
+    /// The listen queue is empty.
+    Drained,
+    /// The per-turn budget is spent; more may be waiting.
+    More,
+    /// accept failed in a way that needs a retry later (e.g. EMFILE).
+    Failed,
+}
 
 /// Everything a reactor thread needs; built on the main thread.
 pub struct Reactor {
@@ -244,6 +261,9 @@ impl Reactor {
         let mut again_next: Vec<usize> = Vec::with_capacity(64);
         let mut tick_keys: Vec<usize> = Vec::with_capacity(64);
         let mut retry_accept = false;
+        // Listeners whose accept budget ran out: accepted again next turn.
+        let mut accept_again: Vec<usize> = Vec::with_capacity(4);
+        let mut accept_now: Vec<usize> = Vec::with_capacity(4);
         let mut next_tick = Instant::now() + TICK;
         // Until when to keep polling without sleeping (set after work).
         let mut spin_until: Option<Instant> = None;
@@ -252,7 +272,10 @@ impl Reactor {
             let now = Instant::now();
             // No connection and nothing to retry: sleep until an accept or
             // a wake-up, no timer. Otherwise wake for the next tick.
-            let timeout = if !again.is_empty() || spin_until.is_some_and(|t| now < t) {
+            let timeout = if !again.is_empty()
+                || !accept_again.is_empty()
+                || spin_until.is_some_and(|t| now < t)
+            {
                 Some(Duration::ZERO)
             } else if conns.is_empty() && !retry_accept {
                 None
@@ -283,8 +306,10 @@ impl Reactor {
                     uring_ready = true;
                 } else if t < CONN_BASE {
                     let i = t - LISTENER_BASE;
-                    if !self.accept_all(i, &mut conns) {
-                        retry_accept = true;
+                    match self.accept_all(i, &mut conns) {
+                        Accepted::Drained => {}
+                        Accepted::More => accept_again.push(i),
+                        Accepted::Failed => retry_accept = true,
                     }
                 } else {
                     let key = t - CONN_BASE;
@@ -301,6 +326,17 @@ impl Reactor {
                         c.tx_ready = true;
                     }
                     self.service_key(key, &mut conns, &mut again_next);
+                }
+            }
+            // Listeners that still had connections waiting after their turn.
+            std::mem::swap(&mut accept_now, &mut accept_again);
+            accept_now.sort_unstable();
+            accept_now.dedup();
+            for i in accept_now.drain(..) {
+                match self.accept_all(i, &mut conns) {
+                    Accepted::Drained => {}
+                    Accepted::More => accept_again.push(i),
+                    Accepted::Failed => retry_accept = true,
                 }
             }
             // Connections that still had readable bytes after their turn.
@@ -331,8 +367,10 @@ impl Reactor {
                 if retry_accept {
                     retry_accept = false;
                     for i in 0..self.listeners.len() {
-                        if !self.accept_all(i, &mut conns) {
-                            retry_accept = true;
+                        match self.accept_all(i, &mut conns) {
+                            Accepted::Drained => {}
+                            Accepted::More => accept_again.push(i),
+                            Accepted::Failed => retry_accept = true,
                         }
                     }
                 }
@@ -383,22 +421,23 @@ impl Reactor {
         debug!(reactor = self.id, connections = n, "reactor stopped");
     }
 
-    /// Accepts until the listen queue is empty. Returns false when accepting
-    /// failed for a reason that needs a retry later (e.g. out of descriptors).
-    fn accept_all(&mut self, i: usize, conns: &mut Slab<Conn>) -> bool {
-        loop {
+    /// Accepts until the listen queue is empty or `ACCEPT_BUDGET`
+    /// connections (admitted or refused) were taken this turn.
+    fn accept_all(&mut self, i: usize, conns: &mut Slab<Conn>) -> Accepted {
+        for _ in 0..ACCEPT_BUDGET {
             let Some(Some((listener, laddr))) = self.listeners.get(i) else {
-                return true;
+                return Accepted::Drained;
             };
             let laddr = laddr.clone();
             let (mut sock, peer) = match listener.accept() {
                 Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Accepted::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(e) => {
-                    warn!(reactor = self.id, "accept on {} failed: {e}", laddr.addr);
-                    return false;
+                    let id = self.id;
+                    self.conn_log(|| warn!(reactor = id, "accept on {} failed: {e}", laddr.addr));
+                    return Accepted::Failed;
                 }
             };
             let ticket = match self.conn_limits.admit(peer.ip()) {
@@ -465,6 +504,7 @@ impl Reactor {
                 _ticket: ticket,
             });
         }
+        Accepted::More
     }
 
     /// Polls (delivers late completions) and services every connection
