@@ -178,7 +178,7 @@ pub(crate) fn connect(
                 if !admitted {
                     target.release_controller(hostnqn);
                 }
-                tracing::warn!(subnqn, hostnqn, "no free controller ID");
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, "no free controller ID"));
                 Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY.with_dnr()))
             }
         }
@@ -219,7 +219,7 @@ pub fn cap(target: &Target) -> u64 {
 pub(crate) fn admin_fabrics(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     match FabricsType::try_from(cmd.fctype()) {
         Ok(FabricsType::PropertyGet) => property_get(target, ctrl, cmd),
-        Ok(FabricsType::PropertySet) => property_set(ctrl, cmd),
+        Ok(FabricsType::PropertySet) => property_set(target, ctrl, cmd),
         Ok(FabricsType::Connect) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => Outcome::err(INVALID_OPCODE),
     }
@@ -245,20 +245,20 @@ fn property_get(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     }
 }
 
-fn property_set(ctrl: &Controller, cmd: &Command) -> Outcome {
+fn property_set(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     if cmd.prop_size().is_none() {
         return Outcome::err(INVALID_FIELD);
     }
     if cmd.prop_offset() != CC {
         return Outcome::err(INVALID_FIELD);
     }
-    write_cc(ctrl, cmd.prop_value() as u32);
+    write_cc(target, ctrl, cmd.prop_value() as u32);
     Outcome::ok()
 }
 
 /// Apply a CC write: enable (→ RDY, or CFS on a bad configuration),
 /// disable (reset: RDY cleared), shutdown (SHST complete).
-pub(crate) fn write_cc(ctrl: &Controller, new: u32) {
+pub(crate) fn write_cc(target: &Target, ctrl: &Controller, new: u32) {
     let old = ctrl.cc();
     let mut csts = ctrl.csts();
     ctrl.set_cc(new);
@@ -272,11 +272,14 @@ pub(crate) fn write_cc(ctrl: &Controller, new: u32) {
         let css = (new >> 4) & 0x7;
         let ams = (new >> 11) & 0x7;
         if iosqes != 6 || iocqes != 4 || mps != 0 || css != 0 || ams != 0 {
-            tracing::warn!(
-                cntlid = ctrl.cntlid(),
-                cc = new,
-                "unsupported CC configuration"
-            );
+            // A host may repeat this as fast as it can send: rate-limited.
+            target.refusal_log(|| {
+                tracing::warn!(
+                    cntlid = ctrl.cntlid(),
+                    cc = new,
+                    "unsupported CC configuration"
+                );
+            });
             csts |= CSTS_CFS;
         } else {
             csts |= CSTS_RDY;

@@ -154,8 +154,9 @@ pub struct HostUsage {
 /// Default of [`Target::set_log_rate`].
 pub const DEFAULT_REFUSAL_LOG_RATE: u32 = 20;
 
-/// Rate limit of Connect refusal log lines, all reactors together: a host
-/// may repeat a refused Connect on one connection as fast as it can send.
+/// Rate limit of log lines a host can trigger with one command it repeats
+/// as fast as it can send (refused Connects, unsupported CC values), all
+/// reactors together.
 #[derive(Debug)]
 struct RefusalLog {
     per_sec: u32,
@@ -320,8 +321,9 @@ impl Target {
         self.discovery_kato_ms.load(Ordering::Acquire)
     }
 
-    /// Connect refusal lines logged per second at most (0 = no limit); the
-    /// rest are counted and reported in one line when the next second opens.
+    /// Lines about refused Connects and unsupported CC values logged per
+    /// second at most (0 = no limit); the rest are counted and reported in
+    /// one line when the next second opens.
     pub fn set_log_rate(&self, per_sec: u32) {
         self.refusal_log
             .lock()
@@ -329,7 +331,7 @@ impl Target {
             .per_sec = per_sec;
     }
 
-    /// Runs `log` (a Connect refusal line) unless this second's budget is
+    /// Runs `log` (a refused Connect, an unsupported CC value) unless this second's budget is
     /// spent (control path: one small lock).
     pub(crate) fn refusal_log(&self, log: impl FnOnce()) {
         let mut r = self.refusal_log.lock().unwrap_or_else(|e| e.into_inner());
@@ -345,7 +347,9 @@ impl Target {
             r.used = 0;
             let k = std::mem::take(&mut r.suppressed);
             if k > 0 {
-                tracing::warn!("suppressed {k} similar Connect refusal messages");
+                tracing::warn!(
+                    "suppressed {k} similar host error messages (refused Connects, bad CC)"
+                );
             }
         }
         if r.used < r.per_sec {

@@ -43,7 +43,7 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
       a peer that vanished without FIN/RST is detected and its controller
       torn down in bounded time, also with keep-alive (KATO) 0.
   --log-rate [20]: per-connection log lines (accept, close) per second and
-      reactor, and Connect refusal lines per second; the rest are counted in
+      reactor, and refused-Connect / bad-CC lines per second; the rest are counted in
       one \"suppressed\" line.
 
 A config error (it names the method, the parameter and the problem) stops
@@ -159,8 +159,9 @@ pub struct Cli {
     pub tcp_user_timeout_ms: Option<u64>,
 
     /// Per-connection log lines (accepted, closed, refused) each reactor
-    /// writes per second at most, and Connect refusal lines (over a limit,
-    /// unknown subsystem, host not allowed) the whole target writes per
+    /// writes per second at most, and lines about refused Connects (over a limit,
+    /// unknown subsystem, host not allowed) and unsupported CC values the
+    /// whole target writes per
     /// second at most; the rest are counted and reported in one
     /// "suppressed N similar ... messages" line (0 = no limit). Controller
     /// teardowns are always logged.

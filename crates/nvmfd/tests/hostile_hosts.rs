@@ -468,7 +468,7 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
         "{busy_lines} Connect refusal lines for {} refusals (budget {budget})",
         report.busy_answers
     );
-    assert!(d.logged("similar Connect refusal messages"));
+    assert!(d.logged("similar host error messages"));
 
     // Afterwards: a fresh host is served, and the storm host's caps are
     // free again once its connections are gone.
