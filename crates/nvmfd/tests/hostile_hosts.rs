@@ -192,6 +192,19 @@ fn connect_queue(
     exec(w, &host, cmd, Out::InCapsule(cd.as_bytes()), 0).0
 }
 
+/// Closes our side and waits (5 s at most) until nvmfd has closed its side
+/// too, so the connection no longer counts against any cap.
+fn close_and_wait(mut s: Sock) {
+    let _ = s.s.shutdown(std::net::Shutdown::Write);
+    s.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut b = [0u8; 4096];
+    while let Ok(n) = s.s.read(&mut b) {
+        if n == 0 {
+            break;
+        }
+    }
+}
+
 /// Whether nvmfd closed (or reset) this freshly accepted connection within
 /// `wait`, rather than keeping it.
 fn closed_by_target(s: &mut TcpStream, wait: Duration) -> bool {
@@ -320,6 +333,7 @@ fn storm(addr: SocketAddr, stop: Arc<AtomicBool>) -> StormReport {
             held.push(s);
         } else {
             assert_eq!(c.status(), busy(), "controller {i} over the per-host cap");
+            close_and_wait(s);
         }
     }
     // I/O queues (all on the first controller): the cap, then Busy.
@@ -331,10 +345,10 @@ fn storm(addr: SocketAddr, stop: Arc<AtomicBool>) -> StormReport {
             held.push(s);
         } else {
             assert_eq!(c.status(), busy(), "I/O queue {qid} over the per-host cap");
+            close_and_wait(s);
         }
     }
-    // Let nvmfd see the refused ones go (their connections free up).
-    std::thread::sleep(Duration::from_millis(300));
+    std::thread::sleep(Duration::from_millis(50));
     // Connections that never send ICReq: up to the per-address cap they
     // are kept, beyond it closed at once.
     let room = MAX_CONN_PER_HOST - held.len();
@@ -490,6 +504,43 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
     }
     by.run_for(Duration::from_millis(100));
     assert!(test_start.elapsed() < Duration::from_secs(60));
+}
+
+#[test]
+fn total_connection_cap_refuses_at_accept_whatever_the_address() {
+    let d = Daemon::start("127.0.0.1", &["--max-connections", "3"]);
+    let addr: SocketAddr = format!("127.0.0.1:{}", d.port).parse().unwrap();
+    let mut kept: Vec<TcpStream> = [1u8, 2, 3]
+        .iter()
+        .map(|&h| tcp_from(Ipv4Addr::new(127, 0, 0, h), addr).unwrap())
+        .collect();
+    for s in kept.iter_mut() {
+        assert!(
+            !closed_by_target(s, Duration::from_millis(300)),
+            "under the cap"
+        );
+    }
+    let mut over = tcp_from(Ipv4Addr::new(127, 0, 0, 4), addr).unwrap();
+    assert!(
+        closed_by_target(&mut over, Duration::from_secs(2)),
+        "4th connection kept"
+    );
+    assert!(d
+        .wait_log_for(
+            "refused: limit of 3 connections in total",
+            Duration::from_secs(2)
+        )
+        .is_some());
+    // One goes: there is room again.
+    let s = kept.pop().unwrap();
+    close_and_wait(Sock {
+        s,
+        buf: Vec::new(),
+        parsed: VecDeque::new(),
+    });
+    std::thread::sleep(Duration::from_millis(50));
+    let mut again = tcp_from(Ipv4Addr::new(127, 0, 0, 4), addr).unwrap();
+    assert!(!closed_by_target(&mut again, Duration::from_millis(300)));
 }
 
 // ---------------------------------------------------------------- logging
