@@ -37,6 +37,8 @@ struct Daemon {
     nvmfd: Nvmfd,
     port: u16,
     cfg: PathBuf,
+    /// RPC socket (left behind when nvmfd is killed).
+    rpc: PathBuf,
 }
 
 impl std::ops::Deref for Daemon {
@@ -79,9 +81,16 @@ impl Daemon {
             );
             let ready = format!("listening on {addr}:{port} (tcp)");
             if nvmfd.wait_ready(&ready, Duration::from_secs(10)) {
-                return Daemon { nvmfd, port, cfg };
+                return Daemon {
+                    nvmfd,
+                    port,
+                    cfg,
+                    rpc: sock,
+                };
             }
+            nvmfd.kill();
             let _ = std::fs::remove_file(&cfg);
+            let _ = std::fs::remove_file(&sock);
             assert!(
                 nvmfd.logs().contains("Address already in use"),
                 "nvmfd did not start; log:\n{}",
@@ -117,6 +126,7 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         self.nvmfd.kill();
         let _ = std::fs::remove_file(&self.cfg);
+        let _ = std::fs::remove_file(&self.rpc);
     }
 }
 
@@ -575,17 +585,19 @@ fn stuck_stderr_never_stalls_the_reactor() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn nvmfd");
-    struct Kill(std::process::Child, PathBuf);
+    struct Kill(std::process::Child, [PathBuf; 2]);
     impl Drop for Kill {
         fn drop(&mut self) {
             let _ = self.0.kill();
             let _ = self.0.wait();
-            let _ = std::fs::remove_file(&self.1);
+            for p in &self.1 {
+                let _ = std::fs::remove_file(p);
+            }
         }
     }
     // Held, never read.
     let _stderr = child.stderr.take();
-    let _guard = Kill(child, cfg);
+    let _guard = Kill(child, [cfg, sock]);
     let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     while TcpStream::connect(addr).is_err() {
