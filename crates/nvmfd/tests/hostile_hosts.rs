@@ -461,10 +461,10 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
     );
     assert!(report.flood_refused > 50, "{report:?}");
     assert!(report.busy_answers > 10, "{report:?}");
-    // Latency: within a small factor of before (plus 0.5 ms for a shared,
+    // Latency: within a small factor of before (plus 1 ms for a shared,
     // loaded test machine: quiet, p99 goes from ~80 us to ~200 us).
     assert!(
-        p_during <= p_before * 5 + Duration::from_micros(500),
+        p_during <= p_before * 5 + Duration::from_millis(1),
         "bystander p99 {p_during:?} during the storm vs {p_before:?} before"
     );
     assert!(
