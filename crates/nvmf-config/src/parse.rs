@@ -547,7 +547,15 @@ fn create_subsystem(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
         }
         Some(n) => s.max_namespaces = n,
     }
-    s.ana_reporting = p.opt_bool("ana_reporting")?.unwrap_or(false);
+    // Refused rather than silently ignored: a host would see no ANA log
+    // page and no ANA state, contrary to what the config asked for.
+    if p.opt_bool("ana_reporting")? == Some(true) {
+        return Err(p.err(
+            "ana_reporting",
+            "true is not supported yet (ANA reporting comes with multipath support); leave it out or set false",
+        ));
+    }
+    s.ana_reporting = false;
     if let Some(v) = p.opt_u16("min_cntlid")? {
         s.min_cntlid = v;
     }

@@ -3,6 +3,14 @@
 //! Owns opcode dispatch for NVM and discovery controllers, Get/Set Features,
 //! Asynchronous Event Request queuing, Keep Alive and Abort. Identify and
 //! Get Log Page live in `identify.rs` and `logpage.rs`.
+//!
+//! Abort reaches what is outstanding on this admin queue: an Asynchronous
+//! Event Request named by (SQID 0, CID) completes with Command Aborted by
+//! Request (delivered by `QueuePair::poll`) and the Abort reports "aborted"
+//! (dword 0 bit 0 clear). Commands on I/O queues live on other connections,
+//! possibly other reactor threads, and complete in backend time; the Abort
+//! reports "not aborted" (bit 0 set) for them, as the spec allows
+//! (docs/DESIGN.md, "Abort").
 
 use std::sync::Arc;
 
@@ -24,6 +32,8 @@ pub(crate) struct AdminCtx<'a> {
     pub ctrl: &'a Arc<Controller>,
     pub ns: &'a Arc<NamespaceTable>,
     pub aers: &'a mut Vec<u16>,
+    /// CIDs of AERs aborted by an Abort, to complete with Aborted by Request.
+    pub aborted: &'a mut Vec<u16>,
 }
 
 /// How an admin command ended.
@@ -68,12 +78,27 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
         }
         // The admin queue already recorded the activity.
         AdminOpcode::KeepAlive => Outcome::ok(),
-        // "Command not aborted": we never abort anything.
-        AdminOpcode::Abort => Outcome::ok_dw0(1),
+        AdminOpcode::Abort => abort(ctx, cmd),
         // Create/Delete I/O SQ/CQ do not exist on fabrics; the rest is unsupported.
         _ => Outcome::err(INVALID_OPCODE),
     };
     AdminResult::Done(out)
+}
+
+/// Abort (08h): CDW10 bits 15:0 SQID, 31:16 CID. Only an outstanding AER
+/// on the admin queue can be aborted here (see the top comment).
+fn abort(ctx: &mut AdminCtx<'_>, cmd: &Command) -> Outcome {
+    let sqid = cmd.cdw10() & 0xFFFF;
+    let cid = (cmd.cdw10() >> 16) as u16;
+    if sqid == 0 {
+        if let Some(i) = ctx.aers.iter().position(|&c| c == cid) {
+            ctx.aers.remove(i);
+            ctx.aborted.push(cid);
+            return Outcome::ok_dw0(0);
+        }
+    }
+    // Not found, already completed, or on an I/O queue: not aborted.
+    Outcome::ok_dw0(1)
 }
 
 /// Asynchronous Event Configuration bits 4:0: SMART / health critical warnings.
@@ -176,7 +201,13 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             if nsqr == 0xFFFF || ncqr == 0xFFFF {
                 return Outcome::err(INVALID_FIELD);
             }
-            let max = u32::from(ctrl.max_io_queues().max(1));
+            // No more than the transport allows per controller, nor than
+            // the host may still connect under its per-host I/O queue
+            // limit (at least 1: the field cannot say 0; Connect enforces).
+            let mut max = u32::from(ctrl.max_io_queues().max(1));
+            if let Some(left) = ctx.target.io_queue_budget(ctrl.hostnqn()) {
+                max = max.min(left.clamp(1, u16::MAX as usize) as u32);
+            }
             let nsqa = (nsqr + 1).min(max);
             let ncqa = (ncqr + 1).min(max);
             ctrl.set_num_io_queues(nsqa.min(ncqa) as u16);
@@ -192,7 +223,14 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             Outcome::ok_dw0(cdw11)
         }
         Ok(FeatureId::KeepAliveTimer) => {
-            ctrl.set_kato_ms(cdw11);
+            // A discovery controller is always reaped: KATO 0 there means
+            // the target's discovery default, as at Connect.
+            let kato = if cdw11 == 0 && ctrl.is_discovery() {
+                ctx.target.discovery_kato_ms()
+            } else {
+                cdw11
+            };
+            ctrl.set_kato_ms(kato);
             Outcome::ok()
         }
         Ok(FeatureId::VolatileWriteCache) => {

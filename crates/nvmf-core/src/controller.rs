@@ -8,11 +8,24 @@
 //! (settable from any thread, checked by the admin queue with one atomic
 //! load), the changed-namespace list, a "dead" flag that makes every queue of
 //! the controller close, and statistics folded in from closed queues.
+//! A controller admitted against the target's host limits gives its
+//! reservation back when it is dropped, and each I/O queue's reservation
+//! when the queue is released.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::subsystem::Subsystem;
+use crate::target::{LimitHit, Target};
+
+/// Why an I/O queue could not be claimed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ClaimError {
+    /// QID 0, above the negotiated number of queues, or already connected.
+    InvalidQid,
+    /// The host NQN holds as many I/O queues as it may.
+    Limit(LimitHit),
+}
 
 /// Asynchronous Event Configuration bit / event: Namespace Attribute Notices.
 pub const AEN_NS_ATTR: u32 = 1 << 8;
@@ -128,6 +141,9 @@ pub struct Controller {
     aen_masked: AtomicU32,
     changed_ns: Mutex<ChangedNs>,
     stats: AtomicStats,
+    /// The target whose host limits admitted this controller (dangling for
+    /// controllers built outside a target, e.g. in unit tests).
+    admitted_by: Weak<Target>,
 }
 
 impl Controller {
@@ -162,7 +178,16 @@ impl Controller {
             aen_masked: AtomicU32::new(0),
             changed_ns: Mutex::new(ChangedNs::default()),
             stats: AtomicStats::default(),
+            admitted_by: Weak::new(),
         }
+    }
+
+    /// This controller holds a reservation of `target`'s host limits
+    /// (`Target::admit_controller` succeeded for it): give it back on drop,
+    /// and count its I/O queues against the host too.
+    pub(crate) fn with_admission(mut self, target: &Arc<Target>) -> Controller {
+        self.admitted_by = Arc::downgrade(target);
+        self
     }
 
     pub fn cntlid(&self) -> u16 {
@@ -233,26 +258,39 @@ impl Controller {
             .store(n.min(self.max_io_queues), Ordering::Release);
     }
 
-    /// Claim I/O queue `qid`; false if out of range or already connected.
-    pub(crate) fn claim_io_queue(&self, qid: u16) -> bool {
+    /// Claim I/O queue `qid`: it must be in range and not connected, and
+    /// the host must be below its I/O queue limit.
+    pub(crate) fn claim_io_queue(&self, qid: u16) -> Result<(), ClaimError> {
         if qid == 0 || qid > self.num_io_queues() {
-            return false;
+            return Err(ClaimError::InvalidQid);
         }
+        // Lock order: this controller's queue table, then the target's
+        // admission lock (release takes them one after the other).
         let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
         match q.get_mut(qid as usize) {
             Some(slot) if !*slot => {
+                if let Some(t) = self.admitted_by.upgrade() {
+                    t.admit_io_queue(&self.hostnqn).map_err(ClaimError::Limit)?;
+                }
                 *slot = true;
-                true
+                Ok(())
             }
-            _ => false,
+            _ => Err(ClaimError::InvalidQid),
         }
     }
 
     /// Release I/O queue `qid` (its connection went away).
     pub(crate) fn release_io_queue(&self, qid: u16) {
-        let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(slot) = q.get_mut(qid as usize) {
-            *slot = false;
+        let was = {
+            let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+            q.get_mut(qid as usize)
+                .map(|slot| std::mem::replace(slot, false))
+                .unwrap_or(false)
+        };
+        if was {
+            if let Some(t) = self.admitted_by.upgrade() {
+                t.release_io_queue(&self.hostnqn);
+            }
         }
     }
 
@@ -412,6 +450,22 @@ impl Controller {
     }
 }
 
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let Some(t) = self.admitted_by.upgrade() else {
+            return;
+        };
+        // I/O queues hold the controller, so none is normally left; give
+        // back whatever is, then the controller itself.
+        let q = self.io_queues.get_mut().unwrap_or_else(|e| e.into_inner());
+        for slot in q.iter_mut().filter(|s| **s) {
+            *slot = false;
+            t.release_io_queue(&self.hostnqn);
+        }
+        t.release_controller(&self.hostnqn);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -463,13 +517,13 @@ mod tests {
     #[test]
     fn io_queue_claims() {
         let c = ctrl();
-        assert!(!c.claim_io_queue(0));
-        assert!(c.claim_io_queue(4));
-        assert!(!c.claim_io_queue(4));
-        assert!(!c.claim_io_queue(5));
+        assert!(c.claim_io_queue(0).is_err());
+        assert!(c.claim_io_queue(4).is_ok());
+        assert!(c.claim_io_queue(4).is_err());
+        assert!(c.claim_io_queue(5).is_err());
         c.set_num_io_queues(2);
-        assert!(!c.claim_io_queue(3));
-        assert!(c.claim_io_queue(2));
+        assert!(c.claim_io_queue(3).is_err());
+        assert!(c.claim_io_queue(2).is_ok());
         assert_eq!(c.connected_io_queues(), 2);
         c.release_io_queue(4);
         c.release_io_queue(999);

@@ -5,6 +5,20 @@
 //! Connect and attaching an I/O queue to an existing one, and the controller
 //! properties CAP, VS, CC, CSTS (enable, reset and shutdown handshakes).
 //! Connect errors carry IATTR/IPO in dword 0 the way the Linux host reads them.
+//!
+//! Host limits (`Target::set_host_limits`): a Connect that would take a host
+//! over its controller cap (admin queue) or I/O queue cap (I/O queue), or the
+//! target over its total controller cap, completes with Connect Controller
+//! Busy (SCT 1h, SC 81h) and DNR clear: nothing in the command is wrong, the
+//! target is out of a resource that may free up, so the host may retry later
+//! (the Linux host keeps reconnecting every reconnect_delay until
+//! ctrl_loss_tmo; with DNR it would give the controller up for good). nvmet
+//! answers Controller Busy too when it has no controller ID left or a queue
+//! is already taken.
+//!
+//! Every refusal is logged through the target's rate limit
+//! (`Target::set_log_rate`): a host may repeat a refused Connect on one
+//! connection as fast as it can send.
 
 use std::sync::Arc;
 
@@ -17,7 +31,7 @@ use nvmf_wire::opcode::FabricsType;
 use nvmf_wire::status::Status;
 use nvmf_wire::zerocopy::FromBytes;
 
-use crate::controller::Controller;
+use crate::controller::{ClaimError, Controller};
 use crate::error::{connect_ipo_iattr, Outcome, INVALID_FIELD, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::queue::PortInfo;
 use crate::target::Target;
@@ -44,10 +58,6 @@ pub const NVME_VERSION: u32 = VS_1_3;
 /// CAP.TO: worst-case time to become ready, in 500 ms units (7.5 s, as nvmet).
 const CAP_TIMEOUT: u8 = 15;
 
-/// Discovery controllers connected with KATO 0 still time out after this
-/// long, so stale discovery sessions go away (nvmet does the same).
-const DISCOVERY_DEFAULT_KATO_MS: u32 = 120_000;
-
 /// A successful Connect.
 #[derive(Debug)]
 pub(crate) enum Connected {
@@ -60,6 +70,11 @@ pub(crate) enum Connected {
         qid: u16,
         depth: u16,
     },
+}
+
+/// Over a host limit: Connect Controller Busy, retryable (see the top comment).
+fn over_limit() -> Outcome {
+    Outcome::err(Status::CONNECT_CONTROLLER_BUSY)
 }
 
 fn invalid_param(in_data: bool, offset: u16) -> Outcome {
@@ -86,27 +101,33 @@ pub(crate) fn connect(
     let subnqn = d.subnqn();
     let hostnqn = d.hostnqn();
     let Some(subsys) = target.subsystem(subnqn) else {
-        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem");
+        target.refusal_log(
+            || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem"),
+        );
         return Err(invalid_param(true, ipo::SUBNQN));
     };
     // An NVM subsystem is reachable only through its own listeners: to a host
     // that came in on another port it does not exist (as with nvmet). The
     // discovery subsystem answers on every port the target listens on.
     if !subsys.is_discovery() && !subsys.listens_on(port) {
-        tracing::warn!(
-            subnqn,
-            hostnqn,
-            peer = %port.peer,
-            port = %format_args!("{}:{}", port.traddr, port.trsvcid),
-            "connect to a subsystem that does not listen on this port"
-        );
+        target.refusal_log(|| {
+            tracing::warn!(
+                subnqn,
+                hostnqn,
+                peer = %port.peer,
+                port = %format_args!("{}:{}", port.traddr, port.trsvcid),
+                "connect to a subsystem that does not listen on this port"
+            )
+        });
         return Err(invalid_param(true, ipo::SUBNQN));
     }
     if hostnqn.is_empty() {
         return Err(invalid_param(true, ipo::HOSTNQN));
     }
     if !subsys.host_allowed(hostnqn) {
-        tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed");
+        target.refusal_log(
+            || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed"),
+        );
         return Err(Outcome {
             status: Status::CONNECT_INVALID_HOST.with_dnr(),
             dw0: connect_ipo_iattr(true, ipo::HOSTNQN),
@@ -127,19 +148,26 @@ pub(crate) fn connect(
         }
         let mut kato_ms = cmd.kato();
         if subsys.is_discovery() && kato_ms == 0 {
-            kato_ms = DISCOVERY_DEFAULT_KATO_MS;
+            kato_ms = target.discovery_kato_ms();
         }
         let max_io = if subsys.is_discovery() {
             0
         } else {
             limits.max_io_qpairs_per_ctrlr
         };
+        if let Err(hit) = target.admit_controller(hostnqn) {
+            target.refusal_log(|| tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached"));
+            return Err(over_limit());
+        }
         let hostid = d.hostid;
         let sub2 = subsys.clone();
+        let mut admitted = false;
         let ctrl = subsys.register_controller(|cntlid| {
-            Arc::new(Controller::new(
-                cntlid, sub2, hostnqn, hostid, max_io, kato_ms,
-            ))
+            admitted = true;
+            Arc::new(
+                Controller::new(cntlid, sub2, hostnqn, hostid, max_io, kato_ms)
+                    .with_admission(target),
+            )
         });
         match ctrl {
             Some(ctrl) => Ok(Connected::Admin {
@@ -147,7 +175,10 @@ pub(crate) fn connect(
                 depth: sqsize + 1,
             }),
             None => {
-                tracing::warn!(subnqn, hostnqn, "no free controller ID");
+                if !admitted {
+                    target.release_controller(hostnqn);
+                }
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, "no free controller ID"));
                 Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY.with_dnr()))
             }
         }
@@ -162,8 +193,13 @@ pub(crate) fn connect(
         if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_queue_depth) {
             return Err(invalid_param(false, ipo::SQSIZE));
         }
-        if !ctrl.claim_io_queue(qid) {
-            return Err(invalid_param(false, ipo::QID));
+        match ctrl.claim_io_queue(qid) {
+            Ok(()) => {}
+            Err(ClaimError::InvalidQid) => return Err(invalid_param(false, ipo::QID)),
+            Err(ClaimError::Limit(hit)) => {
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused (Controller Busy): host limit of {hit} reached"));
+                return Err(over_limit());
+            }
         }
         Ok(Connected::Io {
             ctrl,
@@ -183,7 +219,7 @@ pub fn cap(target: &Target) -> u64 {
 pub(crate) fn admin_fabrics(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     match FabricsType::try_from(cmd.fctype()) {
         Ok(FabricsType::PropertyGet) => property_get(target, ctrl, cmd),
-        Ok(FabricsType::PropertySet) => property_set(ctrl, cmd),
+        Ok(FabricsType::PropertySet) => property_set(target, ctrl, cmd),
         Ok(FabricsType::Connect) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => Outcome::err(INVALID_OPCODE),
     }
@@ -209,20 +245,20 @@ fn property_get(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     }
 }
 
-fn property_set(ctrl: &Controller, cmd: &Command) -> Outcome {
+fn property_set(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
     if cmd.prop_size().is_none() {
         return Outcome::err(INVALID_FIELD);
     }
     if cmd.prop_offset() != CC {
         return Outcome::err(INVALID_FIELD);
     }
-    write_cc(ctrl, cmd.prop_value() as u32);
+    write_cc(target, ctrl, cmd.prop_value() as u32);
     Outcome::ok()
 }
 
 /// Apply a CC write: enable (→ RDY, or CFS on a bad configuration),
 /// disable (reset: RDY cleared), shutdown (SHST complete).
-pub(crate) fn write_cc(ctrl: &Controller, new: u32) {
+pub(crate) fn write_cc(target: &Target, ctrl: &Controller, new: u32) {
     let old = ctrl.cc();
     let mut csts = ctrl.csts();
     ctrl.set_cc(new);
@@ -236,11 +272,14 @@ pub(crate) fn write_cc(ctrl: &Controller, new: u32) {
         let css = (new >> 4) & 0x7;
         let ams = (new >> 11) & 0x7;
         if iosqes != 6 || iocqes != 4 || mps != 0 || css != 0 || ams != 0 {
-            tracing::warn!(
-                cntlid = ctrl.cntlid(),
-                cc = new,
-                "unsupported CC configuration"
-            );
+            // A host may repeat this as fast as it can send: rate-limited.
+            target.refusal_log(|| {
+                tracing::warn!(
+                    cntlid = ctrl.cntlid(),
+                    cc = new,
+                    "unsupported CC configuration"
+                );
+            });
             csts |= CSTS_CFS;
         } else {
             csts |= CSTS_RDY;

@@ -68,6 +68,9 @@ pub enum QueueState {
 struct AdminQueue {
     /// CIDs of outstanding Asynchronous Event Requests, oldest first.
     aers: Vec<u16>,
+    /// AERs an Abort removed from `aers`: completed by `poll` with Command
+    /// Aborted by Request.
+    aborted: Vec<u16>,
     /// Last command seen on the admin queue (every admin command counts as
     /// keep-alive traffic).
     last_activity: Instant,
@@ -260,6 +263,7 @@ impl QueuePair {
                 self.ctrl = Some(ctrl);
                 self.role = Role::Admin(AdminQueue {
                     aers: Vec::with_capacity(AER_LIMIT),
+                    aborted: Vec::with_capacity(AER_LIMIT),
                     last_activity: Instant::now(),
                 });
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
@@ -319,6 +323,7 @@ impl QueuePair {
             ctrl: &ctrl,
             ns: &self.ns,
             aers: &mut aq.aers,
+            aborted: &mut aq.aborted,
         };
         match admin::execute(&mut ctx, cmd, data) {
             AdminResult::Done(out) => self.complete(cmd.cid(), out),
@@ -413,6 +418,16 @@ impl QueuePair {
             }
         }
 
+        // AERs the host aborted.
+        for cid in aq.aborted.drain(..) {
+            out(Completion::new(
+                cid,
+                qid,
+                sqhd,
+                Status::ABORTED_BY_REQUEST,
+                0,
+            ));
+        }
         // Asynchronous events.
         while !aq.aers.is_empty() && ctrl.pending_events() != 0 {
             let Some(bit) = ctrl.take_event() else { break };

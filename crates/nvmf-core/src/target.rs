@@ -2,15 +2,16 @@
 //!
 //! Owns [`Target`] (backends by bdev name, NVM subsystems, the discovery
 //! subsystem, listen addresses and their port IDs, the discovery log
-//! generation counter, the active controller count) and
-//! [`TransportLimits`] (queue depths, I/O sizes from the TCP transport
-//! configuration). Built once from `nvmf_config::TargetConfig` and shared by
+//! generation counter, the active controller count, connect-time admission
+//! against [`HostLimits`]: controllers in total and per host NQN, I/O queues
+//! per host NQN) and [`TransportLimits`] (queue depths, I/O sizes from the
+//! TCP transport configuration). Built once from `nvmf_config::TargetConfig` and shared by
 //! every reactor as `Arc<Target>`. Runtime changes (namespaces now;
 //! subsystems, hosts, listeners later) go through methods here so controllers
 //! get their asynchronous events.
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use nvmf_config::{
@@ -78,6 +79,101 @@ impl Default for TransportLimits {
     }
 }
 
+/// Caps on what hosts may hold, checked at Fabrics Connect (control path).
+/// 0 means unlimited. Controllers count NVM and discovery controllers alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostLimits {
+    /// Controllers alive at once, all hosts together.
+    pub max_controllers: usize,
+    /// Controllers alive at once with the same host NQN.
+    pub max_controllers_per_host: usize,
+    /// I/O queues connected at once with the same host NQN (all its
+    /// controllers together).
+    pub max_io_queues_per_host: usize,
+}
+
+/// Default of [`HostLimits::max_controllers`].
+pub const DEFAULT_MAX_CONTROLLERS: usize = 1024;
+/// Default of [`HostLimits::max_controllers_per_host`].
+pub const DEFAULT_MAX_CONTROLLERS_PER_HOST: usize = 64;
+/// Default of [`HostLimits::max_io_queues_per_host`].
+pub const DEFAULT_MAX_IO_QUEUES_PER_HOST: usize = 2048;
+/// Keep-alive timeout a discovery controller gets when the host asks for
+/// none (KATO 0), so a silent discovery session is always reaped (nvmet
+/// uses the same 120 s).
+pub const DEFAULT_DISCOVERY_KATO_MS: u32 = 120_000;
+
+impl Default for HostLimits {
+    fn default() -> Self {
+        HostLimits {
+            max_controllers: DEFAULT_MAX_CONTROLLERS,
+            max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
+            max_io_queues_per_host: DEFAULT_MAX_IO_QUEUES_PER_HOST,
+        }
+    }
+}
+
+/// Which cap a Connect ran into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitHit {
+    /// [`HostLimits::max_controllers`].
+    Controllers(usize),
+    /// [`HostLimits::max_controllers_per_host`].
+    ControllersPerHost(usize),
+    /// [`HostLimits::max_io_queues_per_host`].
+    IoQueuesPerHost(usize),
+}
+
+impl std::fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LimitHit::Controllers(n) => write!(f, "{n} controllers in total (--max-controllers)"),
+            LimitHit::ControllersPerHost(n) => {
+                write!(
+                    f,
+                    "{n} controllers for this host NQN (--max-controllers-per-host)"
+                )
+            }
+            LimitHit::IoQueuesPerHost(n) => {
+                write!(
+                    f,
+                    "{n} I/O queues for this host NQN (--max-io-queues-per-host)"
+                )
+            }
+        }
+    }
+}
+
+/// Controllers and I/O queues one host NQN holds right now.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct HostUsage {
+    pub controllers: usize,
+    pub io_queues: usize,
+}
+
+/// Default of [`Target::set_log_rate`].
+pub const DEFAULT_REFUSAL_LOG_RATE: u32 = 20;
+
+/// Rate limit of log lines a host can trigger with one command it repeats
+/// as fast as it can send (refused Connects, unsupported CC values), all
+/// reactors together.
+#[derive(Debug)]
+struct RefusalLog {
+    per_sec: u32,
+    window: Option<std::time::Instant>,
+    used: u32,
+    suppressed: u64,
+}
+
+/// Connect-time bookkeeping (one lock, taken on Connect and teardown only).
+#[derive(Debug, Default)]
+struct Admission {
+    limits: HostLimits,
+    controllers: usize,
+    /// Only hosts holding something have an entry (bounded by the caps).
+    per_host: HashMap<String, HostUsage>,
+}
+
 /// The whole target. Shared by all reactors as `Arc<Target>`.
 #[derive(Debug)]
 pub struct Target {
@@ -90,6 +186,9 @@ pub struct Target {
     ports: RwLock<Vec<ListenerConfig>>,
     discovery_genctr: AtomicU64,
     active_controllers: AtomicUsize,
+    admission: Mutex<Admission>,
+    discovery_kato_ms: AtomicU32,
+    refusal_log: Mutex<RefusalLog>,
 }
 
 impl Target {
@@ -161,6 +260,14 @@ impl Target {
             ports: RwLock::new(ports),
             discovery_genctr: AtomicU64::new(1),
             active_controllers: AtomicUsize::new(0),
+            admission: Mutex::new(Admission::default()),
+            discovery_kato_ms: AtomicU32::new(DEFAULT_DISCOVERY_KATO_MS),
+            refusal_log: Mutex::new(RefusalLog {
+                per_sec: DEFAULT_REFUSAL_LOG_RATE,
+                window: None,
+                used: 0,
+                suppressed: 0,
+            }),
         }))
     }
 
@@ -186,6 +293,149 @@ impl Target {
             })
             .unwrap_or(0);
         prev.saturating_sub(1)
+    }
+
+    /// Caps checked at Connect (existing controllers and queues are kept
+    /// when lowered).
+    pub fn set_host_limits(&self, limits: HostLimits) {
+        self.admission().limits = limits;
+    }
+
+    pub fn host_limits(&self) -> HostLimits {
+        self.admission().limits
+    }
+
+    /// Keep-alive timeout given to a discovery controller whose host asks
+    /// for none (Connect KATO 0 or Set Features Keep Alive Timer 0).
+    /// 0 is taken as the default (discovery controllers are always reaped).
+    pub fn set_discovery_kato_ms(&self, ms: u32) {
+        let ms = if ms == 0 {
+            DEFAULT_DISCOVERY_KATO_MS
+        } else {
+            ms
+        };
+        self.discovery_kato_ms.store(ms, Ordering::Release);
+    }
+
+    pub fn discovery_kato_ms(&self) -> u32 {
+        self.discovery_kato_ms.load(Ordering::Acquire)
+    }
+
+    /// Lines about refused Connects and unsupported CC values logged per
+    /// second at most (0 = no limit); the rest are counted and reported in
+    /// one line when the next second opens.
+    pub fn set_log_rate(&self, per_sec: u32) {
+        self.refusal_log
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .per_sec = per_sec;
+    }
+
+    /// Runs `log` (a refused Connect, an unsupported CC value) unless this second's budget is
+    /// spent (control path: one small lock).
+    pub(crate) fn refusal_log(&self, log: impl FnOnce()) {
+        let mut r = self.refusal_log.lock().unwrap_or_else(|e| e.into_inner());
+        if r.per_sec == 0 {
+            drop(r);
+            return log();
+        }
+        let now = std::time::Instant::now();
+        if r.window
+            .is_none_or(|w| now.saturating_duration_since(w).as_secs() >= 1)
+        {
+            r.window = Some(now);
+            r.used = 0;
+            let k = std::mem::take(&mut r.suppressed);
+            if k > 0 {
+                tracing::warn!(
+                    "suppressed {k} similar host error messages (refused Connects, bad CC)"
+                );
+            }
+        }
+        if r.used < r.per_sec {
+            r.used += 1;
+            drop(r);
+            log();
+        } else {
+            r.suppressed += 1;
+        }
+    }
+
+    /// What `hostnqn` holds right now.
+    pub fn host_usage(&self, hostnqn: &str) -> HostUsage {
+        self.admission()
+            .per_host
+            .get(hostnqn)
+            .copied()
+            .unwrap_or_default()
+    }
+
+    fn admission(&self) -> std::sync::MutexGuard<'_, Admission> {
+        self.admission.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Reserve a controller for `hostnqn` (released by `release_controller`).
+    pub(crate) fn admit_controller(&self, hostnqn: &str) -> Result<(), LimitHit> {
+        let mut a = self.admission();
+        let l = a.limits;
+        if l.max_controllers != 0 && a.controllers >= l.max_controllers {
+            return Err(LimitHit::Controllers(l.max_controllers));
+        }
+        let cur = a.per_host.get(hostnqn).map_or(0, |u| u.controllers);
+        if l.max_controllers_per_host != 0 && cur >= l.max_controllers_per_host {
+            return Err(LimitHit::ControllersPerHost(l.max_controllers_per_host));
+        }
+        a.controllers += 1;
+        a.per_host
+            .entry(hostnqn.to_string())
+            .or_default()
+            .controllers += 1;
+        Ok(())
+    }
+
+    pub(crate) fn release_controller(&self, hostnqn: &str) {
+        let mut a = self.admission();
+        a.controllers = a.controllers.saturating_sub(1);
+        if let Some(u) = a.per_host.get_mut(hostnqn) {
+            u.controllers = u.controllers.saturating_sub(1);
+            if *u == HostUsage::default() {
+                a.per_host.remove(hostnqn);
+            }
+        }
+    }
+
+    /// I/O queues `hostnqn` may still connect under its per-host limit
+    /// (None: unlimited). Set Features Number of Queues offers no more, so
+    /// a well-behaved host creates only queues it can connect.
+    pub fn io_queue_budget(&self, hostnqn: &str) -> Option<usize> {
+        let a = self.admission();
+        let max = a.limits.max_io_queues_per_host;
+        (max != 0).then(|| {
+            let used = a.per_host.get(hostnqn).map_or(0, |u| u.io_queues);
+            max.saturating_sub(used)
+        })
+    }
+
+    /// Reserve an I/O queue for `hostnqn` (released by `release_io_queue`).
+    pub(crate) fn admit_io_queue(&self, hostnqn: &str) -> Result<(), LimitHit> {
+        let mut a = self.admission();
+        let max = a.limits.max_io_queues_per_host;
+        let u = a.per_host.entry(hostnqn.to_string()).or_default();
+        if max != 0 && u.io_queues >= max {
+            return Err(LimitHit::IoQueuesPerHost(max));
+        }
+        u.io_queues += 1;
+        Ok(())
+    }
+
+    pub(crate) fn release_io_queue(&self, hostnqn: &str) {
+        let mut a = self.admission();
+        if let Some(u) = a.per_host.get_mut(hostnqn) {
+            u.io_queues = u.io_queues.saturating_sub(1);
+            if *u == HostUsage::default() {
+                a.per_host.remove(hostnqn);
+            }
+        }
     }
 
     /// The subsystem with this NQN (the discovery NQN names the discovery subsystem).

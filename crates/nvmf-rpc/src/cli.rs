@@ -367,7 +367,7 @@ static COMMANDS: &[Cmd] = &[
             o("-d", "--model-number", "model_number", Str, "Model number of the virtual NVMe controller"),
             o("-a", "--allow-any-host", "allow_any_host", True, "Allow any host to connect (default: enforce allowed host NQN list)"),
             o("-m", "--max-namespaces", "max_namespaces", Int, "Maximum number of namespaces"),
-            o("-r", "--ana-reporting", "ana_reporting", True, "Enable ANA reporting feature"),
+            o("-r", "--ana-reporting", "ana_reporting", True, "Enable ANA reporting feature (nvmfd refuses it until multipath support)"),
             o("-i", "--min-cntlid", "min_cntlid", Int, "Minimum controller ID"),
             o("-I", "--max-cntlid", "max_cntlid", Int, "Maximum controller ID"),
             o("", "--dmrsl", "dmrsl", Int, "(accepted, ignored)"),

@@ -387,6 +387,15 @@ fn subsystems_namespaces_listeners_hosts() {
         INVALID_PARAMS,
         "nqn",
     );
+    // ANA reporting is refused until multipath implements it.
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_subsystem",
+        json!({"nqn": "nqn.2016-06.io.spdk:ana", "ana_reporting": true}),
+        INVALID_PARAMS,
+        "ana_reporting\": true is not supported yet",
+    );
     let cnode2 = "nqn.2016-06.io.spdk:cnode2";
     assert_eq!(
         call(

@@ -29,6 +29,23 @@ CONTROL PLANE (JSON-RPC, SPDK method names):
   nvmf rpc -s /tmp/nvmfd.sock bdev_malloc_create -b Malloc0 64 512
   nvmf rpc -s /tmp/nvmfd.sock nvmf_subsystem_add_ns nqn.2016-06.io.spdk:cnode1 Malloc0
 
+LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
+  --max-connections [4096], --max-connections-per-host [512]: TCP connections
+      in total and per peer IP address; over the cap an accepted connection is
+      closed at once (RST) and a rate-limited line names the peer.
+  --max-controllers [1024], --max-controllers-per-host [64],
+  --max-io-queues-per-host [2048]: checked at Fabrics Connect (per host NQN);
+      over the cap the Connect fails with Connect Controller Busy (retryable).
+  --discovery-kato-ms [120000]: keep-alive timeout of discovery controllers
+      whose host asks for none; discovery controllers are always reaped.
+  --tcp-keepalive-idle-s [30], --tcp-keepalive-interval-s [5],
+  --tcp-keepalive-probes [4], --tcp-user-timeout-ms [idle+interval*probes]:
+      a peer that vanished without FIN/RST is detected and its controller
+      torn down in bounded time, also with keep-alive (KATO) 0.
+  --log-rate [20]: per-connection log lines (accept, close) per second and
+      reactor, and refused-Connect / bad-CC lines per second; the rest are counted in
+      one \"suppressed\" line.
+
 A config error (it names the method, the parameter and the problem) stops
 nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).";
 
@@ -85,6 +102,71 @@ pub struct Cli {
     /// (0 = never).
     #[arg(long = "connect-timeout-ms", value_name = "MS", default_value_t = crate::reactor::CONNECT_TIMEOUT.as_millis() as u64)]
     pub connect_timeout_ms: u64,
+
+    /// Most TCP connections open at once, all hosts together (0 =
+    /// unlimited). An accepted connection over the cap is closed at once.
+    #[arg(long = "max-connections", value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+
+    /// Most TCP connections open at once from one peer IP address (0 =
+    /// unlimited). Hosts behind one NAT address share this budget.
+    #[arg(long = "max-connections-per-host", value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
+    pub max_connections_per_host: usize,
+
+    /// Most controllers (NVM and discovery) alive at once, all hosts
+    /// together (0 = unlimited). A Connect over the cap gets Connect
+    /// Controller Busy.
+    #[arg(long = "max-controllers", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_CONTROLLERS)]
+    pub max_controllers: usize,
+
+    /// Most controllers alive at once for one host NQN (0 = unlimited).
+    #[arg(long = "max-controllers-per-host", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_CONTROLLERS_PER_HOST)]
+    pub max_controllers_per_host: usize,
+
+    /// Most I/O queues connected at once for one host NQN, all its
+    /// controllers together (0 = unlimited). The per-controller limit is
+    /// the transport's max_qpairs_per_ctrlr.
+    #[arg(long = "max-io-queues-per-host", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_IO_QUEUES_PER_HOST)]
+    pub max_io_queues_per_host: usize,
+
+    /// Keep-alive timeout in milliseconds of a discovery controller whose
+    /// host asks for none (Connect KATO 0 or Set Features Keep Alive Timer
+    /// 0), so discovery controllers are always reaped (as nvmet does).
+    #[arg(long = "discovery-kato-ms", value_name = "MS", default_value_t = nvmf_core::target::DEFAULT_DISCOVERY_KATO_MS,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub discovery_kato_ms: u32,
+
+    /// TCP keepalive of every accepted connection: seconds without traffic
+    /// before the first probe (0 = no keepalive probes).
+    #[arg(long = "tcp-keepalive-idle-s", value_name = "S", default_value_t = crate::limits::DEFAULT_KEEPALIVE_IDLE_S,
+          value_parser = clap::value_parser!(u64).range(0..=32767))]
+    pub tcp_keepalive_idle_s: u64,
+
+    /// Seconds between unanswered TCP keepalive probes.
+    #[arg(long = "tcp-keepalive-interval-s", value_name = "S", default_value_t = crate::limits::DEFAULT_KEEPALIVE_INTERVAL_S,
+          value_parser = clap::value_parser!(u64).range(1..=32767))]
+    pub tcp_keepalive_interval_s: u64,
+
+    /// Unanswered TCP keepalive probes before the connection is dropped.
+    #[arg(long = "tcp-keepalive-probes", value_name = "N", default_value_t = crate::limits::DEFAULT_KEEPALIVE_PROBES,
+          value_parser = clap::value_parser!(u32).range(1..=127))]
+    pub tcp_keepalive_probes: u32,
+
+    /// TCP_USER_TIMEOUT in milliseconds: how long sent data or keepalive
+    /// probes may stay unacknowledged before the connection is dropped.
+    /// Default: idle + interval × probes; 0 = not set (kernel default).
+    #[arg(long = "tcp-user-timeout-ms", value_name = "MS")]
+    pub tcp_user_timeout_ms: Option<u64>,
+
+    /// Per-connection log lines (accepted, closed, refused) each reactor
+    /// writes per second at most, and lines about refused Connects (over a limit,
+    /// unknown subsystem, host not allowed) and unsupported CC values the
+    /// whole target writes per
+    /// second at most; the rest are counted and reported in one
+    /// "suppressed N similar ... messages" line (0 = no limit). Controller
+    /// teardowns are always logged.
+    #[arg(long = "log-rate", value_name = "N", default_value_t = crate::limits::DEFAULT_LOG_RATE)]
+    pub log_rate: u32,
 }
 
 /// Default of `--poll-us`.
@@ -193,6 +275,13 @@ mod tests {
         let c = Cli::try_parse_from(["nvmfd", "--poll-us", "0"]).unwrap();
         assert_eq!(c.poll_us, 0);
         assert!(Cli::try_parse_from(["nvmfd", "--poll-us", "-1"]).is_err());
+        let c = Cli::try_parse_from(["nvmfd"]).unwrap();
+        assert_eq!(c.max_connections, 4096);
+        assert_eq!(c.max_connections_per_host, 512);
+        assert_eq!(c.max_controllers_per_host, 64);
+        assert_eq!(c.discovery_kato_ms, 120_000);
+        assert_eq!(c.tcp_user_timeout_ms, None);
+        assert!(Cli::try_parse_from(["nvmfd", "--discovery-kato-ms", "0"]).is_err());
         Cli::command_debug_assert();
     }
 

@@ -1,10 +1,13 @@
-//! nvmfd entry point: parses the command line, sets up logging, loads and
-//! validates the config (or the embedded default), creates the target, binds
-//! the listeners for every reactor, starts the pinned reactor threads and
-//! waits for SIGINT/SIGTERM to shut them down.
+//! nvmfd entry point: parses the command line, sets up logging (a
+//! non-blocking writer: a bounded, lossy queue drained by its own thread, so
+//! no reactor ever waits on stderr; flushed at exit), loads and validates the
+//! config (or the embedded default), creates the target and applies the host
+//! limits, binds the listeners for every reactor, starts the pinned reactor
+//! threads and waits for SIGINT/SIGTERM to shut them down.
 
 mod cli;
 mod cpus;
+mod limits;
 mod listen;
 mod live;
 mod reactor;
@@ -23,8 +26,11 @@ use tracing::{info, warn};
 
 fn main() {
     let cli = Cli::parse();
-    init_logging(cli.log_level.as_deref());
-    match run(cli) {
+    let guard = init_logging(cli.log_level.as_deref());
+    let res = run(cli);
+    // Flush what the log thread still holds before exiting.
+    drop(guard);
+    match res {
         Ok(()) => std::process::exit(0),
         Err(e) => {
             eprintln!("nvmfd: error: {e:#}");
@@ -33,7 +39,11 @@ fn main() {
     }
 }
 
-fn init_logging(level: Option<&str>) {
+/// Log lines the non-blocking writer queues before it drops new ones
+/// (counted by tracing-appender; nothing blocks).
+const LOG_QUEUE_LINES: usize = 65_536;
+
+fn init_logging(level: Option<&str>) -> tracing_appender::non_blocking::WorkerGuard {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(l) => EnvFilter::try_new(l).unwrap_or_else(|e| {
@@ -42,12 +52,18 @@ fn init_logging(level: Option<&str>) {
         }),
         None => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
     };
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(true)
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .thread_name("nvmfd-log")
+        .finish(std::io::stderr());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .init();
+    guard
 }
 
 fn run(cli: Cli) -> Result<()> {
@@ -120,6 +136,34 @@ fn run(cli: Cli) -> Result<()> {
         .unwrap_or_default();
     let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
     let params = TcpParams::new(target.limits(), tcp.c2h_success);
+    target.set_host_limits(nvmf_core::HostLimits {
+        max_controllers: cli.max_controllers,
+        max_controllers_per_host: cli.max_controllers_per_host,
+        max_io_queues_per_host: cli.max_io_queues_per_host,
+    });
+    target.set_discovery_kato_ms(cli.discovery_kato_ms);
+    target.set_log_rate(cli.log_rate);
+    let conn_limits = limits::ConnLimits::new(cli.max_connections, cli.max_connections_per_host);
+    let keepalive = limits::Keepalive::from_cli(
+        cli.tcp_keepalive_idle_s,
+        cli.tcp_keepalive_interval_s,
+        cli.tcp_keepalive_probes,
+        cli.tcp_user_timeout_ms,
+    );
+    info!(
+        "limits: connections {} total / {} per peer address, controllers {} total / {} per host NQN, I/O queues {} per host NQN (0 = unlimited); discovery KATO {} ms; TCP keepalive {:?} idle, {:?} x {}, user timeout {:?}",
+        cli.max_connections,
+        cli.max_connections_per_host,
+        cli.max_controllers,
+        cli.max_controllers_per_host,
+        cli.max_io_queues_per_host,
+        cli.discovery_kato_ms,
+        keepalive.idle,
+        keepalive.interval,
+        keepalive.probes,
+        keepalive.user_timeout
+    );
+    warn_fd_limit(cli.max_connections);
 
     // Listeners: every reactor gets its own SO_REUSEPORT socket per address.
     let addrs: Vec<Arc<ListenAddr>> = cfg
@@ -164,6 +208,9 @@ fn run(cli: Cli) -> Result<()> {
             poll_window: std::time::Duration::from_micros(cli.poll_us),
             icreq_timeout: std::time::Duration::from_millis(cli.icreq_timeout_ms),
             connect_timeout: std::time::Duration::from_millis(cli.connect_timeout_ms),
+            conn_limits: conn_limits.clone(),
+            keepalive,
+            log: limits::LogLimiter::new(cli.log_rate),
         });
     }
 
@@ -240,6 +287,25 @@ fn run(cli: Cli) -> Result<()> {
     }
     info!("shutdown complete");
     Ok(())
+}
+
+/// Says so when the descriptor limit is below what --max-connections allows
+/// (accept then fails with EMFILE before the cap is reached).
+fn warn_fd_limit(max_connections: usize) {
+    let mut rl = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we pass; nothing else.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) } != 0 {
+        return;
+    }
+    let soft = rl.rlim_cur;
+    if max_connections == 0 || soft < max_connections as u64 + 64 {
+        warn!(
+            "open file limit (ulimit -n) is {soft}: below --max-connections {max_connections} + 64 spare; accepts may fail with EMFILE first"
+        );
+    }
 }
 
 fn describe_default(cfg: &TargetConfig) {

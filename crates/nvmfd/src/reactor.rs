@@ -20,6 +20,18 @@
 //! wake-up of a halted CPU; an idle one blocks in epoll (no timer without
 //! connections), so it costs no CPU.
 //!
+//! Limits and liveness (`limits.rs`): every accepted connection is first
+//! admitted against the connection caps shared by all reactors (over the
+//! cap: closed at once with RST), then gets TCP keepalive and
+//! TCP_USER_TIMEOUT, so a peer that vanished without FIN/RST makes its
+//! socket fail in bounded time and the connection (with its controller,
+//! for an admin queue) is torn down, even with KATO 0. Per-connection log
+//! lines (accepted, refused, closed) go through a per-reactor rate limit;
+//! the teardown of a controller's admin queue is always logged. The log
+//! writer itself is non-blocking (main.rs). A listener accepts at most
+//! `ACCEPT_BUDGET` connections per loop turn, so a connection flood cannot
+//! keep the reactor from its other sockets.
+//!
 //! Lost wake-ups: sockets are edge-triggered, so every path that stops
 //! reading with bytes possibly left (round budget, output backpressure)
 //! either queues the connection on the `again` list (next turn polls with
@@ -27,6 +39,7 @@
 //! output is queued). As a safety net, the 100 ms tick re-arms reading and
 //! writing of every connection, so a missed edge costs at most one tick.
 
+use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -61,6 +74,21 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 const MAX_ROUNDS: usize = 8;
 /// iovecs per writev.
 const IOV_BATCH: usize = 64;
+/// Connections one listener accepts per loop turn before the other
+/// sockets get their turn (a connection flood cannot hold the reactor in
+/// its accept loop).
+const ACCEPT_BUDGET: usize = 64;
+
+/// How an accept round on one listener ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Accepted {
+    /// The listen queue is empty.
+    Drained,
+    /// The per-turn budget is spent; more may be waiting.
+    More,
+    /// accept failed in a way that needs a retry later (e.g. EMFILE).
+    Failed,
+}
 
 /// Everything a reactor thread needs; built on the main thread.
 pub struct Reactor {
@@ -86,6 +114,12 @@ pub struct Reactor {
     /// Close a connection not connected to a controller this long after it
     /// was accepted.
     pub connect_timeout: Duration,
+    /// Connection caps shared by every reactor.
+    pub conn_limits: Arc<ConnLimits>,
+    /// TCP keepalive / TCP_USER_TIMEOUT of accepted sockets.
+    pub keepalive: Keepalive,
+    /// Rate limit of per-connection log lines.
+    pub log: LogLimiter,
 }
 
 /// Default of `icreq_timeout`.
@@ -169,6 +203,8 @@ struct Conn {
     accepted: Instant,
     /// Connected to a controller once (the Connect limit no longer applies).
     connected: bool,
+    /// Its place under the connection caps (given back on drop).
+    _ticket: ConnTicket,
 }
 
 enum Outcome {
@@ -225,6 +261,9 @@ impl Reactor {
         let mut again_next: Vec<usize> = Vec::with_capacity(64);
         let mut tick_keys: Vec<usize> = Vec::with_capacity(64);
         let mut retry_accept = false;
+        // Listeners whose accept budget ran out: accepted again next turn.
+        let mut accept_again: Vec<usize> = Vec::with_capacity(4);
+        let mut accept_now: Vec<usize> = Vec::with_capacity(4);
         let mut next_tick = Instant::now() + TICK;
         // Until when to keep polling without sleeping (set after work).
         let mut spin_until: Option<Instant> = None;
@@ -233,7 +272,10 @@ impl Reactor {
             let now = Instant::now();
             // No connection and nothing to retry: sleep until an accept or
             // a wake-up, no timer. Otherwise wake for the next tick.
-            let timeout = if !again.is_empty() || spin_until.is_some_and(|t| now < t) {
+            let timeout = if !again.is_empty()
+                || !accept_again.is_empty()
+                || spin_until.is_some_and(|t| now < t)
+            {
                 Some(Duration::ZERO)
             } else if conns.is_empty() && !retry_accept {
                 None
@@ -264,8 +306,10 @@ impl Reactor {
                     uring_ready = true;
                 } else if t < CONN_BASE {
                     let i = t - LISTENER_BASE;
-                    if !self.accept_all(i, &mut conns) {
-                        retry_accept = true;
+                    match self.accept_all(i, &mut conns) {
+                        Accepted::Drained => {}
+                        Accepted::More => accept_again.push(i),
+                        Accepted::Failed => retry_accept = true,
                     }
                 } else {
                     let key = t - CONN_BASE;
@@ -282,6 +326,17 @@ impl Reactor {
                         c.tx_ready = true;
                     }
                     self.service_key(key, &mut conns, &mut again_next);
+                }
+            }
+            // Listeners that still had connections waiting after their turn.
+            std::mem::swap(&mut accept_now, &mut accept_again);
+            accept_now.sort_unstable();
+            accept_now.dedup();
+            for i in accept_now.drain(..) {
+                match self.accept_all(i, &mut conns) {
+                    Accepted::Drained => {}
+                    Accepted::More => accept_again.push(i),
+                    Accepted::Failed => retry_accept = true,
                 }
             }
             // Connections that still had readable bytes after their turn.
@@ -305,11 +360,17 @@ impl Reactor {
                 next_tick = now + TICK;
             } else if now >= next_tick {
                 next_tick = now + TICK;
+                let id = self.id;
+                self.log.roll(now, |k| {
+                    info!(reactor = id, "suppressed {k} similar messages")
+                });
                 if retry_accept {
                     retry_accept = false;
                     for i in 0..self.listeners.len() {
-                        if !self.accept_all(i, &mut conns) {
-                            retry_accept = true;
+                        match self.accept_all(i, &mut conns) {
+                            Accepted::Drained => {}
+                            Accepted::More => accept_again.push(i),
+                            Accepted::Failed => retry_accept = true,
                         }
                     }
                 }
@@ -360,26 +421,48 @@ impl Reactor {
         debug!(reactor = self.id, connections = n, "reactor stopped");
     }
 
-    /// Accepts until the listen queue is empty. Returns false when accepting
-    /// failed for a reason that needs a retry later (e.g. out of descriptors).
-    fn accept_all(&mut self, i: usize, conns: &mut Slab<Conn>) -> bool {
-        loop {
+    /// Accepts until the listen queue is empty or `ACCEPT_BUDGET`
+    /// connections (admitted or refused) were taken this turn.
+    fn accept_all(&mut self, i: usize, conns: &mut Slab<Conn>) -> Accepted {
+        for _ in 0..ACCEPT_BUDGET {
             let Some(Some((listener, laddr))) = self.listeners.get(i) else {
-                return true;
+                return Accepted::Drained;
             };
             let laddr = laddr.clone();
             let (mut sock, peer) = match listener.accept() {
                 Ok(x) => x,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Accepted::Drained,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::ConnectionAborted => continue,
                 Err(e) => {
-                    warn!(reactor = self.id, "accept on {} failed: {e}", laddr.addr);
-                    return false;
+                    let id = self.id;
+                    self.conn_log(|| warn!(reactor = id, "accept on {} failed: {e}", laddr.addr));
+                    return Accepted::Failed;
+                }
+            };
+            let ticket = match self.conn_limits.admit(peer.ip()) {
+                Ok(t) => t,
+                Err(why) => {
+                    // Close at once, with RST: no TIME_WAIT left here, and
+                    // the peer learns right away.
+                    let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
+                    drop(sock);
+                    let id = self.id;
+                    self.conn_log(|| {
+                        warn!(
+                            reactor = id,
+                            "connection from {peer} on {} refused: limit of {why} reached",
+                            laddr.addr
+                        )
+                    });
+                    continue;
                 }
             };
             if let Err(e) = sock.set_nodelay(true) {
                 debug!("TCP_NODELAY failed for {peer}: {e}");
+            }
+            if let Err(e) = self.keepalive.apply(&sock) {
+                debug!("TCP keepalive setup failed for {peer}: {e}");
             }
             let port = Arc::new(PortInfo {
                 trtype: laddr.cfg.trtype,
@@ -399,10 +482,13 @@ impl Reactor {
                 warn!("cannot register connection from {peer}: {e}");
                 continue;
             }
-            info!(
-                reactor = self.id,
-                "connection accepted from {peer} on {} (tcp)", laddr.addr
-            );
+            let id = self.id;
+            self.conn_log(|| {
+                info!(
+                    reactor = id,
+                    "connection accepted from {peer} on {} (tcp)", laddr.addr
+                )
+            });
             entry.insert(Conn {
                 sock,
                 peer,
@@ -415,8 +501,10 @@ impl Reactor {
                 closing_since: None,
                 accepted: Instant::now(),
                 connected: false,
+                _ticket: ticket,
             });
         }
+        Accepted::More
     }
 
     /// Polls (delivers late completions) and services every connection
@@ -591,6 +679,17 @@ impl Reactor {
         s
     }
 
+    /// Runs `log` unless this reactor's per-connection line budget for the
+    /// current second is spent.
+    fn conn_log(&mut self, log: impl FnOnce()) {
+        let id = self.id;
+        if self.log.allow(Instant::now(), |k| {
+            info!(reactor = id, "suppressed {k} similar messages")
+        }) {
+            log();
+        }
+    }
+
     fn close(&mut self, key: usize, conns: &mut Slab<Conn>, reason: String) {
         if let Some(mut c) = conns.try_remove(key) {
             let q = c.sm.queue();
@@ -603,10 +702,20 @@ impl Reactor {
             }
             self.closed.stats.add(q.stats());
             let _ = self.poll.registry().deregister(&mut c.sock);
-            info!(
-                reactor = self.id,
-                "connection from {} closed: {reason}", c.peer
-            );
+            let id = self.id;
+            let peer = c.peer;
+            match q.controller().filter(|_| q.is_admin()) {
+                // A controller goes away with this queue: always logged.
+                Some(ctrl) => info!(
+                    reactor = id,
+                    cntlid = ctrl.cntlid(),
+                    hostnqn = %ctrl.hostnqn(),
+                    "connection from {peer} closed (admin queue, controller torn down): {reason}"
+                ),
+                None => {
+                    self.conn_log(|| info!(reactor = id, "connection from {peer} closed: {reason}"))
+                }
+            }
             // Dropping `c` drops its QueuePair (controller teardown for an
             // admin queue) and closes the socket.
         }
@@ -666,6 +775,11 @@ fn service(c: &mut Conn) -> Outcome {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.rx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                    return Outcome::Close(format!(
+                        "peer unreachable (TCP keepalive / user timeout expired): {e}"
+                    ))
+                }
                 Err(e) => return Outcome::Close(format!("read error: {e}")),
             }
         }
@@ -681,6 +795,11 @@ fn service(c: &mut Conn) -> Outcome {
                 Ok(n) => c.sm.consume_output(n),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.tx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {
+                    return Outcome::Close(format!(
+                        "peer unreachable (TCP keepalive / user timeout expired): {e}"
+                    ))
+                }
                 Err(e) => return Outcome::Close(format!("write error: {e}")),
             }
         }
