@@ -231,4 +231,68 @@ mod tests {
         assert_eq!(stats.reads, 1);
         assert_eq!(stats.bytes_read, 512);
     }
+
+    /// Records the FUA flag of every write it gets.
+    #[derive(Debug, Default)]
+    struct FuaProbe {
+        fua: std::sync::Mutex<Vec<bool>>,
+    }
+
+    impl crate::backend::Backend for FuaProbe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn kind(&self) -> &'static str {
+            "probe"
+        }
+        fn block_size(&self) -> u32 {
+            512
+        }
+        fn num_blocks(&self) -> u64 {
+            64
+        }
+        fn deallocate_reads_zeroes(&self) -> bool {
+            false
+        }
+        fn submit(&self, op: BlockOp<'_>, _: IoTag, _: &Arc<CompletionSink>) -> Submitted {
+            match op {
+                BlockOp::Write { fua, .. } | BlockOp::WriteZeroes { fua, .. } => {
+                    self.fua.lock().unwrap().push(fua)
+                }
+                _ => {}
+            }
+            Submitted::Done(Status::SUCCESS)
+        }
+        fn deallocate(&self, _: DsmRanges<'_>, _: IoTag, _: &Arc<CompletionSink>) -> Submitted {
+            Submitted::Done(Status::SUCCESS)
+        }
+    }
+
+    /// With the volatile write cache disabled every Write and Write Zeroes
+    /// reaches the backend as FUA; with it enabled only those the host
+    /// marked FUA.
+    #[test]
+    fn write_cache_off_forces_fua() {
+        let probe = Arc::new(FuaProbe::default());
+        let b: Arc<dyn crate::backend::Backend> = probe.clone();
+        let ns = Arc::new(Namespace::new(1, b, [1; 16], [2; 8], [3; 16]));
+        let table = NamespaceTable::from_namespaces([ns]);
+        let sink = CompletionSink::new();
+        let mut stats = QueueStats::default();
+        let mut buf = [0u8; 512];
+        for (wce, host_fua) in [(true, false), (true, true), (false, false)] {
+            for op in [IoOpcode::Write, IoOpcode::WriteZeroes] {
+                let mut cmd = Command::new(op as u8, 1);
+                cmd.set_nsid(1).set_lba_range(0, 1);
+                if host_fua {
+                    cmd.set_cdw12(cmd.cdw12() | (1 << 30));
+                }
+                let data: &mut [u8] = if op == IoOpcode::Write { &mut buf } else { &mut [] };
+                let r = execute(&table, &cmd, data, 1 << 17, wce, &mut stats, &sink);
+                assert_eq!(r, Submitted::Done(Status::SUCCESS));
+            }
+        }
+        let seen = probe.fua.lock().unwrap().clone();
+        assert_eq!(seen, vec![false, false, true, true, true, true]);
+    }
 }

@@ -659,6 +659,51 @@ mod tests {
         }
     }
 
+    /// Copy cost of the RAM disk (run with `cargo test --release -p
+    /// nvmf-core --lib malloc_copy_cost -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn malloc_copy_cost() {
+        let m = MallocBackend::new("bench", 4096, 4096).unwrap(); // 16 MiB
+        let sink = CompletionSink::new();
+        let fill = vec![0x3cu8; 1 << 20];
+        for i in 0..16 {
+            let op = BlockOp::Write {
+                lba: i * 256,
+                buf: &fill,
+                fua: false,
+            };
+            assert_eq!(m.submit(op, TAG, &sink), Submitted::Done(Status::SUCCESS));
+        }
+        for size in [4096usize, 128 * 1024] {
+            let mut buf = vec![0x3cu8; size];
+            let blocks = (size / 4096) as u64;
+            let n = (64u64 << 20) / size as u64;
+            let (mut w, mut r) = (f64::MAX, f64::MAX);
+            for _ in 0..5 {
+                let start = std::time::Instant::now();
+                for i in 0..n {
+                    let lba = (i * blocks) % (4096 - blocks);
+                    let op = BlockOp::Write {
+                        lba,
+                        buf: &buf,
+                        fua: false,
+                    };
+                    std::hint::black_box(m.submit(op, TAG, &sink));
+                }
+                w = w.min(start.elapsed().as_nanos() as f64 / n as f64);
+                let start = std::time::Instant::now();
+                for i in 0..n {
+                    let lba = (i * blocks) % (4096 - blocks);
+                    let op = BlockOp::Read { lba, buf: &mut buf };
+                    std::hint::black_box(m.submit(op, TAG, &sink));
+                }
+                r = r.min(start.elapsed().as_nanos() as f64 / n as f64);
+            }
+            println!("malloc {size} B: write {w:.0} ns, read {r:.0} ns (best of 5)");
+        }
+    }
+
     #[test]
     fn null_reads_zeroes() {
         let n = NullBackend::new("n", 4096, 4);
