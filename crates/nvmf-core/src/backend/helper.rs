@@ -124,4 +124,33 @@ mod tests {
         sink.drain(|t, s| got.push((t.cid, s)));
         assert_eq!(got, vec![(7, Status::WRITE_FAULT)]);
     }
+
+    /// A helper's post wakes the thread that owns the sink through its
+    /// io_uring eventfd (what the reactor sleeps on), at once.
+    #[test]
+    fn post_wakes_the_owning_thread() {
+        let Ok(fd) = crate::backend::uring::eventfd() else {
+            panic!("io_uring unavailable: the wake-up path cannot be tested");
+        };
+        crate::backend::uring::clear_eventfd();
+        let sink = CompletionSink::new();
+        assert!(sink.has_waker());
+        let tag = IoTag {
+            cid: 1,
+            bytes: 0,
+            write: false,
+        };
+        let start = Instant::now();
+        assert_eq!(run(&sink, tag, || Status::SUCCESS), Submitted::Pending);
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd for the duration of the call.
+        let n = unsafe { libc::poll(&mut pfd, 1, 5000) };
+        assert_eq!(n, 1, "eventfd not signalled");
+        assert!(start.elapsed() < Duration::from_secs(5));
+        assert!(!sink.is_empty());
+    }
 }
