@@ -287,7 +287,11 @@ mod tests {
                 if host_fua {
                     cmd.set_cdw12(cmd.cdw12() | (1 << 30));
                 }
-                let data: &mut [u8] = if op == IoOpcode::Write { &mut buf } else { &mut [] };
+                let data: &mut [u8] = if op == IoOpcode::Write {
+                    &mut buf
+                } else {
+                    &mut []
+                };
                 let r = execute(&table, &cmd, data, 1 << 17, wce, &mut stats, &sink);
                 assert_eq!(r, Submitted::Done(Status::SUCCESS));
             }

@@ -370,10 +370,7 @@ impl QueuePair {
             }
         }
         // Volatile write cache off: writes become FUA (one relaxed load).
-        let write_cache = self
-            .ctrl
-            .as_ref()
-            .is_none_or(|c| c.write_cache_enabled());
+        let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
         match io::execute(
             &self.ns,
             cmd,

@@ -501,7 +501,10 @@ fn discard(shared: &FileShared, list: &[[u64; 2]]) -> Status {
         let r = unsafe { libc::ioctl(shared.fd(), BLKDISCARD as _, range.as_ptr()) };
         if r < 0 {
             let e = std::io::Error::last_os_error();
-            if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY)) {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY)
+            ) {
                 shared.dealloc_unsupported();
                 return Status::SUCCESS;
             }

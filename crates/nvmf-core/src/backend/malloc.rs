@@ -104,9 +104,8 @@ impl Mem {
                 // threads access these bytes only atomically, and a racing
                 // access sees the old value or zero, as with a racing
                 // write of zeroes.
-                let r = unsafe {
-                    libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED)
-                };
+                let r =
+                    unsafe { libc::madvise(a as *mut libc::c_void, b - a, libc::MADV_DONTNEED) };
                 if r == 0 {
                     zero_words(self.range(start, a - base - start));
                     let end = start + len;
@@ -219,7 +218,13 @@ impl MallocBackend {
         Some((len / bs) as u64)
     }
 
-    fn write_zeroes(&self, lba: u64, blocks: u64, tag: IoTag, sink: &Arc<CompletionSink>) -> Submitted {
+    fn write_zeroes(
+        &self,
+        lba: u64,
+        blocks: u64,
+        tag: IoTag,
+        sink: &Arc<CompletionSink>,
+    ) -> Submitted {
         let Some((start, len)) = self.range(lba, blocks) else {
             return Submitted::Done(Status::LBA_OUT_OF_RANGE.with_dnr());
         };

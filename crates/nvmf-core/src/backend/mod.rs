@@ -80,7 +80,9 @@ impl<'a> DsmRanges<'a> {
 
     /// Descriptor `i` as (SLBA, NLB).
     pub fn get(&self, i: usize) -> Option<(u64, u64)> {
-        let r = self.bytes.get(i * Self::DESCRIPTOR..(i + 1) * Self::DESCRIPTOR)?;
+        let r = self
+            .bytes
+            .get(i * Self::DESCRIPTOR..(i + 1) * Self::DESCRIPTOR)?;
         Some(decode_range(r))
     }
 
@@ -565,7 +567,10 @@ mod tests {
             };
             assert!(op_status(&m, op).is_success());
         }
-        assert!(rss().saturating_sub(before) >= 16 << 20, "writes not measured");
+        assert!(
+            rss().saturating_sub(before) >= 16 << 20,
+            "writes not measured"
+        );
     }
 
     /// Large zeroing runs on the helper pool, and deallocating a big range
@@ -594,7 +599,11 @@ mod tests {
             TAG,
             &sink,
         );
-        assert_eq!(r, Submitted::Pending, "32 MiB of zeroing must not run inline");
+        assert_eq!(
+            r,
+            Submitted::Pending,
+            "32 MiB of zeroing must not run inline"
+        );
         assert!(wait(&sink, r).is_success());
         let d = descriptors(&[(8192, 4096), (12288, 4095), (16383, 1)]);
         let r = m.deallocate(DsmRanges::new(&d, 3).unwrap(), TAG, &sink);
@@ -636,7 +645,10 @@ mod tests {
                             fua: false,
                         };
                         assert!(op_status(&*m, op).is_success());
-                        let op = BlockOp::Read { lba, buf: &mut back };
+                        let op = BlockOp::Read {
+                            lba,
+                            buf: &mut back,
+                        };
                         assert!(op_status(&*m, op).is_success());
                         for w in back.chunks_exact(8) {
                             assert!(w.iter().all(|&b| b == w[0]), "torn word {w:?}");
