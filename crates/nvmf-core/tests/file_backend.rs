@@ -212,6 +212,50 @@ fn exercise(b: &dyn Backend, bs: usize) {
     assert_eq!(&ub[..], &w.slice()[..bs]);
 }
 
+/// One Dataset Management operation with many ranges (NLB 0 ones among
+/// them) punches exactly those blocks, asynchronously.
+#[test]
+fn deallocate_many_ranges_is_one_async_op() {
+    let p = make_file("dsm.img", 4 << 20);
+    let b = open("bdev_uring_create", p.to_str().unwrap(), r#","block_size":4096"#);
+    assert!(b.deallocate_reads_zeroes());
+    let mut w = Buf::new(4 << 20, 4096);
+    w.slice().fill(0xee);
+    let all = BlockOp::Write {
+        lba: 0,
+        buf: w.slice(),
+        fua: false,
+    };
+    assert_eq!(run(&*b, all), Status::SUCCESS);
+    // Every 4th block, 256 ranges, with NLB 0 descriptors mixed in.
+    let ranges: Vec<(u64, u32)> = (0..256u64)
+        .map(|i| (i * 4, if i % 10 == 3 { 0 } else { 1 }))
+        .collect();
+    let mut d = Buf::new(4096, 4096);
+    for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+        let r = &mut d.slice()[i * 16..(i + 1) * 16];
+        r[4..8].copy_from_slice(&nlb.to_le_bytes());
+        r[8..16].copy_from_slice(&slba.to_le_bytes());
+    }
+    let sink = CompletionSink::new();
+    let submitted = b.deallocate(DsmRanges::new(d.slice(), 256).unwrap(), TAG, &sink);
+    assert_eq!(submitted, Submitted::Pending, "file deallocate runs on the ring");
+    assert_eq!(uring::outstanding(), 1, "256 ranges are one ring operation");
+    assert_eq!(wait(&sink, submitted), Status::SUCCESS);
+    let mut r = Buf::new(4 << 20, 4096);
+    let back = BlockOp::Read {
+        lba: 0,
+        buf: r.slice(),
+    };
+    assert_eq!(run(&*b, back), Status::SUCCESS);
+    for (blk, data) in r.slice().chunks_exact(4096).enumerate() {
+        let blk = blk as u64;
+        let punched = ranges.iter().any(|&(s, n)| n != 0 && s == blk);
+        let want = if punched { 0 } else { 0xee };
+        assert!(data.iter().all(|&x| x == want), "block {blk}: want {want:#x}");
+    }
+}
+
 #[test]
 fn uring_file_512() {
     let p = make_file("f512.img", 1 << 20);
