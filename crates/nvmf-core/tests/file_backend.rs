@@ -217,7 +217,11 @@ fn exercise(b: &dyn Backend, bs: usize) {
 #[test]
 fn deallocate_many_ranges_is_one_async_op() {
     let p = make_file("dsm.img", 4 << 20);
-    let b = open("bdev_uring_create", p.to_str().unwrap(), r#","block_size":4096"#);
+    let b = open(
+        "bdev_uring_create",
+        p.to_str().unwrap(),
+        r#","block_size":4096"#,
+    );
     assert!(b.deallocate_reads_zeroes());
     let mut w = Buf::new(4 << 20, 4096);
     w.slice().fill(0xee);
@@ -239,7 +243,11 @@ fn deallocate_many_ranges_is_one_async_op() {
     }
     let sink = CompletionSink::new();
     let submitted = b.deallocate(DsmRanges::new(d.slice(), 256).unwrap(), TAG, &sink);
-    assert_eq!(submitted, Submitted::Pending, "file deallocate runs on the ring");
+    assert_eq!(
+        submitted,
+        Submitted::Pending,
+        "file deallocate runs on the ring"
+    );
     assert_eq!(uring::outstanding(), 1, "256 ranges are one ring operation");
     assert_eq!(wait(&sink, submitted), Status::SUCCESS);
     let mut r = Buf::new(4 << 20, 4096);
@@ -252,7 +260,10 @@ fn deallocate_many_ranges_is_one_async_op() {
         let blk = blk as u64;
         let punched = ranges.iter().any(|&(s, n)| n != 0 && s == blk);
         let want = if punched { 0 } else { 0xee };
-        assert!(data.iter().all(|&x| x == want), "block {blk}: want {want:#x}");
+        assert!(
+            data.iter().all(|&x| x == want),
+            "block {blk}: want {want:#x}"
+        );
     }
 }
 

@@ -466,7 +466,7 @@ impl Controller {
     /// Get Log Page `lid` for `nsid` from byte `offset` into `buf` (its
     /// length a multiple of 4), in pieces no larger than the admin buffer.
     pub fn get_log_page(&self, lid: u8, nsid: u32, offset: u64, buf: &mut [u8]) -> Result<()> {
-        if buf.len() % 4 != 0 || buf.is_empty() {
+        if !buf.len().is_multiple_of(4) || buf.is_empty() {
             return Err(Error::InvalidArg(format!(
                 "log page length {} is not a non-zero multiple of 4",
                 buf.len()

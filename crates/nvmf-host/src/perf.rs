@@ -792,7 +792,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
         )));
     }
     let bs = ns.block_size() as u32;
-    if bs == 0 || cfg.io_size == 0 || cfg.io_size % bs != 0 {
+    if bs == 0 || cfg.io_size == 0 || !cfg.io_size.is_multiple_of(bs) {
         return Err(Error::InvalidArg(format!(
             "I/O size {} is not a multiple of the namespace's {bs} byte blocks",
             cfg.io_size
