@@ -28,8 +28,23 @@ struct Parked {
     since: Instant,
 }
 
+/// The per-thread list. When the thread ends with entries still in use
+/// (a reactor stopped while the kernel still holds their buffers), those
+/// are leaked rather than freed under the kernel's feet.
+struct List(Vec<Parked>);
+
+impl Drop for List {
+    fn drop(&mut self) {
+        for e in self.0.drain(..) {
+            if Arc::strong_count(&e.sink) > 1 {
+                std::mem::forget(e);
+            }
+        }
+    }
+}
+
 thread_local! {
-    static PARKED: RefCell<Vec<Parked>> = const { RefCell::new(Vec::new()) };
+    static PARKED: RefCell<List> = const { RefCell::new(List(Vec::new())) };
     static COUNT: Cell<usize> = const { Cell::new(0) };
     static LAST_WARN: Cell<Option<Instant>> = const { Cell::new(None) };
 }
@@ -41,7 +56,7 @@ pub fn park(sink: Arc<CompletionSink>, keep: Box<dyn Any>) {
         return;
     }
     PARKED.with(|p| {
-        let mut p = p.borrow_mut();
+        let p = &mut p.borrow_mut().0;
         p.push(Parked {
             sink,
             _keep: keep,
@@ -64,7 +79,8 @@ pub fn reap() -> usize {
     }
     let Some((left, oldest)) = PARKED.with(|p| {
         // Not re-entrant: a drop below cannot reach here, but be safe.
-        let mut p = p.try_borrow_mut().ok()?;
+        let mut guard = p.try_borrow_mut().ok()?;
+        let p = &mut guard.0;
         p.retain(|e| Arc::strong_count(&e.sink) > 1);
         COUNT.with(|c| c.set(p.len()));
         Some((p.len(), p.iter().map(|e| e.since).min()))
