@@ -14,9 +14,9 @@
 //!   in the kernel, and the reactor keeps serving the bystander (teardown
 //!   never waits), then the filesystem is thawed and everything cleaned up.
 //!
-//! The last two need root, loop devices, mkfs.ext4 and fsfreeze. Where they
-//! are missing the test prints why and passes, unless
-//! `NVMFD_REQUIRE_LOOP=1` (CI sets it where it runs as root) makes it fail.
+//! The last two need root, loop devices, mkfs.ext4 and fsfreeze. Run as root
+//! (as CI runs) they fail loudly when any of it is missing; not as root they
+//! print why and pass. `NVMFD_REQUIRE_LOOP=1` / `=0` forces either way.
 
 mod common;
 
@@ -339,9 +339,15 @@ fn deallocate_and_write_zeroes_do_not_stall_the_reactor() {
 
 // ---- root-only helpers: loop devices, cachestat, fsfreeze ----
 
-/// Whether the loop/frozen-device tests must run (else they may skip).
+/// Whether the loop/frozen-device tests must run (else they may skip):
+/// `NVMFD_REQUIRE_LOOP` when set, else whether we are root.
 fn require_loop() -> bool {
-    std::env::var("NVMFD_REQUIRE_LOOP").as_deref() == Ok("1")
+    match std::env::var("NVMFD_REQUIRE_LOOP").as_deref() {
+        Ok("1") => true,
+        Ok("0") => false,
+        // SAFETY: geteuid has no preconditions.
+        _ => (unsafe { libc::geteuid() }) == 0,
+    }
 }
 
 /// Skips (returns None, printing why) or fails, per [`require_loop`].
@@ -350,7 +356,10 @@ fn need(ok: bool, why: impl FnOnce() -> String) -> Option<()> {
         return Some(());
     }
     let why = why();
-    assert!(!require_loop(), "NVMFD_REQUIRE_LOOP=1 but {why}");
+    assert!(
+        !require_loop(),
+        "{why} (running as root or NVMFD_REQUIRE_LOOP=1: this test must run)"
+    );
     eprintln!("SKIP: {why}");
     None
 }
