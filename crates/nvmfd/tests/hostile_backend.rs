@@ -335,6 +335,19 @@ fn deallocate_and_write_zeroes_do_not_stall_the_reactor() {
         h.read(1, 1000, 4096).iter().all(|&b| b == 0),
         "deallocated block not zero"
     );
+    // Zeroing a lazily allocated RAM disk must not make it resident.
+    let status = std::fs::read_to_string(format!("/proc/{}/status", d.nvmfd.pid())).unwrap();
+    let rss_kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS");
+    eprintln!("nvmfd RSS after the attack: {} MiB", rss_kib >> 10);
+    assert!(
+        rss_kib < 512 << 10,
+        "nvmfd RSS {} MiB: zeroing touched the 2 GiB RAM disk",
+        rss_kib >> 10
+    );
 }
 
 // ---- root-only helpers: loop devices, cachestat, fsfreeze ----
