@@ -77,6 +77,13 @@ pub fn reap() -> usize {
     if parked() == 0 {
         return 0;
     }
+    reap_at(Instant::now()).0
+}
+
+/// [`reap`] as if it were `now`; also says whether it logged the
+/// "still waiting" warning.
+fn reap_at(now: Instant) -> (usize, bool) {
+    let mut warned = false;
     let Some((left, oldest)) = PARKED.with(|p| {
         // Not re-entrant: a drop below cannot reach here, but be safe.
         let mut guard = p.try_borrow_mut().ok()?;
@@ -85,15 +92,18 @@ pub fn reap() -> usize {
         COUNT.with(|c| c.set(p.len()));
         Some((p.len(), p.iter().map(|e| e.since).min()))
     }) else {
-        return parked();
+        return (parked(), false);
     };
     if let Some(oldest) = oldest {
-        let age = oldest.elapsed();
+        let age = now.saturating_duration_since(oldest);
         if age >= PARKED_WARN {
-            let now = Instant::now();
-            let due = LAST_WARN.with(|w| w.get().is_none_or(|t| now - t >= PARKED_WARN));
+            let due = LAST_WARN.with(|w| {
+                w.get()
+                    .is_none_or(|t| now.saturating_duration_since(t) >= PARKED_WARN)
+            });
             if due {
                 LAST_WARN.with(|w| w.set(Some(now)));
+                warned = true;
                 tracing::warn!(
                     parked = left,
                     oldest_s = age.as_secs(),
@@ -102,7 +112,7 @@ pub fn reap() -> usize {
             }
         }
     }
-    left
+    (left, warned)
 }
 
 #[cfg(test)]
@@ -135,5 +145,26 @@ mod tests {
         park(CompletionSink::new(), Box::new(Flag(freed2.clone())));
         assert!(freed2.load(Ordering::SeqCst));
         assert_eq!(parked(), 0);
+    }
+
+    /// Entries parked past PARKED_WARN are reported, at most once per
+    /// PARKED_WARN.
+    #[test]
+    fn long_parked_entries_are_reported_rate_limited() {
+        let sink = CompletionSink::new();
+        let op = sink.clone();
+        park(sink, Box::new(()));
+        let t0 = Instant::now();
+        assert_eq!(reap_at(t0), (1, false), "young entries are not reported");
+        let late = t0 + PARKED_WARN + Duration::from_secs(1);
+        assert_eq!(reap_at(late), (1, true));
+        assert_eq!(
+            reap_at(late + Duration::from_secs(1)),
+            (1, false),
+            "rate limited"
+        );
+        assert_eq!(reap_at(late + PARKED_WARN), (1, true));
+        drop(op);
+        assert_eq!(reap_at(late + PARKED_WARN * 3), (0, false));
     }
 }
