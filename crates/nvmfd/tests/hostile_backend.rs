@@ -14,9 +14,10 @@
 //!   in the kernel, and the reactor keeps serving the bystander (teardown
 //!   never waits), then the filesystem is thawed and everything cleaned up.
 //!
-//! The last two need root, loop devices, mkfs.ext4 and fsfreeze. Run as root
-//! (as CI runs) they fail loudly when any of it is missing; not as root they
-//! print why and pass. `NVMFD_REQUIRE_LOOP=1` / `=0` forces either way.
+//! The last two need root, loop devices, mkfs.ext4 and fsfreeze (the test
+//! machines and scripts/test.sh run as root): they fail loudly when any of
+//! it is missing; `NVMFD_SKIP_LOOP=1` skips them with a printed reason (the
+//! same switch as nvmf-core's `loop_device` test).
 
 mod common;
 
@@ -352,29 +353,21 @@ fn deallocate_and_write_zeroes_do_not_stall_the_reactor() {
 
 // ---- root-only helpers: loop devices, cachestat, fsfreeze ----
 
-/// Whether the loop/frozen-device tests must run (else they may skip):
-/// `NVMFD_REQUIRE_LOOP` when set, else whether we are root.
-fn require_loop() -> bool {
-    match std::env::var("NVMFD_REQUIRE_LOOP").as_deref() {
-        Ok("1") => true,
-        Ok("0") => false,
-        // SAFETY: geteuid has no preconditions.
-        _ => (unsafe { libc::geteuid() }) == 0,
+/// True (after printing why) when `NVMFD_SKIP_LOOP=1` asks to skip the
+/// tests that need root and loop devices.
+fn skip_loop(test: &str) -> bool {
+    let skip = std::env::var("NVMFD_SKIP_LOOP").as_deref() == Ok("1");
+    if skip {
+        eprintln!("SKIP {test}: NVMFD_SKIP_LOOP=1");
     }
+    skip
 }
 
-/// Skips (returns None, printing why) or fails, per [`require_loop`].
-fn need(ok: bool, why: impl FnOnce() -> String) -> Option<()> {
-    if ok {
-        return Some(());
-    }
-    let why = why();
-    assert!(
-        !require_loop(),
-        "{why} (running as root or NVMFD_REQUIRE_LOOP=1: this test must run)"
-    );
-    eprintln!("SKIP: {why}");
-    None
+/// The setup of a root-only test, or a failure that says how to skip it.
+fn need<T>(r: Result<T, String>) -> T {
+    r.unwrap_or_else(|why| {
+        panic!("{why}: this test needs root, loop devices, mkfs.ext4 and fsfreeze; set NVMFD_SKIP_LOOP=1 to skip it")
+    })
 }
 
 /// A loop device over a file, detached on drop (also on failure).
@@ -450,19 +443,16 @@ fn unstable_pages(file: &Path) -> u64 {
 /// stable.
 #[test]
 fn write_cache_off_makes_every_completed_write_durable() {
+    if skip_loop("write_cache_off_makes_every_completed_write_durable") {
+        return;
+    }
     let backing = tmp("vwc-backing.img");
     let _ = std::fs::remove_file(&backing);
     std::fs::File::create(&backing)
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    let lo = LoopDev::attach(&backing);
-    let Some(()) = need(lo.is_ok(), || {
-        lo.as_ref().err().cloned().unwrap_or_default()
-    }) else {
-        return;
-    };
-    let lo = lo.unwrap();
+    let lo = need(LoopDev::attach(&backing));
     let dev = PathBuf::from(&lo.dev);
     std::fs::File::open(&backing).unwrap().sync_all().unwrap();
 
@@ -627,13 +617,10 @@ impl Drop for FrozenFs {
 /// the stuck I/O), and after the thaw the daemon still serves both.
 #[test]
 fn closing_a_queue_with_io_stuck_in_a_frozen_device_does_not_block() {
-    let fs = FrozenFs::make("frozen");
-    let Some(()) = need(fs.is_ok(), || {
-        fs.as_ref().err().cloned().unwrap_or_default()
-    }) else {
+    if skip_loop("closing_a_queue_with_io_stuck_in_a_frozen_device_does_not_block") {
         return;
-    };
-    let fs = fs.unwrap();
+    }
+    let fs = need(FrozenFs::make("frozen"));
     let file = fs.dir.join("bdev.img");
     std::fs::File::create(&file)
         .unwrap()
