@@ -7,6 +7,10 @@
 //! Namespace Not Ready), transfer size (Invalid Field beyond MDTS, Data SGL
 //! Length Invalid when the data is not NLB × block size, as nvmet), LBA range
 //! (LBA Out of Range).
+//!
+//! Volatile write cache: with the controller's cache disabled (Set Features
+//! 06h = 0; `write_cache` false) every Write and Write Zeroes is executed
+//! with FUA, so it is durable when it completes.
 
 use std::sync::Arc;
 
@@ -14,7 +18,7 @@ use nvmf_wire::command::Command;
 use nvmf_wire::opcode::IoOpcode;
 use nvmf_wire::status::Status;
 
-use crate::backend::{BlockOp, CompletionSink, IoTag, Submitted};
+use crate::backend::{BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 use crate::controller::QueueStats;
 use crate::error::{INVALID_FIELD, INVALID_NAMESPACE, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::namespace::{Namespace, NamespaceTable};
@@ -43,12 +47,15 @@ fn in_range(ns: &Namespace, slba: u64, nlb: u64) -> bool {
 }
 
 /// Execute one I/O command against the namespace table snapshot.
+/// `write_cache`: the controller's volatile write cache is enabled (when
+/// not, writes are forced to FUA).
 #[inline]
 pub(crate) fn execute(
     table: &NamespaceTable,
     cmd: &Command,
     data: &mut [u8],
     max_transfer: u32,
+    write_cache: bool,
     stats: &mut QueueStats,
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
@@ -58,7 +65,7 @@ pub(crate) fn execute(
     };
     match op {
         IoOpcode::Read | IoOpcode::Write => {
-            read_write(table, cmd, op, data, max_transfer, stats, sink)
+            read_write(table, cmd, op, data, max_transfer, write_cache, stats, sink)
         }
         IoOpcode::Flush => {
             let ns = match lookup(table, cmd.nsid()) {
@@ -91,23 +98,26 @@ pub(crate) fn execute(
                 BlockOp::WriteZeroes {
                     lba: slba,
                     blocks: nlb,
+                    fua: cmd.fua() || !write_cache,
                 },
                 tag,
                 sink,
             )
         }
-        IoOpcode::DatasetManagement => dataset_management(table, cmd, data),
+        IoOpcode::DatasetManagement => dataset_management(table, cmd, data, sink),
         _ => Submitted::Done(INVALID_OPCODE),
     }
 }
 
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn read_write(
     table: &NamespaceTable,
     cmd: &Command,
     op: IoOpcode,
     data: &mut [u8],
     max_transfer: u32,
+    write_cache: bool,
     stats: &mut QueueStats,
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
@@ -139,7 +149,7 @@ fn read_write(
             BlockOp::Write {
                 lba: slba,
                 buf: data,
-                fua: cmd.fua(),
+                fua: cmd.fua() || !write_cache,
             },
             tag,
             sink,
@@ -166,42 +176,34 @@ fn read_write(
 }
 
 /// Dataset Management: only the Deallocate attribute does anything; the
-/// others are hints. All ranges are checked before any is deallocated.
-fn dataset_management(table: &NamespaceTable, cmd: &Command, data: &[u8]) -> Submitted {
+/// others are hints. All ranges are checked before any is deallocated, and
+/// the backend gets them all as one operation (it may complete later).
+fn dataset_management(
+    table: &NamespaceTable,
+    cmd: &Command,
+    data: &[u8],
+    sink: &Arc<CompletionSink>,
+) -> Submitted {
     let ns = match lookup(table, cmd.nsid()) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
     let nr = (cmd.cdw10() & 0xFF) as usize + 1;
-    let need = nr * DSM_RANGE_SIZE;
-    if data.len() < need {
+    let Some(ranges) = DsmRanges::new(data, nr) else {
         return Submitted::Done(SGL_LENGTH_INVALID);
-    }
+    };
     if cmd.cdw11() & DSM_AD == 0 {
         return Submitted::Done(Status::SUCCESS);
     }
-    let ranges = || {
-        data[..need].chunks_exact(DSM_RANGE_SIZE).map(|r| {
-            let mut nlb = [0u8; 4];
-            nlb.copy_from_slice(&r[4..8]);
-            let mut slba = [0u8; 8];
-            slba.copy_from_slice(&r[8..16]);
-            (u64::from_le_bytes(slba), u64::from(u32::from_le_bytes(nlb)))
-        })
-    };
-    if ranges().any(|(slba, nlb)| !in_range(ns, slba, nlb)) {
+    if ranges.iter().any(|(slba, nlb)| !in_range(ns, slba, nlb)) {
         return Submitted::Done(LBA_OUT_OF_RANGE);
     }
-    for (slba, nlb) in ranges() {
-        if nlb == 0 {
-            continue;
-        }
-        let s = ns.backend().deallocate(slba, nlb);
-        if !s.is_success() {
-            return Submitted::Done(s);
-        }
-    }
-    Submitted::Done(Status::SUCCESS)
+    let tag = IoTag {
+        cid: cmd.cid(),
+        bytes: 0,
+        write: true,
+    };
+    ns.backend().deallocate(ranges, tag, sink)
 }
 
 #[cfg(test)]
@@ -221,12 +223,80 @@ mod tests {
         let mut cmd = Command::new(IoOpcode::Read as u8, 1);
         cmd.set_nsid(1).set_lba_range(0, 1);
         let mut buf = [0u8; 512];
-        let r = execute(&table, &cmd, &mut buf, 1 << 17, &mut stats, &sink);
+        let r = execute(&table, &cmd, &mut buf, 1 << 17, true, &mut stats, &sink);
         assert_eq!(r, Submitted::Done(Status::SUCCESS));
         ns.set_state(NamespaceState::Removing);
-        let r = execute(&table, &cmd, &mut buf, 1 << 17, &mut stats, &sink);
+        let r = execute(&table, &cmd, &mut buf, 1 << 17, true, &mut stats, &sink);
         assert_eq!(r, Submitted::Done(Status::NAMESPACE_NOT_READY));
         assert_eq!(stats.reads, 1);
         assert_eq!(stats.bytes_read, 512);
+    }
+
+    /// Records the FUA flag of every write it gets.
+    #[derive(Debug, Default)]
+    struct FuaProbe {
+        fua: std::sync::Mutex<Vec<bool>>,
+    }
+
+    impl crate::backend::Backend for FuaProbe {
+        fn name(&self) -> &str {
+            "probe"
+        }
+        fn kind(&self) -> &'static str {
+            "probe"
+        }
+        fn block_size(&self) -> u32 {
+            512
+        }
+        fn num_blocks(&self) -> u64 {
+            64
+        }
+        fn deallocate_reads_zeroes(&self) -> bool {
+            false
+        }
+        fn submit(&self, op: BlockOp<'_>, _: IoTag, _: &Arc<CompletionSink>) -> Submitted {
+            match op {
+                BlockOp::Write { fua, .. } | BlockOp::WriteZeroes { fua, .. } => {
+                    self.fua.lock().unwrap().push(fua)
+                }
+                _ => {}
+            }
+            Submitted::Done(Status::SUCCESS)
+        }
+        fn deallocate(&self, _: DsmRanges<'_>, _: IoTag, _: &Arc<CompletionSink>) -> Submitted {
+            Submitted::Done(Status::SUCCESS)
+        }
+    }
+
+    /// With the volatile write cache disabled every Write and Write Zeroes
+    /// reaches the backend as FUA; with it enabled only those the host
+    /// marked FUA.
+    #[test]
+    fn write_cache_off_forces_fua() {
+        let probe = Arc::new(FuaProbe::default());
+        let b: Arc<dyn crate::backend::Backend> = probe.clone();
+        let ns = Arc::new(Namespace::new(1, b, [1; 16], [2; 8], [3; 16]));
+        let table = NamespaceTable::from_namespaces([ns]);
+        let sink = CompletionSink::new();
+        let mut stats = QueueStats::default();
+        let mut buf = [0u8; 512];
+        for (wce, host_fua) in [(true, false), (true, true), (false, false)] {
+            for op in [IoOpcode::Write, IoOpcode::WriteZeroes] {
+                let mut cmd = Command::new(op as u8, 1);
+                cmd.set_nsid(1).set_lba_range(0, 1);
+                if host_fua {
+                    cmd.set_cdw12(cmd.cdw12() | (1 << 30));
+                }
+                let data: &mut [u8] = if op == IoOpcode::Write {
+                    &mut buf
+                } else {
+                    &mut []
+                };
+                let r = execute(&table, &cmd, data, 1 << 17, wce, &mut stats, &sink);
+                assert_eq!(r, Submitted::Done(Status::SUCCESS));
+            }
+        }
+        let seen = probe.fua.lock().unwrap().clone();
+        assert_eq!(seen, vec![false, false, true, true, true, true]);
     }
 }

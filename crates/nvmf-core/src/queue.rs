@@ -7,7 +7,10 @@
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
 //! outstanding Asynchronous Event Requests and keep-alive clock, caches the
 //! subsystem's namespace table for the lock-free I/O path, and tears the
-//! controller down when the admin queue is dropped.
+//! controller down when the admin queue is dropped. Teardown never waits
+//! for backend I/O in flight: the transport hands its buffers over
+//! ([`QueuePair::hand_over`]) and they are freed once the I/O is done
+//! (`backend::parked`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -106,6 +109,9 @@ pub struct QueuePair {
     max_transfer: u32,
     stats: QueueStats,
     sink: Arc<CompletionSink>,
+    /// The transport handed its buffers over (`hand_over`): dropping with
+    /// I/O in flight need not wait.
+    handed_over: bool,
 }
 
 impl QueuePair {
@@ -128,6 +134,7 @@ impl QueuePair {
             max_transfer,
             stats: QueueStats::default(),
             sink: CompletionSink::new(),
+            handed_over: false,
         }
     }
 
@@ -181,6 +188,22 @@ impl QueuePair {
         }
         self.ns_pinned = true;
         self.ns.needs_stable_buffers()
+    }
+
+    /// Called by a closing transport with what backend operations in flight
+    /// may still point into (its request buffers): kept alive on this thread
+    /// until every operation of this queue finished, then freed
+    /// (`backend::parked`, reaped on every reactor turn); dropped at once
+    /// when nothing is in flight. After this, dropping the queue pair never
+    /// waits. Commands still executing get no completion.
+    pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>) {
+        self.handed_over = true;
+        crate::backend::parked::park(self.sink.clone(), keep);
+    }
+
+    /// Backend operations of this queue still in flight.
+    pub fn backend_ops_in_flight(&self) -> usize {
+        Arc::strong_count(&self.sink) - 1
     }
 
     /// The listener this queue came in on.
@@ -351,11 +374,14 @@ impl QueuePair {
                 self.refresh_namespaces();
             }
         }
+        // Volatile write cache off: writes become FUA (one relaxed load).
+        let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
         match io::execute(
             &self.ns,
             cmd,
             data,
             self.max_transfer,
+            write_cache,
             &mut self.stats,
             &self.sink,
         ) {
@@ -472,9 +498,10 @@ fn aen_result(bit: u32) -> u32 {
 impl Drop for QueuePair {
     fn drop(&mut self) {
         // Asynchronous operations still in flight point into the
-        // transport's buffers, which are freed right after this queue pair:
-        // wait until the kernel is done with them.
-        if Arc::strong_count(&self.sink) > 1 {
+        // transport's buffers. A transport that handed them over
+        // (`hand_over`) has them freed later; one that did not frees them
+        // right after this queue pair, so wait until the kernel is done.
+        if Arc::strong_count(&self.sink) > 1 && !self.handed_over {
             crate::backend::uring::wait_sink_idle(&self.sink);
         }
         let Some(ctrl) = self.ctrl.take() else {

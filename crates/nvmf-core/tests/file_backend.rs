@@ -10,7 +10,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use nvmf_config::TargetConfig;
-use nvmf_core::backend::{self, uring, Backend, BlockOp, CompletionSink, IoTag, Submitted};
+use nvmf_core::backend::{
+    self, uring, Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted,
+};
 use nvmf_wire::status::Status;
 
 struct Buf {
@@ -61,15 +63,37 @@ fn open(method: &str, path: &str, extra: &str) -> Arc<dyn Backend> {
     backend::create(&cfg.bdevs[0]).unwrap()
 }
 
+const TAG: IoTag = IoTag {
+    cid: 7,
+    bytes: 0,
+    write: false,
+};
+
 /// Runs one op to completion (waiting on this thread's ring).
 fn run(b: &dyn Backend, op: BlockOp<'_>) -> Status {
     let sink = CompletionSink::new();
-    let tag = IoTag {
-        cid: 7,
-        bytes: 0,
-        write: false,
-    };
-    match b.submit(op, tag, &sink) {
+    let submitted = b.submit(op, TAG, &sink);
+    wait(&sink, submitted)
+}
+
+/// Deallocates `ranges` ((SLBA, NLB) each) as one Dataset Management
+/// operation, descriptors in an aligned (stable) buffer, and waits.
+fn dsm_dealloc(b: &dyn Backend, ranges: &[(u64, u32)]) -> Status {
+    let mut d = Buf::new(4096, 4096);
+    for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+        let r = &mut d.slice()[i * 16..(i + 1) * 16];
+        r[4..8].copy_from_slice(&nlb.to_le_bytes());
+        r[8..16].copy_from_slice(&slba.to_le_bytes());
+    }
+    let sink = CompletionSink::new();
+    let bytes = &d.slice()[..];
+    let submitted = b.deallocate(DsmRanges::new(bytes, ranges.len()).unwrap(), TAG, &sink);
+    wait(&sink, submitted)
+}
+
+/// Waits (driving this thread's ring) for the completion of `submitted`.
+fn wait(sink: &Arc<CompletionSink>, submitted: Submitted) -> Status {
+    match submitted {
         Submitted::Done(s) => s,
         Submitted::Pending => {
             let start = std::time::Instant::now();
@@ -81,7 +105,12 @@ fn run(b: &dyn Backend, op: BlockOp<'_>) -> Status {
                     got = Some(s);
                 });
                 if let Some(s) = got {
-                    assert_eq!(Arc::strong_count(&sink), 1, "op released the sink");
+                    // A helper job drops its clone right after posting.
+                    let t = std::time::Instant::now();
+                    while Arc::strong_count(sink) > 1 && t.elapsed().as_secs() < 5 {
+                        std::thread::yield_now();
+                    }
+                    assert_eq!(Arc::strong_count(sink), 1, "op released the sink");
                     return s;
                 }
                 assert!(start.elapsed().as_secs() < 20, "I/O never completed");
@@ -129,7 +158,14 @@ fn exercise(b: &dyn Backend, bs: usize) {
 
     // Write Zeroes over blocks 3..5.
     assert_eq!(
-        run(b, BlockOp::WriteZeroes { lba: 3, blocks: 2 }),
+        run(
+            b,
+            BlockOp::WriteZeroes {
+                lba: 3,
+                blocks: 2,
+                fua: false
+            }
+        ),
         Status::SUCCESS
     );
     run(
@@ -144,7 +180,7 @@ fn exercise(b: &dyn Backend, bs: usize) {
     assert_eq!(&r.slice()[3 * bs..], &w.slice()[3 * bs..]);
 
     // Deallocate the last block written; zeroes when DLFEAT says so.
-    assert_eq!(b.deallocate(9, 1), Status::SUCCESS);
+    assert_eq!(dsm_dealloc(b, &[(9, 1)]), Status::SUCCESS);
     run(
         b,
         BlockOp::Read {
@@ -174,6 +210,61 @@ fn exercise(b: &dyn Backend, bs: usize) {
     let ub = &mut u.slice()[64..64 + bs];
     assert_eq!(run(b, BlockOp::Read { lba: 2, buf: ub }), Status::SUCCESS);
     assert_eq!(&ub[..], &w.slice()[..bs]);
+}
+
+/// One Dataset Management operation with many ranges (NLB 0 ones among
+/// them) punches exactly those blocks, asynchronously.
+#[test]
+fn deallocate_many_ranges_is_one_async_op() {
+    let p = make_file("dsm.img", 4 << 20);
+    let b = open(
+        "bdev_uring_create",
+        p.to_str().unwrap(),
+        r#","block_size":4096"#,
+    );
+    assert!(b.deallocate_reads_zeroes());
+    let mut w = Buf::new(4 << 20, 4096);
+    w.slice().fill(0xee);
+    let all = BlockOp::Write {
+        lba: 0,
+        buf: w.slice(),
+        fua: false,
+    };
+    assert_eq!(run(&*b, all), Status::SUCCESS);
+    // Every 4th block, 256 ranges, with NLB 0 descriptors mixed in.
+    let ranges: Vec<(u64, u32)> = (0..256u64)
+        .map(|i| (i * 4, if i % 10 == 3 { 0 } else { 1 }))
+        .collect();
+    let mut d = Buf::new(4096, 4096);
+    for (i, &(slba, nlb)) in ranges.iter().enumerate() {
+        let r = &mut d.slice()[i * 16..(i + 1) * 16];
+        r[4..8].copy_from_slice(&nlb.to_le_bytes());
+        r[8..16].copy_from_slice(&slba.to_le_bytes());
+    }
+    let sink = CompletionSink::new();
+    let submitted = b.deallocate(DsmRanges::new(d.slice(), 256).unwrap(), TAG, &sink);
+    assert_eq!(
+        submitted,
+        Submitted::Pending,
+        "file deallocate runs on the ring"
+    );
+    assert_eq!(uring::outstanding(), 1, "256 ranges are one ring operation");
+    assert_eq!(wait(&sink, submitted), Status::SUCCESS);
+    let mut r = Buf::new(4 << 20, 4096);
+    let back = BlockOp::Read {
+        lba: 0,
+        buf: r.slice(),
+    };
+    assert_eq!(run(&*b, back), Status::SUCCESS);
+    for (blk, data) in r.slice().chunks_exact(4096).enumerate() {
+        let blk = blk as u64;
+        let punched = ranges.iter().any(|&(s, n)| n != 0 && s == blk);
+        let want = if punched { 0 } else { 0xee };
+        assert!(
+            data.iter().all(|&x| x == want),
+            "block {blk}: want {want:#x}"
+        );
+    }
 }
 
 #[test]
@@ -217,7 +308,8 @@ fn aio_without_fallocate_writes_zero_buffers() {
             &*b,
             BlockOp::WriteZeroes {
                 lba: 1,
-                blocks: 255
+                blocks: 255,
+                fua: true
             }
         ),
         Status::SUCCESS

@@ -117,8 +117,8 @@ enum Src<'a> {
 
 /// One NVMe/TCP connection (see the module documentation).
 pub struct Connection {
-    /// Declared first so it drops first: dropping it waits for asynchronous
-    /// backend I/O still in flight, which points into `slots`' buffers.
+    /// Backend I/O still in flight points into `slots`' buffers: `Drop`
+    /// hands them to the core, which frees them once that I/O is done.
     qp: QueuePair,
     params: TcpParams,
     phase: Phase,
@@ -152,6 +152,16 @@ struct Direct {
     /// A 4-byte data digest follows the payload (it arrives through the
     /// receive buffer).
     ddgst: bool,
+}
+
+impl Drop for Connection {
+    /// Never waits: request buffers that backend I/O still points into are
+    /// handed to the core (`QueuePair::hand_over`), which frees them when
+    /// the I/O finishes.
+    fn drop(&mut self) {
+        let slots = std::mem::replace(&mut self.slots, Slots::new(0));
+        self.qp.hand_over(Box::new(slots));
+    }
 }
 
 impl Connection {

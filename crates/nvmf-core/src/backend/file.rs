@@ -6,9 +6,12 @@
 //! configuration (block devices: BLKSSZGET / BLKGETSIZE64; files: their
 //! size), turning block operations into ring operations (Read/Write straight
 //! into/out of the request's buffer, Flush = fdatasync, Write Zeroes =
-//! fallocate(ZERO_RANGE) or writes of a zero buffer), and Deallocate
-//! (fallocate(PUNCH_HOLE) for files, BLKDISCARD for block devices, a no-op
-//! where unsupported, reported through DLFEAT).
+//! fallocate(ZERO_RANGE) or writes of a zero buffer, followed by fdatasync
+//! with FUA), and Deallocate (one io_uring operation punching every range's
+//! hole for files; BLKDISCARD of every range as one helper-pool job for
+//! block devices, since the ioctl is synchronous; a no-op where unsupported,
+//! reported through DLFEAT). Nothing here blocks the calling reactor except
+//! the bounce path below, which only a caller breaking the contract takes.
 //!
 //! Every operation completes asynchronously ([`Submitted::Pending`]): the
 //! data buffer must stay valid and unmoved until the completion is posted to
@@ -26,7 +29,7 @@ use nvmf_config::{BdevConfig, FileBdev};
 use nvmf_wire::status::Status;
 
 use super::uring::{self, NewOp, OpKind};
-use super::{Backend, BlockOp, CompletionSink, IoTag, Submitted};
+use super::{helper, Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 use crate::error::CoreError;
 
 /// Alignment O_DIRECT buffers must have (covers 512 and 4096 devices).
@@ -41,7 +44,10 @@ const BLKDISCARD: libc::c_ulong = 0x1277;
 pub struct FileShared {
     name: String,
     fd: OwnedFd,
+    block_size: u32,
     zero_range: AtomicBool,
+    /// Deallocate does something (punch hole / discard).
+    dealloc: AtomicBool,
 }
 
 impl FileShared {
@@ -51,6 +57,17 @@ impl FileShared {
 
     pub(crate) fn name(&self) -> &str {
         &self.name
+    }
+
+    pub(crate) fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// The device refused a deallocate as unsupported: stop trying.
+    pub(crate) fn dealloc_unsupported(&self) {
+        if self.dealloc.swap(false, Ordering::Relaxed) {
+            tracing::info!(bdev = %self.name, "deallocate unsupported: ignored from now on");
+        }
     }
 
     pub(crate) fn zero_range_unsupported(&self) {
@@ -70,8 +87,6 @@ pub struct FileBackend {
     readonly: bool,
     direct: bool,
     is_block_device: bool,
-    /// Deallocate does something (punch hole / discard).
-    dealloc: AtomicBool,
     /// Deallocated blocks read back as zeroes (DLFEAT).
     dealloc_zeroes: bool,
 }
@@ -167,7 +182,9 @@ impl FileBackend {
         let shared = Arc::new(FileShared {
             name: cfg.name.clone(),
             fd,
+            block_size: bs,
             zero_range: AtomicBool::new(f.fallocate),
+            dealloc: AtomicBool::new(false),
         });
         let mut b = FileBackend {
             shared,
@@ -177,16 +194,15 @@ impl FileBackend {
             readonly: f.readonly,
             direct,
             is_block_device,
-            dealloc: AtomicBool::new(false),
             dealloc_zeroes: false,
         };
         if !f.readonly && f.fallocate {
             if is_block_device {
                 // Discard is a hint: what reads return afterwards is
                 // device-specific.
-                b.dealloc = AtomicBool::new(true);
+                b.shared.dealloc.store(true, Ordering::Relaxed);
             } else if b.probe_punch_hole(size) {
-                b.dealloc = AtomicBool::new(true);
+                b.shared.dealloc.store(true, Ordering::Relaxed);
                 b.dealloc_zeroes = true;
             }
         }
@@ -198,7 +214,7 @@ impl FileBackend {
             direct,
             block_device = is_block_device,
             readonly = f.readonly,
-            deallocate = b.dealloc.load(Ordering::Relaxed),
+            deallocate = b.shared.dealloc.load(Ordering::Relaxed),
             "file bdev opened (io_uring)"
         );
         Ok(b)
@@ -319,12 +335,14 @@ impl FileBackend {
         status
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn queue(
         &self,
         kind: OpKind,
         buf: *mut u8,
         offset: u64,
         len: u64,
+        sync_after: bool,
         tag: IoTag,
         sink: &Arc<CompletionSink>,
     ) -> Submitted {
@@ -336,6 +354,7 @@ impl FileBackend {
             buf,
             len,
             offset,
+            sync_after,
         };
         match uring::submit(op) {
             Ok(()) => Submitted::Pending,
@@ -384,7 +403,7 @@ impl Backend for FileBackend {
                 if self.direct && !(p as usize).is_multiple_of(DIRECT_ALIGN) {
                     return Submitted::Done(self.bounce(false, off, p, buf.len()));
                 }
-                self.queue(OpKind::Read, p, off, len, tag, sink)
+                self.queue(OpKind::Read, p, off, len, false, tag, sink)
             }
             BlockOp::Write { lba, buf, fua } => {
                 if self.readonly {
@@ -408,15 +427,15 @@ impl Backend for FileBackend {
                     });
                 }
                 let kind = if fua { OpKind::WriteFua } else { OpKind::Write };
-                self.queue(kind, p, off, len, tag, sink)
+                self.queue(kind, p, off, len, false, tag, sink)
             }
             BlockOp::Flush => {
                 if self.readonly {
                     return Submitted::Done(Status::SUCCESS);
                 }
-                self.queue(OpKind::Flush, std::ptr::null_mut(), 0, 0, tag, sink)
+                self.queue(OpKind::Flush, std::ptr::null_mut(), 0, 0, false, tag, sink)
             }
-            BlockOp::WriteZeroes { lba, blocks } => {
+            BlockOp::WriteZeroes { lba, blocks, fua } => {
                 if self.readonly {
                     return Submitted::Done(Status::NS_WRITE_PROTECTED.with_dnr());
                 }
@@ -434,58 +453,64 @@ impl Backend for FileBackend {
                 } else {
                     OpKind::WriteZeroBuf
                 };
-                self.queue(kind, std::ptr::null_mut(), off, len, tag, sink)
+                self.queue(kind, std::ptr::null_mut(), off, len, fua, tag, sink)
             }
         }
     }
 
-    fn deallocate(&self, lba: u64, blocks: u64) -> Status {
-        let oob = Status::LBA_OUT_OF_RANGE.with_dnr();
-        let Some(len) = blocks.checked_mul(u64::from(self.block_size)) else {
-            return oob;
-        };
-        let Some(off) = self.byte_range(lba, len) else {
-            return oob;
-        };
+    fn deallocate(
+        &self,
+        ranges: DsmRanges<'_>,
+        tag: IoTag,
+        sink: &Arc<CompletionSink>,
+    ) -> Submitted {
+        let oob = Submitted::Done(Status::LBA_OUT_OF_RANGE.with_dnr());
+        let bs = u64::from(self.block_size);
+        for (lba, blocks) in ranges.iter() {
+            match blocks.checked_mul(bs) {
+                Some(len) if self.byte_range(lba, len).is_some() => {}
+                _ => return oob,
+            }
+        }
         if self.readonly {
-            return Status::NS_WRITE_PROTECTED.with_dnr();
+            return Submitted::Done(Status::NS_WRITE_PROTECTED.with_dnr());
         }
-        if len == 0 || !self.dealloc.load(Ordering::Relaxed) {
-            return Status::SUCCESS;
+        if ranges.iter().next().is_none() || !self.shared.dealloc.load(Ordering::Relaxed) {
+            return Submitted::Done(Status::SUCCESS);
         }
-        let res = if self.is_block_device {
-            let range: [u64; 2] = [off, len];
-            // SAFETY: BLKDISCARD reads two u64 from the pointer.
-            let r = unsafe { libc::ioctl(self.shared.fd(), BLKDISCARD as _, range.as_ptr()) };
-            if r < 0 {
-                Err(std::io::Error::last_os_error())
-            } else {
-                Ok(())
+        if !self.is_block_device {
+            // One ring operation for every range; it reads the descriptors
+            // from the request's data buffer, which stays put until the
+            // completion is posted (needs_stable_buffers).
+            let p = ranges.as_bytes().as_ptr().cast_mut();
+            let n = ranges.count() as u64;
+            return self.queue(OpKind::PunchRanges, p, 0, n, false, tag, sink);
+        }
+        // BLKDISCARD is a synchronous ioctl: all ranges in one helper job.
+        let list: Vec<[u64; 2]> = ranges.iter().map(|(l, n)| [l * bs, n * bs]).collect();
+        let shared = self.shared.clone();
+        helper::run(sink, tag, move || discard(&shared, &list))
+    }
+}
+
+/// BLKDISCARD of each `[offset, length]` (helper thread).
+fn discard(shared: &FileShared, list: &[[u64; 2]]) -> Status {
+    for range in list {
+        // SAFETY: BLKDISCARD reads two u64 from the pointer, which points at
+        // a live `[u64; 2]`; the descriptor stays open (we hold its Arc).
+        let r = unsafe { libc::ioctl(shared.fd(), BLKDISCARD as _, range.as_ptr()) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error();
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY)
+            ) {
+                shared.dealloc_unsupported();
+                return Status::SUCCESS;
             }
-        } else {
-            self.fallocate(
-                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                off,
-                len,
-            )
-        };
-        match res {
-            Ok(()) => Status::SUCCESS,
-            Err(e)
-                if matches!(
-                    e.raw_os_error(),
-                    Some(libc::EOPNOTSUPP) | Some(libc::ENOTTY)
-                ) =>
-            {
-                // A hint the device cannot take: stop trying.
-                self.dealloc.store(false, Ordering::Relaxed);
-                tracing::info!(bdev = %self.shared.name(), "deallocate unsupported: ignored from now on");
-                Status::SUCCESS
-            }
-            Err(e) => {
-                tracing::warn!(bdev = %self.shared.name(), "deallocate failed: {e}");
-                uring::errno_status(OpKind::Write, e.raw_os_error())
-            }
+            tracing::warn!(bdev = %shared.name(), "deallocate (discard) failed: {e}");
+            return uring::errno_status(OpKind::Write, e.raw_os_error());
         }
     }
+    Status::SUCCESS
 }

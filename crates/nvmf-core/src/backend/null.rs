@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use nvmf_wire::status::Status;
 
-use super::{byte_range, Backend, BlockOp, CompletionSink, IoTag, Submitted};
+use super::{byte_range, Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 
 /// A device of `num_blocks` blocks with no storage behind it.
 #[derive(Debug)]
@@ -73,12 +73,23 @@ impl Backend for NullBackend {
             }
             BlockOp::Write { lba, buf, .. } => self.check(lba, buf.len()),
             BlockOp::Flush => Status::SUCCESS,
-            BlockOp::WriteZeroes { lba, blocks } => self.check_blocks(lba, blocks),
+            BlockOp::WriteZeroes { lba, blocks, .. } => self.check_blocks(lba, blocks),
         };
         Submitted::Done(status)
     }
 
-    fn deallocate(&self, lba: u64, blocks: u64) -> Status {
-        self.check_blocks(lba, blocks)
+    fn deallocate(
+        &self,
+        ranges: DsmRanges<'_>,
+        _tag: IoTag,
+        _sink: &Arc<CompletionSink>,
+    ) -> Submitted {
+        for (lba, blocks) in ranges.iter() {
+            let s = self.check_blocks(lba, blocks);
+            if !s.is_success() {
+                return Submitted::Done(s);
+            }
+        }
+        Submitted::Done(Status::SUCCESS)
     }
 }

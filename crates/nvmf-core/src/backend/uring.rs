@@ -10,10 +10,18 @@
 //!
 //! Lifetime rule: an operation holds raw pointers into its request's data
 //! buffer, an `Arc` of the file it targets and an `Arc` of the queue pair's
-//! [`CompletionSink`]. The queue pair waits in `Drop` (see
-//! [`wait_sink_idle`]) until no operation holds its sink any more, so the
-//! transport (which drops the queue pair before its request slots) never
-//! frees a buffer the kernel is still reading or writing.
+//! [`CompletionSink`]. A closing transport hands its buffers to
+//! [`super::parked`] (`QueuePair::hand_over`), which frees them once no
+//! operation holds the sink any more ([`flush`] reaps them on every reactor
+//! turn), so the kernel never writes into freed memory and teardown never
+//! waits. A queue pair dropped without handing over falls back to waiting
+//! ([`wait_sink_idle`]).
+//!
+//! Dataset Management on a file is one operation ([`OpKind::PunchRanges`]):
+//! its ranges' fallocate(PUNCH_HOLE)s are submitted one after another,
+//! each from the previous one's completion, reading the range list from
+//! the request's (stable) data buffer. A Write Zeroes with FUA is followed
+//! by an fdatasync before it completes.
 //!
 //! Batching: operations are queued in the submission ring and submitted by
 //! [`flush`] (called by `QueuePair::poll` after a batch of commands and by
@@ -38,6 +46,8 @@ const RING_ENTRIES: u32 = 512;
 const ZERO_BUF: usize = 1 << 20;
 /// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_ZERO_RANGE`.
 const ZERO_RANGE_MODE: i32 = libc::FALLOC_FL_ZERO_RANGE | libc::FALLOC_FL_KEEP_SIZE;
+/// `FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE`.
+const PUNCH_MODE: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
 
 /// What an operation does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +62,9 @@ pub enum OpKind {
     ZeroRange,
     /// Write the zero buffer over the range, in chunks.
     WriteZeroBuf,
+    /// Dataset Management deallocate: `buf` points at `len` 16-byte range
+    /// descriptors, `done` is the next one; fallocate(PUNCH_HOLE) each.
+    PunchRanges,
 }
 
 /// One operation in flight.
@@ -68,6 +81,8 @@ struct Op {
     done: u64,
     /// File offset of byte 0.
     offset: u64,
+    /// fdatasync once the operation itself succeeded (FUA Write Zeroes).
+    sync_after: bool,
 }
 
 /// A new operation (see [`submit`]).
@@ -79,6 +94,28 @@ pub(crate) struct NewOp {
     pub buf: *mut u8,
     pub len: u64,
     pub offset: u64,
+    pub sync_after: bool,
+}
+
+/// Moves `op.done` past range descriptors with NLB 0; the next range to
+/// punch as (byte offset, byte length), or `None` when none is left.
+fn next_range(op: &mut Op) -> Option<(u64, u64)> {
+    let bs = u64::from(op.file.block_size());
+    while op.done < op.len {
+        let mut d = [0u8; 16];
+        // SAFETY: `buf` points at `len` descriptors of 16 bytes that stay
+        // valid and unmoved while the op is in the table (module docs);
+        // `done < len`, so these 16 bytes are inside them.
+        unsafe {
+            std::ptr::copy_nonoverlapping(op.buf.add(op.done as usize * 16), d.as_mut_ptr(), 16)
+        };
+        let (slba, nlb) = super::decode_range(&d);
+        if nlb != 0 {
+            return Some((slba.saturating_mul(bs), nlb.saturating_mul(bs)));
+        }
+        op.done += 1;
+    }
+    None
 }
 
 struct ZeroBuf(*mut u8);
@@ -98,7 +135,8 @@ impl Drop for ZeroBuf {
 
 struct Ring {
     ring: IoUring,
-    eventfd: OwnedFd,
+    /// Shared with the sinks of this thread's queue pairs (helper wake-ups).
+    eventfd: Arc<OwnedFd>,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
     /// Entries pushed but not yet submitted.
@@ -133,7 +171,7 @@ impl Ring {
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Ring {
             ring,
-            eventfd,
+            eventfd: Arc::new(eventfd),
             ops: Vec::with_capacity(256),
             free: Vec::with_capacity(256),
             queued: 0,
@@ -156,6 +194,19 @@ impl Ring {
 
     /// The submission entry for the next step of operation `idx`.
     fn entry(&mut self, idx: u32) -> squeue::Entry {
+        if let Some(op) = self.ops[idx as usize].as_mut() {
+            if op.kind == OpKind::PunchRanges {
+                let fd = types::Fd(op.file.fd());
+                // `submit` and `complete_one` only queue a PunchRanges op
+                // with a range left; (0, 0) would fail with EINVAL.
+                let (off, len) = next_range(op).unwrap_or((0, 0));
+                return opcode::Fallocate::new(fd, len)
+                    .offset(off)
+                    .mode(PUNCH_MODE)
+                    .build()
+                    .user_data(u64::from(idx));
+            }
+        }
         let zero = if matches!(
             self.ops[idx as usize].as_ref().map(|o| o.kind),
             Some(OpKind::WriteZeroBuf)
@@ -193,6 +244,7 @@ impl Ring {
                 let n = rest.min(ZERO_BUF as u64) as u32;
                 opcode::Write::new(fd, zero, n).offset(off).build()
             }
+            OpKind::PunchRanges => unreachable!("handled above"),
         };
         e.user_data(u64::from(idx))
     }
@@ -281,6 +333,24 @@ impl Ring {
             return false;
         }
         match op.kind {
+            OpKind::PunchRanges => {
+                if res == -libc::EOPNOTSUPP || res == -libc::ENOSYS {
+                    // A hint the file cannot take: stop trying.
+                    op.file.dealloc_unsupported();
+                    self.finish(idx, Status::SUCCESS);
+                    return true;
+                }
+                if res < 0 {
+                    self.fail(idx, Some(-res));
+                    return true;
+                }
+                op.done += 1;
+                if next_range(op).is_some() {
+                    return false;
+                }
+                self.finish(idx, Status::SUCCESS);
+                true
+            }
             OpKind::Flush => {
                 if res < 0 {
                     self.fail(idx, Some(-res));
@@ -297,6 +367,10 @@ impl Ring {
                 }
                 if res < 0 {
                     self.fail(idx, Some(-res));
+                } else if op.sync_after {
+                    op.sync_after = false;
+                    op.kind = OpKind::Flush;
+                    return false;
                 } else {
                     self.finish(idx, Status::SUCCESS);
                 }
@@ -315,6 +389,11 @@ impl Ring {
                 op.done += res as u64;
                 if op.done < op.len {
                     // Short transfer: resubmit the remainder.
+                    return false;
+                }
+                if op.sync_after {
+                    op.sync_after = false;
+                    op.kind = OpKind::Flush;
                     return false;
                 }
                 self.finish(idx, Status::SUCCESS);
@@ -434,6 +513,7 @@ pub(crate) fn submit(new: NewOp) -> Result<(), Status> {
             len: new.len,
             done: 0,
             offset: new.offset,
+            sync_after: new.sync_after,
         });
         if let Err(e) = r.push(idx) {
             let op = r.ops[idx as usize].take();
@@ -471,6 +551,12 @@ pub fn set_batching(on: bool) {
 /// Returns how many operations finished (their sinks have posts). Cheap
 /// when the ring was never created or is idle.
 pub fn flush() -> usize {
+    let done = flush_ring();
+    super::parked::reap();
+    done
+}
+
+fn flush_ring() -> usize {
     RING.with(|cell| {
         let Ok(mut slot) = cell.try_borrow_mut() else {
             return 0;
@@ -491,6 +577,16 @@ pub fn flush() -> usize {
 /// it on every completion; the reader resets it with [`clear_eventfd`].
 pub fn eventfd() -> Result<RawFd, String> {
     with_ring(|r| r.eventfd.as_raw_fd())
+}
+
+/// This thread's eventfd if the thread already has a ring (never creates
+/// one): what a [`CompletionSink`] made here writes to wake the thread.
+pub fn existing_eventfd() -> Option<Arc<OwnedFd>> {
+    RING.with(|cell| {
+        cell.try_borrow()
+            .ok()
+            .and_then(|s| s.as_ref().map(|r| r.eventfd.clone()))
+    })
 }
 
 /// Resets the eventfd counter (non-blocking).
