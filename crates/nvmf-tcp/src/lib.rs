@@ -16,6 +16,6 @@ mod icreq;
 mod request;
 mod txq;
 
-pub use connection::{Connection, ConnectionStats, TcpParams};
+pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
-pub use request::{RequestState, Xfer};
+pub use request::{BufBudget, BufPolicy, RequestState, Xfer};

@@ -144,6 +144,8 @@ pub struct ReactorSnapshot {
     pub current_io_qpairs: u64,
     /// Connections not (yet) connected to a controller.
     pub pending_qpairs: u64,
+    /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`).
+    pub pending_bdev_io: u64,
     pub stats: QueueStats,
 }
 
@@ -569,6 +571,7 @@ impl Reactor {
         for (_, c) in conns.iter() {
             let q = c.sm.queue();
             s.stats.add(q.stats());
+            s.pending_bdev_io += c.sm.backend_pending() as u64;
             let ctrl = q.controller();
             if !q.is_connected() {
                 s.pending_qpairs += 1;
