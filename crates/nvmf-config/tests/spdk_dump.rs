@@ -60,7 +60,10 @@ fn realistic_dump_loads_with_skipped_list() {
 
     let t = &c.transports[0];
     assert!(!t.c2h_success);
-    assert_eq!(t.num_shared_buffers, 511, "num_shared_buffers is used, not ignored");
+    assert_eq!(
+        t.num_shared_buffers, 511,
+        "num_shared_buffers is used, not ignored"
+    );
     assert_eq!(t.max_queue_depth, 128);
 
     assert_eq!(c.subsystems.len(), 2);

@@ -845,7 +845,11 @@ fn transport_failed_commands_report_real_sqhd() {
             }
         })
         .collect();
-    assert_eq!(heads, vec![3, 0, 1], "executed and transport-failed commands share SQHD");
+    assert_eq!(
+        heads,
+        vec![3, 0, 1],
+        "executed and transport-failed commands share SQHD"
+    );
 }
 
 #[test]

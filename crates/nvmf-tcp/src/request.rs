@@ -673,10 +673,20 @@ mod tests {
         assert_eq!(s.get(a).unwrap().capacity(), 0);
         assert!(s.reserve(c, 131072, false));
         // Another queue with nothing charged may overdraw once.
-        let mut other = Slots::new(2, BufPolicy { budget: budget.clone(), retain: 4096, max: 131072 });
+        let mut other = Slots::new(
+            2,
+            BufPolicy {
+                budget: budget.clone(),
+                retain: 4096,
+                max: 131072,
+            },
+        );
         let x = other.alloc(&Command::new(0x01, 1)).unwrap();
         let y = other.alloc(&Command::new(0x01, 2)).unwrap();
-        assert!(other.reserve(x, 131072, false), "overdraft for an empty queue");
+        assert!(
+            other.reserve(x, 131072, false),
+            "overdraft for an empty queue"
+        );
         assert!(!other.reserve(y, 131072, false), "but only one");
         drop(other);
         drop(s);

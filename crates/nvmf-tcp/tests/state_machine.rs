@@ -776,7 +776,13 @@ fn send_data(m: &mut Mem, h: &Host, cid: u16, ttag: u16, data: &[u8]) {
     let mut off = 0;
     while off < data.len() {
         let n = (data.len() - off).min(h.maxh2cdata as usize);
-        bytes.extend(h.h2c(cid, ttag, off as u32, &data[off..off + n], off + n == data.len()));
+        bytes.extend(h.h2c(
+            cid,
+            ttag,
+            off as u32,
+            &data[off..off + n],
+            off + n == data.len(),
+        ));
         off += n;
     }
     m.send(&bytes);
@@ -854,7 +860,10 @@ fn exhausted_budget_makes_commands_wait_then_proceed() {
     }
     done.sort_unstable();
     assert_eq!(done, vec![2, 3, 4]);
-    assert!(read_data == vec![0u8; 65536], "LBAs 1024..1152 were never written");
+    assert!(
+        read_data == vec![0u8; 65536],
+        "LBAs 1024..1152 were never written"
+    );
     assert_eq!(a.conn.waiting_for_buffer(), 0);
     assert_eq!(budget.waiting(), 0);
     // Data went where it should.
@@ -864,7 +873,11 @@ fn exhausted_budget_makes_commands_wait_then_proceed() {
     drop(a2);
     drop(b);
     drop(io);
-    assert_eq!(budget.used(), 0, "closed connections give their buffers back");
+    assert_eq!(
+        budget.used(),
+        0,
+        "closed connections give their buffers back"
+    );
 }
 
 #[test]
@@ -891,7 +904,11 @@ fn idle_buffers_are_freed_under_pressure_only() {
     // A's tick frees its idle buffer; B's tick then starts the waiter.
     let now = Instant::now();
     a.conn.poll(now);
-    assert_eq!(a.conn.buffer_bytes_charged(), 0, "idle buffer freed under pressure");
+    assert_eq!(
+        a.conn.buffer_bytes_charged(),
+        0,
+        "idle buffer freed under pressure"
+    );
     b.conn.poll(now);
     let got2 = r2ts(&all_output(&mut b, &hb));
     assert_eq!(got2.iter().map(|r| r.0).collect::<Vec<_>>(), vec![2]);
@@ -914,7 +931,11 @@ fn r2t_allowance_bounds_outstanding_write_data() {
     assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
     assert_eq!(m.conn.r2ts_outstanding(), 2);
     assert_eq!(m.conn.waiting_for_buffer(), 1);
-    assert_eq!(budget.waiting(), 0, "waiting for R2T allowance is not budget pressure");
+    assert_eq!(
+        budget.waiting(),
+        0,
+        "waiting for R2T allowance is not budget pressure"
+    );
     send_data(&mut m, &h, 1, got[0].1, &pattern(1, 65536));
     let out = all_output(&mut m, &h);
     assert_eq!(r2ts(&out).iter().map(|r| r.0).collect::<Vec<_>>(), vec![3]);
@@ -1006,4 +1027,38 @@ fn backend_pending_counts_io_commands_only() {
     admin.drain();
     assert!(admin.conn.has_executing());
     assert_eq!(admin.conn.backend_pending(), 0);
+}
+
+/// A host that sends commands but never reads its socket: the reactor reads
+/// only while `wants_read()`, and that turns false once a bounded amount of
+/// response bytes is queued (not at the 16 MiB that slot data may use).
+#[test]
+fn host_that_never_reads_cannot_grow_the_send_queue() {
+    let (_t, _a, mut m, h) = connected_io(190, false);
+    let mut batch = Vec::new();
+    let mut sent = 0u32;
+    let mut cid = 0u16;
+    while m.conn.wants_read() && sent < 200_000 {
+        batch.clear();
+        for _ in 0..100 {
+            cid = cid.wrapping_add(1);
+            let mut cmd = Command::new(0x00, cid); // Flush: completes at once
+            cmd.set_nsid(1);
+            batch.extend(h.capsule(&cmd, &[]));
+        }
+        m.conn.feed(&batch);
+        sent += 100;
+        assert!(!m.closed(), "{:?}", m.conn.close_reason());
+    }
+    assert!(!m.conn.wants_read(), "reading stops after {sent} commands");
+    let queued = m.conn.output_len();
+    assert!(
+        queued <= (256 << 10) + 100 * 24,
+        "{queued} bytes queued after {sent} unanswered commands"
+    );
+    // Once the host reads, the connection takes commands again.
+    m.drain();
+    assert!(m.conn.wants_read());
+    let got = h.parse(&mut m.inbox).unwrap();
+    assert_eq!(got.len(), sent as usize);
 }

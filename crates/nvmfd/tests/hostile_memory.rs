@@ -44,9 +44,8 @@ const OVERHEAD: u64 = (QUEUES as u64 + 2) * 131072 + (8 << 20);
 const H2C_TIMEOUT_MS: u64 = 5000;
 
 fn config(port: u16) -> String {
-    let l = format!(
-        r#"{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}"#
-    );
+    let l =
+        format!(r#"{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}"#);
     format!(
         r#"{{"subsystems":[
  {{"subsystem":"bdev","config":[
@@ -126,7 +125,11 @@ fn io_queue(port: u16, cntlid: u16, qid: u16) -> (Sock, Host) {
     let mut h = Host::new();
     init(&mut s, &mut h, false, false);
     let c = connect(&mut s, &mut h, qid, DEPTH - 1, cntlid, NQN, HOSTNQN);
-    assert_eq!(c.status(), nvmf_wire::status::Status::SUCCESS, "I/O connect qid {qid}");
+    assert_eq!(
+        c.status(),
+        nvmf_wire::status::Status::SUCCESS,
+        "I/O connect qid {qid}"
+    );
     (s, h)
 }
 
@@ -279,7 +282,11 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
         closed_after >= Duration::from_millis(H2C_TIMEOUT_MS - 200),
         "closed before the H2CData timeout ({closed_after:?})"
     );
-    assert!(d.logged("H2CData timeout"), "the close is logged:\n{}", d.logs());
+    assert!(
+        d.logged("H2CData timeout"),
+        "the close is logged:\n{}",
+        d.logs()
+    );
     // The bystander is unaffected, and the controller's budget is free again.
     bystander_io(&mut bs, &mut bh, 20, 5000);
     d.kill();
