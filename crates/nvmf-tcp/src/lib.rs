@@ -7,7 +7,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
-//! | `request.rs` | request slots, [`RequestState`], CID bitmap |
+//! | `request.rs` | request slots, [`RequestState`], CID bitmap, slot buffer accounting ([`BufBudget`]) |
 //! | `icreq.rs` | ICReq checks and the ICResp |
 //! | `txq.rs` | the send queue (bytes + zero-copy slot data) |
 

@@ -3,7 +3,9 @@
 //! Run to completion: a readable socket is read into its connection's receive
 //! buffer, every complete PDU is processed, and all responses leave in one
 //! vectored write. The thread sleeps in epoll when idle; a 100 ms tick drives
-//! keep-alive, async events and deferred completions (`QueuePair::poll`).
+//! keep-alive, async events and deferred completions (`QueuePair::poll`),
+//! and in each `Connection::poll` the H2CData timeout, freeing idle slot
+//! buffers under memory pressure and retrying commands waiting for one.
 //! The thread's io_uring (file bdevs) signals an eventfd in the same epoll
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
