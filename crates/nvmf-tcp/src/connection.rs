@@ -66,6 +66,8 @@ const TX_HIGH_WATER: usize = 16 << 20;
 /// Stop reading while this many header/response bytes (the send queue's own
 /// memory) wait for the socket.
 const TX_BYTES_HIGH_WATER: usize = 256 << 10;
+/// How often `poll` looks for expired R2Ts and idle buffers to free.
+const HOUSEKEEPING: Duration = Duration::from_millis(50);
 /// Default of [`TcpParams::h2c_timeout`].
 pub const H2C_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default of [`TcpParams::max_r2t_bytes`].
@@ -193,6 +195,8 @@ pub struct Connection {
     /// The time of the last `poll` (timer tick): stamps R2Ts without a clock
     /// read per I/O.
     coarse_now: Instant,
+    /// When `poll` next checks the H2CData timeout and idle buffers.
+    next_housekeeping: Instant,
 }
 
 /// Progress of a directly placed H2CData payload.
@@ -236,6 +240,7 @@ impl Connection {
             r2t_count: 0,
             r2t_bytes: 0,
             coarse_now: Instant::now(),
+            next_housekeeping: Instant::now(),
         }
     }
 
@@ -427,11 +432,16 @@ impl Connection {
             self.close = Some(reason);
             return;
         }
-        if self.r2t_count > 0 && !self.params.h2c_timeout.is_zero() {
-            self.check_h2c_timeout(now);
-        }
-        if self.slots.charged() > 0 && self.slots.budget().under_pressure() {
-            self.slots.trim_idle();
+        if now >= self.next_housekeeping {
+            // At most every HOUSEKEEPING (poll also runs per loop turn for
+            // connections with asynchronous commands): slot scans.
+            self.next_housekeeping = now + HOUSEKEEPING;
+            if self.r2t_count > 0 && !self.params.h2c_timeout.is_zero() {
+                self.check_h2c_timeout(now);
+            }
+            if self.slots.charged() > 0 && self.slots.budget().under_pressure() {
+                self.slots.trim_idle();
+            }
         }
         if !self.need_buf.is_empty() {
             // Room may have been freed by other connections.
