@@ -22,6 +22,8 @@ use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcp_common::host::*;
 
@@ -190,8 +192,28 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
     let bcntl = admin_up(&mut badmin, &mut bah, false, false);
     let (mut bs, mut bh) = io_queue(port, bcntl, 1);
     bystander_io(&mut bs, &mut bh, 50, 1); // warm-up
-    let before = p99(bystander_io(&mut bs, &mut bh, 300, 100));
+    let t = Instant::now();
+    let lat_before = bystander_io(&mut bs, &mut bh, 300, 100);
+    let rate_before = 300.0 / t.elapsed().as_secs_f64();
+    let before = p99(lat_before);
     let rss_before = rss(pid);
+
+    // The bystander keeps doing verified QD1 I/O in its own thread for
+    // the whole attack (set-up included); latencies stamped with their end.
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let bystander = std::thread::spawn(move || {
+        let mut lat = Vec::new();
+        let mut i = 0u64;
+        while !stop2.load(Ordering::Relaxed) {
+            let l = bystander_io(&mut bs, &mut bh, 1, 1000 + i)[0];
+            lat.push((Instant::now(), l));
+            i += 1;
+        }
+        (bs, bh, lat)
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    let attack_start = Instant::now();
 
     // The attacker: every I/O queue, each full of 128 KiB writes whose
     // data never comes.
@@ -199,6 +221,7 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
     let mut aah = Host::new();
     let acntl = admin_up(&mut aadmin, &mut aah, false, false);
     let mut attackers = Vec::new();
+    let mut rss_max = rss(pid);
     for qid in 1..=QUEUES {
         let (mut s, h) = io_queue(port, acntl, qid);
         let mut bytes = Vec::new();
@@ -211,21 +234,34 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
         }
         s.send(&bytes);
         attackers.push(s);
-    }
-    let attack_start = Instant::now();
-
-    // During the attack: bystander I/O, RSS sampled between batches.
-    let mut rss_max = rss(pid);
-    let mut during = Vec::new();
-    for round in 0..10 {
-        during.extend(bystander_io(&mut bs, &mut bh, 30, 1000 + round * 30));
         rss_max = rss_max.max(rss(pid));
     }
-    let during_p99 = p99(during);
+    // The attack holds: RSS sampled for 2 s while the bystander goes on.
+    for _ in 0..40 {
+        std::thread::sleep(Duration::from_millis(50));
+        rss_max = rss_max.max(rss(pid));
+    }
+    stop.store(true, Ordering::Relaxed);
+    let attack_time = attack_start.elapsed();
+    let (mut bs, mut bh, lat) = bystander.join().expect("bystander thread");
+    let during: Vec<Duration> = lat
+        .iter()
+        .filter(|(end, _)| *end >= attack_start)
+        .map(|(_, l)| *l)
+        .collect();
+    assert!(
+        during.len() >= 50,
+        "bystander did only {} I/Os during the attack",
+        during.len()
+    );
+    let during_p99 = p99(during.clone());
+    // QD1 latency percentiles hide stalls (one slow I/O per stall), the
+    // I/O rate does not.
+    let rate_during = during.len() as f64 / attack_time.as_secs_f64();
     let bound = rss_before + BUDGET + OVERHEAD;
     eprintln!(
         "hostile_memory: RSS before attack {} KiB, max during {} KiB (+{} KiB), bound {} KiB \
-         (budget {} KiB + overhead {} KiB); bystander p99 before {:?}, during {:?}; \
+         (budget {} KiB + overhead {} KiB); bystander p99 before {:?}, during {:?}; I/O pairs per second before {:.0}, during {:.0}; \
          unfixed would pin {} MiB of slot buffers",
         rss_before >> 10,
         rss_max >> 10,
@@ -235,6 +271,8 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
         OVERHEAD >> 10,
         before,
         during_p99,
+        rate_before,
+        rate_during,
         (u64::from(QUEUES) * u64::from(DEPTH) * u64::from(IO)) >> 20,
     );
     assert!(
@@ -251,6 +289,10 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
     assert!(
         during_p99 <= allowed,
         "bystander p99 {during_p99:?} during the attack vs {before:?} before"
+    );
+    assert!(
+        rate_during >= rate_before / 4.0,
+        "bystander I/O rate {rate_during:.0}/s during the attack vs {rate_before:.0}/s before"
     );
 
     // The H2CData timeout closes every attacker queue (the R2Ts they were
