@@ -544,16 +544,19 @@ impl Connection {
 
     /// Starts slot `idx` (a command with data through the transport) now,
     /// or queues it behind the commands already waiting.
-    fn start_or_wait(&mut self, idx: u16) -> Result<(), PduError> {
-        let Some(slot) = self.slots.get(idx) else {
-            return Ok(());
-        };
-        let (len, xfer) = (slot.len as usize, slot.xfer);
-        if xfer == Xfer::CtrlToHost && len <= self.slots.retain() {
-            // Within the slot's retained buffer: no budget, no wait.
-            self.slots.reserve(idx, len, true);
+    #[inline]
+    fn start_or_wait(&mut self, idx: u16, xfer: Xfer, len: u32) -> Result<(), PduError> {
+        if xfer == Xfer::CtrlToHost && self.slots.fits_without_budget(idx, len as usize) {
+            // The slot's buffer is big enough, or may grow within the
+            // retained size: no budget, no wait.
+            self.slots.reserve(idx, len as usize, true);
             return self.execute(idx, Src::Slot);
         }
+        self.start_or_wait_slow(idx)
+    }
+
+    #[inline(never)]
+    fn start_or_wait_slow(&mut self, idx: u16) -> Result<(), PduError> {
         if self.need_buf.is_empty() {
             match self.try_start(idx)? {
                 Start::Started => return Ok(()),
@@ -839,13 +842,13 @@ impl Connection {
                 };
                 slot.len = len;
                 slot.received = 0;
-                self.start_or_wait(idx)
+                self.start_or_wait(idx, xfer, len)
             }
             Xfer::CtrlToHost if sgl_id == SGL_ID_TRANSPORT || sgl_id == SGL_ID_IN_CAPSULE => {
                 if let Some(slot) = self.slots.get_mut(idx) {
                     slot.len = len;
                 }
-                self.start_or_wait(idx)
+                self.start_or_wait(idx, xfer, len)
             }
             _ => {
                 self.complete_status(idx, Status::SGL_INVALID_DESCRIPTOR_TYPE.with_dnr());

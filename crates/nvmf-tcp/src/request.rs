@@ -415,19 +415,38 @@ impl Slots {
         &self.policy.budget
     }
 
+    /// Slot `idx` can hold `len` bytes without charging the budget: its
+    /// buffer is that big already, or `len` is within the retained size.
+    #[inline]
+    pub fn fits_without_budget(&self, idx: u16, len: usize) -> bool {
+        len <= self.policy.retain
+            || self
+                .slots
+                .get(idx as usize)
+                .is_some_and(|s| s.buf.len() >= len)
+    }
+
     /// Makes slot `idx`'s buffer at least `len` bytes. Returns false when
     /// the budget has no room (the command must wait); `must` charges
     /// regardless (data that cannot wait, e.g. still in the receive
     /// buffer). Growing a buffer above the retained size charges it; when
     /// that fails, this queue's idle charged buffers are freed first, and a
     /// queue with nothing else charged may overdraw.
+    #[inline]
     pub fn reserve(&mut self, idx: u16, len: usize, must: bool) -> bool {
-        let Some(s) = self.slots.get(idx as usize) else {
-            return false;
-        };
-        if s.buf.len() >= len {
-            return true;
+        match self.slots.get(idx as usize) {
+            Some(s) if s.buf.len() >= len => true,
+            Some(_) => self.reserve_grow(idx, len, must),
+            None => false,
         }
+    }
+
+    /// `reserve` when the buffer must grow (the first use of a slot, or a
+    /// bigger command than before; every command under pressure).
+    #[cold]
+    #[inline(never)]
+    fn reserve_grow(&mut self, idx: u16, len: usize, must: bool) -> bool {
+        let s = &self.slots[idx as usize];
         let max = self.policy.max.max(len);
         let want = len.next_power_of_two().clamp(4096, max);
         let charge = if want > self.policy.retain { want } else { 0 };
@@ -532,6 +551,7 @@ impl Slots {
     }
 
     /// Returns slot `idx` to the free list.
+    #[inline]
     pub fn release(&mut self, idx: u16) {
         let Some(s) = self.slots.get_mut(idx as usize) else {
             return;
@@ -546,13 +566,25 @@ impl Slots {
         let (w, b) = Self::cid_bit(s.cmd.cid());
         self.cid_busy[w] &= !b;
         self.releases += 1;
-        if s.charged > 0 && self.policy.budget.under_pressure() {
-            let n = std::mem::take(&mut s.charged);
-            s.buf.free();
-            self.charged -= n;
-            self.policy.budget.credit(n);
-        }
+        let charged = s.charged;
         self.free.push(idx);
+        if charged > 0 {
+            self.release_charged(idx);
+        }
+    }
+
+    /// A released slot holds a charged buffer: under pressure it is freed.
+    #[cold]
+    #[inline(never)]
+    fn release_charged(&mut self, idx: u16) {
+        if !self.policy.budget.under_pressure() {
+            return;
+        }
+        let s = &mut self.slots[idx as usize];
+        let n = std::mem::take(&mut s.charged);
+        s.buf.free();
+        self.charged -= n;
+        self.policy.budget.credit(n);
     }
 
     /// Moves slot `idx` to `state`, keeping the executing count.
