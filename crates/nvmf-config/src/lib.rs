@@ -204,6 +204,11 @@ pub struct TransportConfig {
     pub max_aq_depth: u16,
     /// Send C2HData with the SUCCESS flag and skip the response capsule.
     pub c2h_success: bool,
+    /// Data buffer budget in units of `io_unit_size` (SPDK's shared buffer
+    /// pool). In nvmfd: all request slot buffers larger than the in-capsule
+    /// data size, across every connection, share
+    /// `num_shared_buffers × io_unit_size` bytes (see nvmf-tcp).
+    pub num_shared_buffers: u32,
 }
 
 impl TransportConfig {
@@ -218,6 +223,7 @@ impl TransportConfig {
             io_unit_size: 131_072,
             max_aq_depth: 128,
             c2h_success: true,
+            num_shared_buffers: 511,
         }
     }
 }

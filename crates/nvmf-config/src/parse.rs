@@ -88,7 +88,6 @@ const NULL_IGNORED: &[(&str, Kind)] = &[
 ];
 const TRANSPORT_IGNORED: &[(&str, Kind)] = &[
     ("tgt_name", Kind::Str),
-    ("num_shared_buffers", Kind::U32),
     ("buf_cache_size", Kind::U32),
     ("iobuf_small_cache_size", Kind::U32),
     ("iobuf_large_cache_size", Kind::U32),
@@ -492,6 +491,12 @@ fn create_transport(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
     }
     if let Some(v) = p.opt_bool("c2h_success")? {
         t.c2h_success = v;
+    }
+    if let Some(v) = p.opt_u32("num_shared_buffers")? {
+        if v == 0 {
+            return Err(p.err("num_shared_buffers", "0 leaves no data buffers"));
+        }
+        t.num_shared_buffers = v;
     }
     let mut ign = cfg.ignored_params.clone();
     p.ignore(TRANSPORT_IGNORED, &mut ign)?;

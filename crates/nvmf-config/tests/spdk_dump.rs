@@ -60,6 +60,10 @@ fn realistic_dump_loads_with_skipped_list() {
 
     let t = &c.transports[0];
     assert!(!t.c2h_success);
+    assert_eq!(
+        t.num_shared_buffers, 511,
+        "num_shared_buffers is used, not ignored"
+    );
     assert_eq!(t.max_queue_depth, 128);
 
     assert_eq!(c.subsystems.len(), 2);
@@ -102,7 +106,6 @@ fn realistic_dump_loads_with_skipped_list() {
         "bdev_malloc_create.dif_is_head_of_md",
         "bdev_malloc_create.dif_pi_format",
         "bdev_null_create.physical_block_size",
-        "nvmf_create_transport.num_shared_buffers",
         "nvmf_create_transport.buf_cache_size",
         "nvmf_create_transport.zcopy",
         "nvmf_create_transport.sock_priority",

@@ -223,6 +223,31 @@ impl QueuePair {
         Exec::Complete(c)
     }
 
+    /// A command left the submission queue: count it and move SQHD.
+    #[inline]
+    fn consume_sq_entry(&mut self) {
+        self.stats.commands += 1;
+        if self.depth != 0 {
+            self.sqhd = if self.sqhd + 1 >= self.depth {
+                0
+            } else {
+                self.sqhd + 1
+            };
+        }
+    }
+
+    /// Completes `cmd` with `status` without executing it: the transport
+    /// failed it (bad SGL, data digest error, ...). The command consumed an
+    /// SQ entry like any other, so SQHD moves and the completion reports it;
+    /// an error status is counted.
+    pub fn complete_unexecuted(&mut self, cmd: &Command, status: Status) -> Completion {
+        self.consume_sq_entry();
+        if !status.is_success() {
+            self.stats.errors += 1;
+        }
+        Completion::new(cmd.cid(), self.qid, self.reported_sqhd(), status, 0)
+    }
+
     #[inline]
     fn reported_sqhd(&self) -> u16 {
         if self.sq_flow_disabled {
@@ -236,14 +261,7 @@ impl QueuePair {
     /// input for host→controller commands, output (filled here) for
     /// controller→host commands.
     pub fn execute(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
-        self.stats.commands += 1;
-        if self.depth != 0 {
-            self.sqhd = if self.sqhd + 1 >= self.depth {
-                0
-            } else {
-                self.sqhd + 1
-            };
-        }
+        self.consume_sq_entry();
         match self.role {
             Role::Io => self.execute_io(cmd, data),
             Role::Admin(_) => self.execute_admin(cmd, data),

@@ -42,6 +42,8 @@ pub struct TransportLimits {
     pub io_unit_size: u32,
     /// Send C2HData with SUCCESS and skip the response capsule (the transport's business).
     pub c2h_success: bool,
+    /// Data buffer budget in `io_unit_size` units (the transport's business).
+    pub num_shared_buffers: u32,
 }
 
 impl TransportLimits {
@@ -56,6 +58,7 @@ impl TransportLimits {
             max_io_size: t.max_io_size.max(4096),
             io_unit_size: t.io_unit_size,
             c2h_success: t.c2h_success,
+            num_shared_buffers: t.num_shared_buffers.max(1),
         }
     }
 
@@ -70,6 +73,12 @@ impl TransportLimits {
     /// rejects bigger commands with Invalid Field.
     pub fn max_transfer(&self) -> u32 {
         self.max_io_size
+    }
+
+    /// Bytes of data buffers above the in-capsule size that all queues may
+    /// hold together: `num_shared_buffers × io_unit_size`.
+    pub fn data_buffer_budget(&self) -> u64 {
+        u64::from(self.num_shared_buffers) * u64::from(self.io_unit_size.max(512))
     }
 }
 

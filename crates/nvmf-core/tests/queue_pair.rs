@@ -819,6 +819,39 @@ fn sqhd_wraps_at_depth() {
     assert_eq!((c.cid(), c.sqid()), (9, 0));
 }
 
+/// A command the transport fails itself (bad SGL, digest error) still
+/// consumed an SQ entry: SQHD moves and the completion reports it.
+#[test]
+fn transport_failed_commands_report_real_sqhd() {
+    let t = target();
+    let mut qp = QueuePair::new(t.clone(), port());
+    let c = connect_raw(&mut qp, 0, 3, 0, 0xFFFF, NQN, HOST_A); // depth 4
+    assert_eq!(c.sqhd(), 1);
+    let errors = qp.stats().errors;
+    let c = qp.complete_unexecuted(
+        &Command::new(AdminOpcode::KeepAlive as u8, 5),
+        Status::TRANSIENT_TRANSPORT_ERROR,
+    );
+    assert_eq!((c.cid(), c.sqid(), c.sqhd()), (5, 0, 2));
+    assert_eq!(status(&c), Status::TRANSIENT_TRANSPORT_ERROR);
+    assert_eq!(qp.stats().errors, errors + 1);
+    let heads: Vec<u16> = (0..3)
+        .map(|i| {
+            let cmd = Command::new(AdminOpcode::KeepAlive as u8, i);
+            if i == 1 {
+                qp.complete_unexecuted(&cmd, Status::INVALID_FIELD).sqhd()
+            } else {
+                done(qp.execute(&cmd, &mut [])).sqhd()
+            }
+        })
+        .collect();
+    assert_eq!(
+        heads,
+        vec![3, 0, 1],
+        "executed and transport-failed commands share SQHD"
+    );
+}
+
 #[test]
 fn sq_flow_control_disabled_reports_zero_sqhd() {
     let t = target();

@@ -306,7 +306,7 @@ static COMMANDS: &[Cmd] = &[
             o("-i", "--max-io-size", "max_io_size", Int, "Max I/O size (bytes)"),
             o("-u", "--io-unit-size", "io_unit_size", Int, "I/O unit size (bytes)"),
             o("-a", "--max-aq-depth", "max_aq_depth", Int, "Max number of admin cmds per AQ"),
-            o("-n", "--num-shared-buffers", "num_shared_buffers", Int, "(accepted, ignored)"),
+            o("-n", "--num-shared-buffers", "num_shared_buffers", Int, "Data buffer budget, in io_unit_size units"),
             o("-b", "--buf-cache-size", "buf_cache_size", Int, "(accepted, ignored)"),
             o("", "--iobuf-small-cache-size", "iobuf_small_cache_size", Int, "(accepted, ignored)"),
             o("", "--iobuf-large-cache-size", "iobuf_large_cache_size", Int, "(accepted, ignored)"),

@@ -781,6 +781,7 @@ fn transport_json(t: &TransportConfig) -> Value {
         "io_unit_size": t.io_unit_size,
         "max_aq_depth": t.max_aq_depth,
         "c2h_success": t.c2h_success,
+        "num_shared_buffers": t.num_shared_buffers,
     })
 }
 

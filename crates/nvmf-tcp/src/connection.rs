@@ -10,9 +10,25 @@
 //! H2CData | C2H buffer) → `QueuePair::execute` → C2HData (slot buffer sent
 //! in place) + CapsuleResp → slot freed once its bytes left. Protocol errors
 //! send a C2HTermReq quoting the offending header and close the connection.
+//!
+//! Memory bounds of one connection (see docs/DESIGN.md, "Bounded memory"):
+//! - receive buffer: grows to the largest PDU the decoder accepts (MAXH2CDATA
+//!   or the in-capsule size plus headers, rounded up to a power of two: 256
+//!   KiB with the defaults) and no further;
+//! - slot buffers: depth × retained size, plus what the target-wide
+//!   [`BufBudget`](crate::BufBudget) grants (commands that get nothing wait
+//!   in a FIFO, state `NeedBuffer`);
+//! - outstanding R2T data: at most `max_r2t_bytes` (one R2T is always
+//!   allowed); an R2T whose data has not all arrived within `h2c_timeout`
+//!   closes the connection;
+//! - send queue: reading stops while more than `TX_BYTES_HIGH_WATER` header /
+//!   response bytes (or `TX_HIGH_WATER` bytes including slot data sent in
+//!   place) wait for the socket; what one receive buffer of commands and the
+//!   late completions (at most one per slot, plus AERs) add on top is bounded
+//!   by the queue depth, so a host that never reads cannot grow it further.
 
 use crate::icreq;
-use crate::request::{AllocError, RequestState, Slots, Xfer};
+use crate::request::{AllocError, BufPolicy, RequestState, Slots, Xfer};
 use crate::txq::TxQueue;
 use nvmf_core::{Exec, PortInfo, QueuePair, QueueState, Target, TransportLimits};
 use nvmf_wire::command::{Command, SGL_ID_IN_CAPSULE, SGL_ID_TRANSPORT};
@@ -27,9 +43,10 @@ use nvmf_wire::pdu::{
     FES_HEADER_DIGEST_ERROR, FES_INVALID_HEADER_FIELD, FES_PDU_SEQUENCE_ERROR,
 };
 use nvmf_wire::status::Status;
+use std::collections::VecDeque;
 use std::io::IoSlice;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tracing::{debug, warn};
 
 /// In-capsule data limit of the admin queue (NVMe/TCP: 8 KiB).
@@ -43,8 +60,18 @@ const RX_MIN_READ: usize = 8 * 1024;
 /// H2CData payloads with at least this much still to come are received
 /// straight into the slot buffer.
 const DIRECT_MIN: usize = 4096;
-/// Stop reading while this much output is queued (backpressure).
+/// Stop reading while this much output is queued (backpressure), slot data
+/// sent in place included.
 const TX_HIGH_WATER: usize = 16 << 20;
+/// Stop reading while this many header/response bytes (the send queue's own
+/// memory) wait for the socket.
+const TX_BYTES_HIGH_WATER: usize = 256 << 10;
+/// How often `poll` looks for expired R2Ts and idle buffers to free.
+const HOUSEKEEPING: Duration = Duration::from_millis(50);
+/// Default of [`TcpParams::h2c_timeout`].
+pub const H2C_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default of [`TcpParams::max_r2t_bytes`].
+pub const MAX_R2T_BYTES: u32 = 4 << 20;
 /// FEI values: byte offsets of fields in the PDU header.
 const FEI_CAPSULE_CID: u32 = 8 + 2;
 const FEI_DATA_CCCID: u32 = 8;
@@ -68,6 +95,16 @@ pub struct TcpParams {
     /// Finish successful reads with the C2HData SUCCESS flag instead of a
     /// response capsule (only on queues that disabled SQ flow control).
     pub c2h_success: bool,
+    /// Slot data buffers: the target-wide budget (shared by every clone of
+    /// these parameters), the retained size and the largest buffer.
+    pub buffers: BufPolicy,
+    /// R2T data one connection may have outstanding, in bytes; a write whose
+    /// R2T would go beyond it waits until earlier transfers finish (one R2T
+    /// is always allowed, whatever its size).
+    pub max_r2t_bytes: u32,
+    /// Close the connection when an R2T's data has not all arrived this long
+    /// after the R2T was queued (checked on the timer tick; zero: never).
+    pub h2c_timeout: Duration,
 }
 
 impl TcpParams {
@@ -76,11 +113,16 @@ impl TcpParams {
         let max_io = limits.max_io_size.max(4096);
         // A multiple of 4, at least 4 KiB, at most 128 KiB.
         let maxh2cdata = (max_io.min(128 * 1024) & !3).max(4096);
+        let budget = usize::try_from(limits.data_buffer_budget()).unwrap_or(usize::MAX);
+        let retain = (limits.in_capsule_data_size as usize).max(4096);
         TcpParams {
             in_capsule_data_size: limits.in_capsule_data_size,
             max_io_size: max_io,
             maxh2cdata,
             c2h_success,
+            buffers: BufPolicy::new(budget, retain, max_io.max(ADMIN_ICD) as usize),
+            max_r2t_bytes: MAX_R2T_BYTES,
+            h2c_timeout: H2C_TIMEOUT,
         }
     }
 }
@@ -96,6 +138,8 @@ pub struct ConnectionStats {
     pub direct_h2c: u64,
     pub c2h_pdus: u64,
     pub digest_errors: u64,
+    /// Commands that had to wait for a data buffer or R2T allowance.
+    pub buffer_waits: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,6 +181,22 @@ pub struct Connection {
     /// An H2CData payload being received straight into a slot buffer.
     direct: Option<Direct>,
     stats: ConnectionStats,
+    /// Commands waiting for a data buffer or R2T allowance, oldest first
+    /// (slots in state `NeedBuffer`; at most one per slot).
+    need_buf: VecDeque<u16>,
+    /// Slot releases + finished R2T transfers when the FIFO last failed to
+    /// start its head: nothing to retry before this changes (or a tick).
+    wait_mark: u64,
+    /// R2T transfers finished (their allowance returned).
+    r2t_done: u64,
+    /// R2Ts whose data has not all arrived, and their bytes.
+    r2t_count: u32,
+    r2t_bytes: u64,
+    /// The time of the last `poll` (timer tick): stamps R2Ts without a clock
+    /// read per I/O.
+    coarse_now: Instant,
+    /// When `poll` next checks the H2CData timeout and idle buffers.
+    next_housekeeping: Instant,
 }
 
 /// Progress of a directly placed H2CData payload.
@@ -159,7 +219,7 @@ impl Drop for Connection {
     /// handed to the core (`QueuePair::hand_over`), which frees them when
     /// the I/O finishes.
     fn drop(&mut self) {
-        let slots = std::mem::replace(&mut self.slots, Slots::new(0));
+        let slots = std::mem::replace(&mut self.slots, Slots::new(0, self.params.buffers.clone()));
         self.qp.hand_over(Box::new(slots));
     }
 }
@@ -174,7 +234,7 @@ impl Connection {
             dopts: DecodeOpts::new(Role::Target),
             eopts: EncodeOpts::new(false, false),
             sqflow_disabled: false,
-            slots: Slots::new(PRE_CONNECT_SLOTS),
+            slots: Slots::new(PRE_CONNECT_SLOTS, params.buffers.clone()),
             rx: vec![0; RX_INITIAL],
             rx_start: 0,
             rx_end: 0,
@@ -184,6 +244,13 @@ impl Connection {
             late: Vec::with_capacity(16),
             direct: None,
             stats: ConnectionStats::default(),
+            need_buf: VecDeque::new(),
+            wait_mark: 0,
+            r2t_done: 0,
+            r2t_count: 0,
+            r2t_bytes: 0,
+            coarse_now: Instant::now(),
+            next_housekeeping: Instant::now(),
         }
     }
 
@@ -203,9 +270,10 @@ impl Connection {
         if let Some(d) = self.direct {
             if d.pos < d.end {
                 if let Some(slot) = self.slots.get_mut(d.slot) {
-                    let max = self.params.max_io_size as usize;
                     let len = slot.len as usize;
-                    return &mut slot.data_mut(len, max)[d.pos as usize..d.end as usize];
+                    let buf = slot.data_mut(len);
+                    let end = (d.end as usize).min(buf.len());
+                    return &mut buf[(d.pos as usize).min(end)..end];
                 }
             }
         }
@@ -267,7 +335,9 @@ impl Connection {
 
     /// Whether the reactor should read from the socket now.
     pub fn wants_read(&self) -> bool {
-        self.close.is_none() && self.tx.pending() < TX_HIGH_WATER
+        self.close.is_none()
+            && self.tx.pending() < TX_HIGH_WATER
+            && self.tx.bytes_pending() < TX_BYTES_HIGH_WATER
     }
 
     /// The ICReq/ICResp exchange is done (PDUs other than ICReq may flow).
@@ -284,6 +354,31 @@ impl Connection {
     /// connections when the backend signals completions).
     pub fn has_executing(&self) -> bool {
         self.slots.executing() > 0
+    }
+
+    /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`):
+    /// 0 on the admin queue, whose only long-lived commands are AERs.
+    pub fn backend_pending(&self) -> usize {
+        if self.qp.qid() == 0 {
+            0
+        } else {
+            self.slots.executing()
+        }
+    }
+
+    /// Commands waiting for a data buffer or R2T allowance.
+    pub fn waiting_for_buffer(&self) -> usize {
+        self.need_buf.len()
+    }
+
+    /// R2Ts whose data has not all arrived.
+    pub fn r2ts_outstanding(&self) -> usize {
+        self.r2t_count as usize
+    }
+
+    /// Bytes of slot buffers this connection has charged to the budget.
+    pub fn buffer_bytes_charged(&self) -> usize {
+        self.slots.charged()
     }
 
     /// Output is waiting to be written.
@@ -313,6 +408,9 @@ impl Connection {
                 slots.release(s);
             }
         });
+        if !self.need_buf.is_empty() && self.wait_progress() != self.wait_mark {
+            self.run_waiting();
+        }
     }
 
     /// Set once the connection must be closed (after the queued output,
@@ -327,6 +425,7 @@ impl Connection {
         if self.close.is_some() {
             return;
         }
+        self.coarse_now = now;
         let mut late = std::mem::take(&mut self.late);
         let state = self.qp.poll(now, &mut |c| late.push(c));
         for c in late.drain(..) {
@@ -341,7 +440,146 @@ impl Connection {
         self.late = late;
         if let QueueState::Close { reason } = state {
             self.close = Some(reason);
+            return;
         }
+        if now >= self.next_housekeeping {
+            // At most every HOUSEKEEPING (poll also runs per loop turn for
+            // connections with asynchronous commands): slot scans.
+            self.next_housekeeping = now + HOUSEKEEPING;
+            if self.r2t_count > 0 && !self.params.h2c_timeout.is_zero() {
+                self.check_h2c_timeout(now);
+            }
+            if self.slots.charged() > 0 && self.slots.budget().under_pressure() {
+                self.slots.trim_idle();
+            }
+        }
+        if !self.need_buf.is_empty() {
+            // Room may have been freed by other connections.
+            self.run_waiting();
+        }
+    }
+
+    /// Closes the connection when its oldest outstanding R2T has waited
+    /// longer than `h2c_timeout` for its data.
+    fn check_h2c_timeout(&mut self, now: Instant) {
+        let Some(oldest) = self.slots.oldest_r2t() else {
+            return;
+        };
+        let waited = now.saturating_duration_since(oldest);
+        if waited > self.params.h2c_timeout {
+            warn!(
+                peer = %self.qp.port().peer,
+                qid = self.qp.qid(),
+                outstanding_r2ts = self.r2t_count,
+                outstanding_bytes = self.r2t_bytes,
+                waited_ms = waited.as_millis() as u64,
+                "H2CData timeout: the host did not send the data it was asked for, closing"
+            );
+            self.close = Some("H2CData timeout");
+        }
+    }
+
+    /// Slot releases plus finished R2T transfers: changes whenever room for
+    /// a waiting command may have appeared in this connection.
+    fn wait_progress(&self) -> u64 {
+        self.slots.releases() + self.r2t_done
+    }
+
+    /// Starts waiting commands in order until the oldest cannot start.
+    fn run_waiting(&mut self) {
+        while self.close.is_none() {
+            let Some(&idx) = self.need_buf.front() else {
+                break;
+            };
+            match self.try_start(idx) {
+                Ok(Start::Started) => {
+                    self.need_buf.pop_front();
+                }
+                Ok(blocked) => {
+                    self.wait_mark = self.wait_progress();
+                    self.set_budget_waiter(blocked == Start::NoBuffer);
+                    return;
+                }
+                Err(e) => {
+                    self.need_buf.pop_front();
+                    self.terminate(e, &[]);
+                    break;
+                }
+            }
+        }
+        self.set_budget_waiter(false);
+    }
+
+    fn set_budget_waiter(&mut self, on: bool) {
+        self.slots.set_waiter(on);
+    }
+
+    /// Starts slot `idx`'s data phase if there is room: for a write, a
+    /// buffer and R2T allowance, then the R2T; for a read, a buffer, then
+    /// execution.
+    fn try_start(&mut self, idx: u16) -> Result<Start, PduError> {
+        let Some(slot) = self.slots.get(idx) else {
+            return Ok(Start::Started);
+        };
+        let (len, xfer, cid) = (slot.len, slot.xfer, slot.cmd.cid());
+        if xfer == Xfer::HostToCtrl {
+            if self.r2t_count > 0
+                && self.r2t_bytes + u64::from(len) > u64::from(self.params.max_r2t_bytes)
+            {
+                return Ok(Start::NoR2tCredit);
+            }
+            if !self.slots.reserve(idx, len as usize, false) {
+                return Ok(Start::NoBuffer);
+            }
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.received = 0;
+                slot.r2t_at = self.coarse_now;
+            }
+            self.slots.set_state(idx, RequestState::AwaitingH2CData);
+            encode_r2t(self.tx.buf(), &self.eopts, cid, idx, 0, len);
+            self.tx.commit_bytes();
+            self.stats.r2ts += 1;
+            self.r2t_count += 1;
+            self.r2t_bytes += u64::from(len);
+            Ok(Start::Started)
+        } else {
+            if !self.slots.reserve(idx, len as usize, false) {
+                return Ok(Start::NoBuffer);
+            }
+            self.slots.set_state(idx, RequestState::ReadyToExecute);
+            self.execute(idx, Src::Slot)?;
+            Ok(Start::Started)
+        }
+    }
+
+    /// Starts slot `idx` (a command with data through the transport) now,
+    /// or queues it behind the commands already waiting.
+    #[inline]
+    fn start_or_wait(&mut self, idx: u16, xfer: Xfer, len: u32) -> Result<(), PduError> {
+        if xfer == Xfer::CtrlToHost && self.slots.fits_without_budget(idx, len as usize) {
+            // The slot's buffer is big enough, or may grow within the
+            // retained size: no budget, no wait.
+            self.slots.reserve(idx, len as usize, true);
+            return self.execute(idx, Src::Slot);
+        }
+        self.start_or_wait_slow(idx)
+    }
+
+    #[inline(never)]
+    fn start_or_wait_slow(&mut self, idx: u16) -> Result<(), PduError> {
+        if self.need_buf.is_empty() {
+            match self.try_start(idx)? {
+                Start::Started => return Ok(()),
+                blocked => {
+                    self.wait_mark = self.wait_progress();
+                    self.set_budget_waiter(blocked == Start::NoBuffer);
+                }
+            }
+        }
+        self.stats.buffer_waits += 1;
+        self.slots.set_state(idx, RequestState::NeedBuffer);
+        self.need_buf.push_back(idx);
+        Ok(())
     }
 
     // ---------------------------------------------------------------------
@@ -453,6 +691,12 @@ impl Connection {
             self.rx_end = end;
         }
         self.rx = rx;
+        if !self.need_buf.is_empty()
+            && self.close.is_none()
+            && self.wait_progress() != self.wait_mark
+        {
+            self.run_waiting();
+        }
         if self.slots.executing() > 0 && self.close.is_none() {
             self.poll(Instant::now());
         }
@@ -584,10 +828,14 @@ impl Connection {
                     // An asynchronous backend keeps using the data after
                     // execute() returns: the receive buffer moves, the
                     // (aligned) slot buffer does not.
-                    let max = self.params.max_io_size.max(icd) as usize;
+                    // Within the retained size (no budget); must not wait:
+                    // the data is in the receive buffer.
+                    self.slots.reserve(idx, len as usize, true);
                     if let Some(slot) = self.slots.get_mut(idx) {
                         slot.len = len;
-                        slot.data_mut(len as usize, max).copy_from_slice(data);
+                        let dst = slot.data_mut(len as usize);
+                        let n = dst.len();
+                        dst.copy_from_slice(&data[..n]);
                     }
                     return self.execute(idx, Src::Slot);
                 } else {
@@ -596,26 +844,21 @@ impl Connection {
                 Ok(())
             }
             Xfer::HostToCtrl if sgl_id == SGL_ID_TRANSPORT => {
-                // Ask for the whole transfer in one R2T; the host splits it
-                // into H2CData PDUs of at most MAXH2CDATA bytes.
-                let max = self.params.max_io_size as usize;
+                // Ask for the whole transfer in one R2T (once a buffer and
+                // R2T allowance are there); the host splits it into
+                // H2CData PDUs of at most MAXH2CDATA bytes.
                 let Some(slot) = self.slots.get_mut(idx) else {
                     return Ok(());
                 };
                 slot.len = len;
                 slot.received = 0;
-                slot.data_mut(len as usize, max);
-                self.slots.set_state(idx, RequestState::AwaitingH2CData);
-                encode_r2t(self.tx.buf(), &self.eopts, cmd.cid(), idx, 0, len);
-                self.tx.commit_bytes();
-                self.stats.r2ts += 1;
-                Ok(())
+                self.start_or_wait(idx, xfer, len)
             }
             Xfer::CtrlToHost if sgl_id == SGL_ID_TRANSPORT || sgl_id == SGL_ID_IN_CAPSULE => {
                 if let Some(slot) = self.slots.get_mut(idx) {
                     slot.len = len;
                 }
-                self.execute(idx, Src::Slot)
+                self.start_or_wait(idx, xfer, len)
             }
             _ => {
                 self.complete_status(idx, Status::SGL_INVALID_DESCRIPTOR_TYPE.with_dnr());
@@ -627,14 +870,14 @@ impl Connection {
     fn on_h2c_data(&mut self, h: H2C, data: &[u8], ddok: bool) -> Result<(), PduError> {
         self.require_ready()?;
         self.stats.h2c_pdus += 1;
-        let max = self.params.max_io_size as usize;
         let idx = self.check_h2c(&h)?;
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
         let len = slot.len as usize;
         let end = h.datao as usize + data.len();
-        slot.data_mut(len, max)[h.datao as usize..end].copy_from_slice(data);
+        // check_h2c: datao + datal <= len, and the buffer holds len bytes.
+        slot.data_mut(len)[h.datao as usize..end].copy_from_slice(data);
         self.h2c_landed(idx, end as u32, ddok)
     }
 
@@ -719,6 +962,10 @@ impl Connection {
         if slot.received < slot.len {
             return Ok(());
         }
+        // Transfer complete: its R2T allowance is free again.
+        self.r2t_count = self.r2t_count.saturating_sub(1);
+        self.r2t_bytes = self.r2t_bytes.saturating_sub(u64::from(slot.len));
+        self.r2t_done += 1;
         if slot.digest_error {
             self.stats.digest_errors += 1;
             let cid = slot.cmd.cid();
@@ -774,13 +1021,12 @@ impl Connection {
         self.require_ready()?;
         let idx = self.check_h2c(&h)?;
         self.stats.h2c_pdus += 1;
-        let max = self.params.max_io_size as usize;
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(false);
         };
         let len = slot.len as usize;
         let at = h.datao as usize;
-        slot.data_mut(len, max)[at..at + have].copy_from_slice(&buf[lay.data_start..]);
+        slot.data_mut(len)[at..at + have].copy_from_slice(&buf[lay.data_start..]);
         self.stats.direct_h2c += 1;
         self.direct = Some(Direct {
             slot: idx,
@@ -807,7 +1053,6 @@ impl Connection {
     // ---------------------------------------------------------------------
 
     fn execute(&mut self, idx: u16, src: Src<'_>) -> Result<(), PduError> {
-        let max = self.params.max_io_size as usize;
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
@@ -817,7 +1062,7 @@ impl Connection {
             Src::Rx(d) => self.qp.execute(&cmd, d),
             Src::Slot => {
                 let len = slot.len as usize;
-                self.qp.execute(&cmd, slot.data_mut(len, max))
+                self.qp.execute(&cmd, slot.data_mut(len))
             }
         };
         match res {
@@ -838,10 +1083,12 @@ impl Connection {
 
     /// Completes slot `idx` with a transport-made status (never executed).
     fn complete_status(&mut self, idx: u16, status: Status) {
-        let cid = self.slots.get(idx).map_or(0, |s| s.cmd.cid());
-        // TODO(core): the core owns SQHD; a transport-completed command
-        // reports 0 here (hosts ignore SQHD on fabrics).
-        let c = Completion::new(cid, self.qp.qid(), 0, status, 0);
+        let Some(cmd) = self.slots.get(idx).map(|s| s.cmd) else {
+            return;
+        };
+        // The command consumed an SQ entry: the core moves SQHD and fills
+        // it in.
+        let c = self.qp.complete_unexecuted(&cmd, status);
         self.complete(idx, c);
     }
 
@@ -885,7 +1132,9 @@ impl Connection {
 
     fn after_connect(&mut self, cmd: &Command, ok: bool) {
         if ok && self.qp.is_connected() {
-            self.slots.grow(usize::from(self.qp.depth()).max(1));
+            let depth = usize::from(self.qp.depth()).max(1);
+            self.slots.grow(depth);
+            self.need_buf.reserve(depth);
             self.sqflow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
         } else if !self.qp.is_connected() {
             // Rejected Connect (unknown subsystem, host not allowed, ...):
@@ -908,6 +1157,16 @@ fn le32(b: &[u8], at: usize) -> u32 {
 /// A Fabrics Connect command.
 fn is_connect(cmd: &Command) -> bool {
     cmd.opcode() == AdminOpcode::FabricsCommand as u8 && cmd.fctype() == FabricsType::Connect as u8
+}
+
+/// Whether a command waiting for its data phase could start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Start {
+    Started,
+    /// The budget has no room for its buffer.
+    NoBuffer,
+    /// The connection's outstanding R2T data is at `max_r2t_bytes`.
+    NoR2tCredit,
 }
 
 /// The H2CData header fields the handler uses.

@@ -7,7 +7,7 @@
 //! | file | owns |
 //! |---|---|
 //! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
-//! | `request.rs` | request slots, [`RequestState`], CID bitmap |
+//! | `request.rs` | request slots, [`RequestState`], CID bitmap, slot buffer accounting ([`BufBudget`]) |
 //! | `icreq.rs` | ICReq checks and the ICResp |
 //! | `txq.rs` | the send queue (bytes + zero-copy slot data) |
 
@@ -16,6 +16,6 @@ mod icreq;
 mod request;
 mod txq;
 
-pub use connection::{Connection, ConnectionStats, TcpParams};
+pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
-pub use request::{RequestState, Xfer};
+pub use request::{BufBudget, BufPolicy, RequestState, Xfer};

@@ -1,14 +1,28 @@
 //! Request slots: the per-command state of one NVMe/TCP queue. A slot holds
 //! the command (SQE copy), its transfer bookkeeping, its `RequestState` and a
 //! data buffer that is allocated the first time a command needs it and then
-//! reused by every later command in that slot (never freed per I/O). The
-//! `Slots` table owns the free list and a CID bitmap that finds Command ID
-//! conflicts in O(1). Data buffers are 4096-byte aligned ([`AlignedBuf`]) so
-//! that an O_DIRECT backend can read/write them in place.
+//! reused by every later command in that slot (no allocation per I/O while
+//! memory is plentiful). The `Slots` table owns the free list, a CID bitmap
+//! that finds Command ID conflicts in O(1), and the accounting of slot
+//! buffers against the target-wide [`BufBudget`]. Data buffers are 4096-byte
+//! aligned ([`AlignedBuf`]) so that an O_DIRECT backend can read/write them
+//! in place.
+//!
+//! Memory bound: a slot buffer up to the *retained size* (the in-capsule data
+//! size rounded up to a power of two, at least 4 KiB) is per-slot overhead,
+//! like SPDK's per-request in-capsule buffers, and is never charged. A bigger
+//! buffer is charged in full to the budget when it grows (one atomic add) and
+//! credited when it is freed (one atomic sub). Buffers of free slots above the
+//! retained size are freed when a slot is released while the budget is under
+//! pressure, when the connection itself must wait for a buffer, and on the
+//! timer tick under pressure. A connection that has nothing charged may
+//! always overdraw by one buffer, so every connection makes progress.
 
 use nvmf_wire::command::Command;
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Alignment of slot data buffers (O_DIRECT on 512- and 4096-byte devices).
 pub const BUF_ALIGN: usize = 4096;
@@ -53,7 +67,8 @@ impl AlignedBuf {
         self.len = len;
     }
 
-    fn free(&mut self) {
+    /// Frees the allocation (the buffer becomes empty).
+    pub fn free(&mut self) {
         if self.len > 0 {
             let layout = Layout::from_size_align(self.len, BUF_ALIGN).expect("buffer layout");
             // SAFETY: allocated by `grow` with this layout.
@@ -100,7 +115,8 @@ impl std::fmt::Debug for AlignedBuf {
 ///
 /// ```text
 /// Free ──capsule──► ReadyToExecute ──────────────────────────┐
-///   │                      ▲                                 │
+///   │  └──(no room)──► NeedBuffer ──room──┐ (R2T or execute) │
+///   │                      ▲              ▼                  │
 ///   └─capsule (R2T)──► AwaitingH2CData ──last H2CData────────┘
 ///                                                            ▼
 ///         Executing ◄──Pending── execute() ──Complete──► Completing
@@ -113,6 +129,12 @@ impl std::fmt::Debug for AlignedBuf {
 pub enum RequestState {
     /// On the free list; owns nothing but its (reusable) buffer.
     Free,
+    /// The command needs a data buffer larger than the retained size and
+    /// the budget (or, for a write, the connection's R2T allowance) has no
+    /// room now: it waits in the connection's FIFO (SPDK's "need buffer")
+    /// and starts when room frees up (a slot of this connection releases,
+    /// or on the next tick).
+    NeedBuffer,
     /// Host→controller data goes through the transport: an R2T asking for
     /// the whole transfer was queued (TTAG = slot index) and H2CData PDUs are
     /// being collected into the slot buffer.
@@ -175,7 +197,12 @@ pub struct Slot {
     /// An H2CData PDU for this command failed its data digest: the command
     /// is completed with a transient transport error instead of executed.
     pub digest_error: bool,
+    /// When the R2T for this command was queued (the connection's coarse
+    /// clock, set on its timer tick: no clock read per I/O).
+    pub r2t_at: std::time::Instant,
     buf: AlignedBuf,
+    /// Bytes of `buf` charged to the budget (0 or `buf.len()`).
+    charged: usize,
 }
 
 impl Slot {
@@ -187,19 +214,17 @@ impl Slot {
             len: 0,
             received: 0,
             digest_error: false,
+            r2t_at: std::time::Instant::now(),
             buf: AlignedBuf::new(),
+            charged: 0,
         }
     }
 
-    /// The first `len` bytes of the slot buffer, growing it if needed. The
-    /// buffer grows to the next power of two (≥ 4 KiB, ≤ `max`), so a slot
-    /// reallocates at most a handful of times over its life.
-    pub fn data_mut(&mut self, len: usize, max: usize) -> &mut [u8] {
-        if self.buf.len() < len {
-            let want = len.next_power_of_two().clamp(4096, max.max(len));
-            self.buf.grow(want);
-        }
-        &mut self.buf[..len]
+    /// The first `len` bytes of the slot buffer (at most what
+    /// [`Slots::reserve`] made room for).
+    pub fn data_mut(&mut self, len: usize) -> &mut [u8] {
+        let n = len.min(self.buf.len());
+        &mut self.buf[..n]
     }
 
     /// The first `len` bytes of the slot buffer (must already be allocated).
@@ -211,6 +236,95 @@ impl Slot {
     #[allow(dead_code)]
     pub fn capacity(&self) -> usize {
         self.buf.len()
+    }
+}
+
+/// The target-wide budget of slot data buffer bytes above the retained size
+/// (shared by every connection of every reactor as `Arc<BufBudget>`).
+/// Sized from SPDK's `num_shared_buffers` × `io_unit_size`.
+#[derive(Debug)]
+pub struct BufBudget {
+    limit: usize,
+    used: AtomicUsize,
+    /// Connections with commands waiting for a buffer.
+    waiting: AtomicUsize,
+}
+
+impl BufBudget {
+    pub fn new(limit: usize) -> Arc<BufBudget> {
+        Arc::new(BufBudget {
+            limit,
+            used: AtomicUsize::new(0),
+            waiting: AtomicUsize::new(0),
+        })
+    }
+
+    /// Bytes the budget allows (overdrafts aside, see the module docs).
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    /// Bytes currently charged.
+    pub fn used(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    /// Connections with a command waiting for a buffer.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Relaxed)
+    }
+
+    /// Somebody waits, or less than an eighth of the budget is left:
+    /// released buffers above the retained size are freed, not kept.
+    pub fn under_pressure(&self) -> bool {
+        self.waiting.load(Ordering::Relaxed) > 0
+            || self.used.load(Ordering::Relaxed) > self.limit - self.limit / 8
+    }
+
+    /// Charges `n` bytes if they fit (always when `force`).
+    fn charge(&self, n: usize, force: bool) -> bool {
+        let prev = self.used.fetch_add(n, Ordering::Relaxed);
+        if force || prev.saturating_add(n) <= self.limit {
+            true
+        } else {
+            self.used.fetch_sub(n, Ordering::Relaxed);
+            false
+        }
+    }
+
+    fn credit(&self, n: usize) {
+        if n > 0 {
+            self.used.fetch_sub(n, Ordering::Relaxed);
+        }
+    }
+
+    fn add_waiter(&self) {
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn remove_waiter(&self) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// How slot buffers of one queue are sized and accounted.
+#[derive(Debug, Clone)]
+pub struct BufPolicy {
+    pub budget: Arc<BufBudget>,
+    /// Buffers up to this size are per-slot overhead (never charged, kept).
+    pub retain: usize,
+    /// Largest buffer (the largest transfer of one command).
+    pub max: usize,
+}
+
+impl BufPolicy {
+    /// A policy with its own budget of `limit` bytes.
+    pub fn new(limit: usize, retain: usize, max: usize) -> BufPolicy {
+        BufPolicy {
+            budget: BufBudget::new(limit),
+            retain: retain.max(4096).next_power_of_two(),
+            max: max.max(4096),
+        }
     }
 }
 
@@ -233,20 +347,141 @@ pub struct Slots {
     cid_busy: Box<[u64; 1024]>,
     /// Outstanding commands in state `Executing`.
     executing: usize,
+    policy: BufPolicy,
+    /// Bytes this queue has charged to the budget.
+    charged: usize,
+    /// This queue counts as a waiter in the budget.
+    waiter: bool,
+    /// Slots released so far (wakes commands waiting for room).
+    releases: u64,
 }
 
 #[allow(dead_code)]
 impl Slots {
-    /// A table with `n` free slots.
-    pub fn new(n: usize) -> Slots {
+    /// A table with `n` free slots whose buffers follow `policy`.
+    pub fn new(n: usize, policy: BufPolicy) -> Slots {
         let mut s = Slots {
             slots: Vec::new(),
             free: Vec::new(),
             cid_busy: Box::new([0u64; 1024]),
             executing: 0,
+            policy,
+            charged: 0,
+            waiter: false,
+            releases: 0,
         };
         s.grow(n);
         s
+    }
+
+    /// Marks this queue as waiting for budget (or not): while any queue
+    /// waits, released buffers above the retained size are freed.
+    pub fn set_waiter(&mut self, on: bool) {
+        if on != self.waiter {
+            self.waiter = on;
+            if on {
+                self.policy.budget.add_waiter();
+            } else {
+                self.policy.budget.remove_waiter();
+            }
+        }
+    }
+
+    /// Slots released so far.
+    pub fn releases(&self) -> u64 {
+        self.releases
+    }
+
+    /// When the oldest R2T still waiting for data was queued.
+    pub fn oldest_r2t(&self) -> Option<std::time::Instant> {
+        self.slots
+            .iter()
+            .filter(|s| s.state == RequestState::AwaitingH2CData)
+            .map(|s| s.r2t_at)
+            .min()
+    }
+
+    /// Bytes this queue has charged to the budget.
+    pub fn charged(&self) -> usize {
+        self.charged
+    }
+
+    /// The retained (never charged) buffer size.
+    pub fn retain(&self) -> usize {
+        self.policy.retain
+    }
+
+    pub fn budget(&self) -> &Arc<BufBudget> {
+        &self.policy.budget
+    }
+
+    /// Slot `idx` can hold `len` bytes without charging the budget: its
+    /// buffer is that big already, or `len` is within the retained size.
+    #[inline]
+    pub fn fits_without_budget(&self, idx: u16, len: usize) -> bool {
+        len <= self.policy.retain
+            || self
+                .slots
+                .get(idx as usize)
+                .is_some_and(|s| s.buf.len() >= len)
+    }
+
+    /// Makes slot `idx`'s buffer at least `len` bytes. Returns false when
+    /// the budget has no room (the command must wait); `must` charges
+    /// regardless (data that cannot wait, e.g. still in the receive
+    /// buffer). Growing a buffer above the retained size charges it; when
+    /// that fails, this queue's idle charged buffers are freed first, and a
+    /// queue with nothing else charged may overdraw.
+    #[inline]
+    pub fn reserve(&mut self, idx: u16, len: usize, must: bool) -> bool {
+        match self.slots.get(idx as usize) {
+            Some(s) if s.buf.len() >= len => true,
+            Some(_) => self.reserve_grow(idx, len, must),
+            None => false,
+        }
+    }
+
+    /// `reserve` when the buffer must grow (the first use of a slot, or a
+    /// bigger command than before; every command under pressure).
+    #[cold]
+    #[inline(never)]
+    fn reserve_grow(&mut self, idx: u16, len: usize, must: bool) -> bool {
+        let s = &self.slots[idx as usize];
+        let max = self.policy.max.max(len);
+        let want = len.next_power_of_two().clamp(4096, max);
+        let charge = if want > self.policy.retain { want } else { 0 };
+        let delta = charge.saturating_sub(s.charged);
+        if delta > 0 {
+            if !self.policy.budget.charge(delta, must) {
+                self.trim_idle();
+                let alone = self.charged == self.slots[idx as usize].charged;
+                if !self.policy.budget.charge(delta, alone) {
+                    return false;
+                }
+            }
+            self.charged += delta;
+        }
+        let s = &mut self.slots[idx as usize];
+        s.buf.grow(want);
+        s.charged = charge;
+        true
+    }
+
+    /// Frees the charged buffers of free slots (credits the budget).
+    /// Returns the bytes freed.
+    pub fn trim_idle(&mut self) -> usize {
+        let mut freed = 0;
+        for &i in &self.free {
+            let s = &mut self.slots[i as usize];
+            if s.charged > 0 {
+                freed += s.charged;
+                s.charged = 0;
+                s.buf.free();
+            }
+        }
+        self.charged -= freed;
+        self.policy.budget.credit(freed);
+        freed
     }
 
     /// Grows the table to `n` slots (never shrinks). Control path only.
@@ -316,6 +551,7 @@ impl Slots {
     }
 
     /// Returns slot `idx` to the free list.
+    #[inline]
     pub fn release(&mut self, idx: u16) {
         let Some(s) = self.slots.get_mut(idx as usize) else {
             return;
@@ -329,7 +565,26 @@ impl Slots {
         s.state = RequestState::Free;
         let (w, b) = Self::cid_bit(s.cmd.cid());
         self.cid_busy[w] &= !b;
+        self.releases += 1;
+        let charged = s.charged;
         self.free.push(idx);
+        if charged > 0 {
+            self.release_charged(idx);
+        }
+    }
+
+    /// A released slot holds a charged buffer: under pressure it is freed.
+    #[cold]
+    #[inline(never)]
+    fn release_charged(&mut self, idx: u16) {
+        if !self.policy.budget.under_pressure() {
+            return;
+        }
+        let s = &mut self.slots[idx as usize];
+        let n = std::mem::take(&mut s.charged);
+        s.buf.free();
+        self.charged -= n;
+        self.policy.budget.credit(n);
     }
 
     /// Moves slot `idx` to `state`, keeping the executing count.
@@ -365,13 +620,28 @@ impl Slots {
     }
 }
 
+impl Drop for Slots {
+    fn drop(&mut self) {
+        // Whatever happens to the buffers themselves (freed with the slots,
+        // or handed over to the core while the kernel still uses them), this
+        // queue's charge goes back to the budget now.
+        self.policy.budget.credit(self.charged);
+        self.charged = 0;
+        self.set_waiter(false);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn policy(limit: usize) -> BufPolicy {
+        BufPolicy::new(limit, 4096, 131072)
+    }
+
     #[test]
     fn alloc_release_and_conflicts() {
-        let mut s = Slots::new(2);
+        let mut s = Slots::new(2, policy(1 << 20));
         let a = s.alloc(&Command::new(0x02, 7)).unwrap();
         assert_eq!(a, 0);
         assert_eq!(
@@ -392,17 +662,66 @@ mod tests {
 
     #[test]
     fn buffer_is_reused() {
-        let mut s = Slots::new(1);
+        let mut s = Slots::new(1, policy(1 << 20));
         let i = s.alloc(&Command::new(0x02, 1)).unwrap();
+        assert!(s.reserve(i, 512, false));
         let slot = s.get_mut(i).unwrap();
-        slot.data_mut(512, 131072)[0] = 9;
+        slot.data_mut(512)[0] = 9;
         assert_eq!(slot.capacity(), 4096);
-        let p = slot.data_mut(4096, 131072).as_ptr();
-        assert_eq!(p, slot.data_mut(100, 131072).as_ptr());
-        slot.data_mut(65536 + 1, 131072);
+        let p = slot.data_mut(4096).as_ptr();
+        assert_eq!(p, slot.data_mut(100).as_ptr());
+        assert_eq!(s.charged(), 0, "retained size is not charged");
+        assert!(s.reserve(i, 65536 + 1, false));
+        assert_eq!(s.charged(), 131072);
+        let slot = s.get_mut(i).unwrap();
         assert_eq!(slot.capacity(), 131072);
-        let p = slot.data_mut(131072, 131072).as_ptr();
+        let p = slot.data_mut(131072).as_ptr();
         assert_eq!(p as usize % BUF_ALIGN, 0, "O_DIRECT alignment");
         assert_eq!(slot.data(1)[0], 9, "growing keeps the contents");
+        // Released without pressure: kept (no allocation next time).
+        s.release(i);
+        assert_eq!(s.charged(), 131072);
+        let i = s.alloc(&Command::new(0x02, 2)).unwrap();
+        assert!(s.reserve(i, 131072, false));
+        assert_eq!(s.budget().used(), 131072);
+        drop(s);
+    }
+
+    #[test]
+    fn budget_limits_growth_and_pressure_frees() {
+        let mut s = Slots::new(4, policy(256 * 1024));
+        let budget = s.budget().clone();
+        let a = s.alloc(&Command::new(0x01, 1)).unwrap();
+        let b = s.alloc(&Command::new(0x01, 2)).unwrap();
+        let c = s.alloc(&Command::new(0x01, 3)).unwrap();
+        assert!(s.reserve(a, 131072, false));
+        assert!(s.reserve(b, 131072, false));
+        assert_eq!(budget.used(), 262144);
+        assert!(!s.reserve(c, 131072, false), "budget exhausted");
+        assert!(budget.under_pressure());
+        // Released under pressure: freed and credited.
+        s.release(a);
+        assert_eq!(budget.used(), 131072);
+        assert_eq!(s.get(a).unwrap().capacity(), 0);
+        assert!(s.reserve(c, 131072, false));
+        // Another queue with nothing charged may overdraw once.
+        let mut other = Slots::new(
+            2,
+            BufPolicy {
+                budget: budget.clone(),
+                retain: 4096,
+                max: 131072,
+            },
+        );
+        let x = other.alloc(&Command::new(0x01, 1)).unwrap();
+        let y = other.alloc(&Command::new(0x01, 2)).unwrap();
+        assert!(
+            other.reserve(x, 131072, false),
+            "overdraft for an empty queue"
+        );
+        assert!(!other.reserve(y, 131072, false), "but only one");
+        drop(other);
+        drop(s);
+        assert_eq!(budget.used(), 0, "dropping the queues credits everything");
     }
 }

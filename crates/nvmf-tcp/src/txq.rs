@@ -6,6 +6,10 @@
 
 use std::collections::VecDeque;
 
+/// Written bytes at the front of the byte buffer worth a compaction (when
+/// they are at least half of it).
+const COMPACT_AT: usize = 64 << 10;
+
 /// One stretch of output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seg {
@@ -42,6 +46,12 @@ impl TxQueue {
     /// Bytes waiting to be written.
     pub fn pending(&self) -> usize {
         self.pending
+    }
+
+    /// Header/response bytes held in the queue's own buffer (written or
+    /// not: the part already written is dropped by the next compaction).
+    pub fn bytes_pending(&self) -> usize {
+        self.bytes.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -155,7 +165,7 @@ impl TxQueue {
             self.bytes.clear();
             self.bytes_pos = 0;
             self.head_done = 0;
-        } else if self.bytes_pos > (1 << 20) && self.bytes_pos * 2 > self.bytes.len() {
+        } else if self.bytes_pos > COMPACT_AT && self.bytes_pos * 2 > self.bytes.len() {
             self.compact();
         }
     }

@@ -752,3 +752,366 @@ fn async_event_request_completes_through_poll() {
     let (c, _) = exec(&mut admin, &ah, Command::new(0x18, 71), Out::None, 0);
     assert_eq!(c.status(), Status::SUCCESS);
 }
+
+// ---------------------------------------------------------------------------
+// Bounded memory: buffer budget, R2T allowance, H2CData timeout, SQHD
+// ---------------------------------------------------------------------------
+
+use nvmf_tcp::BufPolicy;
+use std::time::{Duration, Instant};
+
+impl Mem {
+    fn with_params(t: &Arc<Target>, seed: u64, params: &TcpParams) -> Mem {
+        Mem {
+            conn: Connection::new(t.clone(), port(), params),
+            inbox: Vec::new(),
+            parsed: VecDeque::new(),
+            rng: seed | 1,
+        }
+    }
+}
+
+/// Parameters with a data buffer budget of `budget` bytes (4 KiB retained
+/// per slot, 128 KiB largest buffer).
+fn small_budget(t: &Arc<Target>, budget: usize) -> TcpParams {
+    let mut p = TcpParams::new(t.limits(), true);
+    p.buffers = BufPolicy::new(budget, 4096, 131072);
+    p
+}
+
+/// An admin queue and `n` I/O queues of one controller, all sharing `params`.
+fn queues(t: &Arc<Target>, params: &TcpParams, n: u16, seed: u64) -> (Mem, Vec<(Mem, Host)>) {
+    let mut admin = Mem::with_params(t, seed, params);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, false, false);
+    let io = (1..=n)
+        .map(|qid| {
+            let mut m = Mem::with_params(t, seed + u64::from(qid), params);
+            let mut h = Host::new();
+            init(&mut m, &mut h, false, false);
+            let c = connect(&mut m, &mut h, qid, 63, cntlid, DEFAULT_NQN, HOSTNQN);
+            assert_eq!(c.status(), Status::SUCCESS, "I/O connect");
+            (m, h)
+        })
+        .collect();
+    (admin, io)
+}
+
+/// Sends a write of `len` bytes (transport SGL) without waiting for anything.
+fn send_write(m: &mut Mem, h: &Host, cid: u16, slba: u64, len: u32) {
+    let mut cmd = Command::new(0x01, cid);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(slba, len / 512);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::transport(len));
+    m.send(&h.capsule(&cmd, &[]));
+}
+
+/// Every PDU the target has queued so far.
+fn all_output(m: &mut Mem, h: &Host) -> Vec<Resp> {
+    m.drain();
+    let mut v: Vec<Resp> = m.parsed.drain(..).collect();
+    v.extend(h.parse(&mut m.inbox).expect("target output decodes"));
+    v
+}
+
+fn r2ts(v: &[Resp]) -> Vec<(u16, u16)> {
+    v.iter()
+        .filter_map(|r| match r {
+            Resp::R2T { cccid, ttag, .. } => Some((*cccid, *ttag)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Sends the whole H2CData of a write whose R2T came.
+fn send_data(m: &mut Mem, h: &Host, cid: u16, ttag: u16, data: &[u8]) {
+    let mut bytes = Vec::new();
+    let mut off = 0;
+    while off < data.len() {
+        let n = (data.len() - off).min(h.maxh2cdata as usize);
+        bytes.extend(h.h2c(
+            cid,
+            ttag,
+            off as u32,
+            &data[off..off + n],
+            off + n == data.len(),
+        ));
+        off += n;
+    }
+    m.send(&bytes);
+}
+
+#[test]
+fn exhausted_budget_makes_commands_wait_then_proceed() {
+    let t = target();
+    let params = small_budget(&t, 256 * 1024);
+    let budget = params.buffers.budget.clone();
+    let (_admin, mut io) = queues(&t, &params, 2, 100);
+    let (mut a, ha) = io.remove(0);
+    // Three 128 KiB writes: two fit the budget, the third waits (no R2T).
+    for cid in 1..=3u16 {
+        send_write(&mut a, &ha, cid, u64::from(cid) * 256, 131072);
+    }
+    let out = all_output(&mut a, &ha);
+    let got = r2ts(&out);
+    assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(a.conn.waiting_for_buffer(), 1);
+    assert_eq!(a.conn.stats().buffer_waits, 1);
+    assert_eq!(budget.used(), 256 * 1024);
+    assert_eq!(budget.waiting(), 1, "the connection counts as a waiter");
+    // A read of 64 KiB on the same connection queues behind it (FIFO).
+    let mut rd = Command::new(0x02, 4);
+    rd.set_nsid(1);
+    rd.set_lba_range(1024, 128);
+    rd.set_sgl(nvmf_wire::command::SglDescriptor::transport(65536));
+    a.send(&ha.capsule(&rd, &[]));
+    assert!(all_output(&mut a, &ha).is_empty());
+    assert_eq!(a.conn.waiting_for_buffer(), 2);
+
+    // Another queue with nothing charged still gets its buffer (overdraft):
+    // no connection can be starved by others.
+    let (mut b, hb) = io.remove(0);
+    send_write(&mut b, &hb, 9, 0, 131072);
+    let got_b = r2ts(&all_output(&mut b, &hb));
+    assert_eq!(got_b.len(), 1, "an empty connection always gets one buffer");
+    send_data(&mut b, &hb, 9, got_b[0].1, &pattern(9, 131072));
+    match b.recv(&hb) {
+        Resp::Cqe(c) => assert_eq!(c.status(), Status::SUCCESS),
+        other => panic!("{other:?}"),
+    }
+
+    // The first write's data arrives: it completes, its buffer is freed
+    // (pressure) and the waiting write gets its R2T at once.
+    let d1 = pattern(1, 131072);
+    send_data(&mut a, &ha, 1, got[0].1, &d1);
+    let out = all_output(&mut a, &ha);
+    assert!(out
+        .iter()
+        .any(|r| matches!(r, Resp::Cqe(c) if c.cid() == 1 && c.status() == Status::SUCCESS)));
+    let got3 = r2ts(&out);
+    assert_eq!(got3.iter().map(|r| r.0).collect::<Vec<_>>(), vec![3]);
+    assert!(budget.used() <= 256 * 1024 + 131072);
+    // Finish everything; the read runs once room frees up.
+    let d2 = pattern(2, 131072);
+    send_data(&mut a, &ha, 2, got[1].1, &d2);
+    let d3 = pattern(3, 131072);
+    send_data(&mut a, &ha, 3, got3[0].1, &d3);
+    let mut done = Vec::new();
+    let mut read_data = Vec::new();
+    for r in all_output(&mut a, &ha) {
+        match r {
+            Resp::Cqe(c) => {
+                assert_eq!(c.status(), Status::SUCCESS);
+                done.push(c.cid());
+            }
+            Resp::C2H { cccid, data, .. } => {
+                assert_eq!(cccid, 4);
+                read_data.extend(data);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    done.sort_unstable();
+    assert_eq!(done, vec![2, 3, 4]);
+    assert!(
+        read_data == vec![0u8; 65536],
+        "LBAs 1024..1152 were never written"
+    );
+    assert_eq!(a.conn.waiting_for_buffer(), 0);
+    assert_eq!(budget.waiting(), 0);
+    // Data went where it should.
+    let mut a2 = a;
+    let mut ha2 = ha;
+    assert!(read(&mut a2, &mut ha2, 3 * 256, 131072).1 == d3);
+    drop(a2);
+    drop(b);
+    drop(io);
+    assert_eq!(
+        budget.used(),
+        0,
+        "closed connections give their buffers back"
+    );
+}
+
+#[test]
+fn idle_buffers_are_freed_under_pressure_only() {
+    let t = target();
+    let params = small_budget(&t, 256 * 1024);
+    let budget = params.buffers.budget.clone();
+    let (_admin, mut io) = queues(&t, &params, 2, 120);
+    let (mut a, mut ha) = io.remove(0);
+    let (mut b, hb) = io.remove(0);
+    // A 128 KiB read on A: its buffer stays allocated (no pressure) and
+    // is reused by the next read without another charge.
+    assert_eq!(read(&mut a, &mut ha, 0, 131072).0, Status::SUCCESS);
+    assert_eq!(a.conn.buffer_bytes_charged(), 131072);
+    assert_eq!(read(&mut a, &mut ha, 0, 131072).0, Status::SUCCESS);
+    assert_eq!(budget.used(), 131072);
+    // B takes the rest, then needs more: it waits, which is pressure.
+    send_write(&mut b, &hb, 1, 0, 131072);
+    send_write(&mut b, &hb, 2, 256, 131072);
+    let got = r2ts(&all_output(&mut b, &hb));
+    assert_eq!(got.len(), 1);
+    assert_eq!(b.conn.waiting_for_buffer(), 1);
+    assert!(budget.under_pressure());
+    // A's tick frees its idle buffer; B's tick then starts the waiter.
+    let now = Instant::now();
+    a.conn.poll(now);
+    assert_eq!(
+        a.conn.buffer_bytes_charged(),
+        0,
+        "idle buffer freed under pressure"
+    );
+    b.conn.poll(now);
+    let got2 = r2ts(&all_output(&mut b, &hb));
+    assert_eq!(got2.iter().map(|r| r.0).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(b.conn.waiting_for_buffer(), 0);
+    assert_eq!(budget.waiting(), 0);
+}
+
+#[test]
+fn r2t_allowance_bounds_outstanding_write_data() {
+    let t = target();
+    let mut params = TcpParams::new(t.limits(), true);
+    params.max_r2t_bytes = 131072;
+    let budget = params.buffers.budget.clone();
+    let (_admin, mut io) = queues(&t, &params, 1, 140);
+    let (mut m, h) = io.remove(0);
+    for cid in 1..=3u16 {
+        send_write(&mut m, &h, cid, u64::from(cid) * 256, 65536);
+    }
+    let got = r2ts(&all_output(&mut m, &h));
+    assert_eq!(got.iter().map(|r| r.0).collect::<Vec<_>>(), vec![1, 2]);
+    assert_eq!(m.conn.r2ts_outstanding(), 2);
+    assert_eq!(m.conn.waiting_for_buffer(), 1);
+    assert_eq!(
+        budget.waiting(),
+        0,
+        "waiting for R2T allowance is not budget pressure"
+    );
+    send_data(&mut m, &h, 1, got[0].1, &pattern(1, 65536));
+    let out = all_output(&mut m, &h);
+    assert_eq!(r2ts(&out).iter().map(|r| r.0).collect::<Vec<_>>(), vec![3]);
+    // One R2T is always allowed, whatever its size.
+    let mut params = TcpParams::new(t.limits(), true);
+    params.max_r2t_bytes = 4096;
+    let (_admin, mut io) = queues(&t, &params, 1, 150);
+    let (mut m, mut h) = io.remove(0);
+    let d = pattern(7, 131072);
+    assert_eq!(write(&mut m, &mut h, 0, &d, false), Status::SUCCESS);
+}
+
+#[test]
+fn unanswered_r2t_times_out_and_closes() {
+    let t = target();
+    let mut params = TcpParams::new(t.limits(), true);
+    params.h2c_timeout = Duration::from_secs(2);
+    let (_admin, mut io) = queues(&t, &params, 1, 160);
+    let (mut m, mut h) = io.remove(0);
+    let start = Instant::now();
+    m.conn.poll(start);
+    // Data that arrives in time: no close, however long the queue idles.
+    let d = pattern(8, 65536);
+    assert_eq!(write(&mut m, &mut h, 0, &d, false), Status::SUCCESS);
+    m.conn.poll(start + Duration::from_secs(10));
+    assert!(!m.closed());
+    // R2Ts left unanswered: closed once the oldest is older than 2 s.
+    let t0 = start + Duration::from_secs(10);
+    send_write(&mut m, &h, 50, 0, 65536);
+    send_write(&mut m, &h, 51, 128, 65536);
+    assert_eq!(r2ts(&all_output(&mut m, &h)).len(), 2);
+    assert_eq!(m.conn.r2ts_outstanding(), 2);
+    m.conn.poll(t0 + Duration::from_millis(1900));
+    assert!(!m.closed(), "not before the timeout");
+    m.conn.poll(t0 + Duration::from_millis(2100));
+    assert_eq!(m.conn.close_reason(), Some("H2CData timeout"));
+}
+
+#[test]
+fn transport_failed_completions_carry_sqhd() {
+    let (_t, _a, mut m, h) = connected_io(170, true);
+    // After Connect (SQHD 1), a data digest error is the second command.
+    let mut cmd = Command::new(0x01, 9);
+    cmd.set_nsid(1);
+    cmd.set_lba_range(0, 1);
+    cmd.set_sgl(nvmf_wire::command::SglDescriptor::in_capsule(0, 512));
+    let mut p = h.capsule(&cmd, &[3u8; 512]);
+    let n = p.len();
+    p[n - 1] ^= 1;
+    m.send(&p);
+    match m.recv(&h) {
+        Resp::Cqe(c) => {
+            assert_eq!(c.status(), Status::TRANSIENT_TRANSPORT_ERROR);
+            assert_eq!((c.sqid(), c.sqhd()), (1, 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A bad SGL type (keyed data block) is the third; a good command the fourth.
+    let mut cmd = Command::new(0x02, 10);
+    cmd.set_nsid(1);
+    let mut sgl = nvmf_wire::command::SglDescriptor::transport(512);
+    sgl.id = 0x40;
+    cmd.set_sgl(sgl);
+    m.send(&h.capsule(&cmd, &[]));
+    match m.recv(&h) {
+        Resp::Cqe(c) => {
+            assert_eq!(c.status(), Status::SGL_INVALID_DESCRIPTOR_TYPE.with_dnr());
+            assert_eq!(c.sqhd(), 3);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut cmd = Command::new(0x00, 11);
+    cmd.set_nsid(1);
+    m.send(&h.capsule(&cmd, &[]));
+    match m.recv(&h) {
+        Resp::Cqe(c) => assert_eq!((c.status(), c.sqhd()), (Status::SUCCESS, 4)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn backend_pending_counts_io_commands_only() {
+    let t = target();
+    let mut admin = Mem::new(&t, 180);
+    let mut ah = Host::new();
+    admin_up(&mut admin, &mut ah, false, false);
+    // An outstanding AER executes on the admin queue but is no bdev I/O.
+    admin.send(&ah.capsule(&Command::new(0x0c, 77), &[]));
+    admin.drain();
+    assert!(admin.conn.has_executing());
+    assert_eq!(admin.conn.backend_pending(), 0);
+}
+
+/// A host that sends commands but never reads its socket: the reactor reads
+/// only while `wants_read()`, and that turns false once a bounded amount of
+/// response bytes is queued (not at the 16 MiB that slot data may use).
+#[test]
+fn host_that_never_reads_cannot_grow_the_send_queue() {
+    let (_t, _a, mut m, h) = connected_io(190, false);
+    let mut batch = Vec::new();
+    let mut sent = 0u32;
+    let mut cid = 0u16;
+    while m.conn.wants_read() && sent < 200_000 {
+        batch.clear();
+        for _ in 0..100 {
+            cid = cid.wrapping_add(1);
+            let mut cmd = Command::new(0x00, cid); // Flush: completes at once
+            cmd.set_nsid(1);
+            batch.extend(h.capsule(&cmd, &[]));
+        }
+        m.conn.feed(&batch);
+        sent += 100;
+        assert!(!m.closed(), "{:?}", m.conn.close_reason());
+    }
+    assert!(!m.conn.wants_read(), "reading stops after {sent} commands");
+    let queued = m.conn.output_len();
+    assert!(
+        queued <= (256 << 10) + 100 * 24,
+        "{queued} bytes queued after {sent} unanswered commands"
+    );
+    // Once the host reads, the connection takes commands again.
+    m.drain();
+    assert!(m.conn.wants_read());
+    let got = h.parse(&mut m.inbox).unwrap();
+    assert_eq!(got.len(), sent as usize);
+}

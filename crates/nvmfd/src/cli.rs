@@ -167,6 +167,20 @@ pub struct Cli {
     /// teardowns are always logged.
     #[arg(long = "log-rate", value_name = "N", default_value_t = crate::limits::DEFAULT_LOG_RATE)]
     pub log_rate: u32,
+
+    /// Close a connection when the data of an R2T it was sent has not all
+    /// arrived (H2CData) within this many milliseconds: a host that never
+    /// sends the data it announced cannot pin its buffers (0 = never).
+    #[arg(long = "h2c-timeout-ms", value_name = "MS", default_value_t = nvmf_tcp::H2C_TIMEOUT.as_millis() as u64)]
+    pub h2c_timeout_ms: u64,
+
+    /// Outstanding R2T data per connection in bytes: a write whose R2T would
+    /// go beyond it waits until earlier transfers finish (one R2T is always
+    /// allowed). Total slot buffer memory is bounded separately by the
+    /// transport's num_shared_buffers × io_unit_size.
+    #[arg(long = "max-r2t-bytes", value_name = "BYTES", default_value_t = nvmf_tcp::MAX_R2T_BYTES,
+          value_parser = clap::value_parser!(u32).range(4096..))]
+    pub max_r2t_bytes: u32,
 }
 
 /// Default of `--poll-us`.

@@ -418,7 +418,7 @@ impl LiveTarget for Live {
                     "io_qpairs": s.io_qpairs,
                     "current_admin_qpairs": s.current_admin_qpairs,
                     "current_io_qpairs": s.current_io_qpairs,
-                    "pending_bdev_io": 0,
+                    "pending_bdev_io": s.pending_bdev_io,
                     "completed_nvme_io": s.stats.commands,
                     "transports": [{
                         "trtype": "TCP",

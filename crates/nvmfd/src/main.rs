@@ -135,7 +135,19 @@ fn run(cli: Cli) -> Result<()> {
         .cloned()
         .unwrap_or_default();
     let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
-    let params = TcpParams::new(target.limits(), tcp.c2h_success);
+    let mut params = TcpParams::new(target.limits(), tcp.c2h_success);
+    params.h2c_timeout = std::time::Duration::from_millis(cli.h2c_timeout_ms);
+    params.max_r2t_bytes = cli.max_r2t_bytes;
+    info!(
+        "data buffers: {} MiB shared (num_shared_buffers {} x io_unit_size {}), {} KiB retained per slot, \
+         {} KiB R2T data per connection, H2CData timeout {} ms",
+        params.buffers.budget.limit() >> 20,
+        tcp.num_shared_buffers,
+        target.limits().io_unit_size,
+        params.buffers.retain >> 10,
+        params.max_r2t_bytes >> 10,
+        cli.h2c_timeout_ms
+    );
     target.set_host_limits(nvmf_core::HostLimits {
         max_controllers: cli.max_controllers,
         max_controllers_per_host: cli.max_controllers_per_host,

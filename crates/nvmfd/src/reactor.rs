@@ -3,7 +3,9 @@
 //! Run to completion: a readable socket is read into its connection's receive
 //! buffer, every complete PDU is processed, and all responses leave in one
 //! vectored write. The thread sleeps in epoll when idle; a 100 ms tick drives
-//! keep-alive, async events and deferred completions (`QueuePair::poll`).
+//! keep-alive, async events and deferred completions (`QueuePair::poll`),
+//! and in each `Connection::poll` the H2CData timeout, freeing idle slot
+//! buffers under memory pressure and retrying commands waiting for one.
 //! The thread's io_uring (file bdevs) signals an eventfd in the same epoll
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
@@ -178,6 +180,8 @@ pub struct ReactorSnapshot {
     pub current_io_qpairs: u64,
     /// Connections not (yet) connected to a controller.
     pub pending_qpairs: u64,
+    /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`).
+    pub pending_bdev_io: u64,
     pub stats: QueueStats,
 }
 
@@ -657,6 +661,7 @@ impl Reactor {
         for (_, c) in conns.iter() {
             let q = c.sm.queue();
             s.stats.add(q.stats());
+            s.pending_bdev_io += c.sm.backend_pending() as u64;
             let ctrl = q.controller();
             if !q.is_connected() {
                 s.pending_qpairs += 1;
