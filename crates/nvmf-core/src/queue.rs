@@ -198,6 +198,11 @@ impl QueuePair {
     /// waits. Commands still executing get no completion.
     pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>) {
         self.handed_over = true;
+        if self.backend_ops_in_flight() == 0 {
+            // Nothing points into the buffers: free them now.
+            drop(keep);
+            return;
+        }
         crate::backend::parked::park(self.sink.clone(), keep);
     }
 
