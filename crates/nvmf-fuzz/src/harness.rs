@@ -120,6 +120,10 @@ pub struct Report {
     pub terms: u32,
     /// ICResps that enabled a header or data digest.
     pub digests: u32,
+    /// H2CData payloads placed straight into a slot buffer (transport stats).
+    pub direct_h2c: u64,
+    /// Connections that had asked to be closed when dropped.
+    pub closed: u32,
 }
 
 /// Plays `input` against a fresh target; panics when an invariant breaks.
@@ -138,7 +142,9 @@ pub fn run_input(input: &Input) -> Report {
     for op in &input.ops {
         h.op(op);
     }
-    h.conns = Default::default();
+    for s in 0..MAX_CONNS {
+        h.close(s);
+    }
     let report = h.report;
     drop(h);
     assert_eq!(
@@ -202,7 +208,14 @@ struct Conn {
     admin: bool,
 }
 
+/// `NVMF_FUZZ_TRACE=1`: print every action and every PDU from the target.
+fn trace() -> bool {
+    static T: OnceLock<bool> = OnceLock::new();
+    *T.get_or_init(|| std::env::var_os("NVMF_FUZZ_TRACE").is_some_and(|v| v != "0"))
+}
+
 /// A PDU from the target, owned.
+#[derive(Debug)]
 enum Resp {
     IcResp {
         hdgst: bool,
@@ -213,6 +226,9 @@ enum Resp {
         cid: u16,
         ok: bool,
         dw0: u32,
+        /// Status field (shown by the trace).
+        #[allow(dead_code)]
+        status: u16,
     },
     C2H {
         cccid: u16,
@@ -321,6 +337,9 @@ impl Conn {
                     owned(&pdu)
                 }
             };
+            if trace() {
+                eprintln!("  <- {res:?}");
+            }
             assert!(!self.term_seen, "a PDU followed the C2HTermReq");
             match res {
                 Resp::IcResp {
@@ -363,6 +382,7 @@ fn owned(p: &Pdu<'_>) -> Resp {
             cid: r.cqe.cid(),
             ok: r.cqe.status().is_success(),
             dw0: r.cqe.dw0(),
+            status: r.cqe.status().to_field(),
         },
         Pdu::C2HData {
             hdr,
@@ -504,6 +524,9 @@ impl Harness {
     }
 
     fn op(&mut self, op: &Op) {
+        if trace() {
+            eprintln!("{op:?}");
+        }
         match op {
             Op::Open { conn, setup, chunk } => {
                 let s = slot(*conn);
@@ -635,11 +658,17 @@ impl Harness {
     }
 
     /// The connection in slot `conn`, opened (or reopened, when the old one
-    /// was closed: the reactor drops those) with the default handshake.
+    /// was closed: the reactor drops those) with the default handshake: an
+    /// enabled admin queue in slot 0, I/O queues of its controller in the
+    /// others (slot 0 is brought up first when needed).
     fn live(&mut self, conn: u8) -> usize {
         let s = slot(conn);
         if self.conns[s].as_ref().is_some_and(|c| c.closed()) {
             self.close(s);
+        }
+        if s != 0 && self.admin_cntlid.is_none() && self.conns[0].is_none() {
+            // An I/O queue needs a controller: bring up slot 0 first.
+            self.live(0);
         }
         if self.conns[s].is_none() {
             let ic = IcSpec {
@@ -678,7 +707,10 @@ impl Harness {
     fn close(&mut self, s: usize) {
         if self.conns[s].is_some() {
             self.check(s);
-            self.conns[s] = None;
+            if let Some(c) = self.conns[s].take() {
+                self.report.direct_h2c += c.c.stats().direct_h2c;
+                self.report.closed += u32::from(c.closed());
+            }
         }
     }
 
@@ -918,7 +950,7 @@ impl Harness {
             Kind::Read | Kind::Write => {
                 let op = if kind == Kind::Read { 0x02 } else { 0x01 };
                 let mut cmd = Command::new(op, cid);
-                cmd.set_nsid(nsid).set_lba_range(slba, nlb);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
                 if sel & 0xc0 == 0xc0 {
                     cmd.set_cdw12(cmd.cdw12() | (cdw[0] & 0xffff_0000));
                 }
@@ -931,7 +963,7 @@ impl Harness {
             }
             Kind::WriteZeroes => {
                 let mut cmd = Command::new(0x08, cid);
-                cmd.set_nsid(nsid).set_lba_range(slba, nlb);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
                 (cmd, 0)
             }
             Kind::Dsm => {
@@ -1183,7 +1215,7 @@ impl Harness {
             }
             for r in c.parse() {
                 match r {
-                    Resp::Cqe { cid, ok, dw0 } => {
+                    Resp::Cqe { cid, ok, dw0, .. } => {
                         c.done_cid(cid, "CapsuleResp");
                         match c.connects.remove(&cid) {
                             Some(0) if ok => {

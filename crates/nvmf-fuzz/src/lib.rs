@@ -12,9 +12,11 @@
 //! |---|---|
 //! | `input.rs` | the `Arbitrary` input types (what a case can do) |
 //! | `harness.rs` | the target, the fake host, playing a case, the invariants |
+//! | `seeds.rs` | an encoder for hand-made inputs, and the seed sessions |
 
 pub mod harness;
 pub mod input;
+pub mod seeds;
 
 pub use harness::{run_input, target_config, Report};
 pub use input::{Input, MAX_CONNS};
