@@ -13,13 +13,17 @@
 //!   from the transport limits;
 //! - a connection that asked to be closed stays closed and queues nothing
 //!   more;
-//! - once every connection is dropped, the target has no active controller.
+//! - once every connection is dropped, the target has no active controller;
+//! - reads return what the writes the host saw complete put there
+//!   (`shadow.rs`), a successful read returns exactly its length, and the
+//!   null namespace reads zeroes.
 //!
 //! The reactor is simulated faithfully: it reads only while `wants_read()`,
 //! stops reading once `close_reason()` is set, calls `poll` after each read
 //! and on timer ticks (a fake clock), and writes output with partial writes.
 
 use crate::input::*;
+use crate::shadow::{PendingRead, PendingWrite, Shadow, BS};
 use nvmf_config::{AddressFamily, TargetConfig, TransportType};
 use nvmf_core::{PortInfo, Target};
 use nvmf_tcp::{Connection, TcpParams};
@@ -124,6 +128,8 @@ pub struct Report {
     pub direct_h2c: u64,
     /// Connections that had asked to be closed when dropped.
     pub closed: u32,
+    /// Blocks of successful reads compared with known content.
+    pub verified_blocks: u64,
 }
 
 /// Plays `input` against a fresh target; panics when an invariant breaks.
@@ -138,6 +144,7 @@ pub fn run_input(input: &Input) -> Report {
         clock: Duration::ZERO,
         admin_cntlid: None,
         report: Report::default(),
+        shadow: Shadow::default(),
     };
     for op in &input.ops {
         h.op(op);
@@ -165,6 +172,7 @@ struct Harness {
     /// CNTLID of the last successful admin Connect.
     admin_cntlid: Option<u16>,
     report: Report,
+    shadow: Shadow,
 }
 
 /// An outstanding R2T as the host saw it.
@@ -204,8 +212,11 @@ struct Conn {
     produced: usize,
     /// produced + queued output when the close was first seen.
     closed_total: Option<usize>,
-    /// Whether the queue is an admin queue (for the in-capsule limit).
+    /// Whether the queue is an admin queue (until an I/O Connect succeeds).
     admin: bool,
+    /// Writes (namespace 1) and reads in flight, by CID.
+    writes: HashMap<u16, Vec<PendingWrite>>,
+    reads: HashMap<u16, PendingRead>,
 }
 
 /// `NVMF_FUZZ_TRACE=1`: print every action and every PDU from the target.
@@ -234,6 +245,8 @@ enum Resp {
         cccid: u16,
         success: bool,
         ddok: bool,
+        datao: u32,
+        data: Vec<u8>,
     },
     R2t {
         cccid: u16,
@@ -272,6 +285,8 @@ impl Conn {
             produced: 0,
             closed_total: None,
             admin: true,
+            writes: HashMap::new(),
+            reads: HashMap::new(),
         }
     }
 
@@ -318,6 +333,41 @@ impl Conn {
                 }
             }
             None => assert!(!self.tracked, "{what} for CID {cid} that is not outstanding"),
+        }
+    }
+
+    /// Command `cid` completed (`ok`: successfully): update the data model
+    /// or check the read. `others`: writes in flight elsewhere.
+    fn finish(
+        &mut self,
+        cid: u16,
+        ok: bool,
+        shadow: &mut Shadow,
+        others: &[(u64, u32)],
+        rep: &mut Report,
+    ) {
+        if let Some(ws) = self.writes.remove(&cid) {
+            if ok {
+                for w in &ws {
+                    shadow.apply(w);
+                }
+            }
+        }
+        if let Some(r) = self.reads.remove(&cid) {
+            if ok {
+                let overlaps = |lba: u64, (slba, n): (u64, u32)| {
+                    lba.wrapping_sub(slba) < u64::from(n)
+                };
+                let mine: Vec<(u64, u32)> = self
+                    .writes
+                    .values()
+                    .flatten()
+                    .map(|w| (w.slba, w.count))
+                    .collect();
+                rep.verified_blocks += shadow.check_read(&r, |lba| {
+                    others.iter().chain(&mine).any(|&w| overlaps(lba, w))
+                }) as u64;
+            }
         }
     }
 
@@ -386,12 +436,14 @@ fn owned(p: &Pdu<'_>) -> Resp {
         },
         Pdu::C2HData {
             hdr,
+            data,
             data_digest_ok,
-            ..
         } => Resp::C2H {
             cccid: hdr.cccid(),
             success: hdr.success(),
             ddok: data_digest_ok,
+            datao: hdr.datao(),
+            data: data.to_vec(),
         },
         Pdu::R2T(r) => Resp::R2t {
             cccid: r.cccid(),
@@ -441,10 +493,16 @@ fn patch(pdu: &mut [u8], at: usize, bytes: &[u8]) {
     }
 }
 
-fn fill(len: usize, seed: u16) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31) ^ seed as u8)
+/// Payload bytes: byte `i` of a transfer at offset `at` of command `seed`
+/// (distinct per position, so misplaced data shows in a read-back).
+fn fill_at(at: usize, len: usize, seed: u16) -> Vec<u8> {
+    (at..at + len)
+        .map(|i| ((i as u32 ^ (u32::from(seed) << 20)).wrapping_mul(0x9E37_79B1) >> 24) as u8)
         .collect()
+}
+
+fn fill(len: usize, seed: u16) -> Vec<u8> {
+    fill_at(0, len, seed)
 }
 
 /// Opcode choices (weighted by repetition).
@@ -578,6 +636,8 @@ impl Harness {
             } => {
                 let s = self.live(*conn);
                 let cmd = Command::read_from_bytes(sqe).expect("64 bytes");
+                // It may write anywhere.
+                self.shadow.valid = false;
                 let data = fill(usize::from(*data_len) % (2 * ICD as usize + 64), cmd.cid());
                 self.capsule(s, &cmd, &data, *split, Mangle::None);
             }
@@ -710,6 +770,10 @@ impl Harness {
             if let Some(c) = self.conns[s].take() {
                 self.report.direct_h2c += c.c.stats().direct_h2c;
                 self.report.closed += u32::from(c.closed());
+                // Writes whose outcome the host never learned.
+                for w in c.writes.values().flatten() {
+                    self.shadow.forget(w.slba, w.count);
+                }
             }
         }
     }
@@ -820,7 +884,6 @@ impl Harness {
             data[512..768].fill(b'h');
         }
         c.connects.insert(cid, qid);
-        c.admin = qid == 0;
         let (sgl, data) = match spec.data {
             ConnectData::InCapsule | ConnectData::InCapsule2 | ConnectData::InCapsule3 => {
                 (SglDescriptor::in_capsule(0, 1024), data)
@@ -1032,6 +1095,65 @@ impl Harness {
             Data::None => Vec::new(),
             Data::Len(n) => fill(usize::from(n) % (2 * icd as usize + 64), cid),
         };
+        let now = self.shadow.now();
+        let c = self.conn(s);
+        let on_io = !c.admin;
+        let count = nlb + 1;
+        match kind {
+            Kind::RawIo if on_io && !matches!(cmd.opcode(), 0x00 | 0x02) => {
+                self.shadow.valid = false;
+            }
+            Kind::RawAdmin if cmd.opcode() >= 0x80 => self.shadow.valid = false,
+            Kind::Write | Kind::WriteZeroes if on_io && nsid == 1 => {
+                let len = count as usize * BS;
+                let known = if kind == Kind::WriteZeroes {
+                    None
+                } else if incapsule && sgl_len == len && data.len() == len {
+                    Some(data.clone())
+                } else if !incapsule && sgl_len == len && !matches!(spec.sgl, Sgl::Raw(_)) {
+                    // Filled in by the H2CData PDUs.
+                    Some(vec![0; len])
+                } else {
+                    None
+                };
+                let w = PendingWrite {
+                    slba,
+                    count,
+                    data: known,
+                    zeroes: kind == Kind::WriteZeroes,
+                    sent: now,
+                };
+                c.writes.entry(cid).or_default().push(w);
+            }
+            Kind::Dsm if on_io && nsid == 1 => {
+                // Deallocated blocks: content unknown once it completes.
+                for i in 0..=u64::from(sel % 4) {
+                    let w = PendingWrite {
+                        slba: slba.wrapping_add(i * 256),
+                        count,
+                        data: None,
+                        zeroes: false,
+                        sent: now,
+                    };
+                    c.writes.entry(cid).or_default().push(w);
+                }
+            }
+            Kind::Read if on_io && (nsid == 1 || nsid == 2) => {
+                let bs = block_size(nsid) as usize;
+                if sgl_len == count as usize * bs {
+                    let r = PendingRead {
+                        null: nsid == 2,
+                        slba,
+                        count,
+                        block_size: bs,
+                        buf: Vec::new(),
+                        sent: now,
+                    };
+                    c.reads.insert(cid, r);
+                }
+            }
+            _ => {}
+        }
         self.capsule(s, &cmd, &data, split, mangle);
         if spec.answer_r2t {
             self.answer_r2t(s, cid);
@@ -1116,7 +1238,24 @@ impl Harness {
             let start = bytes.len();
             let flags = if last { DATA_LAST } else { 0 };
             let at = encode_h2c_data_header(&mut bytes, &c.eo, h.0, h.1, h.2, len, flags);
-            bytes.extend(fill(len as usize, h.0));
+            let payload = fill_at(h.2 as usize, len as usize, h.0);
+            // What the write with this CID will hold, if it succeeds.
+            if let Some(ws) = c.writes.get_mut(&h.0) {
+                for w in ws {
+                    let fits = w
+                        .data
+                        .as_ref()
+                        .is_some_and(|d| h.2 as usize + payload.len() <= d.len());
+                    let clean = n > 0 || !faulty;
+                    match (&mut w.data, clean && fits) {
+                        (Some(d), true) => {
+                            d[h.2 as usize..h.2 as usize + payload.len()].copy_from_slice(&payload)
+                        }
+                        _ => w.data = None,
+                    }
+                }
+            }
+            bytes.extend_from_slice(&payload);
             append_data_digest(&mut bytes, &c.eo, at);
             if let Some(dl) = datal_patch {
                 patch(&mut bytes[start..], 16, &dl.to_le_bytes());
@@ -1188,7 +1327,17 @@ impl Harness {
     /// the connection's chunk size; the host parses what arrived.
     fn drain(&mut self, s: usize, max: usize) {
         let mut admin_cntlid = None;
+        // Writes in flight on the other connections (reads skip their blocks).
+        let others: Vec<(u64, u32)> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != s)
+            .filter_map(|(_, c)| c.as_ref())
+            .flat_map(|c| c.writes.values().flatten().map(|w| (w.slba, w.count)))
+            .collect();
         let rep = &mut self.report;
+        let shadow = &mut self.shadow;
         {
             let c = self.conns[s].as_mut().expect("live connection");
             let mut got = 0;
@@ -1221,23 +1370,38 @@ impl Harness {
                             Some(0) if ok => {
                                 admin_cntlid = Some(dw0 as u16);
                                 rep.admin_connects += 1;
+                                c.admin = true;
                             }
-                            Some(_) if ok => rep.io_connects += 1,
+                            Some(_) if ok => {
+                                rep.io_connects += 1;
+                                c.admin = false;
+                            }
                             Some(_) => {}
                             None => rep.completions += 1,
                         }
                         c.r2ts.retain(|r| r.cccid != cid);
+                        c.finish(cid, ok, shadow, &others, rep);
                     }
                     Resp::C2H {
                         cccid,
                         success,
                         ddok,
+                        datao,
+                        data,
                     } => {
                         assert!(ddok, "C2HData with a wrong data digest");
                         rep.c2h += 1;
+                        if let Some(r) = c.reads.get_mut(&cccid) {
+                            let end = datao as usize + data.len();
+                            if r.buf.len() < end {
+                                r.buf.resize(end, 0);
+                            }
+                            r.buf[datao as usize..end].copy_from_slice(&data);
+                        }
                         if success {
                             rep.completions += 1;
                             c.done_cid(cccid, "C2HData SUCCESS");
+                            c.finish(cccid, true, shadow, &others, rep);
                         } else {
                             assert!(
                                 !c.tracked || c.outstanding.contains_key(&cccid),
@@ -1280,7 +1444,11 @@ impl Harness {
 
     /// Invariants of one connection at an action boundary.
     fn check(&mut self, s: usize) {
-        let c = self.conn(s);
+        let c = self.conns[s].as_mut().expect("live connection");
+        if !c.tracked {
+            // Raw or corrupted PDUs may have written anything.
+            self.shadow.valid = false;
+        }
         let queued = c.c.output_len();
         assert!(
             queued <= OUT_BOUND,

@@ -12,11 +12,13 @@
 //! |---|---|
 //! | `input.rs` | the `Arbitrary` input types (what a case can do) |
 //! | `harness.rs` | the target, the fake host, playing a case, the invariants |
+//! | `shadow.rs` | the data-integrity model of the RAM namespace |
 //! | `seeds.rs` | an encoder for hand-made inputs, and the seed sessions |
 
 pub mod harness;
 pub mod input;
 pub mod seeds;
+pub mod shadow;
 
 pub use harness::{run_input, target_config, Report};
 pub use input::{Input, MAX_CONNS};

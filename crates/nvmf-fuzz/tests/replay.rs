@@ -32,6 +32,9 @@ fn add(total: &mut Report, r: &Report) {
     total.c2h += r.c2h;
     total.terms += r.terms;
     total.digests += r.digests;
+    total.verified_blocks += r.verified_blocks;
+    total.direct_h2c += r.direct_h2c;
+    total.closed += r.closed;
 }
 
 fn replay_dir(dir: &Path) -> usize {
@@ -83,6 +86,7 @@ fn prng_cases_hold_and_reach_the_core() {
     assert!(decoded * 10 >= cases * 9, "only {decoded} of {cases} decoded");
     assert!(connected * 2 >= decoded, "only {connected} of {decoded} connected");
     assert!(total.io_connects > 0 && total.r2ts > 0 && total.c2h > 0 && total.completions > 0);
+    assert!(total.verified_blocks > 0, "no read was checked against the data model");
 }
 
 /// Each hand-made seed still decodes into the session it was written for
@@ -102,10 +106,16 @@ fn hand_made_seeds_reach_their_scenarios() {
         eprintln!("{name}: {r:?}");
         let ok = match name {
             "hand-admin" => r.admin_connects == 1 && r.completions >= 7 && r.c2h >= 3,
-            "hand-io-incapsule" => r.io_connects == 1 && r.c2h >= 1 && r.completions >= 6,
-            "hand-r2t" => r.r2ts >= 2 && r.c2h >= 2 && r.terms == 0,
-            "hand-digests" => r.digests == 2 && r.r2ts >= 1 && r.c2h >= 1 && r.terms == 0,
-            "hand-partial-direct" => r.direct_h2c >= 1 && r.terms == 0,
+            "hand-io-incapsule" => {
+                r.io_connects == 1 && r.c2h >= 1 && r.completions >= 6 && r.verified_blocks == 4
+            }
+            "hand-r2t" => r.r2ts >= 2 && r.c2h >= 2 && r.terms == 0 && r.verified_blocks == 68,
+            "hand-digests" => {
+                r.digests == 2 && r.r2ts >= 1 && r.c2h >= 1 && r.terms == 0 && r.verified_blocks == 128
+            }
+            "hand-partial-direct" => {
+                r.direct_h2c >= 1 && r.terms == 0 && r.verified_blocks == 256
+            }
             "hand-aer-kato" => r.closed >= 1 && r.terms == 0 && r.admin_connects == 2,
             "hand-stalled-reader" => r.io_connects == 2 && r.closed >= 1,
             "hand-discovery" => r.admin_connects == 1 && r.c2h >= 2 && r.terms == 0,
