@@ -226,6 +226,7 @@ fn trace() -> bool {
 }
 
 /// A PDU from the target, owned.
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug)]
 enum Resp {
     IcResp {
@@ -332,7 +333,10 @@ impl Conn {
                     self.outstanding.remove(&cid);
                 }
             }
-            None => assert!(!self.tracked, "{what} for CID {cid} that is not outstanding"),
+            None => assert!(
+                !self.tracked,
+                "{what} for CID {cid} that is not outstanding"
+            ),
         }
     }
 
@@ -355,9 +359,8 @@ impl Conn {
         }
         if let Some(r) = self.reads.remove(&cid) {
             if ok {
-                let overlaps = |lba: u64, (slba, n): (u64, u32)| {
-                    lba.wrapping_sub(slba) < u64::from(n)
-                };
+                let overlaps =
+                    |lba: u64, (slba, n): (u64, u32)| lba.wrapping_sub(slba) < u64::from(n);
                 let mine: Vec<(u64, u32)> = self
                     .writes
                     .values()
@@ -927,7 +930,11 @@ impl Harness {
         let (mut cmd, natural) = match kind {
             Kind::Identify => {
                 let mut cmd = Command::new(0x06, cid);
-                let cns = if sel >= 0xf0 { cdw[0] } else { u32::from(sel % 0x20) };
+                let cns = if sel >= 0xf0 {
+                    cdw[0]
+                } else {
+                    u32::from(sel % 0x20)
+                };
                 cmd.set_cdw10(cns).set_nsid(nsid);
                 (cmd, 4096)
             }

@@ -25,7 +25,10 @@ impl<'a> Arbitrary<'a> for Input {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
         Ok(Input {
             c2h_success: u.arbitrary()?,
-            ops: u.arbitrary_iter()?.take(MAX_OPS).collect::<Result<_, _>>()?,
+            ops: u
+                .arbitrary_iter()?
+                .take(MAX_OPS)
+                .collect::<Result<_, _>>()?,
         })
     }
 
@@ -51,30 +54,88 @@ impl<'a> Arbitrary<'a> for Input {
 #[derive(Debug, Clone, Arbitrary)]
 pub enum Op {
     /// (Re)open a connection with an explicit handshake.
-    Open { conn: u8, setup: Setup, chunk: Chunk },
-    IcReq { conn: u8, ic: IcSpec, split: Split },
-    Connect { conn: u8, io: bool, spec: ConnectSpec, split: Split },
-    Admin { conn: u8, cmd: CmdSpec, split: Split, mangle: Mangle },
-    Io { conn: u8, cmd: CmdSpec, split: Split, mangle: Mangle },
-    Io2 { conn: u8, cmd: CmdSpec, split: Split, mangle: Mangle },
+    Open {
+        conn: u8,
+        setup: Setup,
+        chunk: Chunk,
+    },
+    IcReq {
+        conn: u8,
+        ic: IcSpec,
+        split: Split,
+    },
+    Connect {
+        conn: u8,
+        io: bool,
+        spec: ConnectSpec,
+        split: Split,
+    },
+    Admin {
+        conn: u8,
+        cmd: CmdSpec,
+        split: Split,
+        mangle: Mangle,
+    },
+    Io {
+        conn: u8,
+        cmd: CmdSpec,
+        split: Split,
+        mangle: Mangle,
+    },
+    Io2 {
+        conn: u8,
+        cmd: CmdSpec,
+        split: Split,
+        mangle: Mangle,
+    },
     /// A raw 64-byte SQE in a capsule with `data_len` bytes of in-capsule data.
-    RawSqe { conn: u8, sqe: [u8; 64], data_len: u16, split: Split },
+    RawSqe {
+        conn: u8,
+        sqe: [u8; 64],
+        data_len: u16,
+        split: Split,
+    },
     /// H2CData for an outstanding R2T (or a made-up one).
-    H2c { conn: u8, h2c: H2cSpec, split: Split, mangle: Mangle },
+    H2c {
+        conn: u8,
+        h2c: H2cSpec,
+        split: Split,
+        mangle: Mangle,
+    },
     /// Arbitrary bytes on the wire.
-    Raw { conn: u8, bytes: Vec<u8> },
+    Raw {
+        conn: u8,
+        bytes: Vec<u8>,
+    },
     /// H2CTermReq quoting up to `quoted` bytes.
-    TermReq { conn: u8, fes: u16, fei: u32, quoted: u8 },
+    TermReq {
+        conn: u8,
+        fes: u16,
+        fei: u32,
+        quoted: u8,
+    },
     /// Deliver every byte held back by a `Split::Hold`.
-    Flush { conn: u8 },
+    Flush {
+        conn: u8,
+    },
     /// Read at most `max` bytes of output.
-    Read { conn: u8, max: u16 },
+    Read {
+        conn: u8,
+        max: u16,
+    },
     /// Stop (or resume) reading output after each action.
-    SetReading { conn: u8, on: bool },
+    SetReading {
+        conn: u8,
+        on: bool,
+    },
     /// Advance the fake clock and poll every connection.
-    Tick { ms: Tick },
+    Tick {
+        ms: Tick,
+    },
     /// Close the socket (drop the connection), commands may be outstanding.
-    Drop { conn: u8 },
+    Drop {
+        conn: u8,
+    },
 }
 
 /// How a connection starts.

@@ -65,7 +65,10 @@ impl Enc {
         if io {
             self.tag(3, 4).ic(digests, digests).connect_spec(0);
         } else {
-            self.tag(2, 4).ic(digests, digests).connect_spec(0).bool(true);
+            self.tag(2, 4)
+                .ic(digests, digests)
+                .connect_spec(0)
+                .bool(true);
         }
         match chunk {
             None => self.tag(0, 3),
@@ -83,7 +86,15 @@ impl Enc {
     /// A `CmdSpec`: opcode table index `op`, nsid 1 (or 2 for `null`),
     /// LBA range, selector, default SGL and data.
     #[allow(clippy::too_many_arguments)]
-    pub fn cmd(&mut self, op: u8, null: bool, slba: u16, nlb: u8, sel: u8, answer: bool) -> &mut Self {
+    pub fn cmd(
+        &mut self,
+        op: u8,
+        null: bool,
+        slba: u16,
+        nlb: u8,
+        sel: u8,
+        answer: bool,
+    ) -> &mut Self {
         self.u8(op);
         self.tag(0, 5); // Cid::Next
         self.tag(if null { 2 } else { 0 }, 6); // Nsid
@@ -121,7 +132,16 @@ impl Enc {
 
     /// `Op::Io` (4) read/write/... on nsid 1 (or 2).
     #[allow(clippy::too_many_arguments)]
-    pub fn io(&mut self, conn: u8, op: u8, null: bool, slba: u16, nlb: u8, answer: bool, hold: Option<u16>) -> &mut Self {
+    pub fn io(
+        &mut self,
+        conn: u8,
+        op: u8,
+        null: bool,
+        slba: u16,
+        nlb: u8,
+        answer: bool,
+        hold: Option<u16>,
+    ) -> &mut Self {
         self.tag(4, 15).u8(conn);
         self.cmd(op, null, slba, nlb, 0, answer);
         self.split(hold).no_mangle()

@@ -83,10 +83,19 @@ fn prng_cases_hold_and_reach_the_core() {
     eprintln!("{cases} cases, {decoded} decoded, {connected} with an admin Connect: {total:?}");
     // Structure-aware input must get most cases past ICReq and Connect,
     // and the usual data flows must show up.
-    assert!(decoded * 10 >= cases * 9, "only {decoded} of {cases} decoded");
-    assert!(connected * 2 >= decoded, "only {connected} of {decoded} connected");
+    assert!(
+        decoded * 10 >= cases * 9,
+        "only {decoded} of {cases} decoded"
+    );
+    assert!(
+        connected * 2 >= decoded,
+        "only {connected} of {decoded} connected"
+    );
     assert!(total.io_connects > 0 && total.r2ts > 0 && total.c2h > 0 && total.completions > 0);
-    assert!(total.verified_blocks > 0, "no read was checked against the data model");
+    assert!(
+        total.verified_blocks > 0,
+        "no read was checked against the data model"
+    );
 }
 
 /// Each hand-made seed still decodes into the session it was written for
@@ -111,11 +120,13 @@ fn hand_made_seeds_reach_their_scenarios() {
             }
             "hand-r2t" => r.r2ts >= 2 && r.c2h >= 2 && r.terms == 0 && r.verified_blocks == 68,
             "hand-digests" => {
-                r.digests == 2 && r.r2ts >= 1 && r.c2h >= 1 && r.terms == 0 && r.verified_blocks == 128
+                r.digests == 2
+                    && r.r2ts >= 1
+                    && r.c2h >= 1
+                    && r.terms == 0
+                    && r.verified_blocks == 128
             }
-            "hand-partial-direct" => {
-                r.direct_h2c >= 1 && r.terms == 0 && r.verified_blocks == 256
-            }
+            "hand-partial-direct" => r.direct_h2c >= 1 && r.terms == 0 && r.verified_blocks == 256,
             "hand-aer-kato" => r.closed >= 1 && r.terms == 0 && r.admin_connects == 2,
             "hand-stalled-reader" => r.io_connects == 2 && r.closed >= 1,
             "hand-discovery" => r.admin_connects == 1 && r.c2h >= 2 && r.terms == 0,
