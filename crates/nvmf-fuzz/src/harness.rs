@@ -34,7 +34,7 @@ use nvmf_wire::pdu::{
     append_data_digest, decode, encode_capsule_cmd, encode_h2c_data_header, encode_ic_req,
     encode_term_req, DecodeOpts, Decoded, EncodeOpts, Pdu, Role, DATA_LAST, DDGSTF, HDGSTF,
 };
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::IoSlice;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -214,9 +214,17 @@ struct Conn {
     closed_total: Option<usize>,
     /// Whether the queue is an admin queue (until an I/O Connect succeeds).
     admin: bool,
-    /// Writes (namespace 1) and reads in flight, by CID.
-    writes: HashMap<u16, Vec<PendingWrite>>,
-    reads: HashMap<u16, PendingRead>,
+    /// What the data model follows of each command in flight, by CID, in
+    /// the order sent (a CID may be reused once its command completed).
+    track: HashMap<u16, VecDeque<Track>>,
+}
+
+/// What the data model follows of one command.
+enum Track {
+    Other,
+    /// Blocks of namespace 1 it changes.
+    Writes(Vec<PendingWrite>),
+    Read(PendingRead),
 }
 
 /// `NVMF_FUZZ_TRACE=1`: print every action and every PDU from the target.
@@ -286,8 +294,7 @@ impl Conn {
             produced: 0,
             closed_total: None,
             admin: true,
-            writes: HashMap::new(),
-            reads: HashMap::new(),
+            track: HashMap::new(),
         }
     }
 
@@ -350,28 +357,45 @@ impl Conn {
         others: &[(u64, u32)],
         rep: &mut Report,
     ) {
-        if let Some(ws) = self.writes.remove(&cid) {
+        let Some(q) = self.track.get_mut(&cid) else {
+            return;
+        };
+        let t = q.pop_front();
+        if q.is_empty() {
+            self.track.remove(&cid);
+        }
+        if let Some(Track::Writes(ws)) = &t {
             if ok {
-                for w in &ws {
+                for w in ws {
                     shadow.apply(w);
                 }
             }
         }
-        if let Some(r) = self.reads.remove(&cid) {
+        if let Some(Track::Read(r)) = t {
             if ok {
                 let overlaps =
                     |lba: u64, (slba, n): (u64, u32)| lba.wrapping_sub(slba) < u64::from(n);
-                let mine: Vec<(u64, u32)> = self
-                    .writes
-                    .values()
-                    .flatten()
-                    .map(|w| (w.slba, w.count))
-                    .collect();
+                let mine: Vec<(u64, u32)> =
+                    self.writes().map(|w| (w.slba, w.count)).collect();
                 rep.verified_blocks += shadow.check_read(&r, |lba| {
                     others.iter().chain(&mine).any(|&w| overlaps(lba, w))
                 }) as u64;
             }
         }
+    }
+
+    /// Every write in flight.
+    fn writes(&self) -> impl Iterator<Item = &PendingWrite> {
+        self.track.values().flatten().flat_map(|t| match t {
+            Track::Writes(ws) => ws.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// The oldest command in flight with this CID (the one the target is
+    /// working on).
+    fn front(&mut self, cid: u16) -> Option<&mut Track> {
+        self.track.get_mut(&cid).and_then(|q| q.front_mut())
     }
 
     /// Decodes every complete PDU the target wrote.
@@ -774,7 +798,7 @@ impl Harness {
                 self.report.direct_h2c += c.c.stats().direct_h2c;
                 self.report.closed += u32::from(c.closed());
                 // Writes whose outcome the host never learned.
-                for w in c.writes.values().flatten() {
+                for w in c.writes() {
                     self.shadow.forget(w.slba, w.count);
                 }
             }
@@ -1106,6 +1130,7 @@ impl Harness {
         let c = self.conn(s);
         let on_io = !c.admin;
         let count = nlb + 1;
+        let mut track = Track::Other;
         match kind {
             Kind::RawIo if on_io && !matches!(cmd.opcode(), 0x00 | 0x02) => {
                 self.shadow.valid = false;
@@ -1130,10 +1155,11 @@ impl Harness {
                     zeroes: kind == Kind::WriteZeroes,
                     sent: now,
                 };
-                c.writes.entry(cid).or_default().push(w);
+                track = Track::Writes(vec![w]);
             }
             Kind::Dsm if on_io && nsid == 1 => {
                 // Deallocated blocks: content unknown once it completes.
+                let mut ws = Vec::new();
                 for i in 0..=u64::from(sel % 4) {
                     let w = PendingWrite {
                         slba: slba.wrapping_add(i * 256),
@@ -1142,8 +1168,9 @@ impl Harness {
                         zeroes: false,
                         sent: now,
                     };
-                    c.writes.entry(cid).or_default().push(w);
+                    ws.push(w);
                 }
+                track = Track::Writes(ws);
             }
             Kind::Read if on_io && (nsid == 1 || nsid == 2) => {
                 let bs = block_size(nsid) as usize;
@@ -1156,12 +1183,12 @@ impl Harness {
                         buf: Vec::new(),
                         sent: now,
                     };
-                    c.reads.insert(cid, r);
+                    track = Track::Read(r);
                 }
             }
             _ => {}
         }
-        self.capsule(s, &cmd, &data, split, mangle);
+        self.capsule_tracked(s, &cmd, &data, split, mangle, track);
         if spec.answer_r2t {
             self.answer_r2t(s, cid);
         }
@@ -1169,7 +1196,20 @@ impl Harness {
 
     /// Encodes and sends a command capsule; the CID becomes outstanding.
     fn capsule(&mut self, s: usize, cmd: &Command, data: &[u8], split: Split, mangle: Mangle) {
+        self.capsule_tracked(s, cmd, data, split, mangle, Track::Other);
+    }
+
+    fn capsule_tracked(
+        &mut self,
+        s: usize,
+        cmd: &Command,
+        data: &[u8],
+        split: Split,
+        mangle: Mangle,
+        track: Track,
+    ) {
         let c = self.conn(s);
+        c.track.entry(cmd.cid()).or_default().push_back(track);
         let mut v = Vec::new();
         encode_capsule_cmd(&mut v, &c.eo, cmd, data);
         c.send_cid(cmd.cid());
@@ -1247,7 +1287,7 @@ impl Harness {
             let at = encode_h2c_data_header(&mut bytes, &c.eo, h.0, h.1, h.2, len, flags);
             let payload = fill_at(h.2 as usize, len as usize, h.0);
             // What the write with this CID will hold, if it succeeds.
-            if let Some(ws) = c.writes.get_mut(&h.0) {
+            if let Some(Track::Writes(ws)) = c.front(h.0) {
                 for w in ws {
                     let fits = w
                         .data
@@ -1341,7 +1381,7 @@ impl Harness {
             .enumerate()
             .filter(|(i, _)| *i != s)
             .filter_map(|(_, c)| c.as_ref())
-            .flat_map(|c| c.writes.values().flatten().map(|w| (w.slba, w.count)))
+            .flat_map(|c| c.writes().map(|w| (w.slba, w.count)))
             .collect();
         let rep = &mut self.report;
         let shadow = &mut self.shadow;
@@ -1398,7 +1438,7 @@ impl Harness {
                     } => {
                         assert!(ddok, "C2HData with a wrong data digest");
                         rep.c2h += 1;
-                        if let Some(r) = c.reads.get_mut(&cccid) {
+                        if let Some(Track::Read(r)) = c.front(cccid) {
                             let end = datao as usize + data.len();
                             if r.buf.len() < end {
                                 r.buf.resize(end, 0);
