@@ -375,8 +375,7 @@ impl Conn {
             if ok {
                 let overlaps =
                     |lba: u64, (slba, n): (u64, u32)| lba.wrapping_sub(slba) < u64::from(n);
-                let mine: Vec<(u64, u32)> =
-                    self.writes().map(|w| (w.slba, w.count)).collect();
+                let mine: Vec<(u64, u32)> = self.writes().map(|w| (w.slba, w.count)).collect();
                 rep.verified_blocks += shadow.check_read(&r, |lba| {
                     others.iter().chain(&mine).any(|&w| overlaps(lba, w))
                 }) as u64;
@@ -951,6 +950,7 @@ impl Harness {
         let cdw = spec.cdw;
         // (command, natural transfer length, extra data built here)
         let mut data_override: Option<Vec<u8>> = None;
+        let mut dsm_ranges = Vec::new();
         let (mut cmd, natural) = match kind {
             Kind::Identify => {
                 let mut cmd = Command::new(0x06, cid);
@@ -1071,7 +1071,8 @@ impl Harness {
                     d.extend_from_slice(&(nlb + 1).to_le_bytes());
                     d.extend_from_slice(&slba.wrapping_add(u64::from(i) * 256).to_le_bytes());
                 }
-                data_override = Some(d);
+                data_override = Some(d.clone());
+                dsm_ranges = d;
                 (cmd, 16 * (nr + 1))
             }
         };
@@ -1156,6 +1157,11 @@ impl Harness {
                     sent: now,
                 };
                 track = Track::Writes(vec![w]);
+            }
+            Kind::Dsm if on_io && nsid == 1 && !(incapsule && data == dsm_ranges) => {
+                // The ranges the target reads are not the ones built here
+                // (other data, or sent through R2T): it may deallocate anything.
+                self.shadow.valid = false;
             }
             Kind::Dsm if on_io && nsid == 1 => {
                 // Deallocated blocks: content unknown once it completes.
