@@ -7,9 +7,12 @@
 # Exits non-zero on any failure.  Arguments replace `--workspace` as the package selection
 # of `cargo test`, e.g. `scripts/test.sh -p nvmf-interop`.
 #
+# Then (whole-workspace runs only) a short real fuzz session of each cargo-fuzz target
+# (scripts/fuzz-smoke.sh: installs nightly + cargo-fuzz when missing; fails on a crash).
 # env: NVMFD_TEST_THREADS (default 1: the interop tests boot guests; 2 cores)
 #      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
 #      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
+#      NVMFD_FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips the fuzz sessions)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
@@ -61,12 +64,21 @@ fi
 
 # ---- tests ---------------------------------------------------------------------
 threads=${NVMFD_TEST_THREADS:-1}
-[ $# -gt 0 ] || set -- --workspace
+whole=0
+[ $# -gt 0 ] || { whole=1; set -- --workspace; }
 rc=0
 if [ "$interop" = 1 ]; then
   NVMFD_INTEROP=1 cargo test "$@" -- --test-threads="$threads" || rc=$?
 else
   cargo test "$@" -- --test-threads="$threads" || rc=$?
+fi
+
+# ---- short fuzz sessions -------------------------------------------------------
+fuzz_secs=${NVMFD_FUZZ_SECONDS:-30}
+if [ "$whole" = 1 ] && [ "$fuzz_secs" != 0 ]; then
+  t_fuzz=$(date +%s)
+  scripts/fuzz-smoke.sh "$fuzz_secs" || rc=1
+  note "fuzz sessions took $(( $(date +%s) - t_fuzz )) s"
 fi
 note "finished in $(( $(date +%s) - t_start )) s, exit status $rc"
 exit "$rc"

@@ -1,0 +1,1525 @@
+//! Plays one [`Input`] against a fresh in-process target and checks the
+//! invariants after every action:
+//!
+//! - nothing panics (the transport and the core);
+//! - everything the target writes decodes as target-role PDUs (host-side
+//!   decoder, with the digests the ICResp announced; data digests correct),
+//!   the ICResp comes first and a C2HTermReq is the last PDU;
+//! - every CapsuleResp, R2T and C2HData names a CID the host has outstanding
+//!   (checked while the host has sent only harness-built PDUs);
+//! - `output()` makes progress whenever `has_output()`, and `recv_buf()`
+//!   always offers room;
+//! - the buffered output and the receive buffer stay below bounds computed
+//!   from the transport limits;
+//! - a connection that asked to be closed stays closed and queues nothing
+//!   more;
+//! - once every connection is dropped, the target has no active controller;
+//! - reads return what the writes the host saw complete put there
+//!   (`shadow.rs`), a successful read returns exactly its length, and the
+//!   null namespace reads zeroes.
+//!
+//! The reactor is simulated faithfully: it reads only while `wants_read()`,
+//! stops reading once `close_reason()` is set, calls `poll` after each read
+//! and on timer ticks (a fake clock), and writes output with partial writes.
+
+use crate::input::*;
+use crate::shadow::{PendingRead, PendingWrite, Shadow, BS};
+use nvmf_config::{AddressFamily, TargetConfig, TransportType};
+use nvmf_core::{PortInfo, Target};
+use nvmf_tcp::{Connection, TcpParams};
+use nvmf_wire::command::{Command, SglDescriptor};
+use nvmf_wire::digest::crc32c;
+use nvmf_wire::fabrics::{ConnectData as ConnectBlock, CC, CC_EN, CNTLID_DYNAMIC, CSTS, NSSR, VS};
+use nvmf_wire::pdu::{
+    append_data_digest, decode, encode_capsule_cmd, encode_h2c_data_header, encode_ic_req,
+    encode_term_req, DecodeOpts, Decoded, EncodeOpts, Pdu, Role, DATA_LAST, DDGSTF, HDGSTF,
+};
+use std::collections::{HashMap, VecDeque};
+use std::io::IoSlice;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+use zerocopy::{FromBytes, IntoBytes};
+
+/// The NVM subsystem every case talks to.
+pub const NVM_NQN: &str = "nqn.2024-01.io.nvmfd:fuzz";
+const DISCOVERY_NQN: &str = "nqn.2014-08.org.nvmexpress.discovery";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000f022";
+const OTHER_HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:99999999-0000-0000-0000-00000000f022";
+
+/// Namespace 1: 4 MiB RAM disk, 512-byte blocks.
+const MALLOC_BLOCKS: u64 = 8192;
+/// Namespace 2: 1 GiB null disk, 4 KiB blocks.
+const NULL_BLOCKS: u64 = 262_144;
+const ICD: u32 = 4096;
+const MAX_IO: u32 = 128 * 1024;
+const QUEUE_DEPTH: u32 = 32;
+
+/// nvmf-tcp stops reading while this much output is queued (its
+/// `TX_HIGH_WATER`); keep in step with the transport.
+const TX_HIGH_WATER: usize = 16 << 20;
+/// Largest receive buffer: the largest acceptable PDU (data limit
+/// max(MAXH2CDATA, in-capsule size, 8 KiB admin) + header, padding,
+/// digests) rounded up to a power of two.
+const RX_BOUND: usize = 256 * 1024;
+/// Largest queued output: the high-water mark, plus what one read's worth
+/// of commands can add (each 72-byte command at most ~220 bytes of headers),
+/// plus every slot's read data.
+const OUT_BOUND: usize =
+    TX_HIGH_WATER + 4 * RX_BOUND + (QUEUE_DEPTH as usize + 4) * MAX_IO as usize;
+
+/// The target configuration (SPDK JSON form) every case starts from.
+pub fn target_config() -> &'static TargetConfig {
+    static CFG: OnceLock<TargetConfig> = OnceLock::new();
+    CFG.get_or_init(|| {
+        let l = r#"{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}"#;
+        let json = format!(
+            r#"{{"subsystems":[
+ {{"subsystem":"bdev","config":[
+   {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","block_size":512,"num_blocks":{MALLOC_BLOCKS}}}}},
+   {{"method":"bdev_null_create","params":{{"name":"Null0","block_size":4096,"num_blocks":{NULL_BLOCKS}}}}}]}},
+ {{"subsystem":"nvmf","config":[
+   {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","in_capsule_data_size":{ICD},"max_io_size":{MAX_IO},"max_queue_depth":{QUEUE_DEPTH},"max_io_qpairs_per_ctrlr":4}}}},
+   {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NVM_NQN}","allow_any_host":true,"serial_number":"NVMFDFUZZ0001"}}}},
+   {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NVM_NQN}","namespace":{{"nsid":1,"bdev_name":"Malloc0"}}}}}},
+   {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NVM_NQN}","namespace":{{"nsid":2,"bdev_name":"Null0"}}}}}},
+   {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NVM_NQN}","listen_address":{l}}}}},
+   {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{DISCOVERY_NQN}","listen_address":{l}}}}}
+ ]}}]}}"#
+        );
+        TargetConfig::from_json_str(&json).expect("fuzz target config")
+    })
+}
+
+fn port() -> Arc<PortInfo> {
+    Arc::new(PortInfo {
+        trtype: TransportType::Tcp,
+        adrfam: AddressFamily::Ipv4,
+        traddr: "127.0.0.1".into(),
+        trsvcid: "4420".into(),
+        peer: "127.0.0.1:50000".parse().expect("peer address"),
+    })
+}
+
+/// The one place a connection is built: adapt here when
+/// `Connection::new` / `TcpParams` change.
+fn new_connection(target: &Arc<Target>, port: &Arc<PortInfo>, c2h_success: bool) -> Connection {
+    Connection::new(
+        target.clone(),
+        port.clone(),
+        &TcpParams::new(target.limits(), c2h_success),
+    )
+}
+
+/// What a case reached (for the replay test and seed selection).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Report {
+    /// Successful admin / I/O Connects.
+    pub admin_connects: u32,
+    pub io_connects: u32,
+    /// Responses (CapsuleResp or C2HData SUCCESS) of non-Connect commands.
+    pub completions: u32,
+    pub r2ts: u32,
+    pub c2h: u32,
+    /// C2HTermReqs received.
+    pub terms: u32,
+    /// ICResps that enabled a header or data digest.
+    pub digests: u32,
+    /// H2CData payloads placed straight into a slot buffer (transport stats).
+    pub direct_h2c: u64,
+    /// Connections that had asked to be closed when dropped.
+    pub closed: u32,
+    /// Blocks of successful reads compared with known content.
+    pub verified_blocks: u64,
+}
+
+/// Plays `input` against a fresh target; panics when an invariant breaks.
+pub fn run_input(input: &Input) -> Report {
+    let target = Target::from_config(target_config()).expect("fuzz target");
+    let mut h = Harness {
+        target: target.clone(),
+        port: port(),
+        c2h_success: input.c2h_success,
+        conns: Default::default(),
+        base: Instant::now(),
+        clock: Duration::ZERO,
+        admin_cntlid: None,
+        report: Report::default(),
+        shadow: Shadow::default(),
+    };
+    for op in &input.ops {
+        h.op(op);
+    }
+    for s in 0..MAX_CONNS {
+        h.close(s);
+    }
+    let report = h.report;
+    drop(h);
+    assert_eq!(
+        target.active_controllers(),
+        0,
+        "controllers left after every connection was dropped"
+    );
+    report
+}
+
+struct Harness {
+    target: Arc<Target>,
+    port: Arc<PortInfo>,
+    c2h_success: bool,
+    conns: [Option<Conn>; MAX_CONNS],
+    base: Instant,
+    clock: Duration,
+    /// CNTLID of the last successful admin Connect.
+    admin_cntlid: Option<u16>,
+    report: Report,
+    shadow: Shadow,
+}
+
+/// An outstanding R2T as the host saw it.
+#[derive(Debug, Clone, Copy)]
+struct R2t {
+    cccid: u16,
+    ttag: u16,
+    /// Next offset to send.
+    sent: u32,
+    end: u32,
+}
+
+/// One connection and the fake host's view of it.
+struct Conn {
+    c: Connection,
+    /// Host bytes not yet read by the target.
+    pending: Vec<u8>,
+    /// Bytes written by the target, not yet parsed.
+    inbox: Vec<u8>,
+    dopts: DecodeOpts,
+    eo: EncodeOpts,
+    maxh2cdata: u32,
+    icresp: bool,
+    term_seen: bool,
+    /// Read output after each action.
+    reading: bool,
+    /// Socket read/write size.
+    chunk: usize,
+    /// Only harness-built PDUs were sent: CID checks apply.
+    tracked: bool,
+    outstanding: HashMap<u16, u32>,
+    /// Connect CIDs and their QID.
+    connects: HashMap<u16, u16>,
+    r2ts: Vec<R2t>,
+    next_cid: u16,
+    /// Bytes written by the target so far.
+    produced: usize,
+    /// produced + queued output when the close was first seen.
+    closed_total: Option<usize>,
+    /// Whether the queue is an admin queue (until an I/O Connect succeeds).
+    admin: bool,
+    /// What the data model follows of each command in flight, by CID, in
+    /// the order sent (a CID may be reused once its command completed).
+    track: HashMap<u16, VecDeque<Track>>,
+}
+
+/// What the data model follows of one command.
+enum Track {
+    Other,
+    /// Blocks of namespace 1 it changes.
+    Writes(Vec<PendingWrite>),
+    Read(PendingRead),
+}
+
+/// `NVMF_FUZZ_TRACE=1`: print every action and every PDU from the target.
+fn trace() -> bool {
+    static T: OnceLock<bool> = OnceLock::new();
+    *T.get_or_init(|| std::env::var_os("NVMF_FUZZ_TRACE").is_some_and(|v| v != "0"))
+}
+
+/// A PDU from the target, owned.
+#[allow(clippy::enum_variant_names)]
+#[derive(Debug)]
+enum Resp {
+    IcResp {
+        hdgst: bool,
+        ddgst: bool,
+        maxh2cdata: u32,
+    },
+    Cqe {
+        cid: u16,
+        ok: bool,
+        dw0: u32,
+        /// Status field (shown by the trace).
+        #[allow(dead_code)]
+        status: u16,
+    },
+    C2H {
+        cccid: u16,
+        success: bool,
+        ddok: bool,
+        datao: u32,
+        data: Vec<u8>,
+    },
+    R2t {
+        cccid: u16,
+        ttag: u16,
+        r2to: u32,
+        r2tl: u32,
+    },
+    Term {
+        fes: u16,
+    },
+}
+
+impl Conn {
+    fn new(c: Connection, chunk: Chunk) -> Conn {
+        let mut dopts = DecodeOpts::new(Role::Host);
+        dopts.max_data_len = 1 << 24;
+        Conn {
+            c,
+            pending: Vec::new(),
+            inbox: Vec::new(),
+            dopts,
+            eo: EncodeOpts::new(false, false),
+            maxh2cdata: 4096,
+            icresp: false,
+            term_seen: false,
+            reading: true,
+            chunk: match chunk {
+                Chunk::Whole | Chunk::Whole2 => usize::MAX,
+                Chunk::Bytes(n) => usize::from(n).max(1),
+            },
+            tracked: true,
+            outstanding: HashMap::new(),
+            connects: HashMap::new(),
+            r2ts: Vec::new(),
+            next_cid: 1,
+            produced: 0,
+            closed_total: None,
+            admin: true,
+            track: HashMap::new(),
+        }
+    }
+
+    fn closed(&self) -> bool {
+        self.c.close_reason().is_some()
+    }
+
+    fn cid(&mut self, sel: Cid) -> u16 {
+        match sel {
+            Cid::Next | Cid::Next2 | Cid::Next3 => {
+                // Skip CIDs still outstanding (a careful host).
+                for _ in 0..0x10000 {
+                    let c = self.next_cid;
+                    self.next_cid = self.next_cid.wrapping_add(1);
+                    if !self.outstanding.contains_key(&c) {
+                        return c;
+                    }
+                }
+                0
+            }
+            Cid::Reuse(i) => {
+                let mut v: Vec<u16> = self.outstanding.keys().copied().collect();
+                v.sort_unstable();
+                if v.is_empty() {
+                    0
+                } else {
+                    v[usize::from(i) % v.len()]
+                }
+            }
+            Cid::Raw(c) => c,
+        }
+    }
+
+    fn send_cid(&mut self, cid: u16) {
+        *self.outstanding.entry(cid).or_insert(0) += 1;
+    }
+
+    fn done_cid(&mut self, cid: u16, what: &str) {
+        match self.outstanding.get_mut(&cid) {
+            Some(n) => {
+                *n -= 1;
+                if *n == 0 {
+                    self.outstanding.remove(&cid);
+                }
+            }
+            None => assert!(
+                !self.tracked,
+                "{what} for CID {cid} that is not outstanding"
+            ),
+        }
+    }
+
+    /// Command `cid` completed (`ok`: successfully): update the data model
+    /// or check the read. `others`: writes in flight elsewhere.
+    fn finish(
+        &mut self,
+        cid: u16,
+        ok: bool,
+        shadow: &mut Shadow,
+        others: &[(u64, u32)],
+        rep: &mut Report,
+    ) {
+        let Some(q) = self.track.get_mut(&cid) else {
+            return;
+        };
+        let t = q.pop_front();
+        if q.is_empty() {
+            self.track.remove(&cid);
+        }
+        if let Some(Track::Writes(ws)) = &t {
+            if ok {
+                for w in ws {
+                    shadow.apply(w);
+                }
+            }
+        }
+        if let Some(Track::Read(r)) = t {
+            if ok {
+                let overlaps =
+                    |lba: u64, (slba, n): (u64, u32)| lba.wrapping_sub(slba) < u64::from(n);
+                let mine: Vec<(u64, u32)> = self.writes().map(|w| (w.slba, w.count)).collect();
+                rep.verified_blocks += shadow.check_read(&r, |lba| {
+                    others.iter().chain(&mine).any(|&w| overlaps(lba, w))
+                }) as u64;
+            }
+        }
+    }
+
+    /// Every write in flight.
+    fn writes(&self) -> impl Iterator<Item = &PendingWrite> {
+        self.track.values().flatten().flat_map(|t| match t {
+            Track::Writes(ws) => ws.as_slice(),
+            _ => &[],
+        })
+    }
+
+    /// The oldest command in flight with this CID (the one the target is
+    /// working on).
+    fn front(&mut self, cid: u16) -> Option<&mut Track> {
+        self.track.get_mut(&cid).and_then(|q| q.front_mut())
+    }
+
+    /// Decodes every complete PDU the target wrote.
+    fn parse(&mut self) -> Vec<Resp> {
+        let mut out = Vec::new();
+        let mut off = 0;
+        loop {
+            let res = match decode(&self.inbox[off..], &self.dopts) {
+                Err(e) => panic!(
+                    "target output does not decode as a target PDU: {e:?} (bytes {:02x?})",
+                    &self.inbox[off..(off + 32).min(self.inbox.len())]
+                ),
+                Ok(Decoded::Incomplete { .. }) => break,
+                Ok(Decoded::Pdu { len, pdu }) => {
+                    off += len;
+                    owned(&pdu)
+                }
+            };
+            if trace() {
+                eprintln!("  <- {res:?}");
+            }
+            assert!(!self.term_seen, "a PDU followed the C2HTermReq");
+            match res {
+                Resp::IcResp {
+                    hdgst,
+                    ddgst,
+                    maxh2cdata,
+                } => {
+                    assert!(!self.icresp, "second ICResp");
+                    assert!(
+                        maxh2cdata >= 4096 && maxh2cdata % 4 == 0,
+                        "bad MAXH2CDATA {maxh2cdata}"
+                    );
+                    self.icresp = true;
+                    self.dopts.hdgst = hdgst;
+                    self.dopts.ddgst = ddgst;
+                    self.eo = EncodeOpts::new(hdgst, ddgst);
+                    self.maxh2cdata = maxh2cdata;
+                }
+                Resp::Term { fes } => {
+                    assert!((1..=6).contains(&fes), "C2HTermReq FES {fes}");
+                    self.term_seen = true;
+                }
+                _ => assert!(self.icresp, "PDU before the ICResp"),
+            }
+            out.push(res);
+        }
+        self.inbox.drain(..off);
+        out
+    }
+}
+
+fn owned(p: &Pdu<'_>) -> Resp {
+    match *p {
+        Pdu::IcResp(r) => Resp::IcResp {
+            hdgst: r.hdgst_enabled(),
+            ddgst: r.ddgst_enabled(),
+            maxh2cdata: r.maxh2cdata(),
+        },
+        Pdu::CapsuleResp(r) => Resp::Cqe {
+            cid: r.cqe.cid(),
+            ok: r.cqe.status().is_success(),
+            dw0: r.cqe.dw0(),
+            status: r.cqe.status().to_field(),
+        },
+        Pdu::C2HData {
+            hdr,
+            data,
+            data_digest_ok,
+        } => Resp::C2H {
+            cccid: hdr.cccid(),
+            success: hdr.success(),
+            ddok: data_digest_ok,
+            datao: hdr.datao(),
+            data: data.to_vec(),
+        },
+        Pdu::R2T(r) => Resp::R2t {
+            cccid: r.cccid(),
+            ttag: r.ttag(),
+            r2to: r.r2to(),
+            r2tl: r.r2tl(),
+        },
+        Pdu::C2HTermReq { hdr, .. } => Resp::Term { fes: hdr.fes() },
+        ref other => panic!("target sent a host-to-controller PDU: {other:?}"),
+    }
+}
+
+/// Flips what `m` says in one encoded PDU. Returns whether bytes other
+/// than digests may have changed (CID checks no longer apply).
+fn mangle_pdu(pdu: &mut [u8], m: Mangle) -> bool {
+    if pdu.len() < 8 {
+        return false;
+    }
+    let (flags, hlen) = (pdu[1], usize::from(pdu[2]));
+    match m {
+        Mangle::HeaderDigest if flags & HDGSTF != 0 && pdu.len() >= hlen + 4 => {
+            pdu[hlen] ^= 0x01;
+            false
+        }
+        Mangle::DataDigest if flags & DDGSTF != 0 => {
+            let n = pdu.len();
+            pdu[n - 1] ^= 0x80;
+            false
+        }
+        Mangle::Byte { pos, xor } if xor != 0 => {
+            let n = pdu.len();
+            pdu[usize::from(pos) % n] ^= xor;
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Overwrites a little-endian header field of one encoded PDU and fixes
+/// its header digest.
+fn patch(pdu: &mut [u8], at: usize, bytes: &[u8]) {
+    pdu[at..at + bytes.len()].copy_from_slice(bytes);
+    let hlen = usize::from(pdu[2]);
+    if pdu[1] & HDGSTF != 0 && pdu.len() >= hlen + 4 {
+        let d = crc32c(&pdu[..hlen]);
+        pdu[hlen..hlen + 4].copy_from_slice(&d.to_le_bytes());
+    }
+}
+
+/// Payload bytes: byte `i` of a transfer at offset `at` of command `seed`
+/// (distinct per position, so misplaced data shows in a read-back).
+fn fill_at(at: usize, len: usize, seed: u16) -> Vec<u8> {
+    (at..at + len)
+        .map(|i| ((i as u32 ^ (u32::from(seed) << 20)).wrapping_mul(0x9E37_79B1) >> 24) as u8)
+        .collect()
+}
+
+fn fill(len: usize, seed: u16) -> Vec<u8> {
+    fill_at(0, len, seed)
+}
+
+/// Opcode choices (weighted by repetition).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Identify,
+    GetLogPage,
+    GetFeatures,
+    SetFeatures,
+    KeepAlive,
+    Aer,
+    Abort,
+    PropGet,
+    PropSet,
+    Disconnect,
+    Auth,
+    RawAdmin,
+    Read,
+    Write,
+    Flush,
+    WriteZeroes,
+    Dsm,
+    RawIo,
+    Fabrics,
+}
+
+const ADMIN_KINDS: &[Kind] = &[
+    Kind::Identify,
+    Kind::Identify,
+    Kind::Identify,
+    Kind::GetLogPage,
+    Kind::GetLogPage,
+    Kind::GetFeatures,
+    Kind::SetFeatures,
+    Kind::KeepAlive,
+    Kind::Aer,
+    Kind::Aer,
+    Kind::Abort,
+    Kind::PropGet,
+    Kind::PropSet,
+    Kind::Disconnect,
+    Kind::Auth,
+    Kind::RawAdmin,
+    Kind::Read,
+    Kind::Write,
+];
+
+const IO_KINDS: &[Kind] = &[
+    Kind::Read,
+    Kind::Read,
+    Kind::Read,
+    Kind::Read,
+    Kind::Write,
+    Kind::Write,
+    Kind::Write,
+    Kind::Write,
+    Kind::Flush,
+    Kind::WriteZeroes,
+    Kind::Dsm,
+    Kind::Dsm,
+    Kind::RawIo,
+    Kind::Fabrics,
+    Kind::Identify,
+];
+
+fn block_size(nsid: u32) -> u32 {
+    if nsid == 2 {
+        4096
+    } else {
+        512
+    }
+}
+
+impl Harness {
+    fn now(&self) -> Instant {
+        self.base + self.clock
+    }
+
+    fn op(&mut self, op: &Op) {
+        if trace() {
+            eprintln!("{op:?}");
+        }
+        match op {
+            Op::Open { conn, setup, chunk } => {
+                let s = slot(*conn);
+                self.close(s);
+                self.open(s, setup, *chunk);
+            }
+            Op::IcReq { conn, ic, split } => {
+                let s = self.live(*conn);
+                self.icreq(s, ic, *split);
+            }
+            Op::Connect {
+                conn,
+                io,
+                spec,
+                split,
+            } => {
+                let s = self.live(*conn);
+                self.connect(s, *io, spec, *split);
+            }
+            Op::Admin {
+                conn,
+                cmd,
+                split,
+                mangle,
+            } => {
+                let s = self.live(*conn);
+                self.command(s, cmd, true, *split, *mangle);
+            }
+            Op::Io {
+                conn,
+                cmd,
+                split,
+                mangle,
+            }
+            | Op::Io2 {
+                conn,
+                cmd,
+                split,
+                mangle,
+            } => {
+                let s = self.live(*conn);
+                self.command(s, cmd, false, *split, *mangle);
+            }
+            Op::RawSqe {
+                conn,
+                sqe,
+                data_len,
+                split,
+            } => {
+                let s = self.live(*conn);
+                let cmd = Command::read_from_bytes(sqe).expect("64 bytes");
+                // It may write anywhere.
+                self.shadow.valid = false;
+                let data = fill(usize::from(*data_len) % (2 * ICD as usize + 64), cmd.cid());
+                self.capsule(s, &cmd, &data, *split, Mangle::None);
+            }
+            Op::H2c {
+                conn,
+                h2c,
+                split,
+                mangle,
+            } => {
+                let s = self.live(*conn);
+                self.h2c(s, h2c, *split, *mangle);
+            }
+            Op::Raw { conn, bytes } => {
+                let s = self.live(*conn);
+                let c = self.conn(s);
+                c.tracked = false;
+                c.pending.extend_from_slice(bytes);
+                self.deliver(s, 0);
+            }
+            Op::TermReq {
+                conn,
+                fes,
+                fei,
+                quoted,
+            } => {
+                let s = self.live(*conn);
+                let mut v = Vec::new();
+                let q = vec![0x04; usize::from(*quoted) % 140];
+                encode_term_req(&mut v, Role::Host, *fes, *fei, &q);
+                self.emit(s, v, Split::Whole, Mangle::None);
+            }
+            Op::Flush { conn } => {
+                let s = slot(*conn);
+                if self.conns[s].is_some() {
+                    self.deliver(s, 0);
+                }
+            }
+            Op::Read { conn, max } => {
+                let s = slot(*conn);
+                if self.conns[s].is_some() {
+                    self.drain(s, usize::from(*max));
+                    self.check(s);
+                }
+            }
+            Op::SetReading { conn, on } => {
+                let s = slot(*conn);
+                if self.conns[s].is_some() {
+                    self.conn(s).reading = *on;
+                    if *on {
+                        self.drain(s, usize::MAX);
+                    }
+                    self.check(s);
+                }
+            }
+            Op::Tick { ms } => {
+                self.clock += match ms {
+                    Tick::Ms(n) => Duration::from_millis(u64::from(*n)),
+                    Tick::Sec(n) => Duration::from_secs(u64::from(*n % 16)),
+                    Tick::PastKato => Duration::from_secs(31),
+                };
+                let now = self.now();
+                for s in 0..MAX_CONNS {
+                    if let Some(c) = self.conns[s].as_mut() {
+                        c.c.poll(now);
+                        if c.reading {
+                            self.drain(s, usize::MAX);
+                        }
+                        self.check(s);
+                    }
+                }
+            }
+            Op::Drop { conn } => self.close(slot(*conn)),
+        }
+    }
+
+    fn conn(&mut self, s: usize) -> &mut Conn {
+        self.conns[s].as_mut().expect("live connection")
+    }
+
+    /// The connection in slot `conn`, opened (or reopened, when the old one
+    /// was closed: the reactor drops those) with the default handshake: an
+    /// enabled admin queue in slot 0, I/O queues of its controller in the
+    /// others (slot 0 is brought up first when needed).
+    fn live(&mut self, conn: u8) -> usize {
+        let s = slot(conn);
+        if self.conns[s].as_ref().is_some_and(|c| c.closed()) {
+            self.close(s);
+        }
+        if s != 0 && self.admin_cntlid.is_none() && self.conns[0].is_none() {
+            // An I/O queue needs a controller: bring up slot 0 first.
+            self.live(0);
+        }
+        if self.conns[s].is_none() {
+            let ic = IcSpec {
+                hdgst: false,
+                ddgst: false,
+                pfv: Small16::Zero,
+                hpda: Small8::Zero,
+                maxr2t: 0,
+            };
+            let connect = ConnectSpec {
+                sqsize: SqSize::Typical,
+                kato: Kato::Default,
+                cattr: Cattr::None,
+                subnqn: SubNqn::Nvm,
+                hostnqn: HostNqn::Default,
+                cntlid: Pick16::Auto,
+                qid: Pick16::Auto,
+                recfmt: Small16::Zero,
+                data: ConnectData::InCapsule,
+            };
+            let setup = if s == 0 || self.admin_cntlid.is_none() {
+                Setup::Admin {
+                    ic,
+                    connect,
+                    enable: true,
+                }
+            } else {
+                Setup::Io { ic, connect }
+            };
+            self.open(s, &setup, Chunk::Whole);
+        }
+        s
+    }
+
+    /// Drops the connection in slot `s` (the socket closes).
+    fn close(&mut self, s: usize) {
+        if self.conns[s].is_some() {
+            self.check(s);
+            if let Some(c) = self.conns[s].take() {
+                self.report.direct_h2c += c.c.stats().direct_h2c;
+                self.report.closed += u32::from(c.closed());
+                // Writes whose outcome the host never learned.
+                for w in c.writes() {
+                    self.shadow.forget(w.slba, w.count);
+                }
+            }
+        }
+    }
+
+    fn open(&mut self, s: usize, setup: &Setup, chunk: Chunk) {
+        let c = new_connection(&self.target, &self.port, self.c2h_success);
+        self.conns[s] = Some(Conn::new(c, chunk));
+        match setup {
+            Setup::Bare => {}
+            Setup::IcOnly(ic) => self.icreq(s, ic, Split::Whole),
+            Setup::Admin {
+                ic,
+                connect,
+                enable,
+            } => {
+                self.icreq(s, ic, Split::Whole);
+                self.connect(s, false, connect, Split::Whole);
+                if *enable && !self.conn(s).closed() {
+                    let c = self.conn(s);
+                    let cid = c.cid(Cid::Next);
+                    let cc = CC_EN | (6 << 16) | (4 << 20);
+                    let cmd = Command::property_set(cid, CC, false, u64::from(cc));
+                    self.capsule(s, &cmd, &[], Split::Whole, Mangle::None);
+                }
+            }
+            Setup::Io { ic, connect } => {
+                self.icreq(s, ic, Split::Whole);
+                self.connect(s, true, connect, Split::Whole);
+            }
+        }
+    }
+
+    fn icreq(&mut self, s: usize, ic: &IcSpec, split: Split) {
+        let mut v = Vec::new();
+        encode_ic_req(&mut v, 0, ic.hdgst, ic.ddgst, ic.maxr2t);
+        if let Small16::Raw(p) = ic.pfv {
+            v[8..10].copy_from_slice(&p.to_le_bytes());
+        }
+        if let Small8::Raw(h) = ic.hpda {
+            v[10] = h;
+        }
+        self.emit(s, v, split, Mangle::None);
+    }
+
+    fn connect(&mut self, s: usize, io: bool, spec: &ConnectSpec, split: Split) {
+        let admin_cntlid = self.admin_cntlid;
+        let c = self.conn(s);
+        let cid = c.cid(Cid::Next);
+        let auto = |p: Pick16, v: u16| match p {
+            Pick16::Raw(r) => r,
+            _ => v,
+        };
+        let qid = auto(spec.qid, if io { s.max(1) as u16 } else { 0 });
+        let cntlid = auto(
+            spec.cntlid,
+            if io {
+                admin_cntlid.unwrap_or(CNTLID_DYNAMIC)
+            } else {
+                CNTLID_DYNAMIC
+            },
+        );
+        let sqsize = match spec.sqsize {
+            SqSize::Typical | SqSize::Typical2 => 31,
+            SqSize::Small(n) => u16::from(n),
+            SqSize::Zero => 0,
+            SqSize::Raw(n) => n,
+        };
+        let kato = match spec.kato {
+            Kato::Default | Kato::Default2 => {
+                if qid == 0 {
+                    30_000
+                } else {
+                    0
+                }
+            }
+            Kato::Zero => 0,
+            Kato::Ms(n) => u32::from(n),
+            Kato::Raw(n) => n,
+        };
+        let cattr = match spec.cattr {
+            Cattr::None | Cattr::None2 => 0,
+            Cattr::DisableSqFlow => nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL,
+            Cattr::Raw(v) => v,
+        };
+        let mut cmd = Command::connect(cid, qid, sqsize, cattr, kato);
+        if let Small16::Raw(r) = spec.recfmt {
+            let v = (cmd.cdw10() & !0xffff) | u32::from(r);
+            cmd.set_cdw10(v);
+        }
+        let subnqn = match spec.subnqn {
+            SubNqn::Nvm | SubNqn::Nvm2 | SubNqn::Nvm3 => NVM_NQN,
+            SubNqn::Discovery => DISCOVERY_NQN,
+            SubNqn::Unknown => "nqn.2024-01.io.nvmfd:nosuch",
+            SubNqn::Unterminated | SubNqn::Empty => "",
+        };
+        let hostnqn = match spec.hostnqn {
+            HostNqn::Default | HostNqn::Default2 => HOSTNQN,
+            HostNqn::Other => OTHER_HOSTNQN,
+            HostNqn::Empty | HostNqn::Unterminated => "",
+        };
+        let mut data = ConnectBlock::new([7; 16], cntlid, subnqn, hostnqn)
+            .as_bytes()
+            .to_vec();
+        if let SubNqn::Unterminated = spec.subnqn {
+            data[256..512].fill(b'a');
+        }
+        if let HostNqn::Unterminated = spec.hostnqn {
+            data[512..768].fill(b'h');
+        }
+        c.connects.insert(cid, qid);
+        let (sgl, data) = match spec.data {
+            ConnectData::InCapsule | ConnectData::InCapsule2 | ConnectData::InCapsule3 => {
+                (SglDescriptor::in_capsule(0, 1024), data)
+            }
+            ConnectData::Transport => (SglDescriptor::transport(1024), Vec::new()),
+            ConnectData::Short(n) => {
+                data.truncate(usize::from(n) % 1024);
+                (SglDescriptor::in_capsule(0, 1024), data)
+            }
+            ConnectData::None => (SglDescriptor::in_capsule(0, 1024), Vec::new()),
+        };
+        cmd.set_sgl(sgl);
+        self.capsule(s, &cmd, &data, split, Mangle::None);
+        if let ConnectData::Transport = spec.data {
+            self.answer_r2t(s, cid);
+        }
+    }
+
+    /// Builds and sends one command from `spec`.
+    fn command(&mut self, s: usize, spec: &CmdSpec, admin: bool, split: Split, mangle: Mangle) {
+        let c = self.conn(s);
+        let cid = c.cid(spec.cid);
+        let kinds = if admin { ADMIN_KINDS } else { IO_KINDS };
+        let kind = kinds[usize::from(spec.op) % kinds.len()];
+        let nsid = match spec.nsid {
+            Nsid::Malloc | Nsid::Malloc2 => 1,
+            Nsid::Null => 2,
+            Nsid::Zero => 0,
+            Nsid::All => u32::MAX,
+            Nsid::Raw(n) => n,
+        };
+        let slba = match spec.slba {
+            Lba::Low(n) | Lba::Low2(n) => u64::from(n & 0x1fff),
+            Lba::Raw(n) => n,
+        };
+        let nlb = u32::from(spec.nlb);
+        let sel = spec.sel;
+        let cdw = spec.cdw;
+        // (command, natural transfer length, extra data built here)
+        let mut data_override: Option<Vec<u8>> = None;
+        let mut dsm_ranges = Vec::new();
+        let (mut cmd, natural) = match kind {
+            Kind::Identify => {
+                let mut cmd = Command::new(0x06, cid);
+                let cns = if sel >= 0xf0 {
+                    cdw[0]
+                } else {
+                    u32::from(sel % 0x20)
+                };
+                cmd.set_cdw10(cns).set_nsid(nsid);
+                (cmd, 4096)
+            }
+            Kind::GetLogPage => {
+                let lids = [1u8, 2, 3, 4, 5, 0x70, 0x70, sel];
+                let lid = lids[usize::from(sel) % lids.len()];
+                let len = 512 * (1 + (nlb % 8));
+                let off = if sel & 0x80 != 0 {
+                    u64::from(cdw[1])
+                } else {
+                    0
+                };
+                let mut cmd = Command::new(0x02, cid);
+                cmd.set_get_log_page(lid, len, off).set_nsid(nsid);
+                (cmd, len)
+            }
+            Kind::GetFeatures | Kind::SetFeatures => {
+                let fids = [1u8, 2, 5, 6, 7, 8, 0x0b, 0x0f, 0x81, sel];
+                let fid = u32::from(fids[usize::from(sel) % fids.len()]);
+                let (op, save) = if kind == Kind::GetFeatures {
+                    (0x0a, (cdw[0] & 0x7) << 8)
+                } else {
+                    (0x09, cdw[0] & (1 << 31))
+                };
+                let mut cmd = Command::new(op, cid);
+                cmd.set_cdw10(fid | save).set_cdw11(cdw[1]).set_nsid(nsid);
+                let natural = if fid == 0x81 { 16 } else { 0 };
+                (cmd, natural)
+            }
+            Kind::KeepAlive => (Command::new(0x18, cid), 0),
+            Kind::Aer => (Command::new(0x0c, cid), 0),
+            Kind::Abort => {
+                let victim = c.cid(Cid::Reuse(spec.nlb));
+                let sqid = if sel & 1 != 0 { cdw[0] & 0xffff } else { 0 };
+                let mut cmd = Command::new(0x08, cid);
+                cmd.set_cdw10((u32::from(victim) << 16) | sqid);
+                (cmd, 0)
+            }
+            Kind::PropGet => {
+                let offs = [0u32, VS, CC, CSTS, NSSR, cdw[0]];
+                let off = offs[usize::from(sel) % offs.len()];
+                (Command::property_get(cid, off, sel & 0x80 != 0), 0)
+            }
+            Kind::PropSet => {
+                let offs = [CC, CC, CC, CSTS, NSSR, 0, cdw[0]];
+                let off = offs[usize::from(sel) % offs.len()];
+                let values = [
+                    u64::from(CC_EN | (6 << 16) | (4 << 20)),
+                    1u64 << 14,
+                    0,
+                    u64::from(cdw[1]) | (u64::from(cdw[2]) << 32),
+                ];
+                let v = values[usize::from(spec.nlb) % values.len()];
+                (Command::property_set(cid, off, sel & 0x80 != 0, v), 0)
+            }
+            Kind::Disconnect => (Command::disconnect(cid), 0),
+            Kind::Auth | Kind::Fabrics => {
+                let mut cmd = Command::new(0x7f, cid);
+                let fct = if kind == Kind::Auth {
+                    if sel & 1 == 0 {
+                        5
+                    } else {
+                        6
+                    }
+                } else {
+                    sel
+                };
+                cmd.set_fctype(fct);
+                cmd.set_cdw10(cdw[0]).set_cdw11(cdw[1]);
+                (cmd, nlb * 16)
+            }
+            Kind::RawAdmin | Kind::RawIo => {
+                let mut cmd = Command::new(cdw[5] as u8, cid);
+                cmd.set_nsid(nsid)
+                    .set_cdw10(cdw[0])
+                    .set_cdw11(cdw[1])
+                    .set_cdw12(cdw[2])
+                    .set_cdw13(cdw[3])
+                    .set_cdw14(cdw[4])
+                    .set_cdw15(cdw[5]);
+                (cmd, nlb * 64)
+            }
+            Kind::Read | Kind::Write => {
+                let op = if kind == Kind::Read { 0x02 } else { 0x01 };
+                let mut cmd = Command::new(op, cid);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
+                if sel & 0xc0 == 0xc0 {
+                    cmd.set_cdw12(cmd.cdw12() | (cdw[0] & 0xffff_0000));
+                }
+                (cmd, (nlb + 1) * block_size(nsid))
+            }
+            Kind::Flush => {
+                let mut cmd = Command::new(0x00, cid);
+                cmd.set_nsid(nsid);
+                (cmd, 0)
+            }
+            Kind::WriteZeroes => {
+                let mut cmd = Command::new(0x08, cid);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
+                (cmd, 0)
+            }
+            Kind::Dsm => {
+                let nr = u32::from(sel % 4);
+                let mut cmd = Command::new(0x09, cid);
+                let attr = if sel & 0x80 != 0 { cdw[1] } else { 1 << 2 };
+                cmd.set_nsid(nsid).set_cdw10(nr).set_cdw11(attr);
+                let mut d = Vec::with_capacity(16 * (nr as usize + 1));
+                for i in 0..=nr {
+                    d.extend_from_slice(&0u32.to_le_bytes());
+                    d.extend_from_slice(&(nlb + 1).to_le_bytes());
+                    d.extend_from_slice(&slba.wrapping_add(u64::from(i) * 256).to_le_bytes());
+                }
+                data_override = Some(d.clone());
+                dsm_ranges = d;
+                (cmd, 16 * (nr + 1))
+            }
+        };
+        if let Small8::Raw(f) = spec.flags {
+            cmd.set_flags(f);
+        }
+        let adjust = |l: Len| match l {
+            Len::Auto => natural,
+            Len::Plus(d) => natural.wrapping_add(u32::from(d)),
+            Len::Minus(d) => natural.saturating_sub(u32::from(d)),
+            Len::Raw(v) => v,
+        };
+        let icd = if c.admin { 8192 } else { ICD };
+        // Direction from the opcode (FCTYPE for Fabrics), as the transport does.
+        let dirbits = if cmd.opcode() == 0x7f {
+            cmd.fctype() & 3
+        } else {
+            cmd.opcode() & 3
+        };
+        let h2c_dir = dirbits == 1;
+        let (sgl, incapsule) = match spec.sgl {
+            Sgl::Auto | Sgl::Auto2 | Sgl::Auto3 => {
+                if h2c_dir && natural <= icd {
+                    (SglDescriptor::in_capsule(0, natural), true)
+                } else {
+                    (SglDescriptor::transport(natural), false)
+                }
+            }
+            Sgl::InCapsule(l) => (SglDescriptor::in_capsule(0, adjust(l)), true),
+            Sgl::Transport(l) => (SglDescriptor::transport(adjust(l)), false),
+            Sgl::Raw(b) => {
+                let d = nvmf_wire::command::SglDescriptor::read_from_bytes(&b[..]).expect("16");
+                (d, false)
+            }
+        };
+        cmd.set_sgl(sgl);
+        let sgl_len = cmd.sgl().length() as usize;
+        let data = match spec.data {
+            Data::Auto | Data::Auto2 | Data::Auto3 => {
+                if incapsule && h2c_dir && sgl_len <= 2 * icd as usize {
+                    match data_override {
+                        Some(mut d) => {
+                            d.resize(sgl_len, 0);
+                            d
+                        }
+                        None => fill(sgl_len, cid),
+                    }
+                } else {
+                    Vec::new()
+                }
+            }
+            Data::None => Vec::new(),
+            Data::Len(n) => fill(usize::from(n) % (2 * icd as usize + 64), cid),
+        };
+        let now = self.shadow.now();
+        let c = self.conn(s);
+        let on_io = !c.admin;
+        let count = nlb + 1;
+        let mut track = Track::Other;
+        match kind {
+            Kind::RawIo if on_io && !matches!(cmd.opcode(), 0x00 | 0x02) => {
+                self.shadow.valid = false;
+            }
+            Kind::RawAdmin if cmd.opcode() >= 0x80 => self.shadow.valid = false,
+            Kind::Write | Kind::WriteZeroes if on_io && nsid == 1 => {
+                let len = count as usize * BS;
+                let known = if kind == Kind::WriteZeroes {
+                    None
+                } else if incapsule && sgl_len == len && data.len() == len {
+                    Some(data.clone())
+                } else if !incapsule && sgl_len == len && !matches!(spec.sgl, Sgl::Raw(_)) {
+                    // Filled in by the H2CData PDUs.
+                    Some(vec![0; len])
+                } else {
+                    None
+                };
+                let w = PendingWrite {
+                    slba,
+                    count,
+                    data: known,
+                    zeroes: kind == Kind::WriteZeroes,
+                    sent: now,
+                };
+                track = Track::Writes(vec![w]);
+            }
+            Kind::Dsm if on_io && nsid == 1 && !(incapsule && data == dsm_ranges) => {
+                // The ranges the target reads are not the ones built here
+                // (other data, or sent through R2T): it may deallocate anything.
+                self.shadow.valid = false;
+            }
+            Kind::Dsm if on_io && nsid == 1 => {
+                // Deallocated blocks: content unknown once it completes.
+                let mut ws = Vec::new();
+                for i in 0..=u64::from(sel % 4) {
+                    let w = PendingWrite {
+                        slba: slba.wrapping_add(i * 256),
+                        count,
+                        data: None,
+                        zeroes: false,
+                        sent: now,
+                    };
+                    ws.push(w);
+                }
+                track = Track::Writes(ws);
+            }
+            Kind::Read if on_io && (nsid == 1 || nsid == 2) => {
+                let bs = block_size(nsid) as usize;
+                if sgl_len == count as usize * bs {
+                    let r = PendingRead {
+                        null: nsid == 2,
+                        slba,
+                        count,
+                        block_size: bs,
+                        buf: Vec::new(),
+                        sent: now,
+                    };
+                    track = Track::Read(r);
+                }
+            }
+            _ => {}
+        }
+        self.capsule_tracked(s, &cmd, &data, split, mangle, track);
+        if spec.answer_r2t {
+            self.answer_r2t(s, cid);
+        }
+    }
+
+    /// Encodes and sends a command capsule; the CID becomes outstanding.
+    fn capsule(&mut self, s: usize, cmd: &Command, data: &[u8], split: Split, mangle: Mangle) {
+        self.capsule_tracked(s, cmd, data, split, mangle, Track::Other);
+    }
+
+    fn capsule_tracked(
+        &mut self,
+        s: usize,
+        cmd: &Command,
+        data: &[u8],
+        split: Split,
+        mangle: Mangle,
+        track: Track,
+    ) {
+        let c = self.conn(s);
+        c.track.entry(cmd.cid()).or_default().push_back(track);
+        let mut v = Vec::new();
+        encode_capsule_cmd(&mut v, &c.eo, cmd, data);
+        c.send_cid(cmd.cid());
+        self.emit(s, v, split, mangle);
+    }
+
+    /// Correct H2CData for every R2T recorded for `cid`.
+    fn answer_r2t(&mut self, s: usize, cid: u16) {
+        let c = self.conn(s);
+        if c.closed() {
+            return;
+        }
+        let Some(i) = c.r2ts.iter().position(|r| r.cccid == cid) else {
+            return;
+        };
+        let spec = H2cSpec {
+            pick: i as u8,
+            pieces: 0,
+            size: Piece::Max,
+            fault: H2cFault::None,
+        };
+        if i < 256 {
+            self.h2c(s, &spec, Split::Whole, Mangle::None);
+        }
+    }
+
+    fn h2c(&mut self, s: usize, spec: &H2cSpec, split: Split, mangle: Mangle) {
+        let c = self.conn(s);
+        let (idx, mut r) = if c.r2ts.is_empty() {
+            let r = R2t {
+                cccid: c.next_cid.wrapping_sub(1),
+                ttag: u16::from(spec.pick),
+                sent: 0,
+                end: 4096,
+            };
+            (None, r)
+        } else {
+            let i = usize::from(spec.pick) % c.r2ts.len();
+            (Some(i), c.r2ts[i])
+        };
+        let max = c.maxh2cdata.max(1);
+        let piece = match spec.size {
+            Piece::Max | Piece::Max2 => max,
+            Piece::Bytes(n) => (u32::from(n) % max).max(1),
+        };
+        let limit = if spec.pieces == 0 {
+            usize::MAX
+        } else {
+            usize::from(spec.pieces)
+        };
+        let mut bytes = Vec::new();
+        let mut first_end = None;
+        let mut n = 0;
+        let mut faulty = false;
+        while r.sent < r.end && n < limit && bytes.len() < (4 << 20) {
+            let mut len = piece.min(r.end - r.sent);
+            let mut h = (r.cccid, r.ttag, r.sent);
+            let mut last = r.sent + len == r.end;
+            let mut datal_patch = None;
+            if n == 0 {
+                faulty = true;
+                match spec.fault {
+                    H2cFault::Ttag(t) => h.1 = t,
+                    H2cFault::Cccid(v) => h.0 = v,
+                    H2cFault::Datao(d) => h.2 = h.2.wrapping_add(d as i32 as u32),
+                    H2cFault::Datal(d) => datal_patch = Some(len.wrapping_add(d as i32 as u32)),
+                    H2cFault::FlipLast => last = !last,
+                    H2cFault::OverMax => len = max.saturating_add(4),
+                    H2cFault::Empty => len = 0,
+                    _ => faulty = false,
+                }
+            }
+            let start = bytes.len();
+            let flags = if last { DATA_LAST } else { 0 };
+            let at = encode_h2c_data_header(&mut bytes, &c.eo, h.0, h.1, h.2, len, flags);
+            let payload = fill_at(h.2 as usize, len as usize, h.0);
+            // What the write with this CID will hold, if it succeeds.
+            if let Some(Track::Writes(ws)) = c.front(h.0) {
+                for w in ws {
+                    let fits = w
+                        .data
+                        .as_ref()
+                        .is_some_and(|d| h.2 as usize + payload.len() <= d.len());
+                    let clean = n > 0 || !faulty;
+                    match (&mut w.data, clean && fits) {
+                        (Some(d), true) => {
+                            d[h.2 as usize..h.2 as usize + payload.len()].copy_from_slice(&payload)
+                        }
+                        _ => w.data = None,
+                    }
+                }
+            }
+            bytes.extend_from_slice(&payload);
+            append_data_digest(&mut bytes, &c.eo, at);
+            if let Some(dl) = datal_patch {
+                patch(&mut bytes[start..], 16, &dl.to_le_bytes());
+            }
+            if n == 0 {
+                first_end = Some(bytes.len());
+            }
+            r.sent += len.min(r.end - r.sent);
+            n += 1;
+        }
+        if let Some(e) = first_end {
+            if mangle_pdu(&mut bytes[..e], mangle) {
+                c.tracked = false;
+            }
+        }
+        if let Some(i) = idx {
+            if faulty || r.sent >= r.end {
+                c.r2ts.remove(i);
+            } else {
+                c.r2ts[i] = r;
+            }
+        }
+        self.emit(s, bytes, split, Mangle::None);
+    }
+
+    /// Queues `bytes` (one or more PDUs) for the target and delivers them.
+    fn emit(&mut self, s: usize, mut bytes: Vec<u8>, split: Split, mangle: Mangle) {
+        let c = self.conn(s);
+        if mangle_pdu(&mut bytes, mangle) {
+            c.tracked = false;
+        }
+        let hold = match split {
+            Split::Hold(n) => usize::from(n) % (bytes.len() + 1),
+            _ => 0,
+        };
+        c.pending.extend_from_slice(&bytes);
+        self.deliver(s, hold);
+    }
+
+    /// The reactor's read side: feed pending bytes (all but the last
+    /// `hold`) while the connection wants to read, then poll, then write.
+    fn deliver(&mut self, s: usize, hold: usize) {
+        let now = self.now();
+        let c = self.conn(s);
+        let goal = c.pending.len().saturating_sub(hold);
+        let mut fed = 0;
+        while fed < goal && !c.closed() && c.c.wants_read() {
+            let buf = c.c.recv_buf();
+            assert!(!buf.is_empty(), "recv_buf() offers no room");
+            assert!(
+                buf.len() <= RX_BOUND,
+                "receive buffer grew to {} bytes",
+                buf.len()
+            );
+            let n = buf.len().min(goal - fed).min(c.chunk);
+            buf[..n].copy_from_slice(&c.pending[fed..fed + n]);
+            c.c.on_recv(n);
+            fed += n;
+        }
+        c.pending.drain(..fed);
+        c.c.poll(now);
+        if c.reading {
+            self.drain(s, usize::MAX);
+        }
+        self.check(s);
+    }
+
+    /// The reactor's write side: up to `max` bytes of output, in writes of
+    /// the connection's chunk size; the host parses what arrived.
+    fn drain(&mut self, s: usize, max: usize) {
+        let mut admin_cntlid = None;
+        // Writes in flight on the other connections (reads skip their blocks).
+        let others: Vec<(u64, u32)> = self
+            .conns
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != s)
+            .filter_map(|(_, c)| c.as_ref())
+            .flat_map(|c| c.writes().map(|w| (w.slba, w.count)))
+            .collect();
+        let rep = &mut self.report;
+        let shadow = &mut self.shadow;
+        {
+            let c = self.conns[s].as_mut().expect("live connection");
+            let mut got = 0;
+            while c.c.has_output() && got < max {
+                let want = (max - got).min(c.chunk);
+                let mut took = Vec::new();
+                {
+                    let mut iov = [IoSlice::new(&[]); 16];
+                    let n = c.c.output(&mut iov);
+                    assert!(n > 0, "has_output() but output() gave no iovecs");
+                    for sl in &iov[..n] {
+                        let t = (want - took.len()).min(sl.len());
+                        took.extend_from_slice(&sl[..t]);
+                        if took.len() == want {
+                            break;
+                        }
+                    }
+                }
+                assert!(!took.is_empty(), "output() gave only empty iovecs");
+                c.c.consume_output(took.len());
+                got += took.len();
+                c.produced += took.len();
+                c.inbox.extend_from_slice(&took);
+            }
+            for r in c.parse() {
+                match r {
+                    Resp::Cqe { cid, ok, dw0, .. } => {
+                        c.done_cid(cid, "CapsuleResp");
+                        match c.connects.remove(&cid) {
+                            Some(0) if ok => {
+                                admin_cntlid = Some(dw0 as u16);
+                                rep.admin_connects += 1;
+                                c.admin = true;
+                            }
+                            Some(_) if ok => {
+                                rep.io_connects += 1;
+                                c.admin = false;
+                            }
+                            Some(_) => {}
+                            None => rep.completions += 1,
+                        }
+                        c.r2ts.retain(|r| r.cccid != cid);
+                        c.finish(cid, ok, shadow, &others, rep);
+                    }
+                    Resp::C2H {
+                        cccid,
+                        success,
+                        ddok,
+                        datao,
+                        data,
+                    } => {
+                        assert!(ddok, "C2HData with a wrong data digest");
+                        rep.c2h += 1;
+                        if let Some(Track::Read(r)) = c.front(cccid) {
+                            let end = datao as usize + data.len();
+                            if r.buf.len() < end {
+                                r.buf.resize(end, 0);
+                            }
+                            r.buf[datao as usize..end].copy_from_slice(&data);
+                        }
+                        if success {
+                            rep.completions += 1;
+                            c.done_cid(cccid, "C2HData SUCCESS");
+                            c.finish(cccid, true, shadow, &others, rep);
+                        } else {
+                            assert!(
+                                !c.tracked || c.outstanding.contains_key(&cccid),
+                                "C2HData for CID {cccid} that is not outstanding"
+                            );
+                        }
+                    }
+                    Resp::R2t {
+                        cccid,
+                        ttag,
+                        r2to,
+                        r2tl,
+                    } => {
+                        assert!(
+                            !c.tracked || c.outstanding.contains_key(&cccid),
+                            "R2T for CID {cccid} that is not outstanding"
+                        );
+                        assert!(r2tl > 0, "R2T asking for no data");
+                        rep.r2ts += 1;
+                        c.r2ts.push(R2t {
+                            cccid,
+                            ttag,
+                            sent: r2to,
+                            end: r2to.saturating_add(r2tl),
+                        });
+                    }
+                    Resp::IcResp { hdgst, ddgst, .. } => {
+                        if hdgst || ddgst {
+                            rep.digests += 1;
+                        }
+                    }
+                    Resp::Term { .. } => rep.terms += 1,
+                }
+            }
+        }
+        if admin_cntlid.is_some() {
+            self.admin_cntlid = admin_cntlid;
+        }
+    }
+
+    /// Invariants of one connection at an action boundary.
+    fn check(&mut self, s: usize) {
+        let c = self.conns[s].as_mut().expect("live connection");
+        if !c.tracked {
+            // Raw or corrupted PDUs may have written anything.
+            self.shadow.valid = false;
+        }
+        let queued = c.c.output_len();
+        assert!(
+            queued <= OUT_BOUND,
+            "{queued} bytes of output queued (bound {OUT_BOUND})"
+        );
+        let total = c.produced + queued;
+        match (c.c.close_reason(), c.closed_total) {
+            (Some(_), None) => c.closed_total = Some(total),
+            (Some(_), Some(t)) => assert_eq!(t, total, "output queued after the close"),
+            (None, Some(_)) => panic!("a closed connection reopened"),
+            (None, None) => {}
+        }
+        if c.term_seen {
+            assert!(c.closed(), "C2HTermReq sent but the connection stays open");
+        }
+    }
+}
+
+fn slot(conn: u8) -> usize {
+    usize::from(conn) % MAX_CONNS
+}

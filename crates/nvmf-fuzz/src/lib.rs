@@ -1,0 +1,34 @@
+//! nvmf-fuzz: a whole-connection fuzz harness for the NVMe/TCP target.
+//! Structured inputs ([`Input`]: host actions over up to [`MAX_CONNS`]
+//! connections) are played against real `nvmf_tcp::Connection`s of an
+//! in-process `nvmf_core::Target` (a subsystem with a RAM and a null
+//! namespace, allow any host, plus discovery), and the invariants a hostile
+//! host must not break are asserted (see [`harness`]).
+//!
+//! Used by the cargo-fuzz target in `fuzz/` (nightly, libFuzzer) and by the
+//! stable replay test in `tests/replay.rs` (corpus + PRNG inputs).
+//!
+//! | file | owns |
+//! |---|---|
+//! | `input.rs` | the `Arbitrary` input types (what a case can do) |
+//! | `harness.rs` | the target, the fake host, playing a case, the invariants |
+//! | `shadow.rs` | the data-integrity model of the RAM namespace |
+//! | `seeds.rs` | an encoder for hand-made inputs, and the seed sessions |
+
+pub mod harness;
+pub mod input;
+pub mod seeds;
+pub mod shadow;
+
+pub use harness::{run_input, target_config, Report};
+pub use input::{Input, MAX_CONNS};
+
+use arbitrary::{Arbitrary, Unstructured};
+
+/// Decodes `bytes` into an [`Input`] (the same way for the fuzz target and
+/// the replay test, so corpus files replay identically) and plays it.
+/// Panics when an invariant breaks. `None` when the bytes do not decode.
+pub fn run_bytes(bytes: &[u8]) -> Option<Report> {
+    let input = Input::arbitrary_take_rest(Unstructured::new(bytes)).ok()?;
+    Some(run_input(&input))
+}
