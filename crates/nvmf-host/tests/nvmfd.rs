@@ -176,6 +176,8 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_file(&self.cfg);
+        // The RPC socket sits beside the config.
+        let _ = std::fs::remove_file(self.cfg.with_extension("sock"));
     }
 }
 

@@ -29,6 +29,8 @@ struct Daemon {
     nvmfd: Nvmfd,
     port: u16,
     cfg: Option<PathBuf>,
+    /// The daemon's RPC socket (removed with the daemon).
+    sock: PathBuf,
 }
 
 impl std::ops::Deref for Daemon {
@@ -82,6 +84,7 @@ impl Daemon {
             nvmfd,
             port,
             cfg: None,
+            sock,
         }
     }
 
@@ -124,6 +127,7 @@ impl Drop for Daemon {
         if let Some(p) = &self.cfg {
             let _ = std::fs::remove_file(p);
         }
+        let _ = std::fs::remove_file(&self.sock);
     }
 }
 
