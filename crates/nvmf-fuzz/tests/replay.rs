@@ -58,7 +58,9 @@ fn corpus_replays() {
     let seeds = replay_dir(&base.join("seeds/connection"));
     let cmin = replay_dir(&base.join("cmin/connection"));
     let regressions = replay_dir(&base.join("regressions/connection"));
-    eprintln!("{seeds} seeds, {cmin} minimized-corpus and {regressions} regression inputs replayed");
+    eprintln!(
+        "{seeds} seeds, {cmin} minimized-corpus and {regressions} regression inputs replayed"
+    );
     assert!(seeds > 0, "no seed corpus found under {}", base.display());
 }
 
