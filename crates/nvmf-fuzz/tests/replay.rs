@@ -1,5 +1,6 @@
 //! Stable-toolchain replay of the whole-connection fuzz harness: every
-//! committed corpus file (`fuzz/seeds/connection`, `fuzz/regressions/connection`)
+//! committed corpus file (`fuzz/seeds/connection`, `fuzz/cmin/connection`,
+//! `fuzz/regressions/connection`)
 //! and a fixed number of inputs from a deterministic PRNG go through the
 //! same `run_bytes` the libFuzzer target calls. A broken invariant panics
 //! the test; the PRNG cases must also reach the core (Connect, R2T, C2H).
@@ -55,8 +56,11 @@ fn replay_dir(dir: &Path) -> usize {
 fn corpus_replays() {
     let base = Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
     let seeds = replay_dir(&base.join("seeds/connection"));
+    let cmin = replay_dir(&base.join("cmin/connection"));
     let regressions = replay_dir(&base.join("regressions/connection"));
-    eprintln!("{seeds} seeds, {regressions} regression inputs replayed");
+    eprintln!(
+        "{seeds} seeds, {cmin} minimized-corpus and {regressions} regression inputs replayed"
+    );
     assert!(seeds > 0, "no seed corpus found under {}", base.display());
 }
 
