@@ -121,9 +121,11 @@ pub(crate) fn connect(
         });
         return Err(invalid_param(true, ipo::SUBNQN));
     }
-    if hostnqn.is_empty() {
-        return Err(invalid_param(true, ipo::HOSTNQN));
-    }
+    // An empty host NQN (SPDK's host sends one unless told otherwise) is
+    // accepted where any host is (allow_any_host, discovery), as SPDK's
+    // target and nvmet do; it matches no allow-list entry, so a restricted
+    // subsystem answers Connect Invalid Host. Anonymous hosts share one
+    // per-host-NQN budget (the host limits key on the NQN).
     if !subsys.host_allowed(hostnqn) {
         target.refusal_log(
             || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed"),

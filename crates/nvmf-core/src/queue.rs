@@ -206,6 +206,25 @@ impl QueuePair {
         crate::backend::parked::park(self.sink.clone(), keep);
     }
 
+    /// The host reused the command ID `cid` of an Asynchronous Event
+    /// Request still outstanding on this admin queue: it gave that request
+    /// up on its side (SPDK's host cancels its AERs locally when it
+    /// detaches, then reuses their IDs for the shutdown commands). Forgets
+    /// the request without completing it and returns true; false when
+    /// `cid` is not an outstanding AER (a real command ID conflict).
+    pub fn abandon_aer(&mut self, cid: u16) -> bool {
+        let Role::Admin(aq) = &mut self.role else {
+            return false;
+        };
+        match aq.aers.iter().position(|&c| c == cid) {
+            Some(i) => {
+                aq.aers.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// Backend operations of this queue still in flight.
     pub fn backend_ops_in_flight(&self) -> usize {
         Arc::strong_count(&self.sink) - 1

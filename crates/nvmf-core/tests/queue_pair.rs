@@ -285,6 +285,24 @@ fn connect_host_not_allowed() {
     assert_eq!(status(&c), Status::SUCCESS);
 }
 
+/// An empty host NQN (SPDK's host default) connects where any host may,
+/// and matches no allow-list entry elsewhere (Connect Invalid Host).
+#[test]
+fn connect_with_empty_host_nqn() {
+    let t = target();
+    let qp = admin(&t, NQN, "");
+    assert_eq!(qp.controller().unwrap().hostnqn(), "");
+    let mut io = QueuePair::new(t.clone(), port());
+    let cntlid = qp.controller().unwrap().cntlid();
+    let c = connect_raw(&mut io, 1, 31, 0, cntlid, NQN, "");
+    assert_eq!(status(&c), Status::SUCCESS);
+    let mut r = QueuePair::new(t.clone(), restricted_port());
+    let c = connect_raw(&mut r, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, "");
+    let s = status(&c);
+    assert_eq!((s.sct, s.sc), (1, 0x84));
+    assert!(!r.is_connected());
+}
+
 #[test]
 fn connect_bad_sqsize() {
     let t = target();

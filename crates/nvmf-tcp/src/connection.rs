@@ -778,6 +778,18 @@ impl Connection {
         }
         let idx = match self.slots.alloc(&cmd) {
             Ok(i) => i,
+            Err(AllocError::CidConflict) if self.abandon_aer(cmd.cid()) => {
+                match self.slots.alloc(&cmd) {
+                    Ok(i) => i,
+                    Err(_) => {
+                        return Err(PduError::new(
+                            FES_INVALID_HEADER_FIELD,
+                            FEI_CAPSULE_CID,
+                            "command ID already in use",
+                        ))
+                    }
+                }
+            }
             Err(AllocError::CidConflict) => {
                 return Err(PduError::new(
                     FES_INVALID_HEADER_FIELD,
@@ -865,6 +877,23 @@ impl Connection {
                 Ok(())
             }
         }
+    }
+
+    /// A new command reuses the ID of an outstanding Asynchronous Event
+    /// Request: the host abandoned that request (see
+    /// `QueuePair::abandon_aer`). Its slot is freed without a response and
+    /// true returned; any other conflict stays fatal.
+    #[cold]
+    fn abandon_aer(&mut self, cid: u16) -> bool {
+        let Some(old) = self.slots.find(cid, RequestState::Executing) else {
+            return false;
+        };
+        if !self.qp.abandon_aer(cid) {
+            return false;
+        }
+        debug!(peer = %self.qp.port().peer, cid, "host reused the command ID of an outstanding AER: request dropped");
+        self.slots.release(old);
+        true
     }
 
     fn on_h2c_data(&mut self, h: H2C, data: &[u8], ddok: bool) -> Result<(), PduError> {

@@ -753,6 +753,54 @@ fn async_event_request_completes_through_poll() {
     assert_eq!(c.status(), Status::SUCCESS);
 }
 
+/// SPDK's host cancels its outstanding AERs locally when it detaches and
+/// reuses their command IDs for the shutdown commands: the target drops the
+/// abandoned AER (no completion for it) and runs the new command, instead
+/// of terminating the admin connection. A collision with any other
+/// outstanding command stays fatal (`cid_conflict_is_fatal`).
+#[test]
+fn command_reusing_an_outstanding_aer_id_replaces_it() {
+    let t = target();
+    let mut admin = Mem::new(&t, 61);
+    let mut ah = Host::new();
+    admin_up(&mut admin, &mut ah, false, false);
+    for cid in [80u16, 81] {
+        admin.send(&ah.capsule(&Command::new(0x0c, cid), &[]));
+    }
+    admin.drain();
+    assert!(admin.inbox.is_empty(), "AERs stay outstanding");
+    // Keep Alive with the first AER's ID: answered, connection kept.
+    let (c, _) = exec(&mut admin, &ah, Command::new(0x18, 80), Out::None, 0);
+    assert_eq!((c.cid(), c.status()), (80, Status::SUCCESS));
+    assert!(admin.conn.close_reason().is_none());
+    // The second AER is still outstanding and still delivers an event;
+    // the abandoned one never completes.
+    let mut sf = Command::new(0x09, 70);
+    sf.set_cdw10(0x0b);
+    sf.set_cdw11(1 << 8);
+    let (c, _) = exec(&mut admin, &ah, sf, Out::None, 0);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let ns = nvmf_config::NamespaceConfig {
+        nsid: 2,
+        bdev_name: "Malloc1".into(),
+        nguid: [2; 16],
+        eui64: [2; 8],
+        uuid: [2; 16],
+    };
+    t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
+    admin.conn.poll(std::time::Instant::now());
+    match admin.recv(&ah) {
+        Resp::Cqe(c) => assert_eq!((c.cid(), c.status()), (81, Status::SUCCESS)),
+        other => panic!("{other:?}"),
+    }
+    admin.conn.poll(std::time::Instant::now());
+    admin.drain();
+    assert!(
+        admin.inbox.is_empty(),
+        "the abandoned AER must not complete"
+    );
+}
+
 // ---------------------------------------------------------------------------
 // Bounded memory: buffer budget, R2T allowance, H2CData timeout, SQHD
 // ---------------------------------------------------------------------------
