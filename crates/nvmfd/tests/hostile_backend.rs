@@ -21,7 +21,7 @@
 
 mod common;
 
-use common::{free_port, Nvmfd};
+use common::{free_port, p99, rss, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
 use nvmf_wire::command::Command;
 use nvmf_wire::opcode::{AdminOpcode, IoOpcode};
@@ -246,12 +246,6 @@ fn bystander(d: &Daemon, nsid: u32, blocks: u64, stop: Arc<AtomicBool>) -> Vec<D
     lat
 }
 
-fn p99(lat: &mut [Duration]) -> Duration {
-    assert!(!lat.is_empty());
-    lat.sort_unstable();
-    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
-}
-
 /// Runs the bystander for `secs` seconds; returns its latencies.
 fn measure(d: &Arc<Daemon>, nsid: u32, blocks: u64, secs: u64) -> Vec<Duration> {
     let stop = Arc::new(AtomicBool::new(false));
@@ -337,12 +331,7 @@ fn deallocate_and_write_zeroes_do_not_stall_the_reactor() {
         "deallocated block not zero"
     );
     // Zeroing a lazily allocated RAM disk must not make it resident.
-    let status = std::fs::read_to_string(format!("/proc/{}/status", d.nvmfd.pid())).unwrap();
-    let rss_kib: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS");
+    let rss_kib = rss(d.nvmfd.pid()) >> 10;
     eprintln!("nvmfd RSS after the attack: {} MiB", rss_kib >> 10);
     assert!(
         rss_kib < 512 << 10,

@@ -7,17 +7,19 @@
 //! without a FIN or RST).
 
 mod common;
+#[path = "common/raw_sock.rs"]
+mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, Nvmfd};
+use common::{free_port, p99, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
 use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CNTLID_DYNAMIC};
 use nvmf_wire::status::Status;
-use std::collections::VecDeque;
-use std::io::{ErrorKind, Read, Write};
+use raw_sock::Sock;
+use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -132,38 +134,6 @@ impl Drop for Daemon {
 
 // ---------------------------------------------------------------- raw host
 
-/// A raw NVMe/TCP host socket (the test codec of nvmf-tcp).
-struct Sock {
-    s: TcpStream,
-    buf: Vec<u8>,
-    parsed: VecDeque<Resp>,
-}
-
-impl Wire for Sock {
-    fn send(&mut self, bytes: &[u8]) {
-        self.s.write_all(bytes).expect("send to nvmfd");
-    }
-
-    fn recv(&mut self, host: &Host) -> Resp {
-        loop {
-            if let Some(r) = self.parsed.pop_front() {
-                return r;
-            }
-            let got = host.parse(&mut self.buf).expect("nvmfd output decodes");
-            self.parsed.extend(got);
-            if !self.parsed.is_empty() {
-                continue;
-            }
-            let mut tmp = [0u8; 65536];
-            match self.s.read(&mut tmp) {
-                Ok(0) => panic!("nvmfd closed the connection"),
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) => panic!("reading from nvmfd: {e}"),
-            }
-        }
-    }
-}
-
 /// A TCP connection from `src` (any port) to `dst`.
 fn tcp_from(src: Ipv4Addr, dst: SocketAddr) -> std::io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
@@ -178,11 +148,7 @@ fn tcp_from(src: Ipv4Addr, dst: SocketAddr) -> std::io::Result<TcpStream> {
 }
 
 fn sock_from(src: Ipv4Addr, dst: SocketAddr) -> Sock {
-    Sock {
-        s: tcp_from(src, dst).expect("connect to nvmfd"),
-        buf: Vec::new(),
-        parsed: VecDeque::new(),
-    }
+    Sock::new(tcp_from(src, dst).expect("connect to nvmfd"))
 }
 
 /// ICReq, then Fabrics Connect of `qid` (admin: a new controller) with `kato`.
@@ -297,11 +263,6 @@ impl Bystander {
         }
         lat
     }
-}
-
-fn p99(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
 fn busy() -> Status {
@@ -451,7 +412,7 @@ fn storm_of_connections_and_controllers_spares_a_bystander() {
     let report = st.join().expect("the storm host saw a wrong answer");
     let storm_secs = storm_started.elapsed().as_secs_f64();
 
-    let (p_before, p_during) = (p99(before.clone()), p99(during.clone()));
+    let (p_before, p_during) = (p99(&mut before.clone()), p99(&mut during.clone()));
     eprintln!(
         "bystander: {} ops before, p99 {:?}; {} ops during the storm, p99 {:?}; storm: {report:?}",
         before.len(),
@@ -543,11 +504,7 @@ fn total_connection_cap_refuses_at_accept_whatever_the_address() {
         .is_some());
     // One goes: there is room again.
     let s = kept.pop().unwrap();
-    close_and_wait(Sock {
-        s,
-        buf: Vec::new(),
-        parsed: VecDeque::new(),
-    });
+    close_and_wait(Sock::new(s));
     std::thread::sleep(Duration::from_millis(50));
     let mut again = tcp_from(Ipv4Addr::new(127, 0, 0, 4), addr).unwrap();
     assert!(!closed_by_target(&mut again, Duration::from_millis(300)));

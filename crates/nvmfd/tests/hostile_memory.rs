@@ -13,14 +13,15 @@
 //! to show the bound is what fails on unbounded code.
 
 mod common;
+#[path = "common/raw_sock.rs"]
+mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, Nvmfd};
+use common::{free_port, p99, rss, Nvmfd};
 use nvmf_wire::command::{Command, SglDescriptor};
-use std::collections::VecDeque;
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use raw_sock::Sock;
+use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -63,62 +64,8 @@ fn config(port: u16) -> String {
     )
 }
 
-struct Sock {
-    s: TcpStream,
-    buf: Vec<u8>,
-    parsed: VecDeque<Resp>,
-}
-
-impl Wire for Sock {
-    fn send(&mut self, bytes: &[u8]) {
-        self.s.write_all(bytes).expect("send to nvmfd");
-    }
-
-    fn recv(&mut self, host: &Host) -> Resp {
-        loop {
-            if let Some(r) = self.parsed.pop_front() {
-                return r;
-            }
-            let got = host.parse(&mut self.buf).expect("nvmfd output decodes");
-            self.parsed.extend(got);
-            if !self.parsed.is_empty() {
-                continue;
-            }
-            let mut tmp = [0u8; 65536];
-            match self.s.read(&mut tmp) {
-                Ok(0) => panic!("nvmfd closed the connection"),
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) => panic!("reading from nvmfd: {e}"),
-            }
-        }
-    }
-}
-
 fn sock(port: u16) -> Sock {
-    let s = TcpStream::connect(("127.0.0.1", port)).expect("connect to nvmfd");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.set_write_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.set_nodelay(true).unwrap();
-    Sock {
-        s,
-        buf: Vec::new(),
-        parsed: VecDeque::new(),
-    }
-}
-
-/// Resident memory of `pid` in bytes.
-fn rss(pid: u32) -> u64 {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    let line = s
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .expect("VmRSS line");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .expect("VmRSS value");
-    kib * 1024
+    Sock::connect(port, Duration::from_secs(10))
 }
 
 /// I/O queue `qid` of controller `cntlid`.
@@ -149,11 +96,6 @@ fn bystander_io(s: &mut Sock, h: &mut Host, n: usize, seed: u64) -> Vec<Duration
         assert!(back == data, "bystander read back what it wrote");
     }
     lat
-}
-
-fn p99(mut v: Vec<Duration>) -> Duration {
-    v.sort_unstable();
-    v[(v.len() * 99 / 100).min(v.len() - 1)]
 }
 
 #[test]
@@ -193,9 +135,9 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
     let (mut bs, mut bh) = io_queue(port, bcntl, 1);
     bystander_io(&mut bs, &mut bh, 50, 1); // warm-up
     let t = Instant::now();
-    let lat_before = bystander_io(&mut bs, &mut bh, 300, 100);
+    let mut lat_before = bystander_io(&mut bs, &mut bh, 300, 100);
     let rate_before = 300.0 / t.elapsed().as_secs_f64();
-    let before = p99(lat_before);
+    let before = p99(&mut lat_before);
     let rss_before = rss(pid);
 
     // The bystander keeps doing verified QD1 I/O in its own thread for
@@ -254,7 +196,7 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
         "bystander did only {} I/Os during the attack",
         during.len()
     );
-    let during_p99 = p99(during.clone());
+    let during_p99 = p99(&mut during.clone());
     // QD1 latency percentiles hide stalls (one slow I/O per stall), the
     // I/O rate does not.
     let rate_during = during.len() as f64 / attack_time.as_secs_f64();

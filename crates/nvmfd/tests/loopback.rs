@@ -4,6 +4,8 @@
 //! C2HTermReq (or a clean close) while the daemon keeps serving others.
 
 mod common;
+#[path = "common/raw_sock.rs"]
+mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
@@ -12,9 +14,9 @@ use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::CNTLID_DYNAMIC;
 use nvmf_wire::pdu::*;
 use nvmf_wire::status::Status;
-use std::collections::VecDeque;
+use raw_sock::Sock;
 use std::io::{Read, Write};
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -101,15 +103,7 @@ impl Daemon {
     }
 
     fn connect(&self) -> Sock {
-        let s = TcpStream::connect(("127.0.0.1", self.port)).expect("connect to nvmfd");
-        s.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
-        s.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
-        s.set_nodelay(true).unwrap();
-        Sock {
-            s,
-            buf: Vec::new(),
-            parsed: VecDeque::new(),
-        }
+        Sock::connect(self.port, IO_TIMEOUT)
     }
 
     /// Waits up to 10 s for the process to exit.
@@ -128,38 +122,6 @@ impl Drop for Daemon {
             let _ = std::fs::remove_file(p);
         }
         let _ = std::fs::remove_file(&self.sock);
-    }
-}
-
-/// A raw NVMe/TCP host socket.
-struct Sock {
-    s: TcpStream,
-    buf: Vec<u8>,
-    parsed: VecDeque<Resp>,
-}
-
-impl Wire for Sock {
-    fn send(&mut self, bytes: &[u8]) {
-        self.s.write_all(bytes).expect("send to nvmfd");
-    }
-
-    fn recv(&mut self, host: &Host) -> Resp {
-        loop {
-            if let Some(r) = self.parsed.pop_front() {
-                return r;
-            }
-            let got = host.parse(&mut self.buf).expect("nvmfd output decodes");
-            self.parsed.extend(got);
-            if !self.parsed.is_empty() {
-                continue;
-            }
-            let mut tmp = [0u8; 65536];
-            match self.s.read(&mut tmp) {
-                Ok(0) => panic!("nvmfd closed the connection"),
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-                Err(e) => panic!("reading from nvmfd: {e}"),
-            }
-        }
     }
 }
 

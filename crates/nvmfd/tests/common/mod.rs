@@ -5,7 +5,10 @@
 //! [`Nvmfd`]: a spawned `nvmfd` whose stderr lines are collected by a
 //! thread and which is killed on drop. Each test file keeps its own
 //! `Daemon` (its `-m`/`-r`/`-c` arguments, config and readiness rules) on
-//! top of it. Not every test file uses every item.
+//! top of it. Also the measurements the hostile_* tests share: [`p99`] of
+//! a latency sample and [`rss`] of a process. Not every test file uses
+//! every item. The raw-socket NVMe/TCP host is in `common/raw_sock.rs`,
+//! included only by the files that also include nvmf-tcp's test codec.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
@@ -170,4 +173,26 @@ impl Drop for Nvmfd {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// The 99th percentile of `lat` (sorted in place; must not be empty).
+pub fn p99(lat: &mut [Duration]) -> Duration {
+    assert!(!lat.is_empty());
+    lat.sort_unstable();
+    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
+}
+
+/// Resident memory (VmRSS) of process `pid` in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS line");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS value");
+    kib * 1024
 }
