@@ -20,6 +20,8 @@
 //! same switch as nvmf-core's `loop_device` test).
 
 mod common;
+#[path = "../../nvmf-tcp/tests/common/mod.rs"]
+mod tcp_common;
 
 use common::{free_port, p99, rss, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
@@ -30,6 +32,7 @@ use std::process::Command as Cmd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tcp_common::host::pattern;
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:hostile-backend";
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -211,18 +214,6 @@ impl Host {
             .admin_command("Set Features", c, None, None)
             .unwrap();
     }
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// Verified 4 KiB write + read at QD1 on `nsid` (blocks 0..`blocks`) until
