@@ -50,6 +50,11 @@ pub struct ConnectOptions {
     pub admin_queue_size: u16,
     /// Limit for the TCP connect, ICReq, Connect and each admin command.
     pub timeout: Duration,
+    /// Ask for SQ flow control to be disabled on I/O queues (default: yes;
+    /// this host never needs SQHD). The target may then complete a read
+    /// with its last C2HData PDU (SUCCESS flag) instead of a response
+    /// capsule: one PDU less per read.
+    pub disable_sqflow: bool,
 }
 
 impl ConnectOptions {
@@ -73,6 +78,7 @@ impl ConnectOptions {
             kato,
             admin_queue_size: 32,
             timeout: Duration::from_secs(10),
+            disable_sqflow: true,
         }
     }
 
@@ -216,6 +222,7 @@ impl Controller {
             subnqn: opts.trid.subnqn.clone(),
             cntlid: fabrics::CNTLID_DYNAMIC,
             timeout: opts.timeout,
+            disable_sqflow: false,
         })?;
         let cntlid = q.cntlid();
         let mut c = Controller {
@@ -526,6 +533,7 @@ impl Controller {
             subnqn: self.opts.trid.subnqn.clone(),
             cntlid: self.cntlid,
             timeout: self.opts.timeout,
+            disable_sqflow: self.opts.disable_sqflow,
         })
     }
 }

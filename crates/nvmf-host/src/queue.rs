@@ -23,7 +23,7 @@ use crate::error::{Error, NvmeError, Result};
 use crate::transport::{Negotiated, RxEvent, RxSink, Transport, TransportParams, TxBuf};
 use nvmf_wire::command::FLAGS_PSDT_SGL_MPTR_CONTIG;
 use nvmf_wire::digest::crc32c;
-use nvmf_wire::fabrics::ConnectData;
+use nvmf_wire::fabrics::{self, ConnectData};
 use nvmf_wire::pdu::{self, CapsuleCmdHeader, CommonHeader, DataHeader, EncodeOpts, Pdu, PduType};
 use nvmf_wire::zerocopy::IntoBytes;
 use nvmf_wire::{Command, DataDirection, IoOpcode, SglDescriptor, Status};
@@ -63,6 +63,10 @@ pub struct QueueParams {
     pub cntlid: u16,
     /// Limit for the TCP connect, ICReq and Connect.
     pub timeout: Duration,
+    /// Ask the target to disable SQ flow control (Connect CATTR bit 2): it
+    /// may then end a read with a C2HData SUCCESS flag instead of a response
+    /// capsule. This host never uses SQHD (it bounds commands by its slots).
+    pub disable_sqflow: bool,
 }
 
 /// One finished command.
@@ -173,7 +177,12 @@ impl IoQueue {
 
         // Fabrics Connect, with its 1024-byte data in the capsule.
         let slot = q.alloc().expect("fresh queue has a free slot");
-        let cmd = Command::connect(slot, p.qid, p.entries - 1, 0, p.kato_ms);
+        let cattr = if p.disable_sqflow {
+            fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL
+        } else {
+            0
+        };
+        let cmd = Command::connect(slot, p.qid, p.entries - 1, cattr, p.kato_ms);
         let data = ConnectData::new(p.hostid, p.cntlid, &p.subnqn, &p.hostnqn);
         q.buf_mut(slot)[..1024].copy_from_slice(data.as_bytes());
         let c = q.execute(slot, cmd, 1024, p.timeout).map_err(|e| match e {

@@ -108,6 +108,10 @@ struct CommonConn {
     /// Seconds to wait for the connection and each admin command
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     timeout: u64,
+    /// Keep SQ flow control on the I/O queues (by default they ask the target to disable it,
+    /// so that a read can complete with its last data PDU instead of a response capsule)
+    #[arg(long)]
+    sqflow: bool,
 }
 
 impl CommonConn {
@@ -118,6 +122,7 @@ impl CommonConn {
         }
         o = o.with_digests(self.hdr_digest, self.data_digest);
         o.timeout = Duration::from_secs(self.timeout.max(1));
+        o.disable_sqflow = !self.sqflow;
         o
     }
 }
