@@ -13,14 +13,18 @@ machine shows in both alike.
   environment: NVMFD_SPDK_DIR  a built SPDK tree (default /work/spdk/spdk): build/bin/nvmf_tgt and
                                build/bin/spdk_nvme_perf are used
                NVMFD_BIN       directory with nvmfd and nvmf (default target/release)
+               NVMFD_OLD_BIN   directory with an earlier nvmfd, run as target "old" (before/after
+                               tables: --targets old,nvmfd,spdk); the initiator nvmf stays NVMFD_BIN's
 
 Cases (issue 8): 4 KiB randread QD128 (null), 4 KiB randread QD1 (null), 4 KiB randwrite QD128
 (malloc), 128 KiB sequential read QD32 (null), 4 KiB randrw 75/25 QD64 (malloc).
 
 Per run it records IOPS, MiB/s, mean/p99/p99.9 latency (as the initiator reports them), the
 target's and the initiator's CPU (utime+stime from /proc/PID/stat, per I/O and in % of a core),
-and the CPU that every other process on the machine used during the run (/proc/stat minus the
-two), so a disturbed run shows. SPDK needs hugepages: the script mounts hugetlbfs on
+its busy time (thread_get_stats over its RPC socket: SPDK counts pollers that did work,
+nvmfd loop turns that had work; wall time, so only meaningful on a quiet machine), and the CPU
+that every other process on the machine used during the run (/proc/stat minus the two), so a
+disturbed run shows. SPDK needs hugepages: the script mounts hugetlbfs on
 /dev/hugepages and reserves 2048 x 2 MiB when it runs as root and they are missing.
 Raw results: DIR/results.json; the summary table (markdown) goes to stdout and DIR/summary.md.
 """
@@ -34,6 +38,7 @@ CASES = {
     "mix64-malloc": ("4 KiB randrw 75/25 QD64, malloc", 2, "randrw", 4096, 64, 75),
 }
 NQN = "nqn.2016-06.io.spdk:sbs"
+NAMES = {"nvmfd": "nvmfd", "old": "nvmfd (before)", "spdk": "SPDK nvmf_tgt"}
 HZ = os.sysconf("SC_CLK_TCK")
 
 
@@ -72,6 +77,31 @@ def cpustat():
     return list(map(int, open("/proc/stat").readline().split()[1:]))
 
 
+def busy_seconds(sock_path):
+    """Busy seconds of all the target's threads (SPDK's thread_get_stats, which nvmfd answers
+    too: busy = time in loop turns that had work), or NaN."""
+    try:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(sock_path)
+        s.sendall(json.dumps({"jsonrpc": "2.0", "method": "thread_get_stats", "id": 1}).encode())
+        buf = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            buf += chunk
+            try:
+                r = json.loads(buf)["result"]
+                break
+            except ValueError:
+                continue
+        s.close()
+        return sum(t["busy"] for t in r["threads"]) / r["tick_rate"]
+    except (OSError, KeyError, ValueError):
+        return float("nan")
+
+
 def wait_port(port, proc, deadline_s):
     end = time.time() + deadline_s
     while time.time() < end:
@@ -97,14 +127,18 @@ def ensure_hugepages():
         pass
 
 
+def rpc_path(kind, port, tmp):
+    return os.path.join(tmp, f"{'spdk' if kind == 'spdk' else 'nvmfd'}-{port}.sock")
+
+
 def start_target(kind, a, cfg_path, port, tmp):
     log = open(os.path.join(tmp, f"{kind}-{port}.log"), "w")
-    if kind == "nvmfd":
-        cmd = [os.path.join(a.bin, "nvmfd"), "-c", cfg_path, "-m", str(a.target_core),
-               "-r", os.path.join(tmp, f"nvmfd-{port}.sock")] + a.nvmfd_args.split()
+    if kind in ("nvmfd", "old"):
+        cmd = [os.path.join(a.old_bin if kind == "old" else a.bin, "nvmfd"), "-c", cfg_path, "-m", str(a.target_core),
+               "-r", rpc_path(kind, port, tmp)] + a.nvmfd_args.split()
     else:
         cmd = [os.path.join(a.spdk, "build/bin/nvmf_tgt"), "-m", hex(1 << a.target_core), "-c", cfg_path,
-               "-r", os.path.join(tmp, f"spdk-{port}.sock")]
+               "-r", rpc_path(kind, port, tmp)]
     p = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     if not wait_port(port, p, 60):
         stop(p)
@@ -199,6 +233,7 @@ def main():
     a = ap.parse_args()
     a.spdk = os.environ.get("NVMFD_SPDK_DIR", "/work/spdk/spdk")
     a.bin = os.environ.get("NVMFD_BIN", "target/release")
+    a.old_bin = os.environ.get("NVMFD_OLD_BIN", "/tmp/old-bin")
     for f in (os.path.join(a.spdk, "build/bin/nvmf_tgt"), os.path.join(a.spdk, "build/bin/spdk_nvme_perf"),
               os.path.join(a.bin, "nvmfd"), os.path.join(a.bin, "nvmf")):
         if not os.access(f, os.X_OK):
@@ -217,17 +252,20 @@ def main():
     for rnd in range(a.rounds):
         for case in cases:
             for init in inits:
-                order = targets if rnd % 2 == 0 else list(reversed(targets))
+                k = rnd % len(targets)
+                order = targets[k:] + targets[:k]
                 for tgt in order:
                     port = free_port()
                     cfg_path = os.path.join(tmp, f"cfg-{port}.json")
                     json.dump(config(port), open(cfg_path, "w"))
                     tp = start_target(tgt, a, cfg_path, port, tmp)
+                    b0 = busy_seconds(rpc_path(tgt, port, tmp))
                     t0, s0, w0 = ticks(tp.pid), cpustat(), time.time()
                     c0 = os.times()
                     rec, err = run_initiator(init, a, port, case)
                     c1 = os.times()
                     t1, s1, w1 = ticks(tp.pid), cpustat(), time.time()
+                    b1 = busy_seconds(rpc_path(tgt, port, tmp))
                     stop(tp)
                     if err:
                         print(f"round {rnd} {case} {init} -> {tgt}: FAILED: {err}", flush=True)
@@ -239,6 +277,7 @@ def main():
                     ios = rec["iops"] * a.seconds
                     rec.update(tcpu_pct=100 * tcpu / (w1 - w0), icpu_pct=100 * icpu / a.seconds,
                                tcpu_us_io=1e6 * tcpu / max(ios, 1),
+                               tbusy_us_io=1e6 * (b1 - b0) / max(ios, 1),
                                others_pct=100 * (busy / HZ - tcpu - icpu) / (w1 - w0),
                                steal_pct=100 * tot[7] / max(1, sum(tot)))
                     results.setdefault(f"{case}|{init}|{tgt}", []).append(rec)
@@ -247,24 +286,28 @@ def main():
     json.dump(results, open(os.path.join(out_dir, "results.json"), "w"), indent=1)
     lines = [f"Side by side {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): "
              f"{a.rounds} rounds x {a.seconds} s, target on core {a.target_core}, initiator on core "
-             f"{a.init_core}; median (min-max). CPU = utime+stime of the target per I/O.", "",
-             "| case | initiator | metric | nvmfd | SPDK nvmf_tgt | nvmfd/SPDK |", "|---|---|---|---|---|---|"]
+             f"{a.init_core}; median (min-max). CPU = utime+stime of the target per I/O (both targets "
+             "poll while I/O flows, so this is ~1/IOPS when the target is saturated); busy = the target's "
+             "busy time from thread_get_stats (SPDK: pollers that did work; nvmfd: loop turns with "
+             "work) per I/O.", "",
+             "| case | initiator | metric | " + " | ".join(NAMES[t] for t in targets) + " | " +
+             " | ".join(f"{NAMES[t]}/SPDK" for t in targets if t != "spdk") + " |",
+             "|---|---|---|" + "---|" * (2 * len(targets) - ("spdk" in targets))]
     for case in cases:
         for init in inits:
-            n = results.get(f"{case}|{init}|nvmfd", [])
-            s = results.get(f"{case}|{init}|spdk", [])
             metrics = [("IOPS", "iops")] if CASES[case][4] > 1 else [("IOPS", "iops"), ("mean µs", "mean"),
                                                                      ("p99 µs", "p99"), ("p99.9 µs", "p999")]
             if case.startswith("seq"):
                 metrics = [("MiB/s", "mibs")]
             metrics.append(("target CPU µs/IO", "tcpu_us_io"))
+            metrics.append(("target busy µs/IO", "tbusy_us_io"))
             for label, k in metrics:
-                nm, nlo, nhi = med([r[k] for r in n])
-                sm, slo, shi = med([r[k] for r in s])
-                ratio = nm / sm if sm == sm and sm else float("nan")
+                meds = {t: med([r[k] for r in results.get(f"{case}|{init}|{t}", [])]) for t in targets}
+                cells = [f"**{fmt(m)}** ({fmt(lo)}-{fmt(hi)})" for m, lo, hi in meds.values()]
+                sm = meds.get("spdk", (float("nan"),))[0]
+                ratios = [f"{meds[t][0] / sm:.2f}" if sm == sm and sm else "-" for t in targets if t != "spdk"]
                 lines.append(f"| {CASES[case][0]} | {'spdk_nvme_perf' if init == 'spdk' else 'nvmf perf'} | {label} | "
-                             f"**{fmt(nm)}** ({fmt(nlo)}-{fmt(nhi)}) | **{fmt(sm)}** ({fmt(slo)}-{fmt(shi)}) | "
-                             f"{ratio:.2f} |")
+                             + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
     others = [r["others_pct"] for rs in results.values() for r in rs]
     steal = [r["steal_pct"] for rs in results.values() for r in rs]
     if others:

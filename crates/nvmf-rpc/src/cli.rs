@@ -514,6 +514,14 @@ static COMMANDS: &[Cmd] = &[
         build: plain,
         example: "nvmf rpc nvmf_get_stats",
     },
+    Cmd {
+        name: "thread_get_stats",
+        help: "Display busy and idle time of each reactor (ticks of tick_rate per second)",
+        pos: &[],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc thread_get_stats",
+    },
 ];
 
 /// Parameters as rpc.py sends them: every option that has a value.

@@ -110,6 +110,11 @@ pub trait LiveTarget: Send + Sync {
     fn qpairs(&self, nqn: &str) -> Vec<Value>;
     /// `nvmf_get_stats` result (`tick_rate, poll_groups: [...]`).
     fn stats(&self) -> Value;
+    /// `thread_get_stats` result (`tick_rate, threads: [{name, id, cpumask,
+    /// busy, idle}]`): busy and idle ticks of each reactor.
+    fn thread_stats(&self) -> Value {
+        json!({ "tick_rate": 1_000_000_000u64, "threads": [] })
+    }
 }
 
 /// No target behind the server: every change is accepted, nothing is connected.

@@ -56,6 +56,7 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_get_qpairs",
     "nvmf_subsystem_get_listeners",
     "nvmf_get_stats",
+    "thread_get_stats",
 ];
 
 /// Methods that change state (persisted after success).
@@ -368,6 +369,10 @@ impl RpcService {
             "nvmf_subsystem_get_qpairs" => {
                 let (_, nqn) = self.query_nqn(method, params)?;
                 Ok(Value::Array(self.live.qpairs(&nqn)))
+            }
+            "thread_get_stats" => {
+                Params::new(method, params)?.finish()?;
+                Ok(self.live.thread_stats())
             }
             "nvmf_get_stats" => {
                 let mut p = Params::new(method, params)?;

@@ -407,6 +407,24 @@ impl LiveTarget for Live {
         out
     }
 
+    fn thread_stats(&self) -> Value {
+        let threads: Vec<Value> = self
+            .snapshots()
+            .iter()
+            .map(|s| {
+                json!({
+                    "name": poll_group_name(s.id),
+                    "id": s.id + 1,
+                    "cpumask": s.cpu.map_or_else(String::new, |c| format!("{:x}", 1u128 << c.min(127))),
+                    "busy": s.busy_ns,
+                    "idle": s.idle_ns,
+                })
+            })
+            .collect();
+        // 1 tick = 1 ns.
+        json!({ "tick_rate": 1_000_000_000u64, "threads": threads })
+    }
+
     fn stats(&self) -> Value {
         let groups: Vec<Value> = self
             .snapshots()

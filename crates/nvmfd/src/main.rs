@@ -217,6 +217,7 @@ fn run(cli: Cli) -> Result<()> {
             shutdown: shutdown.clone(),
             commands: rx,
             closed: Default::default(),
+            busy: Default::default(),
             poll_window: std::time::Duration::from_micros(cli.poll_us),
             icreq_timeout: std::time::Duration::from_millis(cli.icreq_timeout_ms),
             connect_timeout: std::time::Duration::from_millis(cli.connect_timeout_ms),
