@@ -203,6 +203,19 @@ fn spdk_walkthrough_io_and_restart_from_state() {
         1
     );
     d.walkthrough(port);
+    let busy = |d: &Daemon| -> (u64, u64) {
+        let t = d.call("thread_get_stats", json!({}));
+        assert_eq!(t["tick_rate"], 1_000_000_000u64, "{t}");
+        let th = t["threads"].as_array().expect("threads");
+        assert!(!th.is_empty(), "one entry per reactor: {t}");
+        th.iter().fold((0, 0), |(b, i), x| {
+            (
+                b + x["busy"].as_u64().unwrap(),
+                i + x["idle"].as_u64().unwrap(),
+            )
+        })
+    };
+    let (busy0, idle0) = busy(&d);
 
     // I/O while get_controllers / get_qpairs / get_stats show the connection.
     let io = std::thread::spawn(move || perf(port, 4));
@@ -244,6 +257,16 @@ fn spdk_walkthrough_io_and_restart_from_state() {
             .unwrap()
             > 1000,
         "{stats}"
+    );
+    // The reactors were busy for the I/O, and idle is counted too.
+    let (busy1, idle1) = busy(&d);
+    assert!(
+        busy1 > busy0 + 10_000_000,
+        "thread_get_stats: busy {busy0} -> {busy1} ns over 4 s of I/O"
+    );
+    assert!(
+        idle1 > idle0,
+        "thread_get_stats: idle {idle0} -> {idle1} ns"
     );
 
     // Restart with the same --state (and -c, which the state file overrides).
