@@ -165,7 +165,10 @@ fn read_write(
             sink,
         )
     };
-    if submitted == Submitted::Done(Status::SUCCESS) {
+    if matches!(
+        submitted,
+        Submitted::Done(Status::SUCCESS) | Submitted::ZeroData
+    ) {
         if write {
             stats.bytes_written += len;
         } else {

@@ -53,6 +53,10 @@ pub struct PortInfo {
 pub enum Exec {
     /// Send this completion (after the C2H data, if any).
     Complete(Completion),
+    /// A successful read whose data is all zeroes and was not written to
+    /// the buffer: send `backend::zeroes(len)` as its data, then this
+    /// completion.
+    CompleteZeroData(Completion),
     /// The completion comes later through `poll`; keep the slot and its buffer.
     Pending,
     /// Protocol violation: send C2HTermReq with this FES and close.
@@ -428,6 +432,10 @@ impl QueuePair {
             &self.sink,
         ) {
             Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
+            Submitted::ZeroData => match self.complete(cmd.cid(), Outcome::err(Status::SUCCESS)) {
+                Exec::Complete(c) => Exec::CompleteZeroData(c),
+                other => other,
+            },
             Submitted::Pending => Exec::Pending,
         }
     }

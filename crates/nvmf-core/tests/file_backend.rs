@@ -95,6 +95,7 @@ fn dsm_dealloc(b: &dyn Backend, ranges: &[(u64, u32)]) -> Status {
 fn wait(sink: &Arc<CompletionSink>, submitted: Submitted) -> Status {
     match submitted {
         Submitted::Done(s) => s,
+        Submitted::ZeroData => panic!("a file backend never answers ZeroData"),
         Submitted::Pending => {
             let start = std::time::Instant::now();
             loop {

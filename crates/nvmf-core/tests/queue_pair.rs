@@ -205,7 +205,14 @@ fn rw(
 ) -> Completion {
     let mut cmd = Command::new(op as u8, 20);
     cmd.set_nsid(nsid).set_lba_range(slba, nlb);
-    done(qp.execute(&cmd, data))
+    match qp.execute(&cmd, data) {
+        // What the transport sends for it: zeroes.
+        Exec::CompleteZeroData(c) => {
+            data.fill(0);
+            c
+        }
+        e => done(e),
+    }
 }
 
 fn aer(qp: &mut QueuePair, cid: u16) -> Exec {
@@ -1264,6 +1271,17 @@ fn null_backend_reads_zeroes() {
         Status::SUCCESS
     );
     assert!(back.iter().all(|&b| b == 0));
+    // The core answers "zero data" and leaves the buffer alone (the
+    // transport sends the shared zero buffer).
+    let mut cmd = Command::new(IoOpcode::Read as u8, 21);
+    cmd.set_nsid(2).set_lba_range(5, 2);
+    let mut untouched = vec![0xEEu8; 4096 * 2];
+    let e = q.execute(&cmd, &mut untouched);
+    assert!(
+        matches!(e, Exec::CompleteZeroData(c) if c.status().is_success()),
+        "{e:?}"
+    );
+    assert!(untouched.iter().all(|&b| b == 0xEE));
 }
 
 #[test]

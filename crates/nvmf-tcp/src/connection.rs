@@ -1099,6 +1099,10 @@ impl Connection {
                 self.complete(idx, c);
                 Ok(())
             }
+            Exec::CompleteZeroData(c) => {
+                self.complete_with(idx, c, true);
+                Ok(())
+            }
             Exec::Pending => {
                 self.slots.set_state(idx, RequestState::Executing);
                 Ok(())
@@ -1123,6 +1127,12 @@ impl Connection {
 
     /// Queues C2H data (if any) and the response of slot `idx`.
     fn complete(&mut self, idx: u16, cqe: Completion) {
+        self.complete_with(idx, cqe, false)
+    }
+
+    /// As `complete`; with `zero_data` the C2H data is the shared zero
+    /// buffer, not the slot's (a null read: `Exec::CompleteZeroData`).
+    fn complete_with(&mut self, idx: u16, cqe: Completion, zero_data: bool) {
         let Some(slot) = self.slots.get(idx) else {
             return;
         };
@@ -1137,12 +1147,30 @@ impl Connection {
             let success_flag = self.params.c2h_success && self.sqflow_disabled;
             let flags = DATA_LAST | if success_flag { DATA_SUCCESS } else { 0 };
             encode_c2h_data_header(self.tx.buf(), &self.eopts, cmd.cid(), 0, 0, len, flags);
-            self.tx.push_slot(idx, len as usize);
+            let zeroes = zero_data
+                .then(|| nvmf_core::backend::zeroes(len as usize))
+                .flatten();
+            match zeroes {
+                Some(_) => self.tx.push_zeroes(idx, len as usize),
+                None => {
+                    if zero_data {
+                        // Longer than the shared buffer (the backend checks,
+                        // so not expected): zero the slot's own buffer.
+                        if let Some(s) = self.slots.get_mut(idx) {
+                            s.data_mut(len as usize).fill(0);
+                        }
+                    }
+                    self.tx.push_slot(idx, len as usize)
+                }
+            }
             if self.eopts.ddgst {
-                let crc = self
-                    .slots
-                    .get(idx)
-                    .map_or(0, |s| crc32c(s.data(len as usize)));
+                let crc = match zeroes {
+                    Some(z) => crc32c(z),
+                    None => self
+                        .slots
+                        .get(idx)
+                        .map_or(0, |s| crc32c(s.data(len as usize))),
+                };
                 self.tx.buf().extend_from_slice(&crc.to_le_bytes());
             }
             if !success_flag {

@@ -15,8 +15,10 @@ const COMPACT_AT: usize = 64 << 10;
 enum Seg {
     /// `bytes[previous end .. end]`.
     Bytes { end: usize },
-    /// The first `len` bytes of slot `slot`'s data buffer.
-    Slot { slot: u16, len: usize },
+    /// The first `len` bytes of slot `slot`'s data buffer, or with `zeroes`
+    /// `len` bytes of the shared zero buffer (`nvmf_core::backend::zeroes`:
+    /// a null read; the slot is still released when they have left).
+    Slot { slot: u16, len: usize, zeroes: bool },
 }
 
 /// Pending output of one connection.
@@ -98,7 +100,27 @@ impl TxQueue {
     pub fn push_slot(&mut self, slot: u16, len: usize) {
         self.commit_bytes();
         if len > 0 {
-            self.segs.push_back(Seg::Slot { slot, len });
+            self.segs.push_back(Seg::Slot {
+                slot,
+                len,
+                zeroes: false,
+            });
+            self.pending += len;
+        }
+    }
+
+    /// Queues `len` (at most `backend::ZEROES_LEN`) zero bytes as slot
+    /// `slot`'s data: `slot_done(slot)` comes when they have left, as for
+    /// [`Self::push_slot`].
+    pub fn push_zeroes(&mut self, slot: u16, len: usize) {
+        self.commit_bytes();
+        if len > 0 {
+            debug_assert!(len <= nvmf_core::backend::ZEROES_LEN);
+            self.segs.push_back(Seg::Slot {
+                slot,
+                len,
+                zeroes: true,
+            });
             self.pending += len;
         }
     }
@@ -122,8 +144,12 @@ impl TxQueue {
                     start = end;
                     b
                 }
-                Seg::Slot { slot, len } => {
-                    let d = slot_data(slot, len);
+                Seg::Slot { slot, len, zeroes } => {
+                    let d = if zeroes {
+                        nvmf_core::backend::zeroes(len).unwrap_or(&[])
+                    } else {
+                        slot_data(slot, len)
+                    };
                     d.get(skip..).unwrap_or(&[])
                 }
             };

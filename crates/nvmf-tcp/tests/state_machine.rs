@@ -1163,3 +1163,47 @@ fn host_that_never_reads_cannot_grow_the_send_queue() {
     let got = h.parse(&mut m.inbox).unwrap();
     assert_eq!(got.len(), sent as usize);
 }
+
+/// A null namespace's read sends zeroes from the shared zero buffer, never
+/// what the slot's buffer held before (here: a malloc read of a pattern on
+/// the same connection), with a correct data digest.
+#[test]
+fn null_read_sends_zeroes_not_the_slot_buffer() {
+    let json = config_json(4420).replace(
+        r#"{"method":"bdev_malloc_create","params":{"name":"Malloc1","block_size":512,"num_blocks":2048}}"#,
+        r#"{"method":"bdev_malloc_create","params":{"name":"Malloc1","block_size":512,"num_blocks":2048}},
+   {"method":"bdev_null_create","params":{"name":"Null0","block_size":512,"num_blocks":2048}}"#,
+    );
+    let json = json.replacen(
+        r#"{"nsid":1,"bdev_name":"Malloc0"}}},"#,
+        r#"{"nsid":1,"bdev_name":"Malloc0"}}},
+   {"method":"nvmf_subsystem_add_ns","params":{"nqn":"nqn.2024-01.io.nvmfd:default","namespace":{"nsid":2,"bdev_name":"Null0"}}},"#,
+        1,
+    );
+    assert!(json.contains("Null0\"}}}"), "null namespace added: {json}");
+    let t = Target::from_config(&TargetConfig::from_json_str(&json).expect("config")).unwrap();
+    let mut admin = Mem::new(&t, 90);
+    let mut ah = Host::new();
+    let cntlid = admin_up(&mut admin, &mut ah, true, true);
+    let (mut m, mut h) = io_conn(&t, 91, cntlid, true);
+    let data = pattern(92, 64 * 1024);
+    assert_eq!(write(&mut m, &mut h, 0, &data, false), Status::SUCCESS);
+    for len in [4096usize, 64 * 1024] {
+        // The slot buffer now holds the pattern ...
+        let (s, d) = read(&mut m, &mut h, 0, len);
+        assert_eq!(s, Status::SUCCESS);
+        assert!(d == data[..len], "malloc read back");
+        // ... and a null read on the same connection sends zeroes.
+        let mut cmd = Command::new(0x02, h.cid());
+        cmd.set_nsid(2);
+        cmd.set_lba_range(0, (len / 512) as u32);
+        let (c, d) = exec(&mut m, &h, cmd, Out::None, len as u32);
+        assert_eq!(c.status(), Status::SUCCESS);
+        assert_eq!(d.len(), len);
+        assert!(
+            d.iter().all(|&b| b == 0),
+            "null read of {len} bytes sent non-zero data"
+        );
+    }
+    assert!(!m.closed());
+}

@@ -131,6 +131,28 @@ pub enum Submitted {
     /// pair does not go away (and so the transport does not free the
     /// buffers) while such clones exist (see `QueuePair`'s `Drop`).
     Pending,
+    /// A read finished successfully and its data is all zeroes; the buffer
+    /// was not written (the null backend, for reads no longer than
+    /// [`zeroes`] can supply): the transport sends [`zeroes`] instead, so
+    /// a null read costs no fill of its buffer (SPDK's null bdev points
+    /// reads at a shared zero buffer the same way).
+    ZeroData,
+}
+
+/// Bytes of the shared zero buffer (the largest read [`Submitted::ZeroData`]
+/// may answer).
+pub const ZEROES_LEN: usize = 1 << 20;
+
+/// `len` zero bytes from one shared, never written buffer, or `None` when
+/// `len` is over [`ZEROES_LEN`]. The buffer is a zeroed anonymous mapping
+/// that is only ever read, so it costs no memory beyond the kernel's zero
+/// page.
+pub fn zeroes(len: usize) -> Option<&'static [u8]> {
+    static ZEROES: std::sync::OnceLock<Box<[u8]>> = std::sync::OnceLock::new();
+    if len > ZEROES_LEN {
+        return None;
+    }
+    Some(&ZEROES.get_or_init(|| vec![0u8; ZEROES_LEN].into_boxed_slice())[..len])
 }
 
 /// Identifies an operation to its queue pair when it completes later.
@@ -376,6 +398,7 @@ mod tests {
     fn wait(sink: &Arc<CompletionSink>, submitted: Submitted) -> Status {
         match submitted {
             Submitted::Done(s) => s,
+            Submitted::ZeroData => Status::SUCCESS,
             Submitted::Pending => {
                 let start = std::time::Instant::now();
                 loop {
@@ -720,15 +743,26 @@ mod tests {
             }
         )
         .is_success());
-        assert!(op_status(
-            &n,
-            BlockOp::Read {
-                lba: 2,
-                buf: &mut b
-            }
-        )
-        .is_success());
-        assert!(b.iter().all(|&x| x == 0));
+        // A read answers "all zeroes" without writing the buffer; the
+        // transport sends the shared zero buffer instead.
+        let sink = CompletionSink::new();
+        let op = BlockOp::Read {
+            lba: 2,
+            buf: &mut b,
+        };
+        assert_eq!(n.submit(op, TAG, &sink), Submitted::ZeroData);
+        assert!(b.iter().all(|&x| x == 9), "the buffer is not touched");
+        assert!(zeroes(b.len()).unwrap().iter().all(|&x| x == 0));
+        assert!(zeroes(ZEROES_LEN + 1).is_none());
+        // A read longer than the shared buffer gets its own buffer zeroed.
+        let big = NullBackend::new("big", 4096, 1024);
+        let mut long = vec![9u8; ZEROES_LEN + 4096];
+        let op = BlockOp::Read {
+            lba: 0,
+            buf: &mut long,
+        };
+        assert_eq!(big.submit(op, TAG, &sink), Submitted::Done(Status::SUCCESS));
+        assert!(long.iter().all(|&x| x == 0));
         assert!(!op_status(
             &n,
             BlockOp::Read {

@@ -1,5 +1,9 @@
 //! The null backend: reads return zeroes, writes are discarded.
 //!
+//! A read's buffer is not filled: it answers [`Submitted::ZeroData`] and the
+//! transport sends the shared zero buffer ([`super::zeroes`]); only reads
+//! longer than that buffer get their own buffer zeroed.
+//!
 //! Owns nothing but its geometry; useful to measure the target's own overhead.
 
 use std::sync::Arc;
@@ -66,10 +70,14 @@ impl Backend for NullBackend {
         let status = match op {
             BlockOp::Read { lba, buf } => {
                 let s = self.check(lba, buf.len());
-                if s.is_success() {
+                if !s.is_success() {
+                    s
+                } else if super::zeroes(buf.len()).is_some() {
+                    return Submitted::ZeroData;
+                } else {
                     buf.fill(0);
+                    s
                 }
-                s
             }
             BlockOp::Write { lba, buf, .. } => self.check(lba, buf.len()),
             BlockOp::Flush => Status::SUCCESS,
