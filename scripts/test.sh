@@ -13,6 +13,8 @@
 #      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
 #      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
 #      NVMFD_FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips the fuzz sessions)
+#      NVMFD_SPDK_DIR      SPDK tree with a build for crates/nvmfd/tests/spdk_host.rs (default
+#                          /work/spdk/spdk; those tests print a skip line without one)
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"

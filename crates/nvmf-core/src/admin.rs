@@ -18,7 +18,7 @@ use nvmf_wire::command::Command;
 use nvmf_wire::opcode::{AdminOpcode, FeatureId};
 use nvmf_wire::status::Status;
 
-use crate::controller::Controller;
+use crate::controller::{Controller, TEMP_OVER_DEFAULT_K};
 use crate::error::{Outcome, INVALID_FIELD, INVALID_OPCODE};
 use crate::namespace::NamespaceTable;
 use crate::queue::{PortInfo, AER_LIMIT};
@@ -115,6 +115,19 @@ const FID_ZERO_VALUED: [u8; 4] = [
     FeatureId::InterruptCoalescing as u8,
 ];
 
+/// Temperature Threshold (feature 04h) CDW11: TMPTH 15:0, TMPSEL 19:16,
+/// THSEL 21:20. Only the composite temperature (TMPSEL 0; 1111b = all
+/// sensors, for Set) exists; THSEL 0 = over, 1 = under. Anything else is
+/// Invalid Field. Returns (under, threshold).
+fn temp_threshold_select(cdw11: u32, set: bool) -> Option<(bool, u16)> {
+    let tmpsel = (cdw11 >> 16) & 0xF;
+    let thsel = (cdw11 >> 20) & 0x3;
+    if !(tmpsel == 0 || (set && tmpsel == 0xF)) || thsel > 1 {
+        return None;
+    }
+    Some((thsel == 1, cdw11 as u16))
+}
+
 fn discovery_feature_allowed(fid: u8) -> bool {
     fid == FeatureId::KeepAliveTimer as u8 || fid == FeatureId::AsyncEventConfig as u8
 }
@@ -134,7 +147,8 @@ fn get_features(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) -> Outco
         Ok(FeatureId::NumberOfQueues
             | FeatureId::AsyncEventConfig
             | FeatureId::KeepAliveTimer
-            | FeatureId::VolatileWriteCache)
+            | FeatureId::VolatileWriteCache
+            | FeatureId::TemperatureThreshold)
     );
     let value = match FeatureId::try_from(fid) {
         Ok(FeatureId::NumberOfQueues) => {
@@ -144,6 +158,20 @@ fn get_features(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) -> Outco
         Ok(FeatureId::AsyncEventConfig) => ctrl.aen_enabled(),
         Ok(FeatureId::KeepAliveTimer) => ctrl.kato_ms(),
         Ok(FeatureId::VolatileWriteCache) => u32::from(ctrl.write_cache_enabled()),
+        Ok(FeatureId::TemperatureThreshold) => {
+            let Some((under, _)) = temp_threshold_select(cmd.cdw11(), false) else {
+                return Outcome::err(INVALID_FIELD);
+            };
+            if sel == 1 {
+                // Default.
+                return Outcome::ok_dw0(if under {
+                    0
+                } else {
+                    u32::from(TEMP_OVER_DEFAULT_K)
+                });
+            }
+            u32::from(ctrl.temp_threshold(under))
+        }
         Ok(FeatureId::HostIdentifier) => {
             // Only the 128-bit form (EXHID, CDW11 bit 0) exists on fabrics.
             if cmd.cdw11() & 1 == 0 {
@@ -237,6 +265,13 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             ctrl.set_write_cache_enabled(cdw11 & 1 != 0);
             Outcome::ok()
         }
+        Ok(FeatureId::TemperatureThreshold) => match temp_threshold_select(cdw11, true) {
+            Some((under, kelvin)) => {
+                ctrl.set_temp_threshold(under, kelvin);
+                Outcome::ok()
+            }
+            None => Outcome::err(INVALID_FIELD),
+        },
         // The host identifier comes from Connect on fabrics.
         Ok(FeatureId::HostIdentifier) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => Outcome::err(INVALID_FIELD),

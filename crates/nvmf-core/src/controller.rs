@@ -34,6 +34,10 @@ pub const AEN_DISC_CHANGE: u32 = 1 << 31;
 
 /// Most entries of the Changed Namespace List log page.
 pub const CHANGED_NS_MAX: usize = 1024;
+/// Default over-temperature threshold of the composite temperature (feature
+/// 04h): 343 K = 70 °C; the under threshold defaults to 0 K. SMART reports a
+/// fixed 298 K, so neither is ever crossed unless a host moves them.
+pub const TEMP_OVER_DEFAULT_K: u16 = 343;
 
 /// Why a controller's queues must close.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +140,9 @@ pub struct Controller {
     csts: AtomicU32,
     kato_ms: AtomicU32,
     wce: AtomicBool,
+    /// Composite-temperature thresholds (feature 04h), Kelvin: over in
+    /// bits 15:0, under in bits 31:16.
+    temp_thresholds: AtomicU32,
     aen_enabled: AtomicU32,
     aen_pending: AtomicU32,
     aen_masked: AtomicU32,
@@ -173,6 +180,7 @@ impl Controller {
             csts: AtomicU32::new(0),
             kato_ms: AtomicU32::new(kato_ms),
             wce: AtomicBool::new(true),
+            temp_thresholds: AtomicU32::new(u32::from(TEMP_OVER_DEFAULT_K)),
             aen_enabled: AtomicU32::new(supported),
             aen_pending: AtomicU32::new(0),
             aen_masked: AtomicU32::new(0),
@@ -336,6 +344,30 @@ impl Controller {
 
     pub(crate) fn set_write_cache_enabled(&self, v: bool) {
         self.wce.store(v, Ordering::Relaxed);
+    }
+
+    /// The composite temperature's over (`under == false`) or under
+    /// threshold in Kelvin (feature 04h).
+    pub fn temp_threshold(&self, under: bool) -> u16 {
+        let v = self.temp_thresholds.load(Ordering::Relaxed);
+        if under {
+            (v >> 16) as u16
+        } else {
+            v as u16
+        }
+    }
+
+    pub(crate) fn set_temp_threshold(&self, under: bool, kelvin: u16) {
+        let (shift, keep) = if under {
+            (16, 0xFFFF)
+        } else {
+            (0, 0xFFFF_0000)
+        };
+        let _ = self
+            .temp_thresholds
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |v| {
+                Some((v & keep) | (u32::from(kelvin) << shift))
+            });
     }
 
     /// Asynchronous Event Configuration (feature 0Bh).

@@ -740,6 +740,35 @@ fn features() {
     set_feature(&mut qp, 0x06, 0);
     assert_eq!(get_feature(&mut qp, 0x06, 0).dw0(), 0);
 
+    // Temperature threshold (composite sensor only): over 343 K / under 0 K
+    // by default, kept per controller; other sensors and THSEL 2 refused.
+    assert_eq!(get_feature(&mut qp, 0x04, 0).dw0(), 343);
+    assert_eq!(get_feature(&mut qp, 0x04, 1 << 20).dw0(), 0);
+    assert_eq!(status(&set_feature(&mut qp, 0x04, 350)), Status::SUCCESS);
+    assert_eq!(
+        status(&set_feature(&mut qp, 0x04, (1 << 20) | 270)),
+        Status::SUCCESS
+    );
+    assert_eq!(get_feature(&mut qp, 0x04, 0).dw0(), 350);
+    assert_eq!(get_feature(&mut qp, 0x04, 1 << 20).dw0(), 270);
+    assert_eq!(
+        status(&set_feature(&mut qp, 0x04, (0xF << 16) | 360)),
+        Status::SUCCESS,
+        "TMPSEL 1111b: all sensors"
+    );
+    assert_eq!(get_feature(&mut qp, 0x04, 0).dw0(), 360);
+    for cdw11 in [1 << 16, 0xF << 16, 9 << 16, 2 << 20] {
+        assert_eq!(
+            status(&get_feature(&mut qp, 0x04, cdw11)),
+            Status::INVALID_FIELD.with_dnr(),
+            "get cdw11 {cdw11:#x}"
+        );
+    }
+    assert_eq!(
+        status(&set_feature(&mut qp, 0x04, 3 << 20)),
+        Status::INVALID_FIELD.with_dnr()
+    );
+
     // Features with nothing to configure.
     for fid in [0x01u8, 0x02, 0x05, 0x08] {
         let c = get_feature(&mut qp, fid, 0);

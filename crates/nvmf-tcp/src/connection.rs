@@ -1193,11 +1193,13 @@ impl Connection {
             self.slots.grow(depth);
             self.need_buf.reserve(depth);
             self.sqflow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
-        } else if !self.qp.is_connected() {
-            // Rejected Connect (unknown subsystem, host not allowed, ...):
-            // answer, then hang up like the kernel target does.
-            self.close = Some("Connect rejected");
         }
+        // A rejected Connect (unknown subsystem, host not allowed, Busy...)
+        // leaves the connection open and unconnected, as SPDK's target and
+        // nvmet do: the host reads the status and hangs up itself (SPDK's
+        // host fails the queue without reporting the status if the socket
+        // closes under it). Only another Connect is accepted; the reactor's
+        // connect timeout closes a connection that never gets connected.
     }
 }
 

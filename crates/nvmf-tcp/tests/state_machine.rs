@@ -524,9 +524,13 @@ fn data_digest_errors_fail_the_command_only() {
 }
 
 #[test]
-fn connect_rejections_close_the_connection() {
+fn connect_rejections_keep_the_connection_open() {
+    // As SPDK's target and nvmet: the host reads the status and hangs up
+    // itself; only another Connect is accepted meanwhile (the reactor's
+    // connect timeout bounds a connection that never gets connected).
     let t = target();
-    // Host not on the allow list.
+    // Host not on the allow list, then the allowed host on the same
+    // connection.
     let mut m = Mem::new(&t, 30);
     let mut h = Host::new();
     init(&mut m, &mut h, false, false);
@@ -540,11 +544,7 @@ fn connect_rejections_close_the_connection() {
         HOSTNQN,
     );
     assert_eq!((c.status().sct, c.status().sc), (1, 0x84));
-    assert!(m.closed());
-    // Allowed host works.
-    let mut m = Mem::new(&t, 31);
-    let mut h = Host::new();
-    init(&mut m, &mut h, false, false);
+    assert!(!m.closed(), "{:?}", m.conn.close_reason());
     let c = connect(
         &mut m,
         &mut h,
@@ -570,7 +570,7 @@ fn connect_rejections_close_the_connection() {
         HOSTNQN,
     );
     assert_eq!((c.status().sct, c.status().sc), (1, 0x82));
-    assert!(m.closed());
+    assert!(!m.closed(), "{:?}", m.conn.close_reason());
 }
 
 #[test]
