@@ -70,12 +70,12 @@ def run_one(target, a, case, seconds, tmp):
         if m:
             ir = int(m.group(2))
     # Exclusive counts of the functions that only move or fill data bytes.
-    ann = subprocess.run(["callgrind_annotate", "--inclusive=no", "--threshold=100", out],
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=no", "--auto=no", "--threshold=100", out],
                          capture_output=True, text=True).stdout
     data = 0
     for line in ann.splitlines():
         m = re.match(r"\s*([\d,]+)\s+\(.*?\)\s+(.*)", line)
-        if m and COPY_FNS.search(m.group(2)):
+        if m and "=>" not in line and COPY_FNS.search(m.group(2)):
             data += int(m.group(1).replace(",", ""))
     return ir, data, ios
 
