@@ -181,6 +181,17 @@ pub struct Cli {
     #[arg(long = "max-r2t-bytes", value_name = "BYTES", default_value_t = nvmf_tcp::MAX_R2T_BYTES,
           value_parser = clap::value_parser!(u32).range(4096..))]
     pub max_r2t_bytes: u32,
+
+    /// Which reactor serves each I/O queue. balanced: right after its
+    /// Fabrics Connect, an I/O queue moves to the reactor holding the
+    /// fewest queues of its controller (round-robin, starting at the least
+    /// loaded reactor; reactors on the NUMA node of the network device
+    /// preferred), so one controller's queues spread evenly. kernel: a
+    /// queue stays on the reactor whose SO_REUSEPORT listener accepted it
+    /// (the kernel's connection hash decides). Admin queues always stay.
+    #[arg(long = "queue-placement", value_name = "POLICY", value_enum,
+          default_value_t = crate::placement::Policy::Balanced)]
+    pub queue_placement: crate::placement::Policy,
 }
 
 /// Default of `--poll-us`.

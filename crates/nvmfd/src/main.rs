@@ -10,6 +10,8 @@ mod cpus;
 mod limits;
 mod listen;
 mod live;
+mod numa;
+mod placement;
 mod reactor;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -190,6 +192,25 @@ fn run(cli: Cli) -> Result<()> {
         listen::check_free(a.addr).with_context(|| format!("cannot listen on {} (tcp)", a.addr))?;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
+    let placement = match cli.queue_placement {
+        placement::Policy::Balanced => {
+            let nodes: Vec<Option<u32>> = cores.iter().map(|&c| numa::cpu_node(c)).collect();
+            info!(
+                "queue placement: balanced (I/O queues of a controller spread over the reactors;                  reactor NUMA nodes {})",
+                nodes
+                    .iter()
+                    .map(|n| n.map_or("?".to_string(), |n| n.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            Some(placement::Placement::new(nodes))
+        }
+        placement::Policy::Kernel => {
+            info!("queue placement: kernel (each queue stays on the reactor that accepted it)");
+            None
+        }
+    };
+    let mut peers = Vec::new();
     let mut reactors = Vec::new();
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
@@ -202,6 +223,10 @@ fn run(cli: Cli) -> Result<()> {
             listeners.push(Some((mio::net::TcpListener::from_std(l), a.clone())));
         }
         let (tx, rx) = std::sync::mpsc::channel();
+        peers.push(live::ReactorHandle {
+            tx: std::sync::Mutex::new(tx.clone()),
+            waker: waker.clone(),
+        });
         handles.push(live::ReactorHandle {
             tx: std::sync::Mutex::new(tx),
             waker: waker.clone(),
@@ -223,7 +248,15 @@ fn run(cli: Cli) -> Result<()> {
             conn_limits: conn_limits.clone(),
             keepalive,
             log: limits::LogLimiter::new(cli.log_rate),
+            placement: placement.clone(),
+            peers: Arc::new(Vec::new()),
+            nic_nodes: Default::default(),
         });
+    }
+    // Every reactor can hand a queue to every other one.
+    let peers = Arc::new(peers);
+    for r in &mut reactors {
+        r.peers = peers.clone();
     }
 
     // Control plane: its own threads; changes reach reactors by message.
