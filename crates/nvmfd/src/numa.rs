@@ -27,7 +27,11 @@ fn cpu_node_in(root: &Path, cpu: usize) -> Option<u32> {
 /// addresses (None: no such interface, or it has no node).
 pub fn nic_node(ip: IpAddr) -> Option<u32> {
     let ifname = interface_of(ip)?;
-    read_node(&Path::new("/sys/class/net").join(ifname).join("device/numa_node"))
+    read_node(
+        &Path::new("/sys/class/net")
+            .join(ifname)
+            .join("device/numa_node"),
+    )
 }
 
 fn read_node(path: &Path) -> Option<u32> {
@@ -91,7 +95,10 @@ mod tests {
 
     #[test]
     fn loopback_has_no_node() {
-        assert_eq!(interface_of("127.0.0.1".parse().unwrap()).as_deref(), Some("lo"));
+        assert_eq!(
+            interface_of("127.0.0.1".parse().unwrap()).as_deref(),
+            Some("lo")
+        );
         assert_eq!(nic_node("127.0.0.1".parse().unwrap()), None);
         assert_eq!(nic_node("::ffff:127.0.0.1".parse().unwrap()), None);
         // An address no interface has.

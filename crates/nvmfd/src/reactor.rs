@@ -645,7 +645,10 @@ impl Reactor {
     /// NUMA node of the network device carrying `sock`'s local address.
     fn nic_node(&mut self, sock: &TcpStream) -> Option<u32> {
         let ip = sock.local_addr().ok()?.ip();
-        *self.nic_nodes.entry(ip).or_insert_with(|| numa::nic_node(ip))
+        *self
+            .nic_nodes
+            .entry(ip)
+            .or_insert_with(|| numa::nic_node(ip))
     }
 
     /// Sends connection `key` to reactor `to` (it stops being served here).
@@ -655,17 +658,26 @@ impl Reactor {
         };
         let id = self.id;
         if let Err(e) = self.poll.registry().deregister(&mut c.sock) {
-            warn!(reactor = id, "cannot hand a connection from {} over: {e}; closed", c.peer);
+            warn!(
+                reactor = id,
+                "cannot hand a connection from {} over: {e}; closed", c.peer
+            );
             return;
         }
         let peer = c.peer;
         let Some(handle) = self.peers.get(to) else {
-            warn!(reactor = id, "no reactor {to} to hand the connection from {peer} to; closed");
+            warn!(
+                reactor = id,
+                "no reactor {to} to hand the connection from {peer} to; closed"
+            );
             return;
         };
         if !handle.send(ReactorCmd::Adopt(MovedConn(Box::new(c)))) {
             // Only at shutdown: the connection was dropped with the message.
-            debug!(reactor = id, "reactor {to} is gone; connection from {peer} closed");
+            debug!(
+                reactor = id,
+                "reactor {to} is gone; connection from {peer} closed"
+            );
         }
     }
 
@@ -682,12 +694,20 @@ impl Reactor {
             // Its listen address was removed while it was on its way.
             self.closed.io_qpairs += 1;
             self.closed.stats.add(c.sm.queue().stats());
-            self.conn_log(|| info!(reactor = id, "connection from {peer} closed: listener removed"));
+            self.conn_log(|| {
+                info!(
+                    reactor = id,
+                    "connection from {peer} closed: listener removed"
+                )
+            });
             return;
         }
         if !c.sm.adopt_current_thread() {
             // `place` only moves queues with nothing executing.
-            debug!(reactor = id, "connection from {peer} moved with commands executing");
+            debug!(
+                reactor = id,
+                "connection from {peer} moved with commands executing"
+            );
         }
         let entry = conns.vacant_entry();
         let key = entry.key();
@@ -702,7 +722,10 @@ impl Reactor {
             .registry()
             .register(&mut c.sock, Token(CONN_BASE + key), interest)
         {
-            warn!(reactor = id, "cannot register connection from {peer}: {e}; closed");
+            warn!(
+                reactor = id,
+                "cannot register connection from {peer}: {e}; closed"
+            );
             return;
         }
         // The host may have sent more already (the socket was not watched
