@@ -2,8 +2,9 @@
 //! non-blocking writer: a bounded, lossy queue drained by its own thread, so
 //! no reactor ever waits on stderr; flushed at exit), loads and validates the
 //! config (or the embedded default), creates the target and applies the host
-//! limits, binds the listeners for every reactor, starts the pinned reactor
-//! threads and waits for SIGINT/SIGTERM to shut them down.
+//! limits, binds the listeners for every reactor, sets up queue placement
+//! (`--queue-placement`, with each reactor core's NUMA node), starts the
+//! pinned reactor threads and waits for SIGINT/SIGTERM to shut them down.
 
 mod cli;
 mod cpus;

@@ -10,6 +10,13 @@
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
 //!
+//! Queue placement (`placement.rs`): when a connection's Fabrics Connect
+//! succeeds, an I/O queue may be handed to another reactor: deregistered
+//! here and sent whole (`ReactorCmd::Adopt`) over that reactor's command
+//! channel; the receiver registers it and serves it at once. Only a queue
+//! with nothing executing in a backend moves (io_uring operations complete
+//! on the submitting thread's ring).
+//!
 //! Handshake limits: a connection that sends no ICReq within
 //! `icreq_timeout`, or whose queue is not connected (Fabrics Connect)
 //! within `connect_timeout` of being accepted, is closed on a tick, so
