@@ -6,7 +6,8 @@
 //! write + read, and Write Zeroes large enough to run on the helper pool,
 //! whose completion must wake the reactor that now owns the queue), and
 //! disconnecting brings every reactor's `current_io_qpairs` back to zero.
-//! Counts are read over the RPC socket (`nvmf_get_stats`,
+//! Namespace 2 is a file on io_uring: a moved queue submits to the ring of
+//! its new reactor. Counts are read over the RPC socket (`nvmf_get_stats`,
 //! `nvmf_subsystem_get_qpairs`).
 
 mod common;
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:placement";
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
-/// Namespace 1: 4 MiB RAM disk of 512-byte blocks.
+/// Namespaces 1 (RAM) and 2 (file on io_uring): 4 MiB of 512-byte blocks.
 const NS_BLOCKS: u64 = 8192;
 
 struct Daemon {
@@ -31,6 +32,7 @@ struct Daemon {
     port: u16,
     cfg: PathBuf,
     sock: PathBuf,
+    img: PathBuf,
 }
 
 impl Drop for Daemon {
@@ -38,22 +40,26 @@ impl Drop for Daemon {
         self.nvmfd.kill();
         let _ = std::fs::remove_file(&self.cfg);
         let _ = std::fs::remove_file(&self.sock);
+        let _ = std::fs::remove_file(&self.img);
     }
 }
 
-fn config(port: u16) -> String {
+fn config(port: u16, img: &std::path::Path) -> String {
     let l =
         format!(r#"{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}"#);
     format!(
         r#"{{"subsystems":[
  {{"subsystem":"bdev","config":[
-   {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","block_size":512,"num_blocks":{NS_BLOCKS}}}}}]}},
+   {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","block_size":512,"num_blocks":{NS_BLOCKS}}}}},
+   {{"method":"bdev_uring_create","params":{{"name":"F0","filename":"{img}","block_size":512}}}}]}},
  {{"subsystem":"nvmf","config":[
    {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","in_capsule_data_size":4096,"max_io_size":131072}}}},
    {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,"serial_number":"NVMFDPLACE0001"}}}},
    {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"nsid":1,"bdev_name":"Malloc0"}}}}}},
+   {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"nsid":2,"bdev_name":"F0"}}}}}},
    {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{l}}}}}
- ]}}]}}"#
+ ]}}]}}"#,
+        img = img.display()
     )
 }
 
@@ -66,7 +72,13 @@ impl Daemon {
             let tag = format!("{}-{port}-{attempt}", std::process::id());
             let cfg = tmp.join(format!("nvmfd-placement-{tag}.json"));
             let sock = tmp.join(format!("nvmfd-placement-{tag}.sock"));
-            std::fs::write(&cfg, config(port)).unwrap();
+            let img = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+                .join(format!("nvmfd-placement-{tag}.img"));
+            std::fs::File::create(&img)
+                .unwrap()
+                .set_len(NS_BLOCKS * 512)
+                .unwrap();
+            std::fs::write(&cfg, config(port, &img)).unwrap();
             let mut cmd = Nvmfd::command();
             cmd.args(["-m", "0,1", "--log-level", "info,nvmfd=debug", "-c"])
                 .arg(&cfg)
@@ -78,6 +90,7 @@ impl Daemon {
                 port,
                 cfg,
                 sock,
+                img,
             };
             let ready = format!("listening on 127.0.0.1:{port} (tcp)");
             if d.nvmfd.wait_ready(&ready, Duration::from_secs(10)) {
@@ -182,8 +195,9 @@ fn wait(q: &mut IoQueue) -> IoCompletion {
 
 /// Right after its Connect (the queue may still be on its way to another
 /// reactor): a burst of writes to this queue's own blocks, then the reads
-/// back, verified. Every queue owns a distinct 64 KiB region.
-fn verified_io(q: &mut IoQueue) {
+/// back, verified, on namespace `nsid`. Every queue owns a distinct 64 KiB
+/// region.
+fn verified_io(q: &mut IoQueue, nsid: u32) {
     let qid = q.qid();
     let base = qid as u64 * 128;
     assert!(base + 128 <= NS_BLOCKS / 2);
@@ -191,7 +205,7 @@ fn verified_io(q: &mut IoQueue) {
     for k in 0..16u64 {
         let s = q.alloc().expect("free slot");
         q.buf_mut(s)[..4096].copy_from_slice(&pattern(qid, k, 4096));
-        q.submit_write(s, 1, base + k * 8, 8, 4096).unwrap();
+        q.submit_write(s, nsid, base + k * 8, 8, 4096).unwrap();
         slots.push(s);
     }
     for _ in 0..16 {
@@ -206,7 +220,7 @@ fn verified_io(q: &mut IoQueue) {
     let mut lba_of = HashMap::new();
     for k in 0..16u64 {
         let s = q.alloc().expect("free slot");
-        q.submit_read(s, 1, base + k * 8, 8, 4096).unwrap();
+        q.submit_read(s, nsid, base + k * 8, 8, 4096).unwrap();
         lba_of.insert(s, k);
     }
     for _ in 0..16 {
@@ -254,7 +268,8 @@ fn one_controller_queues_split_in_half() {
             .collect();
         // I/O at once, while the queues may still be moving.
         for q in &mut queues {
-            verified_io(q);
+            verified_io(q, 1);
+            verified_io(q, 2);
         }
         let per = d.wait_total(n as u64);
         assert_eq!(
@@ -274,7 +289,8 @@ fn one_controller_queues_split_in_half() {
         // Every queue still works after the move; helper completions
         // reach the reactor that owns the queue now.
         for q in &mut queues {
-            verified_io(q);
+            verified_io(q, 1);
+            verified_io(q, 2);
             let m = helper_zeroes_median(q);
             eprintln!("{n} queues: queue {} Write Zeroes median {m:?}", q.qid());
             assert!(
@@ -323,7 +339,7 @@ fn interleaved_controllers_each_split_in_half() {
         );
     }
     for q in queues.iter_mut().flatten() {
-        verified_io(q);
+        verified_io(q, 1);
     }
     // One controller goes: the others keep their halves.
     queues.remove(0);
