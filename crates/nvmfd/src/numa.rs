@@ -1,9 +1,11 @@
 //! NUMA topology from sysfs, for queue placement (`placement.rs`): the node
 //! of a CPU (`/sys/devices/system/cpu/cpuN/nodeM`) and the node of the
 //! network device that carries a local IP address (the interface from
-//! getifaddrs(3), then `/sys/class/net/IF/device/numa_node`). Loopback and
-//! virtual devices have no `device` link, and single-node machines report
-//! -1: both read as "no node" (all reactors are then equal).
+//! getifaddrs(3), then `/sys/class/net/IF/device/numa_node`; a VLAN, bond
+//! or other stacked interface without a `device` link is followed down its
+//! `lower_*` links to the first physical device that has a node). Loopback
+//! and purely virtual devices have no device, and single-node machines
+//! report -1: both read as "no node" (all reactors are then equal).
 
 use std::net::IpAddr;
 use std::path::Path;
@@ -27,11 +29,34 @@ fn cpu_node_in(root: &Path, cpu: usize) -> Option<u32> {
 /// addresses (None: no such interface, or it has no node).
 pub fn nic_node(ip: IpAddr) -> Option<u32> {
     let ifname = interface_of(ip)?;
-    read_node(
-        &Path::new("/sys/class/net")
-            .join(ifname)
-            .join("device/numa_node"),
-    )
+    if_node_in(Path::new("/sys/class/net"), &ifname, 0)
+}
+
+/// Stacked interfaces followed at most this deep (VLAN on bond on NIC).
+const MAX_LOWER_DEPTH: usize = 4;
+
+/// The node of interface `ifname` under `root` (`/sys/class/net`): its own
+/// device's, else the first of its lower devices' that has one.
+fn if_node_in(root: &Path, ifname: &str, depth: usize) -> Option<u32> {
+    let dir = root.join(ifname);
+    if let Some(n) = read_node(&dir.join("device/numa_node")) {
+        return Some(n);
+    }
+    if depth >= MAX_LOWER_DEPTH {
+        return None;
+    }
+    let mut lower: Vec<String> = std::fs::read_dir(&dir)
+        .ok()?
+        .flatten()
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_prefix("lower_"))
+                .map(str::to_string)
+        })
+        .collect();
+    lower.sort();
+    lower.iter().find_map(|l| if_node_in(root, l, depth + 1))
 }
 
 fn read_node(path: &Path) -> Option<u32> {
@@ -120,6 +145,29 @@ mod tests {
         assert_eq!(read_node(&root.join("minus")), None);
         assert_eq!(read_node(&root.join("one")), Some(1));
         assert_eq!(read_node(&root.join("absent")), None);
+
+        // /sys/class/net: eth0 on node 1; vlan10 on bond0 on eth0; lo and
+        // a dummy without device; a NIC reporting -1.
+        let net = root.join("net");
+        std::fs::create_dir_all(net.join("eth0/device")).unwrap();
+        std::fs::write(net.join("eth0/device/numa_node"), "1\n").unwrap();
+        std::fs::create_dir_all(net.join("bond0/lower_eth0")).unwrap();
+        std::fs::create_dir_all(net.join("vlan10/lower_bond0")).unwrap();
+        std::fs::create_dir_all(net.join("lo")).unwrap();
+        std::fs::create_dir_all(net.join("dummy0")).unwrap();
+        std::fs::create_dir_all(net.join("eth1/device")).unwrap();
+        std::fs::write(net.join("eth1/device/numa_node"), "-1\n").unwrap();
+        assert_eq!(if_node_in(&net, "eth0", 0), Some(1));
+        assert_eq!(if_node_in(&net, "bond0", 0), Some(1));
+        assert_eq!(if_node_in(&net, "vlan10", 0), Some(1));
+        assert_eq!(if_node_in(&net, "lo", 0), None);
+        assert_eq!(if_node_in(&net, "dummy0", 0), None);
+        assert_eq!(if_node_in(&net, "eth1", 0), None);
+        assert_eq!(if_node_in(&net, "absent0", 0), None);
+        // A lower_ loop (impossible in a real sysfs) ends at the depth limit.
+        std::fs::create_dir_all(net.join("a/lower_b")).unwrap();
+        std::fs::create_dir_all(net.join("b/lower_a")).unwrap();
+        assert_eq!(if_node_in(&net, "a", 0), None);
         std::fs::remove_dir_all(&root).unwrap();
     }
 }
