@@ -634,6 +634,10 @@ impl Reactor {
         } else {
             // A command pipelined behind the Connect is already executing
             // in this thread's backend: the queue stays here.
+            debug!(
+                reactor = self.id,
+                cntlid, qid, "I/O queue stays: a command pipelined behind its Connect is executing"
+            );
             placement.place_at(key, self.id)
         };
         let to = placed.reactor();
@@ -672,6 +676,11 @@ impl Reactor {
             return;
         }
         let peer = c.peer;
+        debug!(
+            reactor = id,
+            "handing the I/O queue from {peer} to reactor {to} with {} bytes of output queued",
+            c.sm.output_len()
+        );
         let Some(handle) = self.peers.get(to) else {
             warn!(
                 reactor = id,

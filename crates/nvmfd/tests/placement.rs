@@ -7,20 +7,33 @@
 //! whose completion must wake the reactor that now owns the queue), and
 //! disconnecting brings every reactor's `current_io_qpairs` back to zero.
 //! Namespace 2 is a file on io_uring: a moved queue submits to the ring of
-//! its new reactor. Counts are read over the RPC socket (`nvmf_get_stats`,
+//! its new reactor. Raw-socket queues pipeline commands behind their
+//! Connect: the responses move with the queue, and a queue whose pipelined
+//! command is still executing in the io_uring stays where it is. Counts are
+//! read over the RPC socket (`nvmf_get_stats`,
 //! `nvmf_subsystem_get_qpairs`).
 
 mod common;
+#[path = "common/raw_sock.rs"]
+mod raw_sock;
+#[path = "../../nvmf-tcp/tests/common/mod.rs"]
+mod tcp_common;
 
 use common::{free_port, Nvmfd};
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::{IoCompletion, IoQueue};
 use nvmf_host::trid::TransportId;
 use nvmf_rpc::RpcClient;
+use nvmf_wire::command::{Command, SglDescriptor};
+use nvmf_wire::fabrics::ConnectData;
+use nvmf_wire::status::Status;
+use raw_sock::Sock;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
+use tcp_common::host::{admin_up_nqn, init, Host, Resp, Wire, HOSTNQN};
+use zerocopy::IntoBytes;
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:placement";
 const IO_TIMEOUT: Duration = Duration::from_secs(10);
@@ -350,4 +363,194 @@ fn interleaved_controllers_each_split_in_half() {
     drop(ctrls);
     let per = d.wait_total(0);
     assert_eq!(per, [0, 0]);
+}
+
+// ------------------------------------------------- pipelined after Connect
+
+/// A raw NVMe/TCP I/O queue whose Connect is followed, in the same write,
+/// by more commands: they are processed by the reactor that accepted the
+/// connection, and their responses (possibly not all written yet) move with
+/// the queue.
+fn pipelined_queue(
+    d: &Daemon,
+    cntlid: u16,
+    qid: u16,
+    tail: &dyn Fn(&Host) -> Vec<u8>,
+) -> (Sock, Host) {
+    // A small receive buffer: the target cannot write all responses before
+    // the host reads, so output is still queued when the queue moves.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(16 * 1024).unwrap();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], d.port).into();
+    sock.connect(&addr.into()).expect("connect to nvmfd");
+    let stream: std::net::TcpStream = sock.into();
+    stream.set_read_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_write_timeout(Some(IO_TIMEOUT)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let mut s = Sock::new(stream);
+    let mut h = Host::new();
+    init(&mut s, &mut h, false, false);
+    let mut cmd = Command::connect(h.cid(), qid, 127, 0, 0);
+    let cd = ConnectData::new([7; 16], cntlid, NQN, HOSTNQN);
+    cmd.set_sgl(SglDescriptor::in_capsule(0, 1024));
+    let mut bytes = h.capsule(&cmd, cd.as_bytes());
+    bytes.extend(tail(&h));
+    s.send(&bytes);
+    match s.recv(&h) {
+        Resp::Cqe(c) => assert_eq!(c.status(), Status::SUCCESS, "Connect of queue {qid}"),
+        other => panic!("queue {qid}: expected the Connect response, got {other:?}"),
+    }
+    (s, h)
+}
+
+/// Collects responses until `n` commands completed: cid → (status, data).
+fn collect(s: &mut Sock, h: &Host, n: usize) -> HashMap<u16, (Status, Vec<u8>)> {
+    let mut done: HashMap<u16, (Status, Vec<u8>)> = HashMap::new();
+    let mut data: HashMap<u16, Vec<u8>> = HashMap::new();
+    while done.len() < n {
+        match s.recv(h) {
+            Resp::Cqe(c) => {
+                let d = data.remove(&c.cid()).unwrap_or_default();
+                done.insert(c.cid(), (c.status(), d));
+            }
+            Resp::C2H {
+                cccid,
+                datao,
+                data: bytes,
+                success,
+                ..
+            } => {
+                let buf = data.entry(cccid).or_default();
+                assert_eq!(datao as usize, buf.len(), "C2H data in order");
+                buf.extend_from_slice(&bytes);
+                if success {
+                    let d = data.remove(&cccid).unwrap_or_default();
+                    done.insert(cccid, (Status::SUCCESS, d));
+                }
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    done
+}
+
+/// Each of 8 queues pipelines, behind its Connect, 32 in-capsule 4 KiB
+/// writes over its own 128 KiB and 40 reads of all of it (5 MiB of read
+/// data, more than the socket buffers hold, before the host reads
+/// anything): the queues still split in half, the queues that moved carried
+/// queued output, and every response arrives, in order, with the right
+/// data. (8 queues: the kernel's hash alone rarely matches the placement
+/// for all of them, so some queues move.)
+#[test]
+fn pipelined_commands_move_with_the_queue() {
+    const READS: u16 = 40;
+    const QUEUES: u16 = 8;
+    let d = Daemon::start(&[]);
+    let mut admin = Sock::connect(d.port, IO_TIMEOUT);
+    let mut ah = Host::new();
+    let cntlid = admin_up_nqn(&mut admin, &mut ah, false, false, NQN);
+    let mut queues = Vec::new();
+    for qid in 1..=QUEUES {
+        let base = qid as u64 * 256;
+        let tail = |h: &Host| {
+            let mut v = Vec::new();
+            for k in 0..32u16 {
+                let mut w = Command::new(0x01, 100 + k);
+                w.set_nsid(1).set_lba_range(base + k as u64 * 8, 8);
+                w.set_sgl(SglDescriptor::in_capsule(0, 4096));
+                v.extend(h.capsule(&w, &pattern(qid, k as u64, 4096)));
+            }
+            for k in 0..READS {
+                let mut r = Command::new(0x02, 200 + k);
+                r.set_nsid(1).set_lba_range(base, 256);
+                r.set_sgl(SglDescriptor::transport(128 * 1024));
+                v.extend(h.capsule(&r, &[]));
+            }
+            v
+        };
+        queues.push((qid, pipelined_queue(&d, cntlid, qid, &tail)));
+    }
+    for (qid, (s, h)) in &mut queues {
+        let done = collect(s, h, 32 + READS as usize);
+        for k in 0..32u16 {
+            assert_eq!(done[&(100 + k)].0, Status::SUCCESS, "queue {qid} write {k}");
+        }
+        let expect: Vec<u8> = (0..32).flat_map(|k| pattern(*qid, k, 4096)).collect();
+        for k in 0..READS {
+            let (st, data) = &done[&(200 + k)];
+            assert_eq!(*st, Status::SUCCESS, "queue {qid} read {k}");
+            assert!(*data == expect, "queue {qid} read {k}: wrong data");
+        }
+    }
+    assert_eq!(d.wait_total(QUEUES as u64), [QUEUES as u64 / 2; 2]);
+    let logs = d.nvmfd.logs();
+    let handed: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("handing the I/O queue"))
+        .collect();
+    eprintln!("{}", handed.join("\n"));
+    let carried = handed
+        .iter()
+        .filter(|l| !l.contains(" with 0 bytes"))
+        .count();
+    assert!(
+        carried > 0 || handed.is_empty(),
+        "no queue moved with output queued; log:\n{}",
+        d.nvmfd.logs()
+    );
+    drop(queues);
+    drop(admin);
+    assert_eq!(d.wait_total(0), [0, 0]);
+}
+
+/// A queue with a command still executing in its reactor's io_uring when
+/// its Connect completes (a read of the file namespace, pipelined behind
+/// the Connect) is not moved: the command completes where it was
+/// submitted.
+#[test]
+fn queue_with_a_command_executing_stays() {
+    let d = Daemon::start(&[]);
+    let mut admin = Sock::connect(d.port, IO_TIMEOUT);
+    let mut ah = Host::new();
+    let cntlid = admin_up_nqn(&mut admin, &mut ah, false, false, NQN);
+    let mut queues = Vec::new();
+    for qid in 1..=4u16 {
+        let tail = |h: &Host| {
+            let mut r = Command::new(0x02, 300);
+            r.set_nsid(2).set_lba_range(0, 8);
+            r.set_sgl(SglDescriptor::transport(4096));
+            h.capsule(&r, &[])
+        };
+        let (mut s, h) = pipelined_queue(&d, cntlid, qid, &tail);
+        let done = collect(&mut s, &h, 1);
+        assert_eq!(done[&300].0, Status::SUCCESS, "queue {qid}: file read");
+        assert_eq!(done[&300].1.len(), 4096);
+        queues.push((s, h));
+    }
+    d.wait_total(4);
+    assert!(
+        d.nvmfd
+            .logged("I/O queue stays: a command pipelined behind its Connect is executing"),
+        "no queue stayed for its executing command; log:\n{}",
+        d.nvmfd.logs()
+    );
+    assert!(
+        !d.nvmfd.logged("taken over"),
+        "a queue moved:\n{}",
+        d.nvmfd.logs()
+    );
+    // They work where they are.
+    for (qid, (s, h)) in queues.iter_mut().enumerate() {
+        let mut r = Command::new(0x02, 301);
+        r.set_nsid(2).set_lba_range(0, 8);
+        r.set_sgl(SglDescriptor::transport(4096));
+        s.send(&h.capsule(&r, &[]));
+        let done = collect(s, h, 1);
+        assert_eq!(
+            done[&301].0,
+            Status::SUCCESS,
+            "queue {}: second read",
+            qid + 1
+        );
+    }
 }
