@@ -229,6 +229,21 @@ impl QueuePair {
         }
     }
 
+    /// The queue moves to the calling thread (a reactor hands a connected
+    /// queue over to another reactor): completions of helper-pool jobs must
+    /// wake the new owner, so the completion sink is replaced by one bound
+    /// to this thread's io_uring eventfd. Only possible while no backend
+    /// operation is in flight (they hold the old sink, and io_uring ops
+    /// complete on the ring of the thread that submitted them): returns
+    /// false and changes nothing otherwise.
+    pub fn adopt_current_thread(&mut self) -> bool {
+        if self.backend_ops_in_flight() > 0 || !self.sink.is_empty() {
+            return false;
+        }
+        self.sink = CompletionSink::new();
+        true
+    }
+
     /// Backend operations of this queue still in flight.
     pub fn backend_ops_in_flight(&self) -> usize {
         Arc::strong_count(&self.sink) - 1

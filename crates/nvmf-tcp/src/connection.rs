@@ -356,6 +356,23 @@ impl Connection {
         self.slots.executing() > 0
     }
 
+    /// Whether this connection may move to another thread now: no command
+    /// is executing in a backend (io_uring operations complete only on the
+    /// ring of the thread that submitted them). Everything else it holds
+    /// (buffered input, queued output, commands waiting for a buffer or for
+    /// R2T data) is owned data and moves with it.
+    pub fn movable(&self) -> bool {
+        self.slots.executing() == 0 && self.qp.backend_ops_in_flight() == 0
+    }
+
+    /// Called by the thread that takes a connection over (after
+    /// [`Connection::movable`] said yes on the old one): binds the queue's
+    /// completion wake-ups to this thread. False when it could not (a
+    /// command was executing); completions are then seen on the next poll.
+    pub fn adopt_current_thread(&mut self) -> bool {
+        self.movable() && self.qp.adopt_current_thread()
+    }
+
     /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`):
     /// 0 on the admin queue, whose only long-lived commands are AERs.
     pub fn backend_pending(&self) -> usize {

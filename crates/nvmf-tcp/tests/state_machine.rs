@@ -1207,3 +1207,34 @@ fn null_read_sends_zeroes_not_the_slot_buffer() {
     }
     assert!(!m.closed());
 }
+
+/// Queue placement hands a connected queue to another reactor thread: only
+/// while no command executes (an outstanding AER counts), and the moved
+/// connection keeps serving on the new thread.
+#[test]
+fn connection_moves_to_another_thread_only_when_idle() {
+    let t = target();
+    let mut admin = Mem::new(&t, 200);
+    let mut ah = Host::new();
+    admin_up(&mut admin, &mut ah, false, false);
+    assert!(admin.conn.movable());
+    admin.send(&ah.capsule(&Command::new(0x0c, 77), &[]));
+    admin.drain();
+    assert!(!admin.conn.movable(), "an AER is executing");
+    assert!(!admin.conn.adopt_current_thread());
+
+    let (_t, _a, mut m, h) = connected_io(202, false);
+    assert!(m.conn.movable());
+    std::thread::spawn(move || {
+        assert!(m.conn.adopt_current_thread());
+        let mut cmd = Command::new(0x00, 5); // Flush
+        cmd.set_nsid(1);
+        m.send(&h.capsule(&cmd, &[]));
+        match m.recv(&h) {
+            Resp::Cqe(c) => assert_eq!((c.cid(), c.status()), (5, Status::SUCCESS)),
+            other => panic!("{other:?}"),
+        }
+    })
+    .join()
+    .unwrap();
+}

@@ -15,6 +15,9 @@ EXAMPLES:
       nvmf_subsystem_add_ns / add_host / add_listener, ...) on cores 0 to 3.
   nvmfd -m 0x1 --log-level debug
       One reactor on core 0, verbose logging.
+  nvmfd -m 0-3 --queue-placement kernel
+      Leave each queue on the reactor the kernel's SO_REUSEPORT hash picked
+      (default: balanced, the I/O queues of each controller spread evenly).
   nvmfd -m 0 --poll-us 200
       Busy-poll up to 200 us after each burst of work before sleeping (lower
       latency at low queue depth; --poll-us 0 sleeps as soon as idle).
@@ -181,6 +184,17 @@ pub struct Cli {
     #[arg(long = "max-r2t-bytes", value_name = "BYTES", default_value_t = nvmf_tcp::MAX_R2T_BYTES,
           value_parser = clap::value_parser!(u32).range(4096..))]
     pub max_r2t_bytes: u32,
+
+    /// Which reactor serves each I/O queue. balanced: right after its
+    /// Fabrics Connect, an I/O queue moves to the reactor holding the
+    /// fewest queues of its controller (round-robin, starting at the least
+    /// loaded reactor; reactors on the NUMA node of the network device
+    /// preferred), so one controller's queues spread evenly. kernel: a
+    /// queue stays on the reactor whose SO_REUSEPORT listener accepted it
+    /// (the kernel's connection hash decides). Admin queues always stay.
+    #[arg(long = "queue-placement", value_name = "POLICY", value_enum,
+          default_value_t = crate::placement::Policy::Balanced)]
+    pub queue_placement: crate::placement::Policy,
 }
 
 /// Default of `--poll-us`.
@@ -296,6 +310,11 @@ mod tests {
         assert_eq!(c.discovery_kato_ms, 120_000);
         assert_eq!(c.tcp_user_timeout_ms, None);
         assert!(Cli::try_parse_from(["nvmfd", "--discovery-kato-ms", "0"]).is_err());
+        use crate::placement::Policy;
+        assert_eq!(c.queue_placement, Policy::Balanced);
+        let c = Cli::try_parse_from(["nvmfd", "--queue-placement", "kernel"]).unwrap();
+        assert_eq!(c.queue_placement, Policy::Kernel);
+        assert!(Cli::try_parse_from(["nvmfd", "--queue-placement", "random"]).is_err());
         Cli::command_debug_assert();
     }
 

@@ -1,6 +1,7 @@
 //! Listen sockets: resolving a configured listen address and binding one
 //! nonblocking `SO_REUSEPORT` listener per reactor for it, so that every
-//! reactor accepts connections for itself (the kernel spreads them).
+//! reactor accepts connections for itself (the kernel spreads them; queue
+//! placement in `placement.rs` may then move I/O queues).
 
 use anyhow::{anyhow, Context, Result};
 use nvmf_config::{AddressFamily, ListenerConfig};

@@ -35,7 +35,7 @@ pub struct ReactorHandle {
 }
 
 impl ReactorHandle {
-    fn send(&self, cmd: ReactorCmd) -> bool {
+    pub(crate) fn send(&self, cmd: ReactorCmd) -> bool {
         let ok = self
             .tx
             .lock()

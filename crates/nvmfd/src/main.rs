@@ -2,14 +2,17 @@
 //! non-blocking writer: a bounded, lossy queue drained by its own thread, so
 //! no reactor ever waits on stderr; flushed at exit), loads and validates the
 //! config (or the embedded default), creates the target and applies the host
-//! limits, binds the listeners for every reactor, starts the pinned reactor
-//! threads and waits for SIGINT/SIGTERM to shut them down.
+//! limits, binds the listeners for every reactor, sets up queue placement
+//! (`--queue-placement`, with each reactor core's NUMA node), starts the
+//! pinned reactor threads and waits for SIGINT/SIGTERM to shut them down.
 
 mod cli;
 mod cpus;
 mod limits;
 mod listen;
 mod live;
+mod numa;
+mod placement;
 mod reactor;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -190,6 +193,25 @@ fn run(cli: Cli) -> Result<()> {
         listen::check_free(a.addr).with_context(|| format!("cannot listen on {} (tcp)", a.addr))?;
     }
     let shutdown = Arc::new(AtomicBool::new(false));
+    let placement = match cli.queue_placement {
+        placement::Policy::Balanced => {
+            let nodes: Vec<Option<u32>> = cores.iter().map(|&c| numa::cpu_node(c)).collect();
+            info!(
+                "queue placement: balanced (I/O queues of a controller spread over the reactors;                  reactor NUMA nodes {})",
+                nodes
+                    .iter()
+                    .map(|n| n.map_or("?".to_string(), |n| n.to_string()))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            );
+            Some(placement::Placement::new(nodes))
+        }
+        placement::Policy::Kernel => {
+            info!("queue placement: kernel (each queue stays on the reactor that accepted it)");
+            None
+        }
+    };
+    let mut peers = Vec::new();
     let mut reactors = Vec::new();
     let mut wakers = Vec::new();
     let mut handles = Vec::new();
@@ -202,6 +224,10 @@ fn run(cli: Cli) -> Result<()> {
             listeners.push(Some((mio::net::TcpListener::from_std(l), a.clone())));
         }
         let (tx, rx) = std::sync::mpsc::channel();
+        peers.push(live::ReactorHandle {
+            tx: std::sync::Mutex::new(tx.clone()),
+            waker: waker.clone(),
+        });
         handles.push(live::ReactorHandle {
             tx: std::sync::Mutex::new(tx),
             waker: waker.clone(),
@@ -224,7 +250,15 @@ fn run(cli: Cli) -> Result<()> {
             conn_limits: conn_limits.clone(),
             keepalive,
             log: limits::LogLimiter::new(cli.log_rate),
+            placement: placement.clone(),
+            peers: Arc::new(Vec::new()),
+            nic_nodes: Default::default(),
         });
+    }
+    // Every reactor can hand a queue to every other one.
+    let peers = Arc::new(peers);
+    for r in &mut reactors {
+        r.peers = peers.clone();
     }
 
     // Control plane: its own threads; changes reach reactors by message.

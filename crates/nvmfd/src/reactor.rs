@@ -10,6 +10,13 @@
 //! set: on it, completions are reaped and the connections with commands in
 //! flight are polled and written at once.
 //!
+//! Queue placement (`placement.rs`): when a connection's Fabrics Connect
+//! succeeds, an I/O queue may be handed to another reactor: deregistered
+//! here and sent whole (`ReactorCmd::Adopt`) over that reactor's command
+//! channel; the receiver registers it and serves it at once. Only a queue
+//! with nothing executing in a backend moves (io_uring operations complete
+//! on the submitting thread's ring).
+//!
 //! Handshake limits: a connection that sends no ICReq within
 //! `icreq_timeout`, or whose queue is not connected (Fabrics Connect)
 //! within `connect_timeout` of being accepted, is closed on a tick, so
@@ -43,6 +50,9 @@
 
 use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
+use crate::live::ReactorHandle;
+use crate::numa;
+use crate::placement::{Placed, Placement};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -52,8 +62,9 @@ use nvmf_core::queue::PortInfo;
 use nvmf_core::target::Target;
 use nvmf_tcp::{Connection, TcpParams};
 use slab::Slab;
+use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -124,6 +135,14 @@ pub struct Reactor {
     pub log: LogLimiter,
     /// Time spent doing work (for `thread_get_stats`).
     pub busy: BusyTime,
+    /// Queue placement shared by all reactors (`--queue-placement
+    /// balanced`); None: every queue stays where it was accepted.
+    pub placement: Option<Arc<Placement>>,
+    /// Every reactor's command channel, by reactor id (hand-over target).
+    pub peers: Arc<Vec<ReactorHandle>>,
+    /// NUMA node of the network device of each local address seen
+    /// (sysfs is read once per address).
+    pub nic_nodes: HashMap<IpAddr, Option<u32>>,
 }
 
 /// Where a reactor's time goes, as SPDK's `thread_get_stats` reports it:
@@ -169,7 +188,21 @@ pub enum ReactorCmd {
     },
     /// Report the connections and counters.
     Snapshot { reply: Sender<ReactorSnapshot> },
+    /// Take over a connected I/O queue that another reactor accepted
+    /// (queue placement): register its socket here and serve it at once.
+    Adopt(MovedConn),
 }
+
+/// A connection on its way from one reactor to another: the socket, the
+/// nvmf-tcp state machine (buffered input and queued output included) and
+/// its bookkeeping (connection-cap ticket, placement ticket, counters).
+pub struct MovedConn(Box<Conn>);
+
+// Everything a connection owns crosses threads when it is handed over.
+const _: fn() = || {
+    fn send<T: Send>() {}
+    send::<Conn>();
+};
 
 /// One connection as `nvmf_subsystem_get_qpairs` reports it.
 #[derive(Debug, Clone)]
@@ -228,6 +261,9 @@ struct Conn {
     connected: bool,
     /// Its place under the connection caps (given back on drop).
     _ticket: ConnTicket,
+    /// Its place in the queue placement (I/O queues under `balanced`;
+    /// given back on drop).
+    placed: Option<Placed>,
 }
 
 enum Outcome {
@@ -325,7 +361,7 @@ impl Reactor {
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t == WAKER_TOKEN.0 {
-                    self.commands(&mut conns);
+                    self.commands(&mut conns, &mut again_next);
                     continue;
                 } else if t == URING_TOKEN.0 {
                     uring::clear_eventfd();
@@ -416,10 +452,10 @@ impl Reactor {
                             self.close(key, &mut conns, "internal error (panic) in poll".into());
                             continue;
                         }
-                        if !c.connected {
-                            if c.sm.queue().is_connected() {
-                                c.connected = true;
-                            } else if let Some(why) =
+                        // (`connected` is set by `service_key`, which also
+                        // places the queue.)
+                        if !c.connected && !c.sm.queue().is_connected() {
+                            if let Some(why) =
                                 handshake_expired(c, now, self.icreq_timeout, self.connect_timeout)
                             {
                                 self.close(key, &mut conns, why);
@@ -531,6 +567,7 @@ impl Reactor {
                 accepted: Instant::now(),
                 connected: false,
                 _ticket: ticket,
+                placed: None,
             });
         }
         Accepted::More
@@ -572,6 +609,13 @@ impl Reactor {
             .unwrap_or_else(|_| Outcome::Close("internal error (panic) while serving".into()));
         match outcome {
             Outcome::Keep => {
+                if !c.connected && c.sm.queue().is_connected() {
+                    c.connected = true;
+                    if let Some(to) = self.place(c) {
+                        self.hand_over(key, to, conns);
+                        return;
+                    }
+                }
                 if c.rx_ready && c.sm.wants_read() && c.closing_since.is_none() {
                     again.push(key);
                 }
@@ -597,8 +641,150 @@ impl Reactor {
         }
     }
 
+    /// Where a queue whose Connect just succeeded should live: None to stay
+    /// here (admin queues, `--queue-placement kernel`, or placed here),
+    /// else the reactor to hand it to. Counts it in the placement.
+    fn place(&mut self, c: &mut Conn) -> Option<usize> {
+        let placement = self.placement.clone()?;
+        let q = c.sm.queue();
+        if q.is_admin() || c.sm.close_reason().is_some() {
+            return None;
+        }
+        let ctrl = q.controller()?;
+        let key = Arc::as_ptr(ctrl) as usize;
+        let (cntlid, qid) = (ctrl.cntlid(), q.qid());
+        let placed = if c.sm.movable() {
+            let node = self.nic_node(&c.sock);
+            placement.place(key, node)
+        } else {
+            // A command pipelined behind the Connect is already executing
+            // in this thread's backend: the queue stays here.
+            debug!(
+                reactor = self.id,
+                cntlid, qid, "I/O queue stays: a command pipelined behind its Connect is executing"
+            );
+            placement.place_at(key, self.id)
+        };
+        let to = placed.reactor();
+        c.placed = Some(placed);
+        debug!(
+            reactor = self.id,
+            cntlid,
+            qid,
+            peer = %c.peer,
+            io_queues = ?placement.io_queues(),
+            "I/O queue placed on reactor {to}"
+        );
+        (to != self.id).then_some(to)
+    }
+
+    /// NUMA node of the network device carrying `sock`'s local address.
+    fn nic_node(&mut self, sock: &TcpStream) -> Option<u32> {
+        let ip = sock.local_addr().ok()?.ip();
+        *self
+            .nic_nodes
+            .entry(ip)
+            .or_insert_with(|| numa::nic_node(ip))
+    }
+
+    /// Sends connection `key` to reactor `to` (it stops being served here).
+    fn hand_over(&mut self, key: usize, to: usize, conns: &mut Slab<Conn>) {
+        let Some(mut c) = conns.try_remove(key) else {
+            return;
+        };
+        let id = self.id;
+        if let Err(e) = self.poll.registry().deregister(&mut c.sock) {
+            warn!(
+                reactor = id,
+                "cannot hand a connection from {} over: {e}; closed", c.peer
+            );
+            return;
+        }
+        let peer = c.peer;
+        debug!(
+            reactor = id,
+            "handing the I/O queue from {peer} to reactor {to} with {} bytes of output queued",
+            c.sm.output_len()
+        );
+        let Some(handle) = self.peers.get(to) else {
+            warn!(
+                reactor = id,
+                "no reactor {to} to hand the connection from {peer} to; closed"
+            );
+            return;
+        };
+        if !handle.send(ReactorCmd::Adopt(MovedConn(Box::new(c)))) {
+            // Only at shutdown: the connection was dropped with the message.
+            debug!(
+                reactor = id,
+                "reactor {to} is gone; connection from {peer} closed"
+            );
+        }
+    }
+
+    /// Takes over a connection another reactor handed to this one.
+    fn adopt(&mut self, mut c: Conn, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
+        let id = self.id;
+        let peer = c.peer;
+        if !self
+            .listeners
+            .iter()
+            .flatten()
+            .any(|(_, a)| a.addr == c.laddr.addr)
+        {
+            // Its listen address was removed while it was on its way.
+            self.closed.io_qpairs += 1;
+            self.closed.stats.add(c.sm.queue().stats());
+            self.conn_log(|| {
+                info!(
+                    reactor = id,
+                    "connection from {peer} closed: listener removed"
+                )
+            });
+            return;
+        }
+        if !c.sm.adopt_current_thread() {
+            // `place` only moves queues with nothing executing.
+            debug!(
+                reactor = id,
+                "connection from {peer} moved with commands executing"
+            );
+        }
+        let entry = conns.vacant_entry();
+        let key = entry.key();
+        let want_w = c.sm.has_output();
+        let interest = if want_w {
+            Interest::READABLE | Interest::WRITABLE
+        } else {
+            Interest::READABLE
+        };
+        if let Err(e) = self
+            .poll
+            .registry()
+            .register(&mut c.sock, Token(CONN_BASE + key), interest)
+        {
+            warn!(
+                reactor = id,
+                "cannot register connection from {peer}: {e}; closed"
+            );
+            return;
+        }
+        // The host may have sent more already (the socket was not watched
+        // on its way here): try reading and writing at once.
+        c.rx_ready = true;
+        c.tx_ready = true;
+        c.want_writable = want_w;
+        debug!(
+            reactor = id,
+            qid = c.sm.queue().qid(),
+            "I/O queue from {peer} taken over"
+        );
+        entry.insert(c);
+        self.service_key(key, conns, again);
+    }
+
     /// Runs the control-plane commands waiting in the channel.
-    fn commands(&mut self, conns: &mut Slab<Conn>) {
+    fn commands(&mut self, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
                 ReactorCmd::Listen { addr, reply } => {
@@ -640,6 +826,7 @@ impl Reactor {
                 ReactorCmd::Snapshot { reply } => {
                     let _ = reply.send(self.snapshot(conns));
                 }
+                ReactorCmd::Adopt(m) => self.adopt(*m.0, conns, again),
             }
         }
     }
