@@ -229,6 +229,10 @@ def main():
     ap.add_argument("--init-core", type=int, default=1)
     ap.add_argument("--nvmfd-args", default="")
     ap.add_argument("--label", default="")
+    ap.add_argument("--congestion", default=None,
+                    help="set net.ipv4.tcp_congestion_control to this for the whole run (root; restored at "
+                         "the end), for targets and initiators alike: BBR (a common default) paces every "
+                         "send with a timer on loopback, see BENCHMARKS.md")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
     a.spdk = os.environ.get("NVMFD_SPDK_DIR", "/work/spdk/spdk")
@@ -243,11 +247,24 @@ def main():
     inits = a.initiators.split(",")
     targets = a.targets.split(",")
     ensure_hugepages()
+    cc_path = "/proc/sys/net/ipv4/tcp_congestion_control"
+    cc_before = open(cc_path).read().strip()
+    if a.congestion:
+        open(cc_path, "w").write(a.congestion)
+    try:
+        run_all(a, cases, inits, targets)
+    finally:
+        if a.congestion:
+            open(cc_path, "w").write(cc_before)
+
+
+def run_all(a, cases, inits, targets):
+    cc = open("/proc/sys/net/ipv4/tcp_congestion_control").read().strip()
     out_dir = a.out or tempfile.mkdtemp(prefix="bench-spdk-")
     os.makedirs(out_dir, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix="bench-spdk-run-")
-    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}  load: {open('/proc/loadavg').read().strip()}",
-          flush=True)
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}  load: {open('/proc/loadavg').read().strip()}"
+          f"  tcp_congestion_control: {cc}", flush=True)
     results = {}
     for rnd in range(a.rounds):
         for case in cases:
@@ -286,7 +303,7 @@ def main():
     json.dump(results, open(os.path.join(out_dir, "results.json"), "w"), indent=1)
     lines = [f"Side by side {a.label} ({time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}): "
              f"{a.rounds} rounds x {a.seconds} s, target on core {a.target_core}, initiator on core "
-             f"{a.init_core}; median (min-max). CPU = utime+stime of the target per I/O (both targets "
+             f"{a.init_core}; TCP congestion control {cc}; median (min-max). CPU = utime+stime of the target per I/O (both targets "
              "poll while I/O flows, so this is ~1/IOPS when the target is saturated); busy = the target's "
              "busy time from thread_get_stats (SPDK: pollers that did work; nvmfd: loop turns with "
              "work) per I/O.", "",

@@ -45,6 +45,8 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
   --tcp-keepalive-probes [4], --tcp-user-timeout-ms [idle+interval*probes]:
       a peer that vanished without FIN/RST is detected and its controller
       torn down in bounded time, also with keep-alive (KATO) 0.
+  --tcp-congestion [system default]: congestion control of the connections;
+      cubic or dctcp avoid BBR's per-send pacing timer on loopback and in VMs.
   --log-rate [20]: per-connection log lines (accept, close) per second and
       reactor, and refused-Connect / bad-CC lines per second; the rest are counted in
       one \"suppressed\" line.
@@ -160,6 +162,16 @@ pub struct Cli {
     /// Default: idle + interval × probes; 0 = not set (kernel default).
     #[arg(long = "tcp-user-timeout-ms", value_name = "MS")]
     pub tcp_user_timeout_ms: Option<u64>,
+
+    /// TCP congestion control of nvmfd's connections (set on the listen
+    /// sockets, inherited by every accepted one), e.g. cubic or dctcp.
+    /// Default: the system's (/proc/sys/net/ipv4/tcp_congestion_control).
+    /// BBR paces every send with a timer when the interface has no fq qdisc
+    /// (loopback, most virtual NICs): in a VM each timer costs an exit, and
+    /// 4 KiB QD128 throughput on loopback halves in about half the runs
+    /// (BENCHMARKS.md); nvmfd logs a hint at start when the default is bbr.
+    #[arg(long = "tcp-congestion", value_name = "NAME")]
+    pub tcp_congestion: Option<String>,
 
     /// Per-connection log lines (accepted, closed, refused) each reactor
     /// writes per second at most, and lines about refused Connects (over a limit,
@@ -309,6 +321,9 @@ mod tests {
         assert_eq!(c.max_controllers_per_host, 64);
         assert_eq!(c.discovery_kato_ms, 120_000);
         assert_eq!(c.tcp_user_timeout_ms, None);
+        assert_eq!(c.tcp_congestion, None);
+        let c = Cli::try_parse_from(["nvmfd", "--tcp-congestion", "cubic"]).unwrap();
+        assert_eq!(c.tcp_congestion.as_deref(), Some("cubic"));
         assert!(Cli::try_parse_from(["nvmfd", "--discovery-kato-ms", "0"]).is_err());
         use crate::placement::Policy;
         assert_eq!(c.queue_placement, Policy::Balanced);

@@ -54,11 +54,45 @@ pub fn check_free(addr: SocketAddr) -> std::io::Result<()> {
     sock.bind(&addr.into())
 }
 
+/// TCP congestion control set on every listen socket (`--tcp-congestion`);
+/// accepted sockets inherit it. Set once at start, before any listener.
+static CONGESTION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Sets `--tcp-congestion` for all listeners after checking that the kernel
+/// accepts `name` on a socket (it must be loaded and, for unprivileged
+/// processes, in net.ipv4.tcp_allowed_congestion_control).
+pub fn set_congestion(name: &str) -> Result<()> {
+    let probe = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    probe.set_tcp_congestion(name.as_bytes()).map_err(|e| {
+        anyhow!(
+            "--tcp-congestion {name}: {e} (available: {}; allowed: {})",
+            sysctl("tcp_available_congestion_control"),
+            sysctl("tcp_allowed_congestion_control")
+        )
+    })?;
+    let _ = CONGESTION.set(name.to_string());
+    Ok(())
+}
+
+/// The system's default congestion control, if readable.
+pub fn default_congestion() -> String {
+    sysctl("tcp_congestion_control")
+}
+
+fn sysctl(name: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/net/ipv4/{name}"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "?".to_string())
+}
+
 /// A nonblocking TCP listener on `addr` with SO_REUSEADDR and SO_REUSEPORT.
 pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener> {
     let sock = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
     if addr.is_ipv6() {
         sock.set_only_v6(true)?;
+    }
+    if let Some(cc) = CONGESTION.get() {
+        sock.set_tcp_congestion(cc.as_bytes())?;
     }
     sock.set_reuse_address(true)?;
     sock.set_reuse_port(true)?;

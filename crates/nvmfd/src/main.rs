@@ -159,6 +159,20 @@ fn run(cli: Cli) -> Result<()> {
     target.set_discovery_kato_ms(cli.discovery_kato_ms);
     target.set_log_rate(cli.log_rate);
     let conn_limits = limits::ConnLimits::new(cli.max_connections, cli.max_connections_per_host);
+    match &cli.tcp_congestion {
+        Some(cc) => {
+            listen::set_congestion(cc)?;
+            info!("TCP congestion control of connections: {cc}");
+        }
+        None => {
+            let cc = listen::default_congestion();
+            if cc == "bbr" {
+                info!(
+                    "the system's TCP congestion control is bbr: it paces every send with a timer on interfaces without an fq qdisc (loopback, most virtual NICs), which can halve small-I/O throughput; --tcp-congestion cubic (or dctcp) avoids it"
+                );
+            }
+        }
+    }
     let keepalive = limits::Keepalive::from_cli(
         cli.tcp_keepalive_idle_s,
         cli.tcp_keepalive_interval_s,
