@@ -1,8 +1,9 @@
 //! Owns namespace identifiers (NGUID, EUI-64, UUID): their text forms (parse
 //! and format, as SPDK writes them), deterministic derivation for namespaces
 //! the config gives none for, and fresh random ones for future RPC use.
-//! Also holds the small SHA-256 used for derivation.
+//! SHA-256 (derivation) comes from `sha2`, UUID text forms from `uuid`.
 
+use sha2::{Digest, Sha256};
 use std::fmt;
 use std::str::FromStr;
 
@@ -101,40 +102,22 @@ pub fn format_eui64(b: &[u8; 8]) -> String {
     hex_upper(b)
 }
 
-/// Parses a UUID in the 8-4-4-4-12 form (either case).
+/// Parses a UUID in the 8-4-4-4-12 form (either case); the other forms the
+/// `uuid` crate knows (simple, braced, URN) are refused, as SPDK writes only
+/// this one.
 pub fn parse_uuid(s: &str) -> Result<[u8; 16], String> {
-    let b = s.as_bytes();
     let bad = || format!("UUID must look like xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx, got \"{s}\"");
-    if b.len() != 36 {
+    if s.len() != 36 {
         return Err(bad());
     }
-    let mut out = [0u8; 16];
-    let mut nib = 0usize;
-    for (i, &c) in b.iter().enumerate() {
-        if matches!(i, 8 | 13 | 18 | 23) {
-            if c != b'-' {
-                return Err(bad());
-            }
-            continue;
-        }
-        let v = hex_val(c).ok_or_else(bad)?;
-        out[nib / 2] |= if nib & 1 == 0 { v << 4 } else { v };
-        nib += 1;
-    }
-    Ok(out)
+    uuid::Uuid::try_parse(s)
+        .map(|u| *u.as_bytes())
+        .map_err(|_| bad())
 }
 
 /// Formats a UUID as 8-4-4-4-12 lower-case hex (SPDK's form).
 pub fn format_uuid(b: &[u8; 16]) -> String {
-    let h = hex_upper(b).to_ascii_lowercase();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::from_bytes(*b).hyphenated().to_string()
 }
 
 /// Sets the RFC 9562 variant bits and the given version nibble.
@@ -176,13 +159,13 @@ pub fn derive_namespace_ids(
         h.update(b"\0");
         h.update(subsystem_nqn.as_bytes());
         h.update(b"\0");
-        h.update(&nsid.to_be_bytes());
+        h.update(nsid.to_be_bytes());
         h.update(bdev_name.as_bytes());
         h.update(b"\0");
         if let Some(u) = bdev_uuid {
-            h.update(&u.0);
+            h.update(u.0);
         }
-        h.finish()
+        h.finalize().into()
     };
     let first16 = |d: [u8; 32]| -> [u8; 16] { d[..16].try_into().expect("16 of 32") };
     let (nguid, uuid) = match bdev_uuid {
@@ -211,11 +194,11 @@ pub fn random_namespace_ids() -> NamespaceIds {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos())
             .unwrap_or(0);
-        h.update(&now.to_le_bytes());
-        h.update(&std::process::id().to_le_bytes());
-        h.update(&COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
-        let a = h.finish();
-        let b = Sha256::digest(&a);
+        h.update(now.to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update(COUNTER.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        let a: [u8; 32] = h.finalize().into();
+        let b: [u8; 32] = Sha256::digest(a).into();
         buf[..32].copy_from_slice(&a);
         buf[32..].copy_from_slice(&b[..8]);
     }
@@ -234,145 +217,49 @@ fn fill_os_random(buf: &mut [u8]) -> bool {
         .is_ok()
 }
 
-/// Minimal SHA-256 (FIPS 180-4), enough for hashing short identifiers.
-pub(crate) struct Sha256 {
-    state: [u32; 8],
-    block: [u8; 64],
-    filled: usize,
-    total: u64,
-}
-
-const K: [u32; 64] = [
-    0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
-    0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
-    0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
-    0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
-    0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
-    0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
-    0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
-    0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2,
-];
-
-impl Sha256 {
-    pub(crate) fn new() -> Sha256 {
-        Sha256 {
-            state: [
-                0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a, 0x510e527f, 0x9b05688c, 0x1f83d9ab,
-                0x5be0cd19,
-            ],
-            block: [0; 64],
-            filled: 0,
-            total: 0,
-        }
-    }
-
-    pub(crate) fn digest(data: &[u8]) -> [u8; 32] {
-        let mut h = Sha256::new();
-        h.update(data);
-        h.finish()
-    }
-
-    pub(crate) fn update(&mut self, mut data: &[u8]) {
-        self.total = self.total.wrapping_add(data.len() as u64);
-        while !data.is_empty() {
-            let n = (64 - self.filled).min(data.len());
-            self.block[self.filled..self.filled + n].copy_from_slice(&data[..n]);
-            self.filled += n;
-            data = &data[n..];
-            if self.filled == 64 {
-                let block = self.block;
-                self.compress(&block);
-                self.filled = 0;
-            }
-        }
-    }
-
-    pub(crate) fn finish(mut self) -> [u8; 32] {
-        let bits = self.total.wrapping_mul(8);
-        self.update(&[0x80]);
-        while self.filled != 56 {
-            self.update(&[0]);
-        }
-        self.update(&bits.to_be_bytes());
-        let mut out = [0u8; 32];
-        for (i, w) in self.state.iter().enumerate() {
-            out[i * 4..i * 4 + 4].copy_from_slice(&w.to_be_bytes());
-        }
-        out
-    }
-
-    fn compress(&mut self, block: &[u8; 64]) {
-        let mut w = [0u32; 64];
-        for (i, c) in block.chunks_exact(4).enumerate() {
-            w[i] = u32::from_be_bytes([c[0], c[1], c[2], c[3]]);
-        }
-        for i in 16..64 {
-            let s0 = w[i - 15].rotate_right(7) ^ w[i - 15].rotate_right(18) ^ (w[i - 15] >> 3);
-            let s1 = w[i - 2].rotate_right(17) ^ w[i - 2].rotate_right(19) ^ (w[i - 2] >> 10);
-            w[i] = w[i - 16]
-                .wrapping_add(s0)
-                .wrapping_add(w[i - 7])
-                .wrapping_add(s1);
-        }
-        let [mut a, mut b, mut c, mut d, mut e, mut f, mut g, mut h] = self.state;
-        for i in 0..64 {
-            let s1 = e.rotate_right(6) ^ e.rotate_right(11) ^ e.rotate_right(25);
-            let ch = (e & f) ^ (!e & g);
-            let t1 = h
-                .wrapping_add(s1)
-                .wrapping_add(ch)
-                .wrapping_add(K[i])
-                .wrapping_add(w[i]);
-            let s0 = a.rotate_right(2) ^ a.rotate_right(13) ^ a.rotate_right(22);
-            let maj = (a & b) ^ (a & c) ^ (b & c);
-            let t2 = s0.wrapping_add(maj);
-            h = g;
-            g = f;
-            f = e;
-            e = d.wrapping_add(t1);
-            d = c;
-            c = b;
-            b = a;
-            a = t1.wrapping_add(t2);
-        }
-        for (s, v) in self.state.iter_mut().zip([a, b, c, d, e, f, g, h]) {
-            *s = s.wrapping_add(v);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn hex(b: &[u8]) -> String {
-        hex_upper(b).to_ascii_lowercase()
-    }
-
+    /// Derived identifiers are what hosts see as the disk's identity
+    /// (udev names, multipath WWIDs): they must never change for a given
+    /// (subsystem NQN, NSID, bdev). These values were computed before the
+    /// hand-written SHA-256 and UUID code gave way to `sha2` and `uuid`.
     #[test]
-    fn sha256_known_answers() {
-        assert_eq!(
-            hex(&Sha256::digest(b"")),
-            "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
-        );
-        assert_eq!(
-            hex(&Sha256::digest(b"abc")),
-            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
-        );
-        assert_eq!(
-            hex(&Sha256::digest(
-                b"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq"
-            )),
-            "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"
-        );
-        let mut h = Sha256::new();
-        for _ in 0..1000 {
-            h.update(&[b'a'; 1000]);
+    fn derived_ids_never_change() {
+        let u: Uuid16 = "6ba7b810-9dad-11d1-80b4-00c04fd430c8".parse().unwrap();
+        for (nqn, nsid, bdev, uuid, want) in [
+            (
+                "nqn.2016-06.io.spdk:cnode1",
+                1u32,
+                "Malloc0",
+                None,
+                "9048A63BB00783F316029F7C43D91639 22F75DCD0575BB16 1d059472-8180-80dd-bafc-6e8dc34d6e73",
+            ),
+            (
+                "nqn.2024-01.io.nvmfd:default",
+                7,
+                "Null3",
+                None,
+                "F477BF1954638B16A4CEA5E10766B0FE 46370F44E8655B55 9929cfb8-b095-8ab1-8ac9-66f3db55465c",
+            ),
+            (
+                "nqn.x",
+                2,
+                "B",
+                Some(u),
+                "6BA7B8109DAD11D180B400C04FD430C8 12E14B8A17EC1363 6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+            ),
+        ] {
+            let ids = derive_namespace_ids(nqn, nsid, bdev, uuid.as_ref());
+            let got = format!(
+                "{} {} {}",
+                format_nguid(&ids.nguid),
+                format_eui64(&ids.eui64),
+                format_uuid(&ids.uuid)
+            );
+            assert_eq!(got, want, "{nqn} nsid {nsid} bdev {bdev}");
         }
-        assert_eq!(
-            hex(&h.finish()),
-            "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0"
-        );
     }
 
     #[test]
@@ -382,6 +269,7 @@ mod tests {
         assert_eq!(format_uuid(&u), s);
         assert_eq!(parse_uuid(&s.to_uppercase()).unwrap(), u);
         assert!(parse_uuid("6ba7b8109dad11d180b400c04fd430c8").is_err());
+        assert!(parse_uuid("{6ba7b810-9dad-11d1-80b4-00c04fd430c}").is_err());
         assert!(parse_uuid("6ba7b810-9dad-11d1-80b4-00c04fd430cg").is_err());
         assert!(parse_uuid("6ba7b810-9dad-11d1-80b4_00c04fd430c8").is_err());
     }

@@ -150,29 +150,14 @@ fn hash16(data: &[u8]) -> [u8; 16] {
     out
 }
 
+/// A UUID in text form (8-4-4-4-12 or 32 hex digits).
 fn parse_uuid(s: &str) -> Option<[u8; 16]> {
-    let hex: String = s.chars().filter(|&c| c != '-').collect();
-    if hex.len() != 32 {
-        return None;
-    }
-    let mut out = [0u8; 16];
-    for (i, o) in out.iter_mut().enumerate() {
-        *o = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(out)
+    uuid::Uuid::try_parse(s).ok().map(|u| *u.as_bytes())
 }
 
 /// Lower-case 8-4-4-4-12 text of a UUID.
 pub fn format_uuid(u: &[u8; 16]) -> String {
-    let h: String = u.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    uuid::Uuid::from_bytes(*u).hyphenated().to_string()
 }
 
 /// A namespace identifier from Identify CNS 03h.

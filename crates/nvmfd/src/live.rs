@@ -474,13 +474,5 @@ fn listener_json(l: &ListenerConfig) -> Value {
 
 /// Host identifier as SPDK prints it (UUID form).
 fn format_hostid(id: &[u8; 16]) -> String {
-    let h: String = id.iter().map(|b| format!("{b:02x}")).collect();
-    format!(
-        "{}-{}-{}-{}-{}",
-        &h[0..8],
-        &h[8..12],
-        &h[12..16],
-        &h[16..20],
-        &h[20..32]
-    )
+    nvmf_config::format_uuid(id)
 }
