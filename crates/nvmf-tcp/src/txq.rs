@@ -98,29 +98,21 @@ impl TxQueue {
 
     /// Queues `len` bytes of slot `slot`'s buffer (after any bytes appended so far).
     pub fn push_slot(&mut self, slot: u16, len: usize) {
-        self.commit_bytes();
-        if len > 0 {
-            self.segs.push_back(Seg::Slot {
-                slot,
-                len,
-                zeroes: false,
-            });
-            self.pending += len;
-        }
+        self.push_slot_seg(slot, len, false);
     }
 
     /// Queues `len` (at most `backend::ZEROES_LEN`) zero bytes as slot
     /// `slot`'s data: `slot_done(slot)` comes when they have left, as for
     /// [`Self::push_slot`].
     pub fn push_zeroes(&mut self, slot: u16, len: usize) {
+        debug_assert!(len <= nvmf_core::backend::ZEROES_LEN);
+        self.push_slot_seg(slot, len, true);
+    }
+
+    fn push_slot_seg(&mut self, slot: u16, len: usize, zeroes: bool) {
         self.commit_bytes();
         if len > 0 {
-            debug_assert!(len <= nvmf_core::backend::ZEROES_LEN);
-            self.segs.push_back(Seg::Slot {
-                slot,
-                len,
-                zeroes: true,
-            });
+            self.segs.push_back(Seg::Slot { slot, len, zeroes });
             self.pending += len;
         }
     }
