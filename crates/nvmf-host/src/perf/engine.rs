@@ -397,8 +397,10 @@ impl Worker {
             return Ok(false);
         }
         let Some(p) = self.pick_path() else {
+            self.no_usable_path()?;
             return Ok(false);
         };
+        self.no_path_since = None;
         let Some(u) = self.pick_unit() else {
             return Ok(false);
         };
@@ -444,8 +446,10 @@ impl Worker {
                 continue;
             }
             let Some(p) = self.pick_path() else {
+                self.no_usable_path()?;
                 return Ok(false);
             };
+            self.no_path_since = None;
             self.readback_next += 1;
             let t = self.free_tags.pop().expect("checked non-empty");
             let ti = t as usize;
@@ -471,24 +475,28 @@ impl Worker {
                     self.issue(t, p)?;
                     self.no_path_since = None;
                 }
-                None => {
-                    let any_connected = self
-                        .paths
-                        .iter()
-                        .zip(&self.shared_paths)
-                        .any(|(pq, sh)| pq.q.is_some() && !sh.is_failed());
-                    let since = *self.no_path_since.get_or_insert_with(Instant::now);
-                    if !any_connected || since.elapsed() >= NO_PATH_WAIT {
-                        return Err(Error::Closed(format!(
-                            ": no usable path left for queue {} ({} command(s) waiting; {})",
-                            self.qid,
-                            self.pending.len(),
-                            self.path_summary()
-                        )));
-                    }
-                    return Ok(());
-                }
+                None => return self.no_usable_path(),
             }
+        }
+        Ok(())
+    }
+
+    /// No path is usable now: wait (Ok) while some path is connected, for
+    /// at most `NO_PATH_WAIT`; Err when none is left or the wait ran out.
+    fn no_usable_path(&mut self) -> Result<()> {
+        let any_connected = self
+            .paths
+            .iter()
+            .zip(&self.shared_paths)
+            .any(|(pq, sh)| pq.q.is_some() && !sh.is_failed());
+        let since = *self.no_path_since.get_or_insert_with(Instant::now);
+        if !any_connected || since.elapsed() >= NO_PATH_WAIT {
+            return Err(Error::Closed(format!(
+                ": no usable path left for queue {} ({} command(s) waiting; {})",
+                self.qid,
+                self.pending.len(),
+                self.path_summary()
+            )));
         }
         Ok(())
     }
