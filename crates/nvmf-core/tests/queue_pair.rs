@@ -44,6 +44,7 @@ fn ns_cfg(nqn: &str, nsid: u32, bdev: &str) -> NamespaceConfig {
         nguid: ids.nguid,
         eui64: ids.eui64,
         uuid: ids.uuid,
+        anagrpid: nsid,
     }
 }
 
