@@ -15,6 +15,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::ana::PathAna;
 use crate::subsystem::Subsystem;
 use crate::target::{LimitHit, Target};
 
@@ -29,6 +30,9 @@ pub(crate) enum ClaimError {
 
 /// Asynchronous Event Configuration bit / event: Namespace Attribute Notices.
 pub const AEN_NS_ATTR: u32 = 1 << 8;
+/// Asynchronous Event Configuration bit / event: Asymmetric Namespace
+/// Access Change Notices.
+pub const AEN_ANA_CHANGE: u32 = 1 << 11;
 /// Asynchronous Event Configuration bit / event: Discovery Log Page Change.
 pub const AEN_DISC_CHANGE: u32 = 1 << 31;
 
@@ -116,6 +120,16 @@ struct AtomicStats {
     errors: AtomicU64,
 }
 
+fn supported_events_of(subsystem: &Subsystem) -> u32 {
+    if subsystem.is_discovery() {
+        AEN_DISC_CHANGE
+    } else if subsystem.ana().is_some() {
+        AEN_NS_ATTR | AEN_ANA_CHANGE
+    } else {
+        AEN_NS_ATTR
+    }
+}
+
 #[derive(Debug, Default)]
 struct ChangedNs {
     list: Vec<u32>,
@@ -147,6 +161,9 @@ pub struct Controller {
     aen_pending: AtomicU32,
     aen_masked: AtomicU32,
     changed_ns: Mutex<ChangedNs>,
+    /// The ANA state of the listener this controller connected through
+    /// (`None` without ANA reporting).
+    ana_path: Option<Arc<PathAna>>,
     stats: AtomicStats,
     /// The target whose host limits admitted this controller (dangling for
     /// controllers built outside a target, e.g. in unit tests).
@@ -162,11 +179,7 @@ impl Controller {
         max_io_queues: u16,
         kato_ms: u32,
     ) -> Controller {
-        let supported = if subsystem.is_discovery() {
-            AEN_DISC_CHANGE
-        } else {
-            AEN_NS_ATTR
-        };
+        let supported = supported_events_of(&subsystem);
         Controller {
             cntlid,
             subsystem,
@@ -185,6 +198,7 @@ impl Controller {
             aen_pending: AtomicU32::new(0),
             aen_masked: AtomicU32::new(0),
             changed_ns: Mutex::new(ChangedNs::default()),
+            ana_path: None,
             stats: AtomicStats::default(),
             admitted_by: Weak::new(),
         }
@@ -196,6 +210,18 @@ impl Controller {
     pub(crate) fn with_admission(mut self, target: &Arc<Target>) -> Controller {
         self.admitted_by = Arc::downgrade(target);
         self
+    }
+
+    /// The ANA path this controller reads its group states from.
+    pub(crate) fn with_ana_path(mut self, path: Option<Arc<PathAna>>) -> Controller {
+        self.ana_path = path;
+        self
+    }
+
+    /// The ANA state of the listener this controller connected through.
+    #[inline]
+    pub fn ana_path(&self) -> Option<&Arc<PathAna>> {
+        self.ana_path.as_ref()
     }
 
     pub fn cntlid(&self) -> u16 {
@@ -221,11 +247,7 @@ impl Controller {
 
     /// Events this controller can report (OAES / AEC mask).
     pub fn supported_events(&self) -> u32 {
-        if self.is_discovery() {
-            AEN_DISC_CHANGE
-        } else {
-            AEN_NS_ATTR
-        }
+        supported_events_of(&self.subsystem)
     }
 
     // ---- liveness ----

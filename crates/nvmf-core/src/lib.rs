@@ -23,6 +23,7 @@
 //! | `error.rs` | [`CoreError`], status helpers |
 
 pub mod admin;
+pub mod ana;
 pub mod backend;
 pub mod controller;
 pub mod discovery;

@@ -26,7 +26,9 @@ use nvmf_wire::status::Status;
 
 use crate::admin::{self, AdminCtx, AdminResult};
 use crate::backend::{CompletionSink, Submitted};
-use crate::controller::{CloseReason, Controller, QueueStats, AEN_DISC_CHANGE, AEN_NS_ATTR};
+use crate::controller::{
+    CloseReason, Controller, QueueStats, AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR,
+};
 use crate::error::{Outcome, INVALID_OPCODE};
 use crate::fabrics::{self, Connected};
 use crate::io;
@@ -437,8 +439,10 @@ impl QueuePair {
         }
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path());
         match io::execute(
             &self.ns,
+            ana.map(|p| &**p),
             cmd,
             data,
             self.max_transfer,
@@ -556,6 +560,7 @@ fn aen_result(bit: u32) -> u32 {
     match bit {
         AEN_NS_ATTR => TYPE_NOTICE | (0x04 << 16), // information 00h
         AEN_DISC_CHANGE => TYPE_NOTICE | (0xF0 << 8) | (0x70 << 16),
+        AEN_ANA_CHANGE => TYPE_NOTICE | (0x03 << 8) | (0x0C << 16),
         _ => TYPE_NOTICE,
     }
 }

@@ -218,6 +218,7 @@ impl Live {
             x.hosts.clear();
             x.listeners.clear();
             x.allow_any_host = false;
+            x.ana_states.clear();
             x
         };
         let mut fresh: Vec<&SubsystemConfig> = Vec::new();
@@ -239,6 +240,13 @@ impl Live {
         }
         for n in fresh {
             t.add_subsystem(n).map_err(|e| e.to_string())?;
+        }
+        // ANA states and namespace groups (after listeners and namespaces
+        // exist); controllers that see a change get the ANA Change event.
+        for n in &new.subsystems {
+            if t.sync_ana(n).map_err(|e| e.to_string())? {
+                info!(nqn = %n.nqn, "ANA states changed: hosts notified");
+            }
         }
         // Discovery listeners.
         for l in &old.discovery_listeners {
@@ -296,8 +304,14 @@ impl Live {
         let nqn = &n.nqn;
         // A namespace is re-attached when its entry changed or its bdev was
         // redefined (it still holds the replaced backend otherwise).
+        // (A new ANA group alone does not re-attach: `sync_ana` moves it.)
         let same = |a: &NamespaceConfig, b: Option<&NamespaceConfig>| {
-            b == Some(a) && !redefined_bdevs.contains(&a.bdev_name)
+            b.is_some_and(|b| {
+                NamespaceConfig {
+                    anagrpid: a.anagrpid,
+                    ..b.clone()
+                } == *a
+            }) && !redefined_bdevs.contains(&a.bdev_name)
         };
         for ns in &o.namespaces {
             if !same(ns, n.namespace(ns.nsid)) {
