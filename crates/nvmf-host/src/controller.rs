@@ -30,8 +30,6 @@ const CNS_CONTROLLER: u32 = 0x01;
 const CNS_ACTIVE_NS_LIST: u32 = 0x02;
 const CNS_NS_DESC_LIST: u32 = 0x03;
 
-/// Log page identifier of the ANA log.
-const LID_ANA: u8 = 0x0c;
 /// Asynchronous Event Configuration bit: ANA Change notices.
 const AEC_ANA_CHANGE: u32 = 1 << 11;
 
@@ -551,7 +549,7 @@ impl Controller {
         let mut len = 4096usize;
         loop {
             let mut buf = vec![0u8; len];
-            self.get_log_page(LID_ANA, 0, 0, &mut buf)?;
+            self.get_log_page(nvmf_wire::LogPageId::AnaLog as u8, 0, 0, &mut buf)?;
             let need = crate::multipath::ana_log_len(&buf);
             if need <= len || len >= ADMIN_BUF as usize {
                 return Ok(buf);

@@ -14,17 +14,16 @@
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{Error, Result};
 use crate::trid::{TransportId, DISCOVERY_NQN};
+use nvmf_wire::log::{AnaGroupDescriptor, AnaLogHeader};
+use nvmf_wire::zerocopy::FromBytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// ANA states (ANA log descriptor byte 16, bits 3:0).
-pub const ANA_OPTIMIZED: u8 = 0x01;
-pub const ANA_NON_OPTIMIZED: u8 = 0x02;
-pub const ANA_INACCESSIBLE: u8 = 0x03;
-pub const ANA_PERSISTENT_LOSS: u8 = 0x04;
-pub const ANA_CHANGE: u8 = 0x0f;
+pub use nvmf_wire::log::{
+    ANA_CHANGE, ANA_INACCESSIBLE, ANA_NON_OPTIMIZED, ANA_OPTIMIZED, ANA_PERSISTENT_LOSS,
+};
 /// Not an ANA state: the path is lost (connection closed, keep-alive failed).
 pub const PATH_FAILED: u8 = 0xff;
 
@@ -190,11 +189,8 @@ impl PathShared {
 // ANA log page
 // ---------------------------------------------------------------------------
 
-/// Header: change count (8), number of group descriptors (2), reserved (6).
-const ANA_HDR: usize = 16;
-/// Group descriptor: ANAGRPID (4), NNSID (4), change count (8), state (1),
-/// reserved (15), then NNSID namespace IDs of 4 bytes.
-const ANA_DESC: usize = 32;
+const ANA_HDR: usize = size_of::<AnaLogHeader>();
+const ANA_DESC: usize = size_of::<AnaGroupDescriptor>();
 
 /// One ANA group descriptor.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -204,19 +200,25 @@ pub struct AnaGroup {
     pub nsids: Vec<u32>,
 }
 
-fn le_u32(b: &[u8], at: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+fn header(buf: &[u8]) -> Option<AnaLogHeader> {
+    AnaLogHeader::read_from_prefix(buf).ok().map(|(h, _)| h)
+}
+
+fn descriptor(buf: &[u8], at: usize) -> Option<AnaGroupDescriptor> {
+    AnaGroupDescriptor::read_from_prefix(buf.get(at..)?)
+        .ok()
+        .map(|(d, _)| d)
 }
 
 /// Bytes the ANA log in `buf` needs to be complete (as far as `buf` shows).
 pub fn ana_log_len(buf: &[u8]) -> usize {
-    let Some(n) = buf.get(8..10).map(|b| u16::from_le_bytes([b[0], b[1]])) else {
+    let Some(h) = header(buf) else {
         return ANA_HDR;
     };
     let mut at = ANA_HDR;
-    for _ in 0..n {
-        match le_u32(buf, at + 4) {
-            Some(nn) => at += ANA_DESC + 4 * nn as usize,
+    for _ in 0..h.ngrps.get() {
+        match descriptor(buf, at) {
+            Some(d) => at += ANA_DESC + 4 * d.nnsids.get() as usize,
             // The rest lies past `buf`: ask for at least one more descriptor.
             None => return at + ANA_DESC,
         }
@@ -227,33 +229,27 @@ pub fn ana_log_len(buf: &[u8]) -> usize {
 /// Decode the ANA log page: the group descriptors (a truncated or
 /// malformed log is an error, never a panic).
 pub fn parse_ana_log(buf: &[u8]) -> Result<Vec<AnaGroup>> {
-    let bad = |what: &str| Error::Protocol(format!("ANA log page: {what}"));
-    let n = buf
-        .get(8..10)
-        .map(|b| u16::from_le_bytes([b[0], b[1]]))
-        .ok_or_else(|| bad("shorter than its header"))?;
+    let bad = |what: String| Error::Protocol(format!("ANA log page: {what}"));
+    let h = header(buf).ok_or_else(|| bad("shorter than its header".into()))?;
+    let n = h.ngrps.get();
     let mut at = ANA_HDR;
     let mut out = Vec::with_capacity(n as usize);
     for i in 0..n {
-        let grpid = le_u32(buf, at).ok_or_else(|| bad(&format!("descriptor {i} cut short")))?;
-        let nn =
-            le_u32(buf, at + 4).ok_or_else(|| bad(&format!("descriptor {i} cut short")))? as usize;
-        let state = *buf
-            .get(at + 16)
-            .ok_or_else(|| bad(&format!("descriptor {i} cut short")))?
-            & 0x0f;
+        let d = descriptor(buf, at).ok_or_else(|| bad(format!("descriptor {i} cut short")))?;
+        let nn = d.nnsids.get() as usize;
         let list = at + ANA_DESC;
         if list + 4 * nn > buf.len() {
-            return Err(bad(&format!(
+            return Err(bad(format!(
                 "descriptor {i} lists {nn} namespaces past the end"
             )));
         }
-        let nsids = (0..nn)
-            .map(|k| le_u32(buf, list + 4 * k).unwrap_or(0))
+        let nsids = buf[list..list + 4 * nn]
+            .chunks_exact(4)
+            .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
         out.push(AnaGroup {
-            grpid,
-            state,
+            grpid: d.anagrpid.get(),
+            state: d.state & 0x0f,
             nsids,
         });
         at = list + 4 * nn;

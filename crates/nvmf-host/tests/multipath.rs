@@ -4,7 +4,8 @@
 //! away mid-run — its listener removed over RPC, or its gateway killed with
 //! SIGKILL — and the `--verify` run must end with exit 0, no error, no
 //! mismatch, I/O on both paths before the loss and only on the survivor
-//! after it. Also: paths found through the discovery service, a path set
+//! after it. With ANA reporting, a listener set inaccessible mid-run moves
+//! the I/O to the other path without an error. Also: paths found through the discovery service, a path set
 //! naming two subsystems refused, and a clear failure when every path goes.
 //!
 //! Every child process is killed on drop and every wait is bounded. nvmfd
@@ -67,9 +68,14 @@ fn listener(nqn: &str, port: u16) -> String {
 /// namespace B0 on `ports`, optionally the discovery service on the first
 /// port and a second subsystem OTHER on it.
 fn config(bdev: &str, ports: &[u16], discovery: bool) -> String {
+    config_with(bdev, ports, discovery, false)
+}
+
+/// `config` with ANA reporting on or off.
+fn config_with(bdev: &str, ports: &[u16], discovery: bool, ana: bool) -> String {
     let mut nvmf = vec![
         r#"{"method":"nvmf_create_transport","params":{"trtype":"TCP","max_queue_depth":128,"max_io_qpairs_per_ctrlr":8}}"#.to_string(),
-        format!(r#"{{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,"serial_number":"MPATH0001","model_number":"nvmf-host multipath"}}}}"#),
+        format!(r#"{{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,"ana_reporting":{ana},"serial_number":"MPATH0001","model_number":"nvmf-host multipath"}}}}"#),
         format!(r#"{{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"nsid":1,"bdev_name":"B0"}}}}}}"#),
     ];
     for &p in ports {
@@ -399,4 +405,58 @@ fn paths_from_the_discovery_service_and_mixed_subsystems_refused() {
         "{err}"
     );
     drop(d);
+}
+
+#[test]
+fn listener_set_inaccessible_mid_run_moves_io_without_errors() {
+    let ports = [free_port(), free_port()];
+    let d = Daemon::start(&config_with(&malloc_bdev(), &ports, false, true), &ports);
+    let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
+    let args = perf_args(&trids, "6");
+    let child = spawn_nvmf(&args);
+    std::thread::sleep(Duration::from_secs(2));
+    d.rpc(&[
+        "nvmf_subsystem_listener_set_ana_state",
+        NQN,
+        "-n",
+        "inaccessible",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &ports[0].to_string(),
+    ]);
+    let out = nvmf_wait(child, Duration::from_secs(120), &args);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nvmf perf failed\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
+    assert_eq!(v["total"]["error"], 0, "{stdout}");
+    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let p = v["paths"].as_array().unwrap();
+    for x in p {
+        assert_eq!(x["ana_reporting"], true, "{stdout}");
+        assert!(x["failure"].is_null(), "a path was lost: {stdout}");
+    }
+    assert_eq!(p[0]["state"], "inaccessible", "{stdout}");
+    assert_eq!(p[1]["state"], "optimized", "{stdout}");
+    assert!(p[0]["state_changes"].as_u64().unwrap() >= 1, "{stdout}");
+    // Read at start and again on the ANA Change event (or an ANA status).
+    assert!(p[0]["ana_log_reads"].as_u64().unwrap() >= 2, "{stdout}");
+    assert!(p[0]["total_ios"].as_u64().unwrap() > 100, "{stdout}");
+    let last0 = p[0]["last_io_s"].as_f64().unwrap();
+    let last1 = p[1]["last_io_s"].as_f64().unwrap();
+    assert!(
+        last0 < 2.5,
+        "path 0 used after it went inaccessible: {stdout}"
+    );
+    assert!(last1 > 5.0, "{stdout}");
+    eprintln!(
+        "inaccessible path: {} I/Os, last at {last0:.2} s, {} retried elsewhere; survivor {} I/Os",
+        p[0]["total_ios"], p[0]["failed_over"], p[1]["total_ios"]
+    );
 }
