@@ -6,13 +6,18 @@
 //! it keeps an Asynchronous Event Request outstanding on every admin queue,
 //! reads the ANA log page (0Ch) at start, on an ANA Change notice and when
 //! an I/O thread saw an ANA status, and marks a path lost when its admin
-//! connection or keep-alive fails. Also the path selection policies.
+//! connection or keep-alive fails. With reconnect on, it also connects a
+//! lost path again in the background (backoff 100 ms doubling to 2 s),
+//! opens its I/O queues and hands them to the I/O threads (a mailbox per
+//! path, read only when the path's epoch moves). Also the path selection
+//! policies.
 //!
 //! The I/O threads read a path's state with one relaxed load per decision;
 //! nothing here is on the per-I/O path beyond that.
 
 use crate::controller::{ConnectOptions, Controller};
 use crate::error::{Error, Result};
+use crate::queue::IoQueue;
 use crate::trid::{TransportId, DISCOVERY_NQN};
 use nvmf_wire::log::{AnaGroupDescriptor, AnaLogHeader};
 use nvmf_wire::zerocopy::FromBytes;
@@ -85,7 +90,6 @@ impl Policy {
 }
 
 /// The state of one path, shared between the monitor and the I/O threads.
-#[derive(Debug)]
 pub struct PathShared {
     /// `traddr:trsvcid`.
     pub name: String,
@@ -97,6 +101,12 @@ pub struct PathShared {
     /// Nanoseconds since the run's base instant when the path was lost.
     failed_at_ns: AtomicU64,
     failure: Mutex<Option<String>>,
+    /// Moves each time the path is connected again; a queue belongs to the
+    /// epoch it was opened in.
+    epoch: AtomicU64,
+    reconnects: AtomicU64,
+    /// New I/O queues after a reconnect, indexed by qid - 1.
+    mailbox: Mutex<Vec<Option<IoQueue>>>,
 }
 
 impl PathShared {
@@ -109,7 +119,37 @@ impl PathShared {
             log_reads: AtomicU64::new(0),
             failed_at_ns: AtomicU64::new(0),
             failure: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+            reconnects: AtomicU64::new(0),
+            mailbox: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The current connection epoch (0 for the first connection).
+    #[inline]
+    pub fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::Acquire)
+    }
+
+    /// Take the queue `qid` posted by the last reconnect.
+    pub fn take_queue(&self, qid: u16) -> Option<IoQueue> {
+        let mut m = self.mailbox.lock().unwrap_or_else(|p| p.into_inner());
+        m.get_mut(qid as usize - 1).and_then(Option::take)
+    }
+
+    /// The path is connected again: post its I/O queues (index qid - 1),
+    /// move the epoch, then take `state`.
+    fn revive(&self, queues: Vec<IoQueue>, state: u8) {
+        *self.mailbox.lock().unwrap_or_else(|p| p.into_inner()) =
+            queues.into_iter().map(Some).collect();
+        self.epoch.fetch_add(1, Ordering::AcqRel);
+        self.state.store(state, Ordering::Release);
+        self.changes.fetch_add(1, Ordering::Relaxed);
+        self.reconnects.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn reconnects(&self) -> u64 {
+        self.reconnects.load(Ordering::Relaxed)
     }
 
     #[inline]
@@ -148,8 +188,12 @@ impl PathShared {
         }
     }
 
-    /// Mark the path lost (first reason wins); `at_ns` from the run's base.
-    pub fn fail(&self, reason: &str, at_ns: u64) {
+    /// Mark the path lost (first reason wins) unless it was connected again
+    /// since `epoch` (a late failure of an old queue); `at_ns` from the run's base.
+    pub fn fail(&self, epoch: u64, reason: &str, at_ns: u64) {
+        if self.epoch() != epoch {
+            return;
+        }
         if self.state.swap(PATH_FAILED, Ordering::AcqRel) != PATH_FAILED {
             self.changes.fetch_add(1, Ordering::Relaxed);
             self.failed_at_ns.store(at_ns.max(1), Ordering::Relaxed);
@@ -303,14 +347,55 @@ impl Path {
     /// without ANA reporting). A namespace missing from the log is
     /// inaccessible through this path.
     pub fn refresh_ana(&self, nsid: u32) -> Result<()> {
-        if !self.ana {
-            return Ok(());
+        if self.ana {
+            let s = self.read_ana_state(nsid)?;
+            self.shared.set_state(s);
         }
+        Ok(())
+    }
+
+    /// The namespace's ANA state through this path, from a fresh log.
+    fn read_ana_state(&self, nsid: u32) -> Result<u8> {
         let buf = self.ctrl.ana_log()?;
         self.shared.log_reads.fetch_add(1, Ordering::Relaxed);
         let groups = parse_ana_log(&buf)?;
-        let s = state_of(&groups, nsid, self.anagrpid).unwrap_or(ANA_INACCESSIBLE);
-        self.shared.set_state(s);
+        Ok(state_of(&groups, nsid, self.anagrpid).unwrap_or(ANA_INACCESSIBLE))
+    }
+
+    /// Connect a lost path again, open its `spec.queues` I/O queues and
+    /// hand them to the I/O threads; the path is usable when this returns.
+    fn reconnect(&mut self, spec: &ReconnectSpec, nsid: u32) -> Result<()> {
+        let mut o = spec.opts.clone();
+        o.trid = self.trid.clone();
+        o.timeout = o.timeout.min(Duration::from_secs(2));
+        let ctrl = Controller::connect(&o)?;
+        let granted = ctrl.set_num_queues(spec.queues)?;
+        if granted < spec.queues {
+            return Err(Error::InvalidArg(format!(
+                "controller grants only {granted} I/O queues after reconnect"
+            )));
+        }
+        let mut queues = Vec::with_capacity(spec.queues as usize);
+        for i in 0..spec.queues {
+            let mut q = ctrl.create_io_queue(i + 1, spec.depth, spec.io_size)?;
+            if let Some(n) = spec.in_capsule {
+                q.set_in_capsule_size(n.min(ctrl.in_capsule_size()));
+            }
+            queues.push(q);
+        }
+        let old = std::mem::replace(&mut self.ctrl, ctrl);
+        drop(old);
+        self.ana = self.ctrl.ana_reporting();
+        let state = if self.ana {
+            self.anagrpid = self.ctrl.identify_namespace(nsid)?.anagrpid.get();
+            let s = self.read_ana_state(nsid)?;
+            self.ctrl.enable_ana_change_events()?;
+            self.ctrl.arm_async_event()?;
+            s
+        } else {
+            ANA_OPTIMIZED
+        };
+        self.shared.revive(queues, state);
         Ok(())
     }
 
@@ -380,29 +465,64 @@ pub fn check_same_subsystem(trids: &[TransportId]) -> Result<()> {
     Ok(())
 }
 
+/// What a reconnect needs to rebuild a path like the first connection.
+#[derive(Debug, Clone)]
+pub struct ReconnectSpec {
+    pub opts: ConnectOptions,
+    pub queues: u16,
+    pub depth: u16,
+    pub io_size: u32,
+    pub in_capsule: Option<u32>,
+}
+
+/// First and longest wait between reconnect attempts of one path.
+const RECONNECT_FIRST: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(2);
+
 /// The thread that watches every path's admin queue during a run.
 pub struct Monitor {
     stop: Arc<AtomicBool>,
-    thread: Option<JoinHandle<()>>,
+    thread: Option<JoinHandle<Vec<Path>>>,
 }
 
 impl Monitor {
     /// Watch `paths` for namespace `nsid`: AER completions (ANA Change →
     /// re-read the log, re-arm), refresh requests from the I/O threads,
-    /// keep-alive failures and lost admin connections (→ path lost).
-    /// `base` is the run's time origin (for the failure time).
-    pub fn start(paths: Arc<Vec<Path>>, nsid: u32, base: Instant) -> Monitor {
+    /// keep-alive failures and lost admin connections (→ path lost), and
+    /// with `reconnect` lost paths connected again. `base` is the run's
+    /// time origin (for the failure time). `finish` gives the paths back.
+    pub fn start(
+        mut paths: Vec<Path>,
+        nsid: u32,
+        base: Instant,
+        reconnect: Option<ReconnectSpec>,
+    ) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("nvmf-multipath".into())
             .spawn(move || {
+                let mut backoff: Vec<(Instant, Duration)> =
+                    vec![(Instant::now(), RECONNECT_FIRST); paths.len()];
                 while !s2.load(Ordering::Acquire) {
-                    for p in paths.iter() {
-                        watch(p, nsid, base);
+                    for (p, b) in paths.iter_mut().zip(backoff.iter_mut()) {
+                        if !p.shared.is_failed() {
+                            watch(p, nsid, base);
+                            *b = (Instant::now() + RECONNECT_FIRST, RECONNECT_FIRST);
+                            continue;
+                        }
+                        let Some(spec) = &reconnect else { continue };
+                        if Instant::now() < b.0 {
+                            continue;
+                        }
+                        if p.reconnect(spec, nsid).is_err() {
+                            b.1 = (b.1 * 2).min(RECONNECT_MAX);
+                            b.0 = Instant::now() + b.1;
+                        }
                     }
                     std::thread::sleep(MONITOR_TICK);
                 }
+                paths
             })
             .expect("spawn multipath monitor");
         Monitor {
@@ -410,17 +530,24 @@ impl Monitor {
             thread: Some(thread),
         }
     }
+
+    /// Stop watching; the paths (with the controllers now in use).
+    pub fn finish(mut self) -> Vec<Path> {
+        self.stop.store(true, Ordering::Release);
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
+    }
 }
 
 /// One look at one path.
 fn watch(p: &Path, nsid: u32, base: Instant) {
     let sh = &p.shared;
-    if sh.is_failed() {
-        return;
-    }
+    let epoch = sh.epoch();
     let now_ns = || base.elapsed().as_nanos() as u64;
     if let Some(e) = p.ctrl.keep_alive_error() {
-        sh.fail(&format!("keep alive failed: {e}"), now_ns());
+        sh.fail(epoch, &format!("keep alive failed: {e}"), now_ns());
         return;
     }
     if !p.ana {
@@ -438,14 +565,14 @@ fn watch(p: &Path, nsid: u32, base: Instant) {
             // re-arm unless the controller refused the request.
             if c.status.is_success() {
                 if let Err(e) = p.ctrl.arm_async_event() {
-                    sh.fail(&format!("admin queue: {e}"), now_ns());
+                    sh.fail(epoch, &format!("admin queue: {e}"), now_ns());
                     return;
                 }
             }
         }
         Ok(None) => {}
         Err(e) => {
-            sh.fail(&format!("admin connection lost: {e}"), now_ns());
+            sh.fail(epoch, &format!("admin connection lost: {e}"), now_ns());
             return;
         }
     }
@@ -455,7 +582,7 @@ fn watch(p: &Path, nsid: u32, base: Instant) {
                 e,
                 Error::Closed(_) | Error::Io { .. } | Error::Timeout(_) | Error::Terminated { .. }
             ) {
-                sh.fail(&format!("reading the ANA log: {e}"), now_ns());
+                sh.fail(epoch, &format!("reading the ANA log: {e}"), now_ns());
             } else {
                 // Try again on the next tick.
                 sh.refresh.store(true, Ordering::Release);
@@ -538,8 +665,8 @@ mod tests {
         p.set_state(ANA_NON_OPTIMIZED);
         assert_eq!(p.class(), 1);
         assert_eq!(p.state_changes(), 2);
-        p.fail("gone", 5);
-        p.fail("again", 9);
+        p.fail(0, "gone", 5);
+        p.fail(0, "again", 9);
         assert!(p.is_failed());
         assert_eq!(p.failure(), Some(("gone".into(), 5)));
         // A lost path stays lost.

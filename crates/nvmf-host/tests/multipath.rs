@@ -5,7 +5,8 @@
 //! SIGKILL — and the `--verify` run must end with exit 0, no error, no
 //! mismatch, I/O on both paths before the loss and only on the survivor
 //! after it. With ANA reporting, a listener set inaccessible mid-run moves
-//! the I/O to the other path without an error. Also: paths found through the discovery service, a path set
+//! the I/O to the other path without an error; with `--reconnect` a killed
+//! gateway that is restarted is connected again and used. Also: paths found through the discovery service, a path set
 //! naming two subsystems refused, and a clear failure when every path goes.
 //!
 //! Every child process is killed on drop and every wait is bounded. nvmfd
@@ -459,4 +460,55 @@ fn listener_set_inaccessible_mid_run_moves_io_without_errors() {
         "inaccessible path: {} I/Os, last at {last0:.2} s, {} retried elsewhere; survivor {} I/Os",
         p[0]["total_ios"], p[0]["failed_over"], p[1]["total_ios"]
     );
+}
+
+#[test]
+fn killed_gateway_restarted_is_used_again_with_reconnect() {
+    let img = tmp("shared-rejoin.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let bdev = format!(
+        r#"{{"method":"bdev_aio_create","params":{{"name":"B0","filename":"{}","block_size":512}}}}"#,
+        img.display()
+    );
+    let ports = [free_port(), free_port()];
+    let mut g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
+    let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
+    let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
+    let mut args = perf_args(&trids, "8");
+    args.push("--reconnect");
+    let child = spawn_nvmf(&args);
+    std::thread::sleep(Duration::from_secs(2));
+    g0.kill9();
+    std::thread::sleep(Duration::from_secs(1));
+    let g0b = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
+    let out = nvmf_wait(child, Duration::from_secs(120), &args);
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nvmf perf failed\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
+    assert_eq!(v["total"]["error"], 0, "{stdout}");
+    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let p = v["paths"].as_array().unwrap();
+    let lost_at = p[0]["failed_at_s"].as_f64().expect("path 0 was lost");
+    assert!(p[0]["reconnects"].as_u64().unwrap() >= 1, "{stdout}");
+    assert_eq!(p[0]["state"], "optimized", "{stdout}");
+    // Used again after it came back, until the end.
+    let last0 = p[0]["last_io_s"].as_f64().unwrap();
+    assert!(
+        last0 > lost_at + 3.0,
+        "path 0 not used after its return: {stdout}"
+    );
+    assert!(p[1]["failure"].is_null(), "{stdout}");
+    eprintln!(
+        "gateway 0 lost at {lost_at:.2} s, connected again, last I/O at {last0:.2} s; {} I/Os on it",
+        p[0]["total_ios"]
+    );
+    drop((g0b, g1));
+    let _ = std::fs::remove_file(&img);
 }

@@ -52,7 +52,8 @@ its commands go to the usable paths of the best ANA class (optimized, else non-o
 never inaccessible or lost) by --policy. When a path is lost (connection closed, keep-alive
 failure) or answers with a path status, its commands in flight are re-issued on another path
 (same LBA, same data; --verify stays exact); the run fails only when no path is left. ANA
-state is read at start and on every ANA Change event. The report adds a per-path table
+state is read at start and on every ANA Change event. --reconnect connects a lost path again
+in the background and uses it when it is back. The report adds a per-path table
 (and paths[] in the JSON): IOPS, MiB/s, mean/p99 latency, retried, failed over, errors,
 state changes, and when the path carried I/O.
 
@@ -190,6 +191,10 @@ struct PerfArgs {
     /// path with the fewest commands in flight (queue-depth)
     #[arg(long, default_value = "round-robin", value_parser = parse_policy, value_name = "POLICY")]
     policy: Policy,
+    /// Multipath: connect a lost path again in the background (backoff 100 ms
+    /// to 2 s) and use it when it is back; commands wait up to 30 s for a path
+    #[arg(long)]
+    reconnect: bool,
     /// I/Os in flight per queue
     #[arg(
         short = 'q',
@@ -458,6 +463,7 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
         cfg.paths = trids;
     }
     cfg.policy = a.policy;
+    cfg.reconnect = a.reconnect;
     cfg.nsid = nsid;
     cfg.queue_depth = a.queue_depth;
     cfg.io_size = a.io_size;

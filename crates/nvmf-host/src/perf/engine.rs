@@ -123,6 +123,12 @@ impl PathQueue {
             tag_of_slot: vec![0; n],
         }
     }
+
+    /// Use `q` (from a reconnect) from now on.
+    fn install(&mut self, q: IoQueue) {
+        self.tag_of_slot.resize(q.depth(), 0);
+        self.q = Some(q);
+    }
 }
 
 /// One logical queue: its workload state, its queues on every path, and
@@ -144,6 +150,10 @@ pub(crate) struct Worker {
     pub paths: Vec<PathQueue>,
     pub shared_paths: Vec<Arc<PathShared>>,
     pub policy: Policy,
+    /// Connection epoch of each path's queue (see `PathShared::epoch`).
+    epochs: Vec<u64>,
+    /// Lost paths may come back (the monitor reconnects them).
+    reconnect: bool,
     rr: usize,
     // per tag
     free_tags: Vec<u16>,
@@ -193,6 +203,7 @@ pub(crate) struct WorkerSetup {
     pub seed: u64,
     pub depth: usize,
     pub policy: Policy,
+    pub reconnect: bool,
 }
 
 impl Worker {
@@ -219,6 +230,8 @@ impl Worker {
             paths,
             shared_paths,
             policy: s.policy,
+            epochs: vec![0; np],
+            reconnect: s.reconnect,
             // Spread the first choices of the queues over the paths.
             rr: (s.qid as usize).wrapping_sub(1) % np.max(1),
             free_tags: (0..d as u16).rev().collect(),
@@ -484,11 +497,12 @@ impl Worker {
     /// No path is usable now: wait (Ok) while some path is connected, for
     /// at most `NO_PATH_WAIT`; Err when none is left or the wait ran out.
     fn no_usable_path(&mut self) -> Result<()> {
-        let any_connected = self
-            .paths
-            .iter()
-            .zip(&self.shared_paths)
-            .any(|(pq, sh)| pq.q.is_some() && !sh.is_failed());
+        let any_connected = self.reconnect
+            || self
+                .paths
+                .iter()
+                .zip(&self.shared_paths)
+                .any(|(pq, sh)| pq.q.is_some() && !sh.is_failed());
         let since = *self.no_path_since.get_or_insert_with(Instant::now);
         if !any_connected || since.elapsed() >= NO_PATH_WAIT {
             return Err(Error::Closed(format!(
@@ -509,10 +523,16 @@ impl Worker {
             .join(", ")
     }
 
-    /// Path `p` is lost for this worker: drop its queue and queue every tag
-    /// in flight on it for re-issue elsewhere.
+    /// Path `p` is lost for this worker: mark it lost (for this epoch),
+    /// drop its queue and queue its commands for re-issue elsewhere.
     fn fail_path(&mut self, p: usize, why: &str, base: Instant) {
-        self.shared_paths[p].fail(why, base.elapsed().as_nanos() as u64);
+        self.shared_paths[p].fail(self.epochs[p], why, base.elapsed().as_nanos() as u64);
+        self.drop_queue(p);
+    }
+
+    /// Drop path `p`'s queue and queue every tag in flight on it for
+    /// re-issue elsewhere.
+    fn drop_queue(&mut self, p: usize) {
         let Some(q) = self.paths[p].q.take() else {
             return;
         };
@@ -675,6 +695,16 @@ impl Worker {
     fn poll_paths(&mut self, base: Instant) -> usize {
         let mut done = 0;
         for p in 0..self.paths.len() {
+            let e = self.shared_paths[p].epoch();
+            if e != self.epochs[p] {
+                // Connected again: the old queue (if this thread had not
+                // seen it fail yet) is done; take the new one.
+                self.epochs[p] = e;
+                self.drop_queue(p);
+                if let Some(q) = self.shared_paths[p].take_queue(self.qid) {
+                    self.paths[p].install(q);
+                }
+            }
             if self.paths[p].q.is_none() {
                 continue;
             }

@@ -22,7 +22,7 @@ pub use workload::{check_block, fill_block, Mismatch, Workload, XorShift};
 
 use crate::controller::ConnectOptions;
 use crate::error::{Error, Result};
-use crate::multipath::{self, ana_state_name, Monitor, Path, Policy};
+use crate::multipath::{self, ana_state_name, Monitor, Path, Policy, ReconnectSpec};
 use crate::trid::TransportId;
 use engine::{PaddedCounter, PathQueue, PathStats, Shared, Worker, WorkerSetup, MAX_VERIFY_UNITS};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -39,6 +39,9 @@ pub struct PerfConfig {
     pub paths: Vec<TransportId>,
     /// How I/O is spread over the usable paths.
     pub policy: Policy,
+    /// Connect lost paths again in the background and use them when back;
+    /// commands then wait up to 30 s for a path even when none is left.
+    pub reconnect: bool,
     pub nsid: u32,
     /// Outstanding I/Os per queue.
     pub queue_depth: u16,
@@ -71,6 +74,7 @@ impl PerfConfig {
             connect,
             paths: Vec::new(),
             policy: Policy::RoundRobin,
+            reconnect: false,
             nsid: 1,
             queue_depth: 32,
             io_size: 4096,
@@ -253,6 +257,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
                 seed: (seed >> 16) & 0xffff_ffff,
                 depth,
                 policy: cfg.policy,
+                reconnect: cfg.reconnect,
             },
             pqs,
             shared_paths.clone(),
@@ -270,8 +275,14 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
     });
     let barrier = Arc::new(Barrier::new(nthreads + 1));
     let base = Instant::now();
-    let paths = Arc::new(paths);
-    let monitor = Monitor::start(Arc::clone(&paths), cfg.nsid, base);
+    let reconnect = cfg.reconnect.then(|| ReconnectSpec {
+        opts: cfg.connect.clone(),
+        queues: cfg.queues,
+        depth: cfg.queue_depth,
+        io_size: cfg.io_size,
+        in_capsule: cfg.in_capsule,
+    });
+    let monitor = Monitor::start(paths, cfg.nsid, base, reconnect);
     let mut handles = Vec::new();
     for (t, mut qs) in groups.into_iter().enumerate() {
         let shared = Arc::clone(&shared);
@@ -340,7 +351,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
     let runtime = start
         .elapsed()
         .min(cfg.duration.max(Duration::from_millis(1)));
-    drop(monitor);
+    let paths = monitor.finish();
     let mut queues = Vec::new();
     let mut failures = Vec::new();
     let mut pstats: Vec<PathStats> = Vec::new();
@@ -400,6 +411,7 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
             ana_log_reads: p.shared.ana_log_reads(),
             read: ps.read,
             write: ps.write,
+            reconnects: p.shared.reconnects(),
             failed_over: ps.failed_over,
             retried: ps.retried,
             errors: ps.errors,

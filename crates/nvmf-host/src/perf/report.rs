@@ -147,6 +147,8 @@ pub struct PathReport {
     pub ana_log_reads: u64,
     pub read: DirStats,
     pub write: DirStats,
+    /// Times the path was connected again after being lost (`reconnect`).
+    pub reconnects: u64,
     /// Commands that left this path for another (path lost, path status).
     pub failed_over: u64,
     /// Commands re-issued on this path after failing elsewhere (or here,
@@ -383,9 +385,13 @@ fn format_paths(s: &mut String, r: &PerfReport, secs: f64) {
         if let Some(f) = &p.failure {
             let _ = writeln!(
                 s,
-                "path {} lost at {:.2} s: {f}",
+                "path {} lost at {:.2} s: {f}{}",
                 p.name,
-                p.failed_at_s.unwrap_or(0.0)
+                p.failed_at_s.unwrap_or(0.0),
+                match p.reconnects {
+                    0 => String::new(),
+                    n => format!(" (connected again {n} time(s))"),
+                }
             );
         }
     }
@@ -405,6 +411,7 @@ fn path_json(p: &PathReport, secs: f64) -> Value {
         "write": dir_json(&p.write, secs),
         "retried": p.retried,
         "failed_over": p.failed_over,
+        "reconnects": p.reconnects,
         "error": p.errors,
         "first_io_s": p.first_io_s,
         "last_io_s": p.last_io_s,
