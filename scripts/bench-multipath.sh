@@ -29,6 +29,16 @@ LOCK=/tmp/nvmfd-bench.lock
 while [ -e $LOCK ]; do sleep 5; done
 echo "bench-multipath $$" > $LOCK
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; rm -rf "$D"; rm -f $LOCK' EXIT
+# Wait (at most 3 min) until the machine is idle: > 90% idle over 2 s (others' running jobs end).
+quiet() {
+  for _ in $(seq 1 90); do
+    local a b; a=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat); sleep 2
+    b=$(awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat)
+    python3 -c 'import sys; a=sys.argv[1].split(); b=sys.argv[2].split(); sys.exit(0 if (int(b[0])-int(a[0]))/max(1,int(b[1])-int(a[1])) > 0.9 else 1)' "$a" "$b" && return
+  done
+  echo "warning: machine not quiet"
+}
+quiet
 gateway() { # index, port, core
   cat > "$D/g$1.json" <<JSON
 {"subsystems":[{"subsystem":"bdev","config":[{"method":"bdev_null_create","params":{"name":"Null0","block_size":512,"num_blocks":2097152}}]},

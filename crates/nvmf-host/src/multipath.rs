@@ -483,6 +483,8 @@ const RECONNECT_MAX: Duration = Duration::from_secs(2);
 pub struct Monitor {
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<Vec<Path>>>,
+    /// The paths when there is nothing to watch (no thread started).
+    idle: Option<Vec<Path>>,
 }
 
 impl Monitor {
@@ -498,6 +500,16 @@ impl Monitor {
         reconnect: Option<ReconnectSpec>,
     ) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
+        // One path without ANA and without reconnect: nothing could change
+        // where I/O goes (a lost keep-alive is reported at the end); no
+        // thread waking every tick beside the I/O threads.
+        if paths.len() == 1 && !paths[0].ana && reconnect.is_none() {
+            return Monitor {
+                stop,
+                thread: None,
+                idle: Some(paths),
+            };
+        }
         let s2 = Arc::clone(&stop);
         let thread = std::thread::Builder::new()
             .name("nvmf-multipath".into())
@@ -528,12 +540,16 @@ impl Monitor {
         Monitor {
             stop,
             thread: Some(thread),
+            idle: None,
         }
     }
 
     /// Stop watching; the paths (with the controllers now in use).
     pub fn finish(mut self) -> Vec<Path> {
         self.stop.store(true, Ordering::Release);
+        if let Some(p) = self.idle.take() {
+            return p;
+        }
         self.thread
             .take()
             .and_then(|t| t.join().ok())

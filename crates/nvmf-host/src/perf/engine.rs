@@ -477,6 +477,23 @@ impl Worker {
         Ok(false)
     }
 
+    /// Start new I/Os (phase 0) or read-backs (phase 1) on every free tag;
+    /// true if any started.
+    fn start_all(&mut self, phase: usize, base: Instant) -> Result<bool> {
+        let mut any = false;
+        loop {
+            let started = if phase == 0 {
+                self.start_io(base)?
+            } else {
+                self.start_readback(base)?
+            };
+            if !started {
+                return Ok(any);
+            }
+            any = true;
+        }
+    }
+
     /// Re-issue waiting tags while a path is usable. Err when no path is
     /// left at all (or none came back within `NO_PATH_WAIT`).
     fn reissue(&mut self) -> Result<()> {
@@ -837,24 +854,20 @@ pub(crate) fn run_thread(
             let mut outstanding = 0;
             for w in qs.iter_mut() {
                 w.reissue()?;
-                if running {
-                    loop {
-                        let started = if phase == 0 {
-                            w.start_io(base)?
-                        } else {
-                            w.start_readback(base)?
-                        };
-                        if !started {
-                            break;
-                        }
-                        progress = true;
-                    }
+                if running && w.start_all(phase, base)? {
+                    progress = true;
                 }
                 let n = w.poll_paths(base);
                 if n > 0 {
                     progress = true;
                     ios_total += n as u64;
                     bytes_total += n as u64 * w.io_size as u64;
+                    // Refill at once: the next poll sends these (as the
+                    // completions' own re-submission would).
+                    w.reissue()?;
+                    if running {
+                        w.start_all(phase, base)?;
+                    }
                 }
                 outstanding += w.outstanding();
             }
