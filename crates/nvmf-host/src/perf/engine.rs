@@ -521,9 +521,17 @@ impl Worker {
                 .zip(&self.shared_paths)
                 .any(|(pq, sh)| pq.q.is_some() && !sh.is_failed());
         let since = *self.no_path_since.get_or_insert_with(Instant::now);
-        if !any_connected || since.elapsed() >= NO_PATH_WAIT {
+        if !any_connected {
             return Err(Error::Closed(format!(
-                ": no usable path left for queue {} ({} command(s) waiting; {})",
+                " on every path: no usable path left for queue {} ({} command(s) waiting; {})",
+                self.qid,
+                self.pending.len(),
+                self.path_summary()
+            )));
+        }
+        if since.elapsed() >= NO_PATH_WAIT {
+            return Err(Error::Timeout(format!(
+                "no usable path left for queue {} for {NO_PATH_WAIT:?} ({} command(s) waiting; {})",
                 self.qid,
                 self.pending.len(),
                 self.path_summary()
