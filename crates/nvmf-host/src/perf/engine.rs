@@ -321,50 +321,13 @@ impl Worker {
         if n == 1 {
             return (self.paths[0].q.is_some() && self.shared_paths[0].class() < 2).then_some(0);
         }
-        let mut best = 2u8;
-        for p in 0..n {
-            if self.paths[p].q.is_some() {
-                best = best.min(self.shared_paths[p].class());
-            }
-        }
-        if best >= 2 {
-            return None;
-        }
-        let usable =
-            |w: &Worker, p: usize| w.paths[p].q.is_some() && w.shared_paths[p].class() == best;
-        match self.policy {
-            Policy::RoundRobin => {
-                for k in 1..=n {
-                    let p = (self.rr + k) % n;
-                    if usable(self, p) {
-                        self.rr = p;
-                        return Some(p);
-                    }
-                }
-                None
-            }
-            Policy::QueueDepth => {
-                let mut pick = None;
-                let mut least = usize::MAX;
-                for k in 1..=n {
-                    let p = (self.rr + k) % n;
-                    if usable(self, p) {
-                        let f = self.paths[p]
-                            .q
-                            .as_ref()
-                            .map_or(usize::MAX, |q| q.inflight());
-                        if f < least {
-                            least = f;
-                            pick = Some(p);
-                        }
-                    }
-                }
-                if let Some(p) = pick {
-                    self.rr = p;
-                }
-                pick
-            }
-        }
+        let (paths, shared) = (&self.paths, &self.shared_paths);
+        choose_path(self.policy, &mut self.rr, n, |p| {
+            paths[p]
+                .q
+                .as_ref()
+                .map(|q| (shared[p].class(), q.inflight()))
+        })
     }
 
     /// Send tag `t` (its op, unit and generation already set) on path `p`.
@@ -779,6 +742,51 @@ impl Worker {
     }
 }
 
+/// The path choice: `view(p)` is None for a path without a queue, else
+/// its class (0 optimized, 1 non-optimized, 2 unusable) and commands in
+/// flight. Only paths of the best class present are candidates; `rr` is
+/// the last path chosen (round-robin goes on from it; queue-depth breaks
+/// ties in the same order).
+#[inline]
+fn choose_path(
+    policy: Policy,
+    rr: &mut usize,
+    n: usize,
+    view: impl Fn(usize) -> Option<(u8, usize)>,
+) -> Option<usize> {
+    let mut best = 2u8;
+    for p in 0..n {
+        if let Some((c, _)) = view(p) {
+            best = best.min(c);
+        }
+    }
+    if best >= 2 {
+        return None;
+    }
+    let mut pick = None;
+    let mut least = usize::MAX;
+    for k in 1..=n {
+        let p = (*rr + k) % n;
+        if let Some((c, f)) = view(p) {
+            if c != best {
+                continue;
+            }
+            if policy == Policy::RoundRobin {
+                pick = Some(p);
+                break;
+            }
+            if f < least {
+                least = f;
+                pick = Some(p);
+            }
+        }
+    }
+    if let Some(p) = pick {
+        *rr = p;
+    }
+    pick
+}
+
 fn op_name(op: u8) -> &'static str {
     match op {
         OP_READ => "read",
@@ -914,4 +922,53 @@ pub(crate) fn run_thread(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn picks(policy: Policy, view: &[Option<(u8, usize)>], times: usize) -> Vec<Option<usize>> {
+        let mut rr = 0;
+        (0..times)
+            .map(|_| choose_path(policy, &mut rr, view.len(), |p| view[p]))
+            .collect()
+    }
+
+    #[test]
+    fn round_robin_over_the_best_class_only() {
+        // All optimized: each in turn.
+        let all = [Some((0, 0)), Some((0, 0)), Some((0, 0))];
+        assert_eq!(
+            picks(Policy::RoundRobin, &all, 4),
+            [Some(1), Some(2), Some(0), Some(1)]
+        );
+        // One optimized, one non-optimized, one inaccessible: only the optimized.
+        let mixed = [Some((1, 0)), Some((2, 0)), Some((0, 9))];
+        assert_eq!(picks(Policy::RoundRobin, &mixed, 3), [Some(2); 3]);
+        // No optimized left: the non-optimized ones, in turn; a lost path (None) never.
+        let degraded = [Some((1, 0)), None, Some((2, 0)), Some((1, 0))];
+        assert_eq!(
+            picks(Policy::RoundRobin, &degraded, 3),
+            [Some(3), Some(0), Some(3)]
+        );
+        // Nothing usable.
+        let none = [Some((2, 0)), None];
+        assert_eq!(picks(Policy::RoundRobin, &none, 1), [None]);
+    }
+
+    #[test]
+    fn queue_depth_takes_the_least_busy_of_the_best_class() {
+        let v = [Some((0, 5)), Some((0, 2)), Some((1, 0)), Some((0, 7))];
+        assert_eq!(picks(Policy::QueueDepth, &v, 2), [Some(1), Some(1)]);
+        // Ties go on from the last choice.
+        let tie = [Some((0, 3)), Some((0, 3))];
+        assert_eq!(
+            picks(Policy::QueueDepth, &tie, 3),
+            [Some(1), Some(0), Some(1)]
+        );
+        // The idle non-optimized path is not taken while an optimized one exists.
+        let v = [Some((1, 0)), Some((0, 30))];
+        assert_eq!(picks(Policy::QueueDepth, &v, 1), [Some(1)]);
+    }
 }
