@@ -186,6 +186,9 @@ pub enum ReactorCmd {
         unbind: bool,
         reply: Sender<usize>,
     },
+    /// Close at once every connection whose controller was torn down
+    /// (subsystem deleted, host removed), instead of on the next tick.
+    CloseDead { reply: Sender<usize> },
     /// Report the connections and counters.
     Snapshot { reply: Sender<ReactorSnapshot> },
     /// Take over a connected I/O queue that another reactor accepted
@@ -820,6 +823,21 @@ impl Reactor {
                                 }
                             }
                         }
+                    }
+                    let _ = reply.send(keys.len());
+                }
+                ReactorCmd::CloseDead { reply } => {
+                    let keys: Vec<usize> = conns
+                        .iter()
+                        .filter(|(_, c)| c.sm.queue().controller().is_some_and(|x| x.is_dead()))
+                        .map(|(k, _)| k)
+                        .collect();
+                    for &k in &keys {
+                        let why = conns
+                            .get(k)
+                            .and_then(|c| c.sm.queue().controller()?.close_reason())
+                            .map_or("controller torn down", |r| r.as_str());
+                        self.close(k, conns, why.into());
                     }
                     let _ = reply.send(keys.len());
                 }
