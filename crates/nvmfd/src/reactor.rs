@@ -186,8 +186,9 @@ pub enum ReactorCmd {
         unbind: bool,
         reply: Sender<usize>,
     },
-    /// Close at once every connection whose controller was torn down
-    /// (subsystem deleted, host removed), instead of on the next tick.
+    /// Close every connection whose controller was torn down (subsystem
+    /// deleted, host removed) now, instead of on the next tick: each sends
+    /// the completions it already has, then closes.
     CloseDead { reply: Sender<usize> },
     /// Report the connections and counters.
     Snapshot { reply: Sender<ReactorSnapshot> },
@@ -827,17 +828,24 @@ impl Reactor {
                     let _ = reply.send(keys.len());
                 }
                 ReactorCmd::CloseDead { reply } => {
+                    // What the tick does, now: the queue reports Close, the
+                    // connection sends what it has already answered and
+                    // closes (at once when nothing is queued; CLOSE_LINGER
+                    // bounds a peer that stopped reading).
                     let keys: Vec<usize> = conns
                         .iter()
                         .filter(|(_, c)| c.sm.queue().controller().is_some_and(|x| x.is_dead()))
                         .map(|(k, _)| k)
                         .collect();
+                    let now = Instant::now();
                     for &k in &keys {
-                        let why = conns
-                            .get(k)
-                            .and_then(|c| c.sm.queue().controller()?.close_reason())
-                            .map_or("controller torn down", |r| r.as_str());
-                        self.close(k, conns, why.into());
+                        let Some(c) = conns.get_mut(k) else { continue };
+                        c.tx_ready = true;
+                        if catch_unwind(AssertUnwindSafe(|| c.sm.poll(now))).is_err() {
+                            self.close(k, conns, "internal error (panic) in poll".into());
+                            continue;
+                        }
+                        self.service_key(k, conns, again);
                     }
                     let _ = reply.send(keys.len());
                 }
