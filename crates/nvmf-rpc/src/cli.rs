@@ -546,6 +546,14 @@ static COMMANDS: &[Cmd] = &[
         build: plain,
         example: "nvmf rpc thread_get_stats",
     },
+    Cmd {
+        name: "nvmf_get_path_stats",
+        help: "Display counters and latency histograms per path (subsystem, listener, host, controller) and namespace (nvmfd only)",
+        pos: &[],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc nvmf_get_path_stats",
+    },
 ];
 
 /// Parameters as rpc.py sends them: every option that has a value.
