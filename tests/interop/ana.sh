@@ -58,8 +58,8 @@ CB=$(path_ctrl "$PORT2") && wait_live "$CB" 10 || fail "no live controller throu
 PA=$(path_disk "$CA") || fail "no path disk under $CA"
 PB=$(path_disk "$CB") || fail "no path disk under $CB"
 DEV=$(ns_dev "$NQN" 1) || fail "no multipath block device for namespace 1"
-SUBSYS=$(basename "$(readlink -f "/sys/class/nvme/$CA/subsystem" 2>/dev/null || true)")
-[ -n "$SUBSYS" ] || SUBSYS=$(for s in /sys/class/nvme-subsystem/*; do [ "$(cat "$s/subsysnqn")" = "$NQN" ] && basename "$s"; done)
+SUBSYS=$(for s in /sys/class/nvme-subsystem/*; do [ "$(cat "$s/subsysnqn")" = "$NQN" ] && basename "$s"; done)
+[ -n "$SUBSYS" ] || fail "no nvme-subsystem entry for $NQN"
 CNT_A=$(cat "/sys/class/nvme/$CA/cntlid"); CNT_B=$(cat "/sys/class/nvme/$CB/cntlid")
 [ "$CNT_A" != "$CNT_B" ] || fail "both paths got controller ID $CNT_A"
 ok "path A $CA ($PA, cntlid $CNT_A), path B $CB ($PB, cntlid $CNT_B), multipath device $DEV, $SUBSYS"

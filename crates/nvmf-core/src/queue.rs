@@ -458,6 +458,15 @@ impl QueuePair {
             };
             return self.complete(cmd.cid(), Outcome::err(status));
         }
+        if self.ctrl.as_ref().is_some_and(|c| c.is_dead()) {
+            // The controller is torn down (subsystem deleted, host removed,
+            // keep-alive): this queue closes on its next poll. Take no new
+            // command and answer none: the host cancels what it sent when
+            // the connection drops and sends it again on another path or
+            // after its reconnect, where an error status here could reach
+            // the application.
+            return Exec::Pending;
+        }
         if std::mem::take(&mut self.ns_pinned) {
             // The transport chose the data buffer for this snapshot.
         } else if let Some(ctrl) = &self.ctrl {

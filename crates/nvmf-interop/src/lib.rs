@@ -24,6 +24,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
 
+pub mod multipath;
+pub use multipath::{Forwarder, Gateway, Kernel};
+
 /// Environment switch that enables the interop tests.
 pub const SWITCH: &str = "NVMFD_INTEROP";
 
@@ -73,9 +76,15 @@ pub fn testbed() -> PathBuf {
 }
 
 fn prepare_testbed() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    let res = DONE.get_or_init(|| {
+    prepare_kernel(Kernel::Debian12);
+}
+
+/// Prepares (fetches, once per process) the testbed kernel `k`; panics if it cannot.
+pub fn prepare_kernel(k: Kernel) {
+    static DONE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let res = DONE[k as usize].get_or_init(|| {
         let out = Command::new("bash")
+            .env("NVMFD_TESTBED_KERNEL", k.series())
             .arg(testbed())
             .arg("prepare")
             .stdin(Stdio::null())
@@ -383,6 +392,14 @@ impl Nvmfd {
         }
     }
 
+    /// `kill -9` (a crash: no teardown, sockets reset by the kernel); reaps it.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        if let Ok(st) = self.child.wait() {
+            self.exit = Some(st);
+        }
+    }
+
     pub fn is_running(&mut self) -> bool {
         if self.exit.is_some() {
             return false;
@@ -538,13 +555,37 @@ pub fn run_guest(
     host_ports: &[u16],
     env: &[(&str, String)],
     timeout: Duration,
+    on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
+    run_guest_on(
+        Kernel::Debian12,
+        dir,
+        script,
+        host_ports,
+        env,
+        timeout,
+        on_checkpoint,
+    )
+}
+
+/// [`run_guest`] on the guest kernel `kernel` (prepared first if needed). The guest also
+/// gets `tests/interop/mp-lib.sh` (multipath helpers) next to `lib.sh`.
+pub fn run_guest_on(
+    kernel: Kernel,
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
     mut on_checkpoint: impl FnMut(&str, &str) -> String,
 ) -> GuestRun {
+    prepare_kernel(kernel);
     let root = repo_root();
     let job = dir.join("guest");
     fs::create_dir_all(&job).unwrap();
     let mut cmd = Command::new("bash");
-    cmd.arg(testbed())
+    cmd.env("NVMFD_TESTBED_KERNEL", kernel.series())
+        .arg(testbed())
         .arg("run")
         .arg("--timeout")
         .arg(timeout.as_secs().to_string())
@@ -552,6 +593,8 @@ pub fn run_guest(
         .arg(&job)
         .arg("--put")
         .arg(root.join("tests/interop/lib.sh"))
+        .arg("--put")
+        .arg(root.join("tests/interop/mp-lib.sh"))
         .arg("--env")
         .arg("CHECKPOINTS=1");
     for p in host_ports {

@@ -252,6 +252,8 @@ impl Live {
                 _ => fresh.push(n),
             }
         }
+        // Queues of torn-down controllers close now, not on the next tick.
+        self.close_dead();
         for n in fresh {
             t.add_subsystem(n).map_err(|e| e.to_string())?;
         }
@@ -293,6 +295,22 @@ impl Live {
         st.bound = want;
         st.config = new.clone();
         Ok(())
+    }
+
+    /// Closes, in every reactor, the connections whose controller was torn
+    /// down (deleted subsystem, removed host). Their queues take no new
+    /// command once the controller is dead (nvmf-core queue.rs); closing
+    /// them at once lets the host resend what was unanswered without
+    /// waiting for a reactor tick.
+    fn close_dead(&self) {
+        let n: usize = self
+            .ask_all(|reply| ReactorCmd::CloseDead { reply })
+            .into_iter()
+            .flatten()
+            .sum();
+        if n > 0 {
+            info!("{n} connection(s) of torn-down controllers closed");
+        }
     }
 
     /// Closes the connections of subsystem `nqn` that came in on `l`.

@@ -189,6 +189,10 @@ pub enum ReactorCmd {
         unbind: bool,
         reply: Sender<usize>,
     },
+    /// Close every connection whose controller was torn down (subsystem
+    /// deleted, host removed) now, instead of on the next tick: each sends
+    /// the completions it already has, then closes.
+    CloseDead { reply: Sender<usize> },
     /// Report the connections and counters.
     Snapshot { reply: Sender<ReactorSnapshot> },
     /// Take over a connected I/O queue that another reactor accepted
@@ -826,6 +830,28 @@ impl Reactor {
                                 }
                             }
                         }
+                    }
+                    let _ = reply.send(keys.len());
+                }
+                ReactorCmd::CloseDead { reply } => {
+                    // What the tick does, now: the queue reports Close, the
+                    // connection sends what it has already answered and
+                    // closes (at once when nothing is queued; CLOSE_LINGER
+                    // bounds a peer that stopped reading).
+                    let keys: Vec<usize> = conns
+                        .iter()
+                        .filter(|(_, c)| c.sm.queue().controller().is_some_and(|x| x.is_dead()))
+                        .map(|(k, _)| k)
+                        .collect();
+                    let now = Instant::now();
+                    for &k in &keys {
+                        let Some(c) = conns.get_mut(k) else { continue };
+                        c.tx_ready = true;
+                        if catch_unwind(AssertUnwindSafe(|| c.sm.poll(now))).is_err() {
+                            self.close(k, conns, "internal error (panic) in poll".into());
+                            continue;
+                        }
+                        self.service_key(k, conns, again);
                     }
                     let _ = reply.send(keys.len());
                 }
