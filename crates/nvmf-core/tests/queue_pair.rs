@@ -406,7 +406,10 @@ fn io_queue_connect_paths() {
     let mut qp = QueuePair::new(t.clone(), port());
     let c = connect_raw(&mut qp, 1, 127, 0, id.wrapping_add(100), NQN, HOST_A);
     assert_eq!((status(&c).sct, status(&c).sc), (1, 0x82));
-    assert!(!status(&c).dnr, "controller gone: a new admin connect cures it");
+    assert!(
+        !status(&c).dnr,
+        "controller gone: a new admin connect cures it"
+    );
     assert_eq!(c.dw0(), (1 << 16) | 16);
     // Right ID, other host.
     let c = connect_raw(&mut qp, 2, 127, 0, id, NQN, HOST_B);
