@@ -29,6 +29,7 @@ pub(crate) fn embedded_default() -> TargetConfig {
         nguid: ids.nguid,
         eui64: ids.eui64,
         uuid: ids.uuid,
+        anagrpid: 1,
     });
     sub.listeners.push(listener.clone());
     TargetConfig {

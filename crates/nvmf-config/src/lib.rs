@@ -247,7 +247,13 @@ pub struct SubsystemConfig {
     pub hosts: Vec<String>,
     /// Highest NSID (and Identify Controller NN); never 0 after load.
     pub max_namespaces: u32,
+    /// Asymmetric Namespace Access reporting (`-r/--ana-reporting`): CMIC
+    /// bit 3, the ANA log page, ANA Change events and ANA statuses on I/O.
     pub ana_reporting: bool,
+    /// ANA states set per listener (`nvmf_subsystem_add_listener
+    /// ana_state`, `nvmf_subsystem_listener_set_ana_state`), in the order
+    /// they were set; what no entry names is optimized. See [`Self::ana_state`].
+    pub ana_states: Vec<AnaStateEntry>,
     /// Controller IDs are handed out from `min_cntlid..=max_cntlid`.
     pub min_cntlid: u16,
     pub max_cntlid: u16,
@@ -267,6 +273,7 @@ impl SubsystemConfig {
             hosts: Vec::new(),
             max_namespaces: DEFAULT_MAX_NAMESPACES,
             ana_reporting: false,
+            ana_states: Vec::new(),
             min_cntlid: DEFAULT_MIN_CNTLID,
             max_cntlid: DEFAULT_MAX_CNTLID,
             namespaces: Vec::new(),
@@ -283,6 +290,146 @@ impl SubsystemConfig {
     pub fn host_allowed(&self, hostnqn: &str) -> bool {
         self.allow_any_host || self.hosts.iter().any(|h| h == hostnqn)
     }
+
+    /// ANA group IDs run from 1 to this (ANAGRPMAX = NANAGRPID, as SPDK:
+    /// one possible group per NSID).
+    pub fn ana_group_max(&self) -> u32 {
+        self.max_namespaces
+    }
+
+    /// The ANA state of group `anagrpid` reached through listener `l`: the
+    /// last entry naming that group, else the listener's all-groups entry,
+    /// else optimized.
+    pub fn ana_state(&self, l: &ListenerConfig, anagrpid: u32) -> AnaState {
+        let mut all = AnaState::Optimized;
+        for e in self.ana_states.iter().filter(|e| &e.listener == l) {
+            match e.anagrpid {
+                Some(g) if g == anagrpid => return e.state,
+                Some(_) => {}
+                None => all = e.state,
+            }
+        }
+        all
+    }
+
+    /// Record an ANA state for listener `l`: for one group, or for every
+    /// group (`None`, which replaces the listener's earlier entries).
+    pub fn set_ana_state(&mut self, l: &ListenerConfig, anagrpid: Option<u32>, state: AnaState) {
+        match anagrpid {
+            None => {
+                self.ana_states.retain(|e| &e.listener != l);
+                if state != AnaState::Optimized {
+                    self.ana_states.push(AnaStateEntry {
+                        listener: l.clone(),
+                        anagrpid: None,
+                        state,
+                    });
+                }
+            }
+            Some(g) => {
+                self.ana_states
+                    .retain(|e| !(&e.listener == l && e.anagrpid == Some(g)));
+                let base = self.ana_state(l, 0);
+                if state != base {
+                    self.ana_states.push(AnaStateEntry {
+                        listener: l.clone(),
+                        anagrpid: Some(g),
+                        state,
+                    });
+                }
+            }
+        }
+        // One canonical order (listener, then all-groups before single groups),
+        // so equal states compare equal however they were reached.
+        self.ana_states.sort_by(|a, b| {
+            let key = |e: &AnaStateEntry| {
+                (
+                    e.listener.traddr.clone(),
+                    e.listener.trsvcid.clone(),
+                    e.listener.adrfam.as_str(),
+                    e.anagrpid,
+                )
+            };
+            key(a).cmp(&key(b))
+        });
+    }
+
+    /// Forget the ANA states of a removed listener.
+    pub fn forget_ana_states(&mut self, l: &ListenerConfig) {
+        self.ana_states.retain(|e| &e.listener != l);
+    }
+}
+
+/// One ANA state setting of a listener (see [`SubsystemConfig::ana_state`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AnaStateEntry {
+    pub listener: ListenerConfig,
+    /// `None`: every group of the subsystem.
+    pub anagrpid: Option<u32>,
+    pub state: AnaState,
+}
+
+/// Asymmetric Namespace Access state of a group through one listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnaState {
+    Optimized,
+    NonOptimized,
+    Inaccessible,
+    /// nvmfd extension (SPDK's RPC takes only the first three).
+    PersistentLoss,
+    /// nvmfd extension: a transition in progress (hosts wait up to ANATT).
+    Change,
+}
+
+impl AnaState {
+    /// Every state, in the order of their names.
+    pub const ALL: [AnaState; 5] = [
+        AnaState::Optimized,
+        AnaState::NonOptimized,
+        AnaState::Inaccessible,
+        AnaState::PersistentLoss,
+        AnaState::Change,
+    ];
+
+    /// SPDK's spelling: `optimized`, `non_optimized`, `inaccessible`,
+    /// `persistent_loss`, `change`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AnaState::Optimized => "optimized",
+            AnaState::NonOptimized => "non_optimized",
+            AnaState::Inaccessible => "inaccessible",
+            AnaState::PersistentLoss => "persistent_loss",
+            AnaState::Change => "change",
+        }
+    }
+
+    /// Parses [`Self::as_str`]'s spelling (also with `-` for `_`).
+    pub fn parse(s: &str) -> Option<AnaState> {
+        let s = s.replace('-', "_");
+        AnaState::ALL.into_iter().find(|a| a.as_str() == s)
+    }
+
+    /// The state code of the ANA log page (NVMe base spec: 1, 2, 3, 4, 0Fh).
+    pub fn code(self) -> u8 {
+        match self {
+            AnaState::Optimized => 0x1,
+            AnaState::NonOptimized => 0x2,
+            AnaState::Inaccessible => 0x3,
+            AnaState::PersistentLoss => 0x4,
+            AnaState::Change => 0xF,
+        }
+    }
+
+    /// Inverse of [`Self::code`].
+    pub fn from_code(c: u8) -> Option<AnaState> {
+        AnaState::ALL.into_iter().find(|a| a.code() == c)
+    }
+}
+
+impl std::fmt::Display for AnaState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// A namespace: an NSID in a subsystem backed by a bdev. The identifiers are
@@ -294,6 +441,8 @@ pub struct NamespaceConfig {
     pub nguid: [u8; 16],
     pub eui64: [u8; 8],
     pub uuid: [u8; 16],
+    /// ANA group (`anagrpid`; SPDK's default: the NSID). 1..=max_namespaces.
+    pub anagrpid: u32,
 }
 
 /// Address family of a listener.

@@ -12,9 +12,9 @@ use crate::ids::{derive_namespace_ids, parse_eui64, parse_nguid, parse_uuid, Uui
 use crate::nqn::{validate_nqn, DISCOVERY_NQN};
 use crate::params::{Kind, Params};
 use crate::{
-    AddressFamily, BdevConfig, BdevKind, ConfigError, FileMethod, ListenerConfig, NamespaceConfig,
-    SubsystemConfig, TargetConfig, TransportConfig, TransportType, DEFAULT_MAX_CNTLID,
-    DEFAULT_MAX_NAMESPACES, MODEL_NUMBER_MAX_LEN, SERIAL_NUMBER_MAX_LEN,
+    AddressFamily, AnaState, BdevConfig, BdevKind, ConfigError, FileMethod, ListenerConfig,
+    NamespaceConfig, SubsystemConfig, TargetConfig, TransportConfig, TransportType,
+    DEFAULT_MAX_CNTLID, DEFAULT_MAX_NAMESPACES, MODEL_NUMBER_MAX_LEN, SERIAL_NUMBER_MAX_LEN,
 };
 
 /// Methods that only tune SPDK internals (buffer pools, socket layer,
@@ -125,14 +125,10 @@ const SUBSYSTEM_IGNORED: &[(&str, Kind)] = &[
     ("max_write_zeroes_size_kib", Kind::U64),
 ];
 const ADD_NS_IGNORED: &[(&str, Kind)] = &[("tgt_name", Kind::Str)];
-const NAMESPACE_IGNORED: &[(&str, Kind)] = &[
-    ("ptpl_file", Kind::Str),
-    ("anagrpid", Kind::U32),
-    ("hide_metadata", Kind::Bool),
-];
+const NAMESPACE_IGNORED: &[(&str, Kind)] =
+    &[("ptpl_file", Kind::Str), ("hide_metadata", Kind::Bool)];
 const LISTENER_IGNORED: &[(&str, Kind)] = &[
     ("tgt_name", Kind::Str),
-    ("ana_state", Kind::Str),
     ("sock_impl", Kind::Str),
     ("numa_id", Kind::I32),
 ];
@@ -329,12 +325,15 @@ fn apply(
         "nvmf_subsystem_add_listener" => add_listener(cfg, p),
         "nvmf_subsystem_add_host" => add_host(cfg, p),
         "nvmf_subsystem_allow_any_host" => allow_any_host(cfg, p),
+        "nvmf_subsystem_listener_set_ana_state" => listener_set_ana_state(cfg, p),
+        "nvmf_subsystem_set_ns_ana_group" => set_ns_ana_group(cfg, p),
         _ => Err(ConfigError::for_method(
             method,
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
              bdev_uring_create, bdev_aio_create, \
-             nvmf_create_transport, nvmf_create_subsystem and nvmf_subsystem_add_ns/add_listener/\
-             add_host/allow_any_host, and skips SPDK-internal tuning methods)",
+             nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns/add_listener/\
+             add_host/allow_any_host, nvmf_subsystem_listener_set_ana_state and \
+             nvmf_subsystem_set_ns_ana_group, and skips SPDK-internal tuning methods)",
         )),
     }
 }
@@ -552,15 +551,30 @@ fn create_subsystem(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
         }
         Some(n) => s.max_namespaces = n,
     }
-    // Refused rather than silently ignored: a host would see no ANA log
-    // page and no ANA state, contrary to what the config asked for.
-    if p.opt_bool("ana_reporting")? == Some(true) {
-        return Err(p.err(
-            "ana_reporting",
-            "true is not supported yet (ANA reporting comes with multipath support); leave it out or set false",
-        ));
+    s.ana_reporting = p.opt_bool("ana_reporting")?.unwrap_or(false);
+    if s.ana_reporting {
+        // The Linux host reads the whole ANA log page (header, one descriptor
+        // per possible group, every NSID) in one command and turns ANA off
+        // when that is larger than the controller's largest transfer.
+        let max_io = cfg
+            .transport(TransportType::Tcp)
+            .map_or(TransportConfig::tcp_default().max_io_size, |t| {
+                t.max_io_size
+            });
+        let need = 16 + 36 * u64::from(s.max_namespaces);
+        if need > u64::from(max_io) {
+            return Err(p.err(
+                "ana_reporting",
+                format!(
+                    "with max_namespaces {} the ANA log page is {need} bytes, more than one \
+                     transfer (max_io_size {max_io}): hosts would turn ANA off; use \
+                     max_namespaces <= {}",
+                    s.max_namespaces,
+                    (u64::from(max_io) - 16) / 36
+                ),
+            ));
+        }
     }
-    s.ana_reporting = false;
     if let Some(v) = p.opt_u16("min_cntlid")? {
         s.min_cntlid = v;
     }
@@ -687,6 +701,13 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
             "per-host namespace visibility is not supported by nvmfd",
         ));
     }
+    let anagrpid = match n.opt_u32("anagrpid")? {
+        None | Some(0) => nsid,
+        Some(g) => {
+            check_anagrpid(sub, g).map_err(|e| n.err("anagrpid", e))?;
+            g
+        }
+    };
     n.ignore(NAMESPACE_IGNORED, &mut ign)?;
     n.finish()?;
     p.finish()?;
@@ -698,6 +719,7 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
         nguid: nguid.unwrap_or(derived.nguid),
         eui64: eui64.unwrap_or(derived.eui64),
         uuid: uuid.unwrap_or(derived.uuid),
+        anagrpid,
     };
     for s in &cfg.subsystems {
         for other in &s.namespaces {
@@ -780,6 +802,10 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
     if p.opt_bool("secure_channel")? == Some(true) {
         return Err(p.err("secure_channel", "TLS is not supported by nvmfd"));
     }
+    let ana_state = match p.opt_str("ana_state")? {
+        Some(st) => Some(parse_ana_state(st).map_err(|e| p.err("ana_state", e))?),
+        None => None,
+    };
     let mut ign = cfg.ignored_params.clone();
     p.ignore(LISTENER_IGNORED, &mut ign)?;
     p.finish()?;
@@ -801,8 +827,106 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
             format!("subsystem \"{nqn}\" already listens on {traddr}:{trsvcid}"),
         ));
     }
-    list.push(l);
+    list.push(l.clone());
+    if let (Some(i), Some(st)) = (si, ana_state) {
+        cfg.subsystems[i].set_ana_state(&l, None, st);
+    }
     cfg.ignored_params = ign;
+    Ok(())
+}
+
+fn parse_ana_state(s: &str) -> Result<AnaState, String> {
+    AnaState::parse(s).ok_or_else(|| {
+        format!(
+            "\"{s}\" is not an ANA state (optimized, non_optimized, inaccessible; \
+             nvmfd also takes persistent_loss and change)"
+        )
+    })
+}
+
+fn check_anagrpid(sub: &SubsystemConfig, g: u32) -> Result<(), String> {
+    if g == 0 || g > sub.ana_group_max() {
+        return Err(format!(
+            "ANA group {g} is outside 1..={} (the subsystem's max_namespaces)",
+            sub.ana_group_max()
+        ));
+    }
+    Ok(())
+}
+
+/// `nvmf_subsystem_listener_set_ana_state`: nqn, listen_address, ana_state,
+/// anagrpid (optional: every group), tgt_name (ignored).
+fn listener_set_ana_state(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> {
+    let nqn = p.req_str("nqn")?;
+    let si = find_subsystem(cfg, &p, nqn)?;
+    let sub = &cfg.subsystems[si];
+    let mut a = p.req_object("listen_address")?;
+    let trstr = a.req_str("trtype")?;
+    let traddr = a.req_str("traddr")?;
+    let trsvcid = a.opt_str("trsvcid")?.unwrap_or("");
+    let adrfam = a.opt_str("adrfam")?;
+    a.finish()?;
+    let l = sub
+        .listeners
+        .iter()
+        .find(|l| {
+            l.trtype.as_str().eq_ignore_ascii_case(trstr)
+                && l.traddr == traddr
+                && l.trsvcid == trsvcid
+                && adrfam.is_none_or(|f| l.adrfam.as_str().eq_ignore_ascii_case(f))
+        })
+        .cloned()
+        .ok_or_else(|| {
+            p.err(
+                "listen_address",
+                format!("subsystem \"{nqn}\" has no listener {trstr} {traddr}:{trsvcid}"),
+            )
+        })?;
+    let st = p.req_str("ana_state")?;
+    let state = parse_ana_state(st).map_err(|e| p.err("ana_state", e))?;
+    let anagrpid = match p.opt_u32("anagrpid")? {
+        None | Some(0) => None,
+        Some(g) => {
+            check_anagrpid(sub, g).map_err(|e| p.err("anagrpid", e))?;
+            Some(g)
+        }
+    };
+    if !sub.ana_reporting {
+        return Err(p.err(
+            "nqn",
+            format!(
+                "subsystem \"{nqn}\" was created without ana_reporting \
+                 (nvmf_create_subsystem -r): hosts would never see the state"
+            ),
+        ));
+    }
+    let mut ign = cfg.ignored_params.clone();
+    p.ignore(TGT_NAME_IGNORED, &mut ign)?;
+    p.finish()?;
+    cfg.ignored_params = ign;
+    cfg.subsystems[si].set_ana_state(&l, anagrpid, state);
+    Ok(())
+}
+
+/// `nvmf_subsystem_set_ns_ana_group`: nqn, nsid, anagrpid, tgt_name (ignored).
+fn set_ns_ana_group(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> {
+    let nqn = p.req_str("nqn")?;
+    let si = find_subsystem(cfg, &p, nqn)?;
+    let nsid = p.req_u32("nsid")?;
+    let g = p.req_u32("anagrpid")?;
+    let sub = &cfg.subsystems[si];
+    let Some(ni) = sub.namespaces.iter().position(|n| n.nsid == nsid) else {
+        return Err(p.err(
+            "nsid",
+            format!("subsystem \"{nqn}\" has no namespace {nsid}"),
+        ));
+    };
+    check_anagrpid(sub, g).map_err(|e| p.err("anagrpid", e))?;
+    let mut ign = cfg.ignored_params.clone();
+    p.ignore(TGT_NAME_IGNORED, &mut ign)?;
+    p.finish()?;
+    cfg.ignored_params = ign;
+    cfg.subsystems[si].namespaces[ni].anagrpid = g;
     Ok(())
 }
 

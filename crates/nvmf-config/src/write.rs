@@ -7,25 +7,29 @@ use serde_json::{json, Map, Value};
 
 use crate::ids::{format_eui64, format_nguid, format_uuid};
 use crate::nqn::DISCOVERY_NQN;
-use crate::{BdevKind, ListenerConfig, TargetConfig};
+use crate::{AnaState, BdevKind, ListenerConfig, TargetConfig};
 
 fn entry(method: &str, params: Value) -> Value {
     json!({ "method": method, "params": params })
 }
 
-fn listener(nqn: &str, l: &ListenerConfig) -> Value {
-    entry(
-        "nvmf_subsystem_add_listener",
-        json!({
-            "nqn": nqn,
-            "listen_address": {
-                "trtype": l.trtype.as_str(),
-                "adrfam": l.adrfam.as_str(),
-                "traddr": l.traddr,
-                "trsvcid": l.trsvcid,
-            },
-        }),
-    )
+fn listen_address(l: &ListenerConfig) -> Value {
+    json!({
+        "trtype": l.trtype.as_str(),
+        "adrfam": l.adrfam.as_str(),
+        "traddr": l.traddr,
+        "trsvcid": l.trsvcid,
+    })
+}
+
+/// `nvmf_subsystem_add_listener`, with the listener's all-groups ANA state
+/// (`ana_state`) when one was set.
+fn listener(nqn: &str, l: &ListenerConfig, ana_state: Option<AnaState>) -> Value {
+    let mut params = json!({ "nqn": nqn, "listen_address": listen_address(l) });
+    if let Some(st) = ana_state {
+        params["ana_state"] = json!(st.as_str());
+    }
+    entry("nvmf_subsystem_add_listener", params)
 }
 
 pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
@@ -89,27 +93,48 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
     }
     for s in &cfg.subsystems {
         for ns in &s.namespaces {
-            nvmf.push(entry(
-                "nvmf_subsystem_add_ns",
-                json!({
-                    "nqn": s.nqn,
-                    "namespace": {
-                        "nsid": ns.nsid,
-                        "bdev_name": ns.bdev_name,
-                        "nguid": format_nguid(&ns.nguid),
-                        "eui64": format_eui64(&ns.eui64),
-                        "uuid": format_uuid(&ns.uuid),
-                    },
-                }),
-            ));
+            let mut params = json!({
+                "nqn": s.nqn,
+                "namespace": {
+                    "nsid": ns.nsid,
+                    "bdev_name": ns.bdev_name,
+                    "nguid": format_nguid(&ns.nguid),
+                    "eui64": format_eui64(&ns.eui64),
+                    "uuid": format_uuid(&ns.uuid),
+                },
+            });
+            // As SPDK: with ANA reporting (and whenever it is not the default).
+            if s.ana_reporting || ns.anagrpid != ns.nsid {
+                params["namespace"]["anagrpid"] = json!(ns.anagrpid);
+            }
+            nvmf.push(entry("nvmf_subsystem_add_ns", params));
         }
     }
     for l in &cfg.discovery_listeners {
-        nvmf.push(listener(DISCOVERY_NQN, l));
+        nvmf.push(listener(DISCOVERY_NQN, l, None));
     }
     for s in &cfg.subsystems {
         for l in &s.listeners {
-            nvmf.push(listener(&s.nqn, l));
+            let all = s
+                .ana_states
+                .iter()
+                .find(|e| &e.listener == l && e.anagrpid.is_none())
+                .map(|e| e.state);
+            nvmf.push(listener(&s.nqn, l, all));
+            // Per-group states (SPDK's save_config drops them; nvmfd keeps them).
+            for e in s.ana_states.iter().filter(|e| &e.listener == l) {
+                if let Some(g) = e.anagrpid {
+                    nvmf.push(entry(
+                        "nvmf_subsystem_listener_set_ana_state",
+                        json!({
+                            "nqn": s.nqn,
+                            "listen_address": listen_address(l),
+                            "ana_state": e.state.as_str(),
+                            "anagrpid": g,
+                        }),
+                    ));
+                }
+            }
         }
     }
 

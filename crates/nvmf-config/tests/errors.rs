@@ -820,15 +820,6 @@ fn subsystem_field_checks() {
         "outside",
         N2,
     );
-    // ANA reporting is refused until multipath implements it; false is fine.
-    let e = nvmf_err(&[s(json!({"ana_reporting":true}))]);
-    check(
-        &e,
-        "nvmf_create_subsystem",
-        Some("ana_reporting"),
-        "not supported yet",
-        N2,
-    );
     let c = load(&[], &[s(json!({"max_namespaces":0,"min_cntlid":10,"max_cntlid":20,"ana_reporting":false,"dmrsl":0,"wzsl":0,"passthrough":false,"enable_nssr":false,"tgt_name":"nvmf_tgt"}))]).unwrap();
     let sub = c.subsystem("nqn.2016-06.io.spdk:x").unwrap();
     assert_eq!(

@@ -15,6 +15,8 @@
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use crate::ana::PathAna;
+use crate::stats::ErrorTable;
 use crate::subsystem::Subsystem;
 use crate::target::{LimitHit, Target};
 
@@ -29,6 +31,9 @@ pub(crate) enum ClaimError {
 
 /// Asynchronous Event Configuration bit / event: Namespace Attribute Notices.
 pub const AEN_NS_ATTR: u32 = 1 << 8;
+/// Asynchronous Event Configuration bit / event: Asymmetric Namespace
+/// Access Change Notices.
+pub const AEN_ANA_CHANGE: u32 = 1 << 11;
 /// Asynchronous Event Configuration bit / event: Discovery Log Page Change.
 pub const AEN_DISC_CHANGE: u32 = 1 << 31;
 
@@ -93,9 +98,18 @@ pub struct QueueStats {
     pub bytes_written: u64,
     /// Commands that completed with an error status.
     pub errors: u64,
+    /// The same errors by status (SCT, SC).
+    pub errors_by_status: ErrorTable,
 }
 
 impl QueueStats {
+    /// Counts one command completed with error `status`.
+    #[inline]
+    pub fn count_error(&mut self, status: nvmf_wire::status::Status) {
+        self.errors += 1;
+        self.errors_by_status.record(status.sct, status.sc);
+    }
+
     pub fn add(&mut self, other: &QueueStats) {
         self.commands += other.commands;
         self.reads += other.reads;
@@ -103,6 +117,7 @@ impl QueueStats {
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.errors += other.errors;
+        self.errors_by_status.add(&other.errors_by_status);
     }
 }
 
@@ -114,6 +129,16 @@ struct AtomicStats {
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
     errors: AtomicU64,
+}
+
+fn supported_events_of(subsystem: &Subsystem) -> u32 {
+    if subsystem.is_discovery() {
+        AEN_DISC_CHANGE
+    } else if subsystem.ana().is_some() {
+        AEN_NS_ATTR | AEN_ANA_CHANGE
+    } else {
+        AEN_NS_ATTR
+    }
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +172,9 @@ pub struct Controller {
     aen_pending: AtomicU32,
     aen_masked: AtomicU32,
     changed_ns: Mutex<ChangedNs>,
+    /// The ANA state of the listener this controller connected through
+    /// (`None` without ANA reporting).
+    ana_path: Option<Arc<PathAna>>,
     stats: AtomicStats,
     /// The target whose host limits admitted this controller (dangling for
     /// controllers built outside a target, e.g. in unit tests).
@@ -162,11 +190,7 @@ impl Controller {
         max_io_queues: u16,
         kato_ms: u32,
     ) -> Controller {
-        let supported = if subsystem.is_discovery() {
-            AEN_DISC_CHANGE
-        } else {
-            AEN_NS_ATTR
-        };
+        let supported = supported_events_of(&subsystem);
         Controller {
             cntlid,
             subsystem,
@@ -185,6 +209,7 @@ impl Controller {
             aen_pending: AtomicU32::new(0),
             aen_masked: AtomicU32::new(0),
             changed_ns: Mutex::new(ChangedNs::default()),
+            ana_path: None,
             stats: AtomicStats::default(),
             admitted_by: Weak::new(),
         }
@@ -196,6 +221,18 @@ impl Controller {
     pub(crate) fn with_admission(mut self, target: &Arc<Target>) -> Controller {
         self.admitted_by = Arc::downgrade(target);
         self
+    }
+
+    /// The ANA path this controller reads its group states from.
+    pub(crate) fn with_ana_path(mut self, path: Option<Arc<PathAna>>) -> Controller {
+        self.ana_path = path;
+        self
+    }
+
+    /// The ANA state of the listener this controller connected through.
+    #[inline]
+    pub fn ana_path(&self) -> Option<&Arc<PathAna>> {
+        self.ana_path.as_ref()
     }
 
     pub fn cntlid(&self) -> u16 {
@@ -221,11 +258,7 @@ impl Controller {
 
     /// Events this controller can report (OAES / AEC mask).
     pub fn supported_events(&self) -> u32 {
-        if self.is_discovery() {
-            AEN_DISC_CHANGE
-        } else {
-            AEN_NS_ATTR
-        }
+        supported_events_of(&self.subsystem)
     }
 
     // ---- liveness ----
@@ -478,6 +511,8 @@ impl Controller {
             bytes_read: st.bytes_read.load(Ordering::Relaxed),
             bytes_written: st.bytes_written.load(Ordering::Relaxed),
             errors: st.errors.load(Ordering::Relaxed),
+            // Not kept per controller (see `stats`): per queue and per reactor.
+            errors_by_status: ErrorTable::default(),
         }
     }
 }

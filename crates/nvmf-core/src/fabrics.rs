@@ -189,7 +189,8 @@ pub(crate) fn connect(
         let ctrl = subsys.register_controller(|cntlid| {
             admitted = true;
             Arc::new(
-                Controller::new(cntlid, sub2, hostnqn, hostid, max_io, kato_ms)
+                Controller::new(cntlid, sub2.clone(), hostnqn, hostid, max_io, kato_ms)
+                    .with_ana_path(sub2.ana_path_for(port))
                     .with_admission(target),
             )
         });

@@ -7,14 +7,15 @@
 
 use nvmf_wire::command::Command;
 use nvmf_wire::identify::{
-    fill_ascii, Cns, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptorList,
+    fill_ascii, Cns, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptorList, CMIC_ANA,
     CMIC_MULTI_CTRL, CNTRLTYPE_DISCOVERY, CNTRLTYPE_IO, LPA_CMD_EFFECTS, LPA_EXTENDED, NMIC_SHARED,
-    OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_OFFSET, SGLS_SUPPORTED,
-    VWC_PRESENT,
+    OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_OFFSET,
+    SGLS_SUPPORTED, VWC_PRESENT,
 };
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
 use crate::admin::AdminCtx;
+use crate::ana::{ANACAP, ANATT_SECONDS};
 use crate::controller::Controller;
 use crate::error::{Outcome, INVALID_FIELD, INVALID_NAMESPACE};
 use crate::fabrics::NVME_VERSION;
@@ -66,7 +67,13 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
                 return Outcome::err(INVALID_NAMESPACE);
             }
             match ctx.ns.get(nsid) {
-                Some(ns) => put(identify_namespace(ns).as_bytes(), data),
+                Some(ns) => {
+                    let mut id = identify_namespace(ns);
+                    if ctx.ctrl.subsystem().ana().is_some() {
+                        id.anagrpid.set(ns.anagrpid());
+                    }
+                    put(id.as_bytes(), data)
+                }
                 // Valid but inactive NSID: an all-zero page.
                 None => put(&[], data),
             }
@@ -157,6 +164,16 @@ pub fn identify_controller(ctrl: &Controller, limits: &TransportLimits) -> Ident
     id.maxcmd.set(limits.max_queue_depth);
     id.nn.set(sub.max_namespaces());
     id.mnan.set(sub.max_namespaces());
+    if let Some(ana) = sub.ana() {
+        // ANA reporting: the Linux host sizes its ANA log buffer from
+        // NANAGRPID and MNAN and needs it to fit in MDTS.
+        id.cmic |= CMIC_ANA;
+        id.oaes.set(OAES_NS_ATTR | OAES_ANA_CHANGE);
+        id.anacap = ANACAP;
+        id.anatt = ANATT_SECONDS;
+        id.anagrpmax.set(ana.grpmax());
+        id.nanagrpid.set(ana.grpmax());
+    }
     id.oncs.set(ONCS_DSM | ONCS_WRITE_ZEROES);
     id.vwc = VWC_PRESENT | VWC_NO_BROADCAST_FLUSH;
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.

@@ -8,6 +8,10 @@
 //! Length Invalid when the data is not NLB × block size, as nvmet), LBA range
 //! (LBA Out of Range).
 //!
+//! ANA: through a path whose group is inaccessible, in persistent loss or in
+//! change, every command to a namespace of that group gets the ANA status
+//! (`ana.rs`), checked right after the namespace lookup.
+//!
 //! Volatile write cache: with the controller's cache disabled (Set Features
 //! 06h = 0; `write_cache` false) every Write and Write Zeroes is executed
 //! with FUA, so it is durable when it completes.
@@ -18,6 +22,7 @@ use nvmf_wire::command::Command;
 use nvmf_wire::opcode::IoOpcode;
 use nvmf_wire::status::Status;
 
+use crate::ana::{io_status, PathAna};
 use crate::backend::{BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 use crate::controller::QueueStats;
 use crate::error::{INVALID_FIELD, INVALID_NAMESPACE, INVALID_OPCODE, SGL_LENGTH_INVALID};
@@ -45,9 +50,16 @@ const LBA_OUT_OF_RANGE: Status = Status::LBA_OUT_OF_RANGE.with_dnr();
 const NS_GOING_AWAY: Status = Status::INTERNAL_PATH_ERROR;
 
 #[inline]
-fn lookup(table: &NamespaceTable, nsid: u32) -> Result<&Arc<Namespace>, Status> {
+fn lookup<'t>(
+    table: &'t NamespaceTable,
+    ana: Option<&PathAna>,
+    nsid: u32,
+) -> Result<&'t Arc<Namespace>, Status> {
     match table.get(nsid) {
-        Some(ns) if ns.is_active() => Ok(ns),
+        Some(ns) if ns.is_active() => match ana.and_then(|p| io_status(p, ns.anagrpid())) {
+            None => Ok(ns),
+            Some(st) => Err(st),
+        },
         Some(_) => Err(NS_GOING_AWAY),
         None => Err(INVALID_NAMESPACE),
     }
@@ -62,8 +74,10 @@ fn in_range(ns: &Namespace, slba: u64, nlb: u64) -> bool {
 /// `write_cache`: the controller's volatile write cache is enabled (when
 /// not, writes are forced to FUA).
 #[inline]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     table: &NamespaceTable,
+    ana: Option<&PathAna>,
     cmd: &Command,
     data: &mut [u8],
     max_transfer: u32,
@@ -76,11 +90,19 @@ pub(crate) fn execute(
         Err(_) => return Submitted::Done(INVALID_OPCODE),
     };
     match op {
-        IoOpcode::Read | IoOpcode::Write => {
-            read_write(table, cmd, op, data, max_transfer, write_cache, stats, sink)
-        }
+        IoOpcode::Read | IoOpcode::Write => read_write(
+            table,
+            ana,
+            cmd,
+            op,
+            data,
+            max_transfer,
+            write_cache,
+            stats,
+            sink,
+        ),
         IoOpcode::Flush => {
-            let ns = match lookup(table, cmd.nsid()) {
+            let ns = match lookup(table, ana, cmd.nsid()) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -92,7 +114,7 @@ pub(crate) fn execute(
             ns.backend().submit(BlockOp::Flush, tag, sink)
         }
         IoOpcode::WriteZeroes => {
-            let ns = match lookup(table, cmd.nsid()) {
+            let ns = match lookup(table, ana, cmd.nsid()) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -116,7 +138,7 @@ pub(crate) fn execute(
                 sink,
             )
         }
-        IoOpcode::DatasetManagement => dataset_management(table, cmd, data, sink),
+        IoOpcode::DatasetManagement => dataset_management(table, ana, cmd, data, sink),
         _ => Submitted::Done(INVALID_OPCODE),
     }
 }
@@ -125,6 +147,7 @@ pub(crate) fn execute(
 #[allow(clippy::too_many_arguments)]
 fn read_write(
     table: &NamespaceTable,
+    ana: Option<&PathAna>,
     cmd: &Command,
     op: IoOpcode,
     data: &mut [u8],
@@ -133,7 +156,7 @@ fn read_write(
     stats: &mut QueueStats,
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, cmd.nsid()) {
+    let ns = match lookup(table, ana, cmd.nsid()) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
@@ -195,11 +218,12 @@ fn read_write(
 /// the backend gets them all as one operation (it may complete later).
 fn dataset_management(
     table: &NamespaceTable,
+    ana: Option<&PathAna>,
     cmd: &Command,
     data: &[u8],
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, cmd.nsid()) {
+    let ns = match lookup(table, ana, cmd.nsid()) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
@@ -238,10 +262,28 @@ mod tests {
         let mut cmd = Command::new(IoOpcode::Read as u8, 1);
         cmd.set_nsid(1).set_lba_range(0, 1);
         let mut buf = [0u8; 512];
-        let r = execute(&table, &cmd, &mut buf, 1 << 17, true, &mut stats, &sink);
+        let r = execute(
+            &table,
+            None,
+            &cmd,
+            &mut buf,
+            1 << 17,
+            true,
+            &mut stats,
+            &sink,
+        );
         assert_eq!(r, Submitted::Done(Status::SUCCESS));
         ns.set_state(NamespaceState::Removing);
-        let r = execute(&table, &cmd, &mut buf, 1 << 17, true, &mut stats, &sink);
+        let r = execute(
+            &table,
+            None,
+            &cmd,
+            &mut buf,
+            1 << 17,
+            true,
+            &mut stats,
+            &sink,
+        );
         assert_eq!(r, Submitted::Done(Status::INTERNAL_PATH_ERROR));
         assert_eq!(Status::INTERNAL_PATH_ERROR.sct, 3, "path related");
         assert!(!Status::INTERNAL_PATH_ERROR.dnr);
@@ -309,7 +351,7 @@ mod tests {
                 } else {
                     &mut []
                 };
-                let r = execute(&table, &cmd, data, 1 << 17, wce, &mut stats, &sink);
+                let r = execute(&table, None, &cmd, data, 1 << 17, wce, &mut stats, &sink);
                 assert_eq!(r, Submitted::Done(Status::SUCCESS));
             }
         }

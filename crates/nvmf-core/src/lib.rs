@@ -23,6 +23,7 @@
 //! | `error.rs` | [`CoreError`], status helpers |
 
 pub mod admin;
+pub mod ana;
 pub mod backend;
 pub mod controller;
 pub mod discovery;
@@ -33,6 +34,7 @@ pub mod io;
 pub mod logpage;
 pub mod namespace;
 pub mod queue;
+pub mod stats;
 pub mod subsystem;
 pub mod target;
 

@@ -4,19 +4,21 @@
 //! pages (00h), error information (01h, no entries), SMART / health (02h),
 //! firmware slot (03h), changed namespace list (04h, cleared on read),
 //! commands supported and effects (05h), and the discovery log (70h, built in
-//! `discovery.rs`). Handles NUMD/LPO (offset and length: what lies past the
+//! `discovery.rs`), and with ANA reporting the ANA log (0Ch, built in
+//! `ana.rs`; LSP bit 0 = groups only). Handles NUMD/LPO (offset and length: what lies past the
 //! page reads as zero, an offset past the page is Invalid Field) and RAE
-//! (reading 04h/70h without RAE re-arms the matching asynchronous event).
+//! (reading 04h/0Ch/70h without RAE re-arms the matching asynchronous event).
 
 use nvmf_wire::command::Command;
 use nvmf_wire::identify::fill_ascii;
-use nvmf_wire::log::{FirmwareSlotLog, SmartLog};
+use nvmf_wire::log::{FirmwareSlotLog, SmartLog, ANA_LSP_RGO};
 use nvmf_wire::opcode::{AdminOpcode, IoOpcode, LogPageId};
 use nvmf_wire::status::Status;
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
 use crate::admin::{copy_out, AdminCtx};
-use crate::controller::{AEN_DISC_CHANGE, AEN_NS_ATTR, CHANGED_NS_MAX};
+use crate::ana::ana_log;
+use crate::controller::{AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR, CHANGED_NS_MAX};
 use crate::discovery::discovery_log;
 use crate::error::{Outcome, INVALID_FIELD, SGL_LENGTH_INVALID};
 use crate::identify::FIRMWARE_REVISION;
@@ -44,6 +46,17 @@ const NVM_LIDS: [u8; 6] = [
     LogPageId::CommandsSupported as u8,
 ];
 
+/// Log pages an NVM controller of a subsystem with ANA reporting offers.
+const NVM_ANA_LIDS: [u8; 7] = [
+    LID_SUPPORTED,
+    LogPageId::Error as u8,
+    LogPageId::Smart as u8,
+    LogPageId::FirmwareSlot as u8,
+    LogPageId::ChangedNsList as u8,
+    LogPageId::CommandsSupported as u8,
+    LogPageId::AnaLog as u8,
+];
+
 /// Log pages a discovery controller offers.
 const DISCOVERY_LIDS: [u8; 3] = [
     LID_SUPPORTED,
@@ -64,6 +77,8 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
     let discovery = ctx.ctrl.is_discovery();
     let offered: &[u8] = if discovery {
         &DISCOVERY_LIDS
+    } else if ctx.ctrl.subsystem().ana().is_some() {
+        &NVM_ANA_LIDS
     } else {
         &NVM_LIDS
     };
@@ -117,6 +132,16 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
                 return Outcome::err(Status::INVALID_LOG_PAGE.with_dnr());
             }
             copy_out(&commands_supported(), offset, data)
+        }
+        Ok(LogPageId::AnaLog) => {
+            let (Some(ana), Some(path)) = (ctx.ctrl.subsystem().ana(), ctx.ctrl.ana_path()) else {
+                return Outcome::err(Status::INVALID_LOG_PAGE.with_dnr());
+            };
+            let page = ana_log(ana, path, ctx.ns, cmd.lsp() & ANA_LSP_RGO != 0);
+            if !rae {
+                ctx.ctrl.unmask_event(AEN_ANA_CHANGE);
+            }
+            copy_out(&page, offset, data)
         }
         Ok(LogPageId::Discovery) => {
             let page = discovery_log(ctx.target, ctx.ctrl.hostnqn(), ctx.port);

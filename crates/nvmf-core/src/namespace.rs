@@ -1,12 +1,12 @@
 //! Namespaces and the per-subsystem namespace table.
 //!
-//! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, a state
-//! atomic for removal) and [`NamespaceTable`], the immutable snapshot that
+//! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, ANA group
+//! ID, a state atomic for removal) and [`NamespaceTable`], the immutable snapshot that
 //! queue pairs cache: lookup by NSID is one bounds-checked vector index.
 //! A subsystem replaces its table wholesale on change (copy on write) and
 //! bumps a generation counter; see `subsystem.rs`.
 
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
@@ -35,6 +35,8 @@ pub struct Namespace {
     pub eui64: [u8; 8],
     /// Namespace UUID.
     pub uuid: [u8; 16],
+    /// ANA group (changeable at run time: `nvmf_subsystem_set_ns_ana_group`).
+    anagrpid: AtomicU32,
     state: AtomicU8,
 }
 
@@ -58,12 +60,24 @@ impl Namespace {
             nguid,
             eui64,
             uuid,
+            anagrpid: AtomicU32::new(nsid),
             state: AtomicU8::new(NamespaceState::Active as u8),
         }
     }
 
     pub fn nsid(&self) -> u32 {
         self.nsid
+    }
+
+    /// ANA group ID (the NSID unless set otherwise).
+    #[inline]
+    pub fn anagrpid(&self) -> u32 {
+        self.anagrpid.load(Ordering::Relaxed)
+    }
+
+    /// Move the namespace to another ANA group; true when it changed.
+    pub fn set_anagrpid(&self, grp: u32) -> bool {
+        self.anagrpid.swap(grp, Ordering::AcqRel) != grp
     }
 
     pub fn backend(&self) -> &Arc<dyn Backend> {

@@ -3,9 +3,12 @@
 //! Owns [`Subsystem`]: identity (NQN, serial, model), host access list,
 //! listeners, the namespace table (copy-on-write snapshot + generation
 //! counter that queue pairs check with one atomic load), and the registry of
-//! live controllers with dynamic controller ID allocation. Namespace changes
-//! are announced to every controller (changed-namespace list + Namespace
-//! Attribute Changed event).
+//! live controllers with dynamic controller ID allocation (within the
+//! configured `min_cntlid..=max_cntlid`, so gateways serving one subsystem
+//! never hand out the same ID), and, with ANA reporting, the ANA state of
+//! each listener (`ana.rs`). Namespace changes are announced to every
+//! controller (changed-namespace list + Namespace Attribute Changed event),
+//! ANA changes to the controllers of the paths they touch.
 
 use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
@@ -14,7 +17,8 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
 
-use crate::controller::{CloseReason, Controller};
+use crate::ana::{PathAna, SubsystemAna};
+use crate::controller::{CloseReason, Controller, AEN_ANA_CHANGE};
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
 use crate::queue::PortInfo;
@@ -52,6 +56,8 @@ pub struct Subsystem {
     min_cntlid: u16,
     max_cntlid: u16,
     listeners: RwLock<Vec<ListenerConfig>>,
+    /// ANA state per listener; `None` without ANA reporting.
+    ana: Option<SubsystemAna>,
     namespaces: RwLock<Arc<NamespaceTable>>,
     ns_generation: AtomicU64,
     registry: Mutex<Registry>,
@@ -72,6 +78,9 @@ impl Subsystem {
             min_cntlid,
             max_cntlid,
             listeners: RwLock::new(cfg.listeners.clone()),
+            ana: cfg
+                .ana_reporting
+                .then(|| SubsystemAna::new(cfg.ana_group_max(), &cfg.listeners)),
             namespaces: RwLock::new(Arc::new(namespaces)),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
@@ -94,6 +103,7 @@ impl Subsystem {
             min_cntlid: 1,
             max_cntlid: 0xFFEF,
             listeners: RwLock::new(listeners),
+            ana: None,
             namespaces: RwLock::new(Arc::new(NamespaceTable::new())),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
@@ -155,13 +165,17 @@ impl Subsystem {
         })
     }
 
-    /// Start reporting `l` (false when it was already there).
+    /// Start reporting `l` (false when it was already there). With ANA
+    /// reporting its groups start optimized until `sync_ana` says otherwise.
     pub fn add_listener(&self, l: &ListenerConfig) -> bool {
         let mut ls = self.listeners.write().unwrap_or_else(|e| e.into_inner());
         if ls.contains(l) {
             return false;
         }
         ls.push(l.clone());
+        if let Some(a) = &self.ana {
+            a.add_path(l);
+        }
         true
     }
 
@@ -170,7 +184,71 @@ impl Subsystem {
         let mut ls = self.listeners.write().unwrap_or_else(|e| e.into_inner());
         let before = ls.len();
         ls.retain(|x| x != l);
+        if let Some(a) = &self.ana {
+            a.remove_path(l);
+        }
         ls.len() != before
+    }
+
+    /// ANA state, when the subsystem reports ANA.
+    pub fn ana(&self) -> Option<&SubsystemAna> {
+        self.ana.as_ref()
+    }
+
+    /// The ANA path of the listener a connection came in on (`None` without
+    /// ANA reporting).
+    pub fn ana_path_for(&self, port: &PortInfo) -> Option<Arc<PathAna>> {
+        let ana = self.ana.as_ref()?;
+        let ls = self.listeners.read().unwrap_or_else(|e| e.into_inner());
+        let l = ls.iter().find(|l| {
+            l.trtype == port.trtype
+                && l.adrfam == port.adrfam
+                && l.traddr == port.traddr
+                && l.trsvcid == port.trsvcid
+        })?;
+        ana.path(l)
+    }
+
+    /// Apply the configuration's ANA states (every listener, every group)
+    /// and namespace ANA groups. Controllers whose path changed, or all of
+    /// them when a namespace moved to another group, get the ANA Change
+    /// event. Returns whether anything changed.
+    pub fn sync_ana(&self, cfg: &SubsystemConfig) -> bool {
+        let Some(ana) = &self.ana else {
+            return false;
+        };
+        let mut changed_paths: Vec<Arc<PathAna>> = Vec::new();
+        for l in &cfg.listeners {
+            let mut changed = false;
+            for g in 1..=ana.grpmax() {
+                changed |= ana.set(l, g, cfg.ana_state(l, g));
+            }
+            if changed {
+                if let Some(p) = ana.path(l) {
+                    changed_paths.push(p);
+                }
+            }
+        }
+        let table = self.namespaces();
+        let mut moved = false;
+        for n in &cfg.namespaces {
+            if let Some(ns) = table.get(n.nsid) {
+                moved |= ns.set_anagrpid(n.anagrpid);
+            }
+        }
+        if changed_paths.is_empty() && !moved {
+            return false;
+        }
+        ana.bump();
+        for c in self.controllers() {
+            let hit = moved
+                || c.ana_path()
+                    .is_some_and(|p| changed_paths.iter().any(|x| Arc::ptr_eq(x, p)));
+            if hit {
+                c.raise_event(AEN_ANA_CHANGE);
+            }
+        }
+        true
     }
 
     pub fn allow_any_host(&self) -> bool {

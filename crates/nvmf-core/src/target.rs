@@ -245,7 +245,9 @@ impl Target {
                 }
                 table = table.with(Arc::new(ns));
             }
-            subsystems.push(Arc::new(Subsystem::new_nvm(s, table)));
+            let sub = Arc::new(Subsystem::new_nvm(s, table));
+            sub.sync_ana(s);
+            subsystems.push(sub);
         }
 
         let discovery = Arc::new(Subsystem::new_discovery(cfg.discovery_listeners.clone()));
@@ -604,7 +606,9 @@ impl Target {
             if subs.iter().any(|s| s.nqn() == cfg.nqn) {
                 return Err(serr("already exists"));
             }
-            subs.push(Arc::new(Subsystem::new_nvm(cfg, table)));
+            let sub = Arc::new(Subsystem::new_nvm(cfg, table));
+            sub.sync_ana(cfg);
+            subs.push(sub);
         }
         for l in &cfg.listeners {
             self.note_port(l);
@@ -658,6 +662,13 @@ impl Target {
             self.notify_discovery_change();
         }
         Ok(())
+    }
+
+    /// Bring subsystem `cfg.nqn`'s ANA states and namespace groups to what
+    /// `cfg` says; controllers that see a change get the ANA Change event.
+    /// Returns whether anything changed.
+    pub fn sync_ana(&self, cfg: &nvmf_config::SubsystemConfig) -> Result<bool, CoreError> {
+        Ok(self.nvm_subsystem(&cfg.nqn)?.sync_ana(cfg))
     }
 
     /// Allow `host` on subsystem `nqn`.
@@ -718,7 +729,9 @@ fn build_namespace(
         .get(&n.bdev_name)
         .cloned()
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
-    Ok(Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid))
+    let ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid);
+    ns.set_anagrpid(n.anagrpid);
+    Ok(ns)
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ fn target() -> Arc<Target> {
         nguid: ids.nguid,
         eui64: ids.eui64,
         uuid: ids.uuid,
+        anagrpid: 1,
     }];
     s.listeners = vec![listener()];
     let cfg = TargetConfig {

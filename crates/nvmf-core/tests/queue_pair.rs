@@ -44,6 +44,7 @@ fn ns_cfg(nqn: &str, nsid: u32, bdev: &str) -> NamespaceConfig {
         nguid: ids.nguid,
         eui64: ids.eui64,
         uuid: ids.uuid,
+        anagrpid: nsid,
     }
 }
 
@@ -405,7 +406,10 @@ fn io_queue_connect_paths() {
     let mut qp = QueuePair::new(t.clone(), port());
     let c = connect_raw(&mut qp, 1, 127, 0, id.wrapping_add(100), NQN, HOST_A);
     assert_eq!((status(&c).sct, status(&c).sc), (1, 0x82));
-    assert!(!status(&c).dnr, "controller gone: a new admin connect cures it");
+    assert!(
+        !status(&c).dnr,
+        "controller gone: a new admin connect cures it"
+    );
     assert_eq!(c.dw0(), (1 << 16) | 16);
     // Right ID, other host.
     let c = connect_raw(&mut qp, 2, 127, 0, id, NQN, HOST_B);
@@ -1660,4 +1664,209 @@ fn runtime_file_namespace_needs_stable_buffers_before_first_io() {
     t.remove_namespace(NQN, 3).unwrap();
     assert!(!q.needs_stable_buffers());
     let _ = std::fs::remove_file(&path);
+}
+
+// ---------------------------------------------------------------- ANA
+
+const NQN_ANA: &str = "nqn.2024-01.io.nvmfd:ana";
+
+/// `config()` plus a subsystem with ANA reporting: groups 1..=4, namespace 1
+/// in group 1 and namespace 2 in group 2, listeners on ports 4420 and 4422,
+/// controller IDs 0x100..=0x101 only.
+fn ana_config() -> TargetConfig {
+    let mut c = config();
+    c.bdevs.push(bdev("AnaM0", BdevKind::Malloc, 512, 64));
+    c.bdevs.push(bdev("AnaN0", BdevKind::Null, 512, 64));
+    let mut s = SubsystemConfig::new(NQN_ANA);
+    s.allow_any_host = true;
+    s.ana_reporting = true;
+    s.max_namespaces = 4;
+    s.min_cntlid = 0x100;
+    s.max_cntlid = 0x101;
+    s.namespaces = vec![ns_cfg(NQN_ANA, 1, "AnaM0"), ns_cfg(NQN_ANA, 2, "AnaN0")];
+    s.listeners = vec![listener("127.0.0.1", "4420"), listener("127.0.0.1", "4422")];
+    c.subsystems.push(s);
+    c
+}
+
+fn port_4422() -> Arc<PortInfo> {
+    Arc::new(PortInfo {
+        trsvcid: "4422".to_string(),
+        ..(*port()).clone()
+    })
+}
+
+/// Admin queue (AEC = everything the controller supports) and I/O queue 1
+/// of a new controller through `p`.
+fn ana_controller(t: &Arc<Target>, p: Arc<PortInfo>) -> (QueuePair, QueuePair) {
+    let mut a = QueuePair::new(t.clone(), p.clone());
+    let c = connect_raw(&mut a, 0, 31, 5000, 0xFFFF, NQN_ANA, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+    let c = done(a.execute(&Command::property_set(2, CC, false, 0x0046_0001), &mut []));
+    assert_eq!(status(&c), Status::SUCCESS);
+    let id = cntlid(&a);
+    let mut io = QueuePair::new(t.clone(), p);
+    let c = connect_raw(&mut io, 1, 127, 0, id, NQN_ANA, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+    (a, io)
+}
+
+/// (group, state, NSIDs) of an ANA log page.
+fn ana_groups(buf: &[u8]) -> Vec<(u32, u8, Vec<u32>)> {
+    let u32_at = |o: usize| u32::from_le_bytes(buf[o..o + 4].try_into().unwrap());
+    let ngrps = u16::from_le_bytes([buf[8], buf[9]]);
+    let mut at = 16;
+    let mut out = Vec::new();
+    for _ in 0..ngrps {
+        let (grp, n, state) = (u32_at(at), u32_at(at + 4) as usize, buf[at + 16]);
+        let nsids = (0..n).map(|i| u32_at(at + 32 + 4 * i)).collect();
+        out.push((grp, state, nsids));
+        at += 32 + 4 * n;
+    }
+    out
+}
+
+fn io_status_of(io: &mut QueuePair, nsid: u32) -> Status {
+    let mut buf = vec![0u8; 512];
+    status(&rw(io, IoOpcode::Read, nsid, 0, 1, &mut buf))
+}
+
+#[test]
+fn ana_identify_fields_and_log_page() {
+    let t = Target::from_config(&ana_config()).unwrap();
+    let (mut a, _io) = ana_controller(&t, port());
+    assert!((0x100..=0x101).contains(&cntlid(&a)), "cntlid in the range");
+    let (_, buf) = identify(&mut a, 1, 0);
+    let id = IdentifyController::read_from_bytes(&buf).unwrap();
+    assert_eq!(id.cmic & (1 << 3), 1 << 3, "CMIC: ANA reporting");
+    assert_eq!((id.anacap, id.anatt), (0x1F, 10));
+    assert_eq!((id.anagrpmax.get(), id.nanagrpid.get()), (4, 4));
+    assert_ne!(id.oaes.get() & (1 << 11), 0, "OAES: ANA change notices");
+    let (_, buf) = identify(&mut a, 0, 2);
+    let ns = IdentifyNamespace::read_from_bytes(&buf).unwrap();
+    assert_eq!(ns.anagrpid.get(), 2);
+
+    let (c, buf) = get_log(&mut a, 0x0C, 4096, 0, false);
+    assert_eq!(status(&c), Status::SUCCESS);
+    assert_eq!(ana_groups(&buf), vec![(1, 1, vec![1]), (2, 1, vec![2])]);
+    // Return Groups Only (LSP bit 0): no NSID lists
+    let mut cmd = Command::new(AdminOpcode::GetLogPage as u8, 11);
+    cmd.set_nsid(0xFFFF_FFFF).set_get_log_page(0x0C, 4096, 0);
+    let v = cmd.cdw10() | (1 << 8);
+    cmd.set_cdw10(v);
+    let mut rgo = vec![0xAAu8; 4096];
+    assert_eq!(status(&done(a.execute(&cmd, &mut rgo))), Status::SUCCESS);
+    assert_eq!(ana_groups(&rgo), vec![(1, 1, vec![]), (2, 1, vec![])]);
+    assert!(rgo[16 + 64..].iter().all(|&b| b == 0));
+
+    // Without ANA reporting: no ANA bit, no ANA log page.
+    let mut plain = admin(&t, NQN, HOST_A);
+    let (_, buf) = identify(&mut plain, 1, 0);
+    let id = IdentifyController::read_from_bytes(&buf).unwrap();
+    assert_eq!((id.cmic & (1 << 3), id.anagrpmax.get()), (0, 0));
+    let (c, _) = get_log(&mut plain, 0x0C, 4096, 0, false);
+    assert_eq!(
+        (status(&c).sct, status(&c).sc),
+        (1, 0x09),
+        "Invalid Log Page"
+    );
+}
+
+#[test]
+fn ana_state_change_reaches_the_path_by_event_and_status() {
+    let mut cfg = ana_config();
+    let t = Target::from_config(&cfg).unwrap();
+    let (mut a, mut io) = ana_controller(&t, port());
+    let (mut b, mut io_b) = ana_controller(&t, port_4422());
+    assert_eq!(aer(&mut a, 100), Exec::Pending);
+    assert_eq!(aer(&mut b, 100), Exec::Pending);
+    assert_eq!(io_status_of(&mut io, 1), Status::SUCCESS);
+
+    let l4420 = listener("127.0.0.1", "4420");
+    fn sub(c: &mut TargetConfig) -> &mut SubsystemConfig {
+        c.subsystems.iter_mut().find(|s| s.nqn == NQN_ANA).unwrap()
+    }
+    sub(&mut cfg).set_ana_state(&l4420, Some(1), nvmf_config::AnaState::Inaccessible);
+    assert!(t.sync_ana(sub(&mut cfg)).unwrap());
+    assert!(!t.sync_ana(sub(&mut cfg)).unwrap(), "nothing new");
+    let now = Instant::now();
+    let (_, got) = poll_all(&mut a, now);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].dw0(), 0x000C_0302, "notice, ANA change, log 0Ch");
+    assert!(
+        poll_all(&mut b, now).1.is_empty(),
+        "the other path did not change"
+    );
+
+    // I/O to group 1 through 4420: ANA Inaccessible, path related, no DNR
+    let s = io_status_of(&mut io, 1);
+    assert_eq!((s.sct, s.sc, s.dnr), (3, 0x02, false));
+    assert_eq!(io_status_of(&mut io, 2), Status::SUCCESS, "group 2 is fine");
+    assert_eq!(io_status_of(&mut io_b, 1), Status::SUCCESS, "4422 is fine");
+    let (_, buf) = get_log(&mut a, 0x0C, 4096, 0, false);
+    assert_eq!(ana_groups(&buf), vec![(1, 3, vec![1]), (2, 1, vec![2])]);
+
+    // change and persistent loss
+    assert_eq!(aer(&mut a, 101), Exec::Pending);
+    sub(&mut cfg).set_ana_state(&l4420, Some(1), nvmf_config::AnaState::Change);
+    t.sync_ana(sub(&mut cfg)).unwrap();
+    let s = io_status_of(&mut io, 1);
+    assert_eq!((s.sct, s.sc, s.dnr), (3, 0x03, false), "ANA Transition");
+    assert_eq!(
+        poll_all(&mut a, now).1.len(),
+        1,
+        "event re-armed by the log read"
+    );
+    // masked until the host reads the log again
+    assert_eq!(aer(&mut a, 102), Exec::Pending);
+    sub(&mut cfg).set_ana_state(&l4420, Some(1), nvmf_config::AnaState::PersistentLoss);
+    t.sync_ana(sub(&mut cfg)).unwrap();
+    assert!(
+        poll_all(&mut a, now).1.is_empty(),
+        "masked until 0Ch is read"
+    );
+    let s = io_status_of(&mut io, 1);
+    assert_eq!(
+        (s.sct, s.sc, s.dnr),
+        (3, 0x01, false),
+        "ANA Persistent Loss"
+    );
+    get_log(&mut a, 0x0C, 4096, 0, false);
+
+    // non-optimized serves I/O; moving a namespace notifies every path
+    sub(&mut cfg).set_ana_state(&l4420, None, nvmf_config::AnaState::NonOptimized);
+    t.sync_ana(sub(&mut cfg)).unwrap();
+    assert_eq!(io_status_of(&mut io, 1), Status::SUCCESS);
+    assert_eq!(poll_all(&mut a, now).1.len(), 1);
+    get_log(&mut a, 0x0C, 4096, 0, false);
+    sub(&mut cfg).namespaces[1].anagrpid = 1;
+    t.sync_ana(sub(&mut cfg)).unwrap();
+    assert_eq!(poll_all(&mut b, now).1.len(), 1, "4422 sees the move");
+    let (_, buf) = get_log(&mut b, 0x0C, 4096, 0, false);
+    assert_eq!(ana_groups(&buf), vec![(1, 1, vec![1, 2])]);
+    let (_, buf) = identify(&mut b, 0, 2);
+    assert_eq!(
+        IdentifyNamespace::read_from_bytes(&buf)
+            .unwrap()
+            .anagrpid
+            .get(),
+        1
+    );
+}
+
+#[test]
+fn cntlid_range_bounds_controllers() {
+    let t = Target::from_config(&ana_config()).unwrap();
+    let (a, _) = ana_controller(&t, port());
+    let (b, _) = ana_controller(&t, port());
+    let mut ids = [cntlid(&a), cntlid(&b)];
+    ids.sort();
+    assert_eq!(ids, [0x100, 0x101]);
+    let mut c = QueuePair::new(t.clone(), port());
+    let s = status(&connect_raw(&mut c, 0, 31, 5000, 0xFFFF, NQN_ANA, HOST_A));
+    assert_eq!(
+        (s.sct, s.sc),
+        (1, 0x81),
+        "Controller Busy: the range is used up"
+    );
 }

@@ -10,6 +10,7 @@
 //! * trid.rs: SPDK transport ID strings.
 //! * perf.rs: the load generator behind `nvmf perf`.
 //! * error.rs: errors with NVMe status names.
+//! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //!
 //! ```no_run
 //! use nvmf_host::{Controller, ConnectOptions, TransportId};
@@ -30,6 +31,7 @@ pub mod discovery;
 pub mod error;
 pub mod perf;
 pub mod queue;
+pub mod top;
 pub mod transport;
 pub mod trid;
 

@@ -292,6 +292,11 @@ impl Nvmfd {
     /// Writes `config` to `dir/nvmfd.json`, starts `nvmfd -c` on it (output in
     /// `dir/nvmfd.log`) and waits (30 s at most) for its `listening on ...:port` line.
     pub fn start(dir: &Path, config: &Value, port: u16) -> Nvmfd {
+        Nvmfd::start_with(dir, config, port, &[])
+    }
+
+    /// [`Nvmfd::start`] with more command-line arguments (e.g. `--metrics ADDR`).
+    pub fn start_with(dir: &Path, config: &Value, port: u16, args: &[&str]) -> Nvmfd {
         let bin = nvmfd_binary();
         let cfg = dir.join("nvmfd.json");
         fs::write(&cfg, serde_json::to_string_pretty(config).unwrap()).expect("write config");
@@ -303,6 +308,7 @@ impl Nvmfd {
             .arg(&cfg)
             .arg("-r")
             .arg(&rpc_socket)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

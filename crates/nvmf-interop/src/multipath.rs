@@ -223,7 +223,8 @@ impl Gateway {
 
     /// SPDK `save_config`-shaped configuration of this gateway.
     pub fn config(&self) -> Value {
-        let mut nvmf = vec![json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}})];
+        let mut nvmf =
+            vec![json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}})];
         nvmf.extend(self.subsystem_calls());
         for p in &self.ports {
             nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {
@@ -351,7 +352,10 @@ mod tests {
         assert!(matches!(c.read(&mut b), Ok(0) | Err(_)));
         let mut d = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
         d.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        assert!(matches!(d.read(&mut b), Ok(0) | Err(_)), "refused while cut");
+        assert!(
+            matches!(d.read(&mut b), Ok(0) | Err(_)),
+            "refused while cut"
+        );
         f.restore();
         let mut e = TcpStream::connect(("127.0.0.1", f.port)).unwrap();
         e.set_read_timeout(Some(Duration::from_secs(5))).unwrap();

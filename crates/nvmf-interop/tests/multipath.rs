@@ -45,7 +45,9 @@ fn guest_env(ports: &[u16], extra: &[(&'static str, String)]) -> Vec<(&'static s
 /// Prints the scenario's failover pause (and fails if the guest printed none).
 fn report_pause(test: &str, run: &GuestRun, failures: &mut Vec<String>) {
     match pause_ms(&run.stdout) {
-        Some(ms) => say(&format!("interop {test}: pause_ms={ms:.0} (longest fio I/O)")),
+        Some(ms) => say(&format!(
+            "interop {test}: pause_ms={ms:.0} (longest fio I/O)"
+        )),
         None => failures.push("the guest printed no PAUSE_MS= line".into()),
     }
 }
@@ -67,8 +69,13 @@ fn gateway_kill9_failover() {
     let mut b = Some(gb.start(&gateway_dir(&dir, "gwb", 0)));
     let mut failures = Vec::new();
     let env = guest_env(&[pa, pb], &[]);
-    let run = run_guest(&dir, "mp-failover.sh", &[pa, pb], &env, GUEST_TIMEOUT, |cp, _| {
-        match cp {
+    let run = run_guest(
+        &dir,
+        "mp-failover.sh",
+        &[pa, pb],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, _| match cp {
             "fail-path" => {
                 if let Some(d) = b.as_mut() {
                     d.kill_hard();
@@ -80,8 +87,8 @@ fn gateway_kill9_failover() {
                 "ok gateway b restarted".into()
             }
             other => format!("fail: unknown checkpoint {other}"),
-        }
-    });
+        },
+    );
     report_pause(test, &run, &mut failures);
     if let Some(d) = b.as_mut() {
         if let Err(e) = d.health() {

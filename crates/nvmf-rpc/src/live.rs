@@ -69,6 +69,12 @@ pub enum Change {
         nqn: String,
         allow: bool,
     },
+    /// ANA states of a listener or the ANA group of a namespace changed
+    /// (`nvmf_subsystem_listener_set_ana_state`,
+    /// `nvmf_subsystem_set_ns_ana_group`): hosts get the ANA Change event.
+    AnaChange {
+        nqn: String,
+    },
     /// The whole configuration was replaced (`load_config`): `new_config` is
     /// the complete target to converge to.
     LoadConfig,
@@ -90,6 +96,7 @@ impl Change {
             Change::AddHost { .. } => "AddHost",
             Change::RemoveHost { .. } => "RemoveHost",
             Change::AllowAnyHost { .. } => "AllowAnyHost",
+            Change::AnaChange { .. } => "AnaChange",
             Change::LoadConfig => "LoadConfig",
         }
     }
@@ -114,6 +121,12 @@ pub trait LiveTarget: Send + Sync {
     /// busy, idle}]`): busy and idle ticks of each reactor.
     fn thread_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "threads": [] })
+    }
+    /// `nvmf_get_path_stats` result (nvmfd's own method, see docs/RPC.md):
+    /// counters and latency histograms per path (subsystem, listener,
+    /// host, controller) and namespace.
+    fn path_stats(&self) -> Value {
+        json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
     }
 }
 

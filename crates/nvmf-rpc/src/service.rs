@@ -55,8 +55,11 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_get_controllers",
     "nvmf_subsystem_get_qpairs",
     "nvmf_subsystem_get_listeners",
+    "nvmf_subsystem_listener_set_ana_state",
+    "nvmf_subsystem_set_ns_ana_group",
     "nvmf_get_stats",
     "thread_get_stats",
+    "nvmf_get_path_stats",
 ];
 
 /// Methods that change state (persisted after success).
@@ -335,6 +338,15 @@ impl RpcService {
                     )
                 })
             }
+            "nvmf_subsystem_listener_set_ana_state" | "nvmf_subsystem_set_ns_ana_group" => self
+                .apply_config_method(method, params, |_, nqn| {
+                    (
+                        Change::AnaChange {
+                            nqn: nqn.to_string(),
+                        },
+                        json!(true),
+                    )
+                }),
             "bdev_malloc_delete" => self.delete_bdev(method, params, BdevKind::Malloc),
             "bdev_null_delete" => self.delete_bdev(method, params, BdevKind::Null),
             "bdev_uring_delete" => {
@@ -351,15 +363,17 @@ impl RpcService {
             "nvmf_subsystem_get_listeners" => {
                 let (_, nqn) = self.query_nqn(method, params)?;
                 let cfg = &self.lock().config;
-                let list = if nqn == DISCOVERY_NQN {
-                    &cfg.discovery_listeners
-                } else {
-                    &cfg.subsystem(&nqn).expect("checked").listeners
-                };
+                if nqn == DISCOVERY_NQN {
+                    return Ok(Value::Array(
+                        cfg.discovery_listeners
+                            .iter()
+                            .map(|l| json!({ "address": listener_json(l) }))
+                            .collect(),
+                    ));
+                }
+                let s = cfg.subsystem(&nqn).expect("checked");
                 Ok(Value::Array(
-                    list.iter()
-                        .map(|l| json!({ "address": listener_json(l), "ana_state": "optimized" }))
-                        .collect(),
+                    s.listeners.iter().map(|l| listener_ana_json(s, l)).collect(),
                 ))
             }
             "nvmf_subsystem_get_controllers" => {
@@ -379,6 +393,10 @@ impl RpcService {
                 p.ignore(&["tgt_name"]);
                 p.finish()?;
                 Ok(self.live.stats())
+            }
+            "nvmf_get_path_stats" => {
+                Params::new(method, params)?.finish()?;
+                Ok(self.live.path_stats())
             }
             m if SKIPPED_METHODS.contains(&m) => {
                 // SPDK-internal tuning (what SPDK's save_config emits for
@@ -602,6 +620,10 @@ impl RpcService {
             )));
         };
         let listener = list.remove(pos);
+        if let Some(s) = new.subsystems.iter_mut().find(|s| s.nqn == nqn) {
+            // As SPDK: a listener added again starts from its add_listener state.
+            s.forget_ana_states(&listener);
+        }
         let change = Change::RemoveListener {
             nqn: nqn.to_string(),
             listener,
@@ -829,6 +851,22 @@ fn subsystem_json(s: &SubsystemConfig) -> Value {
             "nguid": format_nguid(&ns.nguid),
             "eui64": format_eui64(&ns.eui64),
             "uuid": format_uuid(&ns.uuid),
+            "anagrpid": ns.anagrpid,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One entry of `nvmf_subsystem_get_listeners`: the address and, with ANA
+/// reporting, the state of every ANA group (SPDK's shape: `ana_states` =
+/// `[{ana_group, ana_state}]` for groups 1..=max_namespaces).
+fn listener_ana_json(s: &SubsystemConfig, l: &ListenerConfig) -> Value {
+    let mut v = json!({ "address": listener_json(l) });
+    if s.ana_reporting {
+        v["ana_states"] = Value::Array(
+            (1..=s.ana_group_max())
+                .map(|g| json!({ "ana_group": g, "ana_state": s.ana_state(l, g).as_str() }))
+                .collect(),
+        );
+    }
+    v
 }

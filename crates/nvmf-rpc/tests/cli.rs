@@ -237,6 +237,28 @@ fn subsystem_ns_listener_host() {
         json!({"nqn": "nqn.2014-08.org.nvmexpress.discovery", "secure_channel": false, "ana_state": "optimized",
                "listen_address": {"trtype": "tcp", "traddr": "::1", "trsvcid": "8009", "adrfam": "ipv6"}})
     );
+    // ANA: rpc.py's spelling of the two ANA methods
+    assert_eq!(
+        params("nvmf_subsystem_listener_set_ana_state nqn.a:b -n inaccessible -t tcp -a 127.0.0.1 -s 4420 -g 2"),
+        json!({"nqn": "nqn.a:b", "ana_state": "inaccessible", "anagrpid": 2,
+               "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4420"}})
+    );
+    assert!(
+        err("nvmf_subsystem_listener_set_ana_state nqn.a:b -t tcp -a 127.0.0.1 -s 4420")
+            .contains("-n/--ana-state")
+    );
+    assert!(
+        err("nvmf_subsystem_listener_set_ana_state nqn.a:b -n sleepy -t tcp -a 127.0.0.1")
+            .contains("invalid choice")
+    );
+    assert_eq!(
+        params("nvmf_subsystem_set_ns_ana_group nqn.a:b 3 2"),
+        json!({"nqn": "nqn.a:b", "nsid": 3, "anagrpid": 2})
+    );
+    assert_eq!(
+        params("nvmf_create_subsystem nqn.a:b -r -i 100 -I 199")["ana_reporting"],
+        json!(true)
+    );
     assert!(err("nvmf_subsystem_add_listener nqn.a:b -a 127.0.0.1").contains("-t/--trtype"));
     assert!(
         err("nvmf_subsystem_add_listener nqn.a:b -t tcp -a 1.2.3.4 -n best")

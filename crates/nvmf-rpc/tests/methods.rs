@@ -387,14 +387,22 @@ fn subsystems_namespaces_listeners_hosts() {
         INVALID_PARAMS,
         "nqn",
     );
-    // ANA reporting is refused until multipath implements it.
+    // a controller ID range that is empty or outside 1..=0xFFEF
     fails(
         &h,
         &mut c,
         "nvmf_create_subsystem",
-        json!({"nqn": "nqn.2016-06.io.spdk:ana", "ana_reporting": true}),
+        json!({"nqn": "nqn.2016-06.io.spdk:ids", "min_cntlid": 100, "max_cntlid": 50}),
         INVALID_PARAMS,
-        "ana_reporting\": true is not supported yet",
+        "max_cntlid",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_subsystem",
+        json!({"nqn": "nqn.2016-06.io.spdk:ids", "min_cntlid": 0xFFF0}),
+        INVALID_PARAMS,
+        "min_cntlid",
     );
     let cnode2 = "nqn.2016-06.io.spdk:cnode2";
     assert_eq!(
@@ -596,7 +604,7 @@ fn subsystems_namespaces_listeners_hosts() {
     .unwrap();
     assert_eq!(
         l,
-        json!([{"address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}, "ana_state": "optimized"}])
+        json!([{"address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}}])
     );
     assert_eq!(
         call(
@@ -1015,4 +1023,183 @@ fn requests_validated_like_spdk() {
     assert_eq!(arr[0]["id"], 1);
     assert_eq!(arr[1]["error"]["code"], METHOD_NOT_FOUND);
     assert_eq!(arr[2]["error"]["code"], INVALID_REQUEST);
+}
+
+/// ANA over RPC: reporting, groups, per-listener states, their errors, what
+/// the live target is told, and that the state file keeps them.
+#[test]
+fn ana_states_and_groups() {
+    let h = Harness::with(nvmf_config::TargetConfig::default(), true);
+    let mut c = h.client();
+    let nqn = "nqn.2016-06.io.spdk:ana";
+    let addr = |port: &str| json!({"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": port});
+    for (m, p) in [
+        (
+            "bdev_malloc_create",
+            json!({"name": "M0", "num_blocks": 64, "block_size": 512}),
+        ),
+        (
+            "bdev_malloc_create",
+            json!({"name": "M1", "num_blocks": 64, "block_size": 512}),
+        ),
+        ("nvmf_create_transport", json!({"trtype": "TCP"})),
+        (
+            "nvmf_create_subsystem",
+            json!({"nqn": nqn, "ana_reporting": true, "max_namespaces": 2, "min_cntlid": 100, "max_cntlid": 199}),
+        ),
+        (
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": nqn, "namespace": {"bdev_name": "M0"}}),
+        ),
+        (
+            "nvmf_subsystem_add_ns",
+            json!({"nqn": nqn, "namespace": {"bdev_name": "M1", "anagrpid": 1}}),
+        ),
+        (
+            "nvmf_subsystem_add_listener",
+            json!({"nqn": nqn, "listen_address": addr("4420")}),
+        ),
+        (
+            "nvmf_subsystem_add_listener",
+            json!({"nqn": nqn, "listen_address": addr("4421"), "ana_state": "non_optimized"}),
+        ),
+    ] {
+        call(&mut c, m, p.clone()).unwrap_or_else(|e| panic!("{m} {p}: {}", e.message));
+    }
+    h.live.take_changes();
+    let states = |c: &mut RpcClient| -> Vec<Vec<String>> {
+        let l = call(c, "nvmf_subsystem_get_listeners", json!({"nqn": nqn})).unwrap();
+        l.as_array()
+            .unwrap()
+            .iter()
+            .map(|x| {
+                x["ana_states"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|g| g["ana_state"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .collect()
+    };
+    assert_eq!(
+        states(&mut c),
+        vec![
+            vec!["optimized", "optimized"],
+            vec!["non_optimized", "non_optimized"]
+        ]
+    );
+    call(
+        &mut c,
+        "nvmf_subsystem_listener_set_ana_state",
+        json!({"nqn": nqn, "listen_address": addr("4420"), "ana_state": "inaccessible", "anagrpid": 2}),
+    )
+    .unwrap();
+    call(
+        &mut c,
+        "nvmf_subsystem_listener_set_ana_state",
+        json!({"nqn": nqn, "listen_address": addr("4421"), "ana_state": "optimized"}),
+    )
+    .unwrap();
+    assert_eq!(
+        states(&mut c),
+        vec![
+            vec!["optimized", "inaccessible"],
+            vec!["optimized", "optimized"]
+        ]
+    );
+    call(
+        &mut c,
+        "nvmf_subsystem_set_ns_ana_group",
+        json!({"nqn": nqn, "nsid": 2, "anagrpid": 2}),
+    )
+    .unwrap();
+    assert_eq!(
+        h.live.take_changes(),
+        vec![Change::AnaChange { nqn: nqn.into() }; 3]
+    );
+    let subs = call(&mut c, "nvmf_get_subsystems", json!({"nqn": nqn})).unwrap();
+    assert_eq!(subs[0]["namespaces"][1]["anagrpid"], json!(2));
+    assert_eq!(subs[0]["ana_reporting"], json!(true));
+    assert_eq!(
+        (subs[0]["min_cntlid"].clone(), subs[0]["max_cntlid"].clone()),
+        (json!(100), json!(199))
+    );
+
+    // errors: unknown group, bad state, unknown listener, unknown namespace
+    for (p, needle) in [
+        (
+            json!({"nqn": nqn, "listen_address": addr("4420"), "ana_state": "optimized", "anagrpid": 3}),
+            "outside 1..=2",
+        ),
+        (
+            json!({"nqn": nqn, "listen_address": addr("4420"), "ana_state": "half_optimized"}),
+            "not an ANA state",
+        ),
+        (
+            json!({"nqn": nqn, "listen_address": addr("4999"), "ana_state": "optimized"}),
+            "no listener",
+        ),
+        (
+            json!({"nqn": nqn, "ana_state": "optimized"}),
+            "listen_address",
+        ),
+    ] {
+        fails(
+            &h,
+            &mut c,
+            "nvmf_subsystem_listener_set_ana_state",
+            p,
+            INVALID_PARAMS,
+            needle,
+        );
+    }
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_set_ns_ana_group",
+        json!({"nqn": nqn, "nsid": 7, "anagrpid": 1}),
+        INVALID_PARAMS,
+        "no namespace 7",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_set_ns_ana_group",
+        json!({"nqn": nqn, "nsid": 1, "anagrpid": 9}),
+        INVALID_PARAMS,
+        "outside 1..=2",
+    );
+
+    // the state file has it all: a restart starts where we left off
+    let saved = nvmf_rpc::StateFile::new(h.state_path())
+        .load()
+        .unwrap()
+        .unwrap();
+    assert_eq!(saved, h.service.config());
+    let s = saved.subsystem(nqn).unwrap();
+    assert_eq!(s.namespace(2).unwrap().anagrpid, 2);
+    let l0 = s.listeners[0].clone();
+    assert_eq!(s.ana_state(&l0, 2), nvmf_config::AnaState::Inaccessible);
+
+    // a removed listener forgets its states (as SPDK: re-added = optimized)
+    call(
+        &mut c,
+        "nvmf_subsystem_remove_listener",
+        json!({"nqn": nqn, "listen_address": addr("4420")}),
+    )
+    .unwrap();
+    call(
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": nqn, "listen_address": addr("4420")}),
+    )
+    .unwrap();
+    assert_eq!(
+        states(&mut c),
+        vec![
+            vec!["optimized", "optimized"],
+            vec!["optimized", "optimized"]
+        ]
+    );
 }

@@ -383,6 +383,13 @@ impl Connection {
         }
     }
 
+    /// Commands received and not yet answered (any slot not free: waiting
+    /// for data, executing, sending read data); on the admin queue this
+    /// includes outstanding Asynchronous Event Requests.
+    pub fn in_flight(&self) -> usize {
+        self.slots.in_use()
+    }
+
     /// Commands waiting for a data buffer or R2T allowance.
     pub fn waiting_for_buffer(&self) -> usize {
         self.need_buf.len()
@@ -1154,9 +1161,12 @@ impl Connection {
             return;
         };
         let cmd = slot.cmd;
-        let (xfer, len) = (slot.xfer, slot.len);
+        let (xfer, len, start_ns) = (slot.xfer, slot.len, slot.start_ns);
         self.slots.set_state(idx, RequestState::Completing);
         let ok = cqe.status().is_success();
+        // Per-namespace counters and latency (capsule received → response
+        // queued, here).
+        self.qp.record_io(&cmd, ok, start_ns);
         if cmd.opcode() == FABRICS_OPCODE && cmd.fctype() == FCTYPE_CONNECT {
             self.after_connect(&cmd, ok);
         }

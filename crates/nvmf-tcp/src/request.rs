@@ -200,6 +200,9 @@ pub struct Slot {
     /// When the R2T for this command was queued (the connection's coarse
     /// clock, set on its timer tick: no clock read per I/O).
     pub r2t_at: std::time::Instant,
+    /// When the capsule was received (`nvmf_core::stats::now_ns`): the
+    /// start of the command's latency.
+    pub start_ns: u64,
     buf: AlignedBuf,
     /// Bytes of `buf` charged to the budget (0 or `buf.len()`).
     charged: usize,
@@ -215,6 +218,7 @@ impl Slot {
             received: 0,
             digest_error: false,
             r2t_at: std::time::Instant::now(),
+            start_ns: 0,
             buf: AlignedBuf::new(),
             charged: 0,
         }
@@ -546,6 +550,7 @@ impl Slots {
         s.len = 0;
         s.received = 0;
         s.digest_error = false;
+        s.start_ns = nvmf_core::stats::now_ns();
         s.state = RequestState::ReadyToExecute;
         Ok(idx)
     }

@@ -738,6 +738,7 @@ fn async_event_request_completes_through_poll() {
         nguid: [2; 16],
         eui64: [2; 8],
         uuid: [2; 16],
+        anagrpid: 1,
     };
     t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
     admin.conn.poll(std::time::Instant::now());
@@ -786,6 +787,7 @@ fn command_reusing_an_outstanding_aer_id_replaces_it() {
         nguid: [2; 16],
         eui64: [2; 8],
         uuid: [2; 16],
+        anagrpid: 1,
     };
     t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
     admin.conn.poll(std::time::Instant::now());

@@ -1,5 +1,6 @@
 //! Log page layouts: Error Information entries, SMART / Health, Firmware Slot
-//! Information, Changed Namespace List, and the Discovery log (header and
+//! Information, Changed Namespace List, Asymmetric Namespace Access (header,
+//! group descriptors, state codes), and the Discovery log (header and
 //! entries) with its transport/address/subsystem-type constants.
 
 use core::mem::size_of;
@@ -92,6 +93,52 @@ pub struct ChangedNsList {
     pub nsid: [U32; 1024],
 }
 const _: () = assert!(size_of::<ChangedNsList>() == 4096);
+
+/// Asymmetric Namespace Access log page (0Ch) header (16 bytes); group
+/// descriptors follow, each trailed by its NSIDs (`nnsids` × u32).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+pub struct AnaLogHeader {
+    /// Incremented whenever the page's content changes.
+    pub chgcnt: U64,
+    /// Number of group descriptors that follow.
+    pub ngrps: U16,
+    pub rsvd10: [u8; 6],
+}
+const _: () = assert!(size_of::<AnaLogHeader>() == 16);
+
+/// One ANA group descriptor (32 bytes) of log page 0Ch, followed by
+/// `nnsids` namespace IDs (none when the host asked for groups only).
+#[repr(C)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable, Unaligned,
+)]
+pub struct AnaGroupDescriptor {
+    pub anagrpid: U32,
+    /// NSIDs listed after this descriptor.
+    pub nnsids: U32,
+    /// Change count of this group.
+    pub chgcnt: U64,
+    /// ANA state (bits 3:0): one of the `ANA_*` constants.
+    pub state: u8,
+    pub rsvd17: [u8; 15],
+}
+const _: () = assert!(size_of::<AnaGroupDescriptor>() == 32);
+
+/// ANA state: optimized.
+pub const ANA_OPTIMIZED: u8 = 0x1;
+/// ANA state: non-optimized.
+pub const ANA_NON_OPTIMIZED: u8 = 0x2;
+/// ANA state: inaccessible.
+pub const ANA_INACCESSIBLE: u8 = 0x3;
+/// ANA state: persistent loss.
+pub const ANA_PERSISTENT_LOSS: u8 = 0x4;
+/// ANA state: change (transition in progress).
+pub const ANA_CHANGE: u8 = 0xF;
+/// Get Log Page 0Ch log specific field bit 0: Return Groups Only (no NSID lists).
+pub const ANA_LSP_RGO: u8 = 1 << 0;
 
 /// Discovery log page header (1024 bytes); entries follow at offset 1024.
 #[repr(C)]
@@ -256,6 +303,16 @@ mod tests {
         assert_eq!(offset_of!(SmartLog, temp_sensor), 200);
         assert_eq!(offset_of!(SmartLog, thm_temp1_trans_count), 216);
         assert_eq!(offset_of!(SmartLog, thm_temp2_total_time), 228);
+    }
+
+    #[test]
+    fn ana_layout() {
+        assert_eq!(offset_of!(AnaLogHeader, chgcnt), 0);
+        assert_eq!(offset_of!(AnaLogHeader, ngrps), 8);
+        assert_eq!(offset_of!(AnaGroupDescriptor, anagrpid), 0);
+        assert_eq!(offset_of!(AnaGroupDescriptor, nnsids), 4);
+        assert_eq!(offset_of!(AnaGroupDescriptor, chgcnt), 8);
+        assert_eq!(offset_of!(AnaGroupDescriptor, state), 16);
     }
 
     #[test]

@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::listen::{self, ListenAddr};
+use crate::paths::PathTable;
 use crate::reactor::{ReactorCmd, ReactorSnapshot};
 
 /// How long the RPC thread waits for a reactor's answer.
@@ -93,6 +94,19 @@ impl Live {
                     .ok()
             })
             .collect()
+    }
+
+    /// Counters by path, all reactors added up (RPC and `--metrics`).
+    pub fn gather_paths(&self) -> PathTable {
+        let mut t = PathTable::default();
+        for s in self.snapshots() {
+            t.merge(&s.paths);
+        }
+        t
+    }
+
+    pub fn uptime_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
     }
 
     fn snapshots(&self) -> Vec<ReactorSnapshot> {
@@ -218,6 +232,7 @@ impl Live {
             x.hosts.clear();
             x.listeners.clear();
             x.allow_any_host = false;
+            x.ana_states.clear();
             x
         };
         let mut fresh: Vec<&SubsystemConfig> = Vec::new();
@@ -241,6 +256,13 @@ impl Live {
         self.close_dead();
         for n in fresh {
             t.add_subsystem(n).map_err(|e| e.to_string())?;
+        }
+        // ANA states and namespace groups (after listeners and namespaces
+        // exist); controllers that see a change get the ANA Change event.
+        for n in &new.subsystems {
+            if t.sync_ana(n).map_err(|e| e.to_string())? {
+                info!(nqn = %n.nqn, "ANA states changed: hosts notified");
+            }
         }
         // Discovery listeners.
         for l in &old.discovery_listeners {
@@ -314,8 +336,14 @@ impl Live {
         let nqn = &n.nqn;
         // A namespace is re-attached when its entry changed or its bdev was
         // redefined (it still holds the replaced backend otherwise).
+        // (A new ANA group alone does not re-attach: `sync_ana` moves it.)
         let same = |a: &NamespaceConfig, b: Option<&NamespaceConfig>| {
-            b == Some(a) && !redefined_bdevs.contains(&a.bdev_name)
+            b.is_some_and(|b| {
+                NamespaceConfig {
+                    anagrpid: a.anagrpid,
+                    ..b.clone()
+                } == *a
+            }) && !redefined_bdevs.contains(&a.bdev_name)
         };
         for ns in &o.namespaces {
             if !same(ns, n.namespace(ns.nsid)) {
@@ -443,9 +471,18 @@ impl LiveTarget for Live {
         json!({ "tick_rate": 1_000_000_000u64, "threads": threads })
     }
 
+    fn path_stats(&self) -> Value {
+        let t = self.gather_paths();
+        crate::paths::path_stats_json(&t, 1_000_000_000, self.uptime_us())
+    }
+
     fn stats(&self) -> Value {
-        let groups: Vec<Value> = self
-            .snapshots()
+        let snaps = self.snapshots();
+        let mut paths = PathTable::default();
+        for s in &snaps {
+            paths.merge(&s.paths);
+        }
+        let groups: Vec<Value> = snaps
             .iter()
             .map(|s| {
                 json!({
@@ -464,6 +501,8 @@ impl LiveTarget for Live {
                         "bytes_read": s.stats.bytes_read,
                         "bytes_written": s.stats.bytes_written,
                         "errors": s.stats.errors,
+                        "errors_by_status": crate::paths::errors_json(&s.stats),
+                        "in_flight": s.paths.paths.values().map(|p| p.in_flight).sum::<u64>(),
                     }],
                 })
             })
@@ -471,8 +510,9 @@ impl LiveTarget for Live {
         json!({
             // Counters are plain counts; nvmfd has no TSC ticks: 1 tick = 1 µs.
             "tick_rate": 1_000_000u64,
-            "uptime_us": self.started.elapsed().as_micros() as u64,
+            "uptime_us": self.uptime_us(),
             "poll_groups": groups,
+            "listeners": crate::paths::listeners_json(&paths),
         })
     }
 }

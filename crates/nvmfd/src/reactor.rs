@@ -52,6 +52,7 @@ use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
 use crate::live::ReactorHandle;
 use crate::numa;
+use crate::paths::PathTable;
 use crate::placement::{Placed, Placement};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -163,11 +164,13 @@ pub const ICREQ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Totals of the connections a reactor has closed (for `nvmf_get_stats`).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct ClosedTotals {
     pub admin_qpairs: u64,
     pub io_qpairs: u64,
     pub stats: QueueStats,
+    /// The same by path (`nvmf_get_path_stats`, `--metrics`).
+    pub paths: PathTable,
 }
 
 /// A message from the control plane (the RPC thread) to a reactor.
@@ -234,6 +237,8 @@ pub struct ReactorSnapshot {
     /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`).
     pub pending_bdev_io: u64,
     pub stats: QueueStats,
+    /// Counters by path: this reactor's closed queues and open ones.
+    pub paths: PathTable,
     /// CPU the reactor is pinned to, if any.
     pub cpu: Option<usize>,
     /// Nanoseconds busy / idle since the reactor started.
@@ -739,6 +744,7 @@ impl Reactor {
             // Its listen address was removed while it was on its way.
             self.closed.io_qpairs += 1;
             self.closed.stats.add(c.sm.queue().stats());
+            self.closed.paths.fold_closed(c.sm.queue());
             self.conn_log(|| {
                 info!(
                     reactor = id,
@@ -894,6 +900,7 @@ impl Reactor {
             admin_qpairs: self.closed.admin_qpairs,
             io_qpairs: self.closed.io_qpairs,
             stats: self.closed.stats,
+            paths: self.closed.paths.clone(),
             cpu: self.cpu,
             busy_ns: self.busy.busy_ns,
             ..Default::default()
@@ -903,6 +910,7 @@ impl Reactor {
         for (_, c) in conns.iter() {
             let q = c.sm.queue();
             s.stats.add(q.stats());
+            s.paths.add_open(q, c.sm.in_flight());
             s.pending_bdev_io += c.sm.backend_pending() as u64;
             let ctrl = q.controller();
             if !q.is_connected() {
@@ -948,6 +956,7 @@ impl Reactor {
                 }
             }
             self.closed.stats.add(q.stats());
+            self.closed.paths.fold_closed(q);
             let _ = self.poll.registry().deregister(&mut c.sock);
             let id = self.id;
             let peer = c.peer;

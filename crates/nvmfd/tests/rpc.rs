@@ -606,7 +606,9 @@ fn delete_subsystem_closes_queues_at_once_and_reconnect_may_retry() {
     let Err(e) = Controller::connect(&opts) else {
         panic!("connected to a deleted subsystem")
     };
-    let s = e.nvme_status().unwrap_or_else(|| panic!("not an NVMe status: {e}"));
+    let s = e
+        .nvme_status()
+        .unwrap_or_else(|| panic!("not an NVMe status: {e}"));
     assert_eq!((s.sct, s.sc), (1, 0x82), "Connect Invalid Parameters: {e}");
     assert!(!s.dnr, "no Do Not Retry: the subsystem may come back ({e})");
 
