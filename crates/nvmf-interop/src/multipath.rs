@@ -41,6 +41,15 @@ pub enum Kernel {
 }
 
 impl Kernel {
+    /// `NVMFD_INTEROP_KERNEL` (`6.1` or `6.12`), else Debian 12's kernel: what
+    /// [`run_guest`](crate::run_guest) boots.
+    pub fn from_env() -> Kernel {
+        match std::env::var("NVMFD_INTEROP_KERNEL").as_deref() {
+            Ok("6.12") => Kernel::Backports612,
+            _ => Kernel::Debian12,
+        }
+    }
+
     /// The testbed's `NVMFD_TESTBED_KERNEL` value.
     pub fn series(self) -> &'static str {
         match self {
