@@ -12,7 +12,7 @@
 //! document from stdin (or `-j`), falling back to one call per entry when the
 //! server has no `load_config` method.
 
-use std::io::Read;
+use std::io::{Read, Write};
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, TypedValueParser};
@@ -1139,7 +1139,8 @@ pub fn cli_main(args: &[String]) -> i32 {
     };
     match run(inv) {
         Ok(Some(out)) => {
-            println!("{out}");
+            // A closed pipe (`nvmf rpc --help | head`) is no reason to panic.
+            let _ = writeln!(std::io::stdout().lock(), "{out}");
             0
         }
         Ok(None) => 0,
