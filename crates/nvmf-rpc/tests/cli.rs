@@ -334,6 +334,36 @@ fn save_and_load_config_options() {
     }
 }
 
+/// rpc.py / argparse behaviours beyond one flag per option: rpc.py's ignored
+/// globals, `--x` / `--no-x` (last wins), `--opt=-1`, `--` before a
+/// positional that starts with '-', comma lists.
+#[test]
+fn argparse_corners() {
+    let (g, _, _) = parse("--timeout 2.5 -p 5260 --verbose INFO -v spdk_get_version");
+    assert_eq!((g.timeout, g.server.as_str()), (2.5, DEFAULT_RPC_SOCKET));
+    let local = |line: &str| match parse_args(&words(line)).unwrap() {
+        Invocation::Call { local, .. } => Value::Object(local),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        local("save_config --indent=-1 --with-batches"),
+        json!({"indent": -1, "with_batches": true})
+    );
+    assert_eq!(
+        local("save_config --with-batches --no-with-batches"),
+        json!({"with_batches": false})
+    );
+    assert_eq!(
+        params("nvmf_subsystem_add_ns nqn.a:b -- -weird")["namespace"]["bdev_name"],
+        "-weird"
+    );
+    assert_eq!(
+        params("nvmf_create_transport -t TCP --masked-oncs nvmcmps,reservs")["masked_oncs"],
+        json!(["nvmcmps", "reservs"])
+    );
+    assert!(err("nvmf_create_transport -t TCP --masked-oncs foo").contains("Usage:"));
+}
+
 #[test]
 fn cli_main_end_to_end() {
     let h = Harness::new();
