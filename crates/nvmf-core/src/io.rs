@@ -285,8 +285,10 @@ mod tests {
             &sink,
         );
         assert_eq!(r, Submitted::Done(Status::INTERNAL_PATH_ERROR));
-        assert_eq!(Status::INTERNAL_PATH_ERROR.sct, 3, "path related");
-        assert!(!Status::INTERNAL_PATH_ERROR.dnr);
+        let Submitted::Done(st) = r else {
+            unreachable!()
+        };
+        assert_eq!((st.sct, st.dnr), (3, false), "path related, retryable");
         assert_eq!(stats.reads, 1);
         assert_eq!(stats.bytes_read, 512);
     }

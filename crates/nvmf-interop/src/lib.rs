@@ -5,6 +5,10 @@
 //! network reaches only the host ports a test names; `nvmfd` runs on the host, started
 //! from this workspace's target directory with an SPDK `save_config`-shaped JSON file.
 //!
+//! Guests boot Debian 12's 6.1 kernel unless a test asks for another one
+//! ([`run_guest_on`] with a [`Kernel`]); [`multipath`] holds the multipath/HA pieces
+//! (several gateways on a shared file, a TCP forwarder a test can cut).
+//!
 //! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
 //! passes. With it, a missing prerequisite (testbed, nvmfd binary) is a failure.
 //!
