@@ -3,19 +3,20 @@
 //! connect (admin queue Connect, Property Get CAP/VS, Property Set CC.EN=1,
 //! wait for CSTS.RDY), Identify (controller, namespace, active namespace
 //! list, namespace descriptors), Set Features Number of Queues, Get Log Page,
-//! Keep Alive (sent by a background thread every KATO/2), and creation of I/O
-//! queues (`IoQueue`, one TCP connection each). Also the host identity
-//! defaults (host NQN, host ID).
+//! Keep Alive (sent by a background thread every KATO/2), an Asynchronous
+//! Event Request kept outstanding (`arm_async_event` / `poll_async_event`),
+//! the ANA log page, and creation of I/O queues (`IoQueue`, one TCP
+//! connection each). Also the host identity defaults (host NQN, host ID).
 //!
 //! The admin queue sits behind a mutex shared with the keep-alive thread;
 //! that is the control path only. I/O queues are independent and lock-free.
 
 use crate::error::{Error, NvmeError, Result};
-use crate::queue::{IoCompletion, IoQueue, QueueParams};
+use crate::queue::{IoCompletion, IoQueue, QueueParams, Slot};
 use crate::transport::TransportParams;
 use crate::trid::{TransportId, DISCOVERY_NQN};
 use nvmf_wire::fabrics::{self, CC_EN, CC_IOCQES_SHIFT, CC_IOSQES_SHIFT, CSTS_CFS, CSTS_RDY};
-use nvmf_wire::identify::{IdentifyController, IdentifyNamespace, CNTRLTYPE_DISCOVERY};
+use nvmf_wire::identify::{IdentifyController, IdentifyNamespace, CMIC_ANA, CNTRLTYPE_DISCOVERY};
 use nvmf_wire::zerocopy::FromBytes;
 use nvmf_wire::{AdminOpcode, Command, FeatureId};
 use std::sync::mpsc;
@@ -28,6 +29,9 @@ const CNS_NAMESPACE: u32 = 0x00;
 const CNS_CONTROLLER: u32 = 0x01;
 const CNS_ACTIVE_NS_LIST: u32 = 0x02;
 const CNS_NS_DESC_LIST: u32 = 0x03;
+
+/// Asynchronous Event Configuration bit: ANA Change notices.
+const AEC_ANA_CHANGE: u32 = 1 << 11;
 
 /// Data buffer per admin slot; larger log pages are read in pieces.
 const ADMIN_BUF: u32 = 64 * 1024;
@@ -180,6 +184,8 @@ pub struct Controller {
     admin: Arc<Mutex<IoQueue>>,
     ka: Option<KeepAlive>,
     ka_error: Arc<Mutex<Option<String>>>,
+    /// Admin slot of the outstanding Asynchronous Event Request, if any.
+    aer: Mutex<Option<Slot>>,
     opts: ConnectOptions,
     cntlid: u16,
     cap: u64,
@@ -214,6 +220,7 @@ impl Controller {
             admin: Arc::new(Mutex::new(q)),
             ka: None,
             ka_error: Arc::new(Mutex::new(None)),
+            aer: Mutex::new(None),
             opts: opts.clone(),
             cntlid,
             cap: 0,
@@ -474,6 +481,81 @@ impl Controller {
             done += n;
         }
         Ok(())
+    }
+
+    /// Whether the controller reports Asymmetric Namespace Access (CMIC bit 3).
+    pub fn ana_reporting(&self) -> bool {
+        self.ident.cmic & CMIC_ANA != 0
+    }
+
+    /// Ask for ANA Change notices (Set Features Asynchronous Event
+    /// Configuration, bit 11, keeping the bits already set).
+    pub fn enable_ana_change_events(&self) -> Result<()> {
+        let fid = FeatureId::AsyncEventConfig as u32;
+        let mut g = Command::new(AdminOpcode::GetFeatures as u8, 0);
+        g.set_cdw10(fid);
+        let cur = self
+            .admin_command("Get Features (Async Event Config)", g, None, None)
+            .map(|c| c.dw0)
+            .unwrap_or(0);
+        let mut c = Command::new(AdminOpcode::SetFeatures as u8, 0);
+        c.set_cdw10(fid).set_cdw11(cur | AEC_ANA_CHANGE);
+        self.admin_command("Set Features (Async Event Config)", c, None, None)?;
+        Ok(())
+    }
+
+    /// Keep one Asynchronous Event Request outstanding: submit one unless
+    /// one is already waiting. Its completion is taken by `poll_async_event`.
+    pub fn arm_async_event(&self) -> Result<()> {
+        let mut aer = self.aer.lock().unwrap_or_else(|p| p.into_inner());
+        if aer.is_some() {
+            return Ok(());
+        }
+        let mut q = self.lock();
+        let slot = q
+            .alloc()
+            .ok_or_else(|| Error::Timeout("admin queue has no free slot for an AER".into()))?;
+        let cmd = Command::new(AdminOpcode::AsyncEventRequest as u8, 0);
+        if let Err(e) = q.submit(slot, cmd, 0) {
+            q.release(slot);
+            return Err(e);
+        }
+        q.flush()?;
+        *aer = Some(slot);
+        Ok(())
+    }
+
+    /// Drive the admin queue without waiting and return the Asynchronous
+    /// Event completion if it has arrived (the caller arms the next one).
+    /// An error means the admin connection is gone.
+    pub fn poll_async_event(&self) -> Result<Option<IoCompletion>> {
+        let mut aer = self.aer.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = *aer else {
+            return Ok(None);
+        };
+        let mut q = self.lock();
+        q.poll(Some(Duration::ZERO))?;
+        let Some(c) = q.take_completion(slot) else {
+            return Ok(None);
+        };
+        q.release(slot);
+        *aer = None;
+        Ok(Some(c))
+    }
+
+    /// The ANA log page (0Ch) as raw bytes, long enough for every group
+    /// descriptor and namespace list it announces (at most 64 KiB).
+    pub fn ana_log(&self) -> Result<Vec<u8>> {
+        let mut len = 4096usize;
+        loop {
+            let mut buf = vec![0u8; len];
+            self.get_log_page(nvmf_wire::LogPageId::AnaLog as u8, 0, 0, &mut buf)?;
+            let need = crate::multipath::ana_log_len(&buf);
+            if need <= len || len >= ADMIN_BUF as usize {
+                return Ok(buf);
+            }
+            len = need.next_multiple_of(4).min(ADMIN_BUF as usize);
+        }
     }
 
     /// Send one Keep Alive now.

@@ -8,7 +8,11 @@
 //! * transport.rs: the socket, ICReq/ICResp, batched send / bulk receive.
 //! * discovery.rs: the discovery log and its `nvme discover` text form.
 //! * trid.rs: SPDK transport ID strings.
-//! * perf.rs: the load generator behind `nvmf perf`.
+//! * perf/: the load generator behind `nvmf perf` (mod.rs: setup and run;
+//!   workload.rs: patterns and verify; engine.rs: the per-thread I/O engine
+//!   with multipath fail-over; report.rs: results, text and JSON).
+//! * multipath.rs: several paths to one subsystem (path set, discovery of
+//!   paths, ANA log and AER, path state, monitor thread, policies).
 //! * error.rs: errors with NVMe status names.
 //! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //!
@@ -29,6 +33,7 @@
 pub mod controller;
 pub mod discovery;
 pub mod error;
+pub mod multipath;
 pub mod perf;
 pub mod queue;
 pub mod top;

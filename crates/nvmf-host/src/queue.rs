@@ -481,6 +481,14 @@ impl IoQueue {
         self.s.done.pop_front()
     }
 
+    /// Take the completion of `slot` if it has arrived, leaving the others
+    /// queued (for a long-lived command such as an Asynchronous Event
+    /// Request on the admin queue).
+    pub fn take_completion(&mut self, slot: Slot) -> Option<IoCompletion> {
+        let pos = self.s.done.iter().position(|c| c.slot == slot)?;
+        self.s.done.remove(pos)
+    }
+
     /// Submit `cmd` on `slot` and wait for its completion (other completions
     /// stay queued). For admin commands and tools, not for the fast path.
     pub fn execute(

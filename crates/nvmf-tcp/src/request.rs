@@ -200,8 +200,9 @@ pub struct Slot {
     /// When the R2T for this command was queued (the connection's coarse
     /// clock, set on its timer tick: no clock read per I/O).
     pub r2t_at: std::time::Instant,
-    /// When the capsule was received (`nvmf_core::stats::now_ns`): the
-    /// start of the command's latency.
+    /// When the capsule was received (the connection's clock read for the
+    /// bytes it came in: `nvmf_core::stats::now_ns`, one per receive, not
+    /// per command): the start of the command's latency.
     pub start_ns: u64,
     buf: AlignedBuf,
     /// Bytes of `buf` charged to the budget (0 or `buf.len()`).
@@ -550,7 +551,6 @@ impl Slots {
         s.len = 0;
         s.received = 0;
         s.digest_error = false;
-        s.start_ns = nvmf_core::stats::now_ns();
         s.state = RequestState::ReadyToExecute;
         Ok(idx)
     }

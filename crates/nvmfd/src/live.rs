@@ -447,6 +447,16 @@ impl LiveTarget for Live {
                         "traddr": q.peer.ip().to_string(),
                         "trsvcid": q.peer.port().to_string(),
                     },
+                    // nvmfd's addition: this queue's counters.
+                    "stats": {
+                        "commands": q.stats.commands,
+                        "reads": q.stats.reads,
+                        "writes": q.stats.writes,
+                        "bytes_read": q.stats.bytes_read,
+                        "bytes_written": q.stats.bytes_written,
+                        "errors": q.stats.errors,
+                        "in_flight": q.in_flight,
+                    },
                 }));
             }
         }

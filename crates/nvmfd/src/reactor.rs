@@ -220,6 +220,9 @@ pub struct QpairSnapshot {
     pub connected: bool,
     pub listen: nvmf_config::ListenerConfig,
     pub peer: SocketAddr,
+    /// This queue's counters, and its commands received and not answered.
+    pub stats: QueueStats,
+    pub in_flight: usize,
 }
 
 /// What a reactor reports for `nvmf_get_stats` / `nvmf_subsystem_get_qpairs`.
@@ -929,6 +932,8 @@ impl Reactor {
                 connected: q.is_connected(),
                 listen: c.laddr.cfg.clone(),
                 peer: c.peer,
+                stats: *q.stats(),
+                in_flight: c.sm.in_flight(),
             });
         }
         s

@@ -10,7 +10,8 @@
 //!   oversized head 431, a client that never finishes its request is cut
 //!   off within the time limit and the endpoint keeps answering;
 //! - `nvmf top --once` shows IOPS on the busy listener and flags a path
-//!   with a command stuck waiting for its data (never sent) as STALLED.
+//!   with a command stuck waiting for its data (never sent) as STALLED;
+//!   `nvmf_subsystem_get_qpairs` shows that command in flight on its queue.
 
 mod common;
 
@@ -114,9 +115,13 @@ impl Daemon {
     }
 
     fn rpc(&self, method: &str) -> Value {
+        self.rpc_with(method, None)
+    }
+
+    fn rpc_with(&self, method: &str, params: Option<Value>) -> Value {
         let mut c = RpcClient::connect(&self.sock, 10).unwrap();
         c.set_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.call(method, None).unwrap()
+        c.call(method, params.as_ref()).unwrap()
     }
 
     /// The path of listener `i` (one controller per perf run: all added).
@@ -363,6 +368,22 @@ fn nvmf_top_once_shows_the_busy_path_and_flags_a_stalled_one() {
     assert_eq!(stuck[0], "0", "{text}");
     assert_eq!(stuck[4], "1", "one command in flight:\n{text}");
     assert_eq!(stuck[6], "STALLED", "{text}");
+    // Per queue: nvmf_subsystem_get_qpairs shows the stuck command on its
+    // I/O queue.
+    let qps = d.rpc_with(
+        "nvmf_subsystem_get_qpairs",
+        Some(serde_json::json!({ "nqn": NQN })),
+    );
+    let io = qps
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| {
+            x["qid"] == 1 && x["listen_address"]["trsvcid"] == d.ports[1].to_string().as_str()
+        })
+        .unwrap_or_else(|| panic!("no I/O queue on listener 1: {qps:#}"));
+    assert_eq!(io["stats"]["in_flight"], 1, "{io:#}");
+    assert!(io["stats"]["commands"].as_u64().unwrap() >= 1, "{io:#}");
     drop(q);
     drop(ctrl);
 }

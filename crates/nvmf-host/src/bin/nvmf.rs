@@ -6,6 +6,7 @@
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use nvmf_host::multipath::{self, Policy};
 use nvmf_host::perf::{self, PerfConfig, Workload};
 use nvmf_host::{ConnectOptions, Controller, NsIdentifier, TransportId, DISCOVERY_NQN};
 use std::io::IsTerminal;
@@ -44,6 +45,18 @@ Sequential runs and --verify give every queue its own LBA range.
 written in this run, and reads back all written blocks at the end. Mismatches are listed with
 their LBA; the exit status is then 1.
 
+Multipath: give -r several times (one subsystem NQN, several addresses or ports), or one -r
+naming a discovery service (its address and port, the subsystem's NQN) with --discover-paths.
+One controller per path (same host NQN and host ID); each queue is opened on every path and
+its commands go to the usable paths of the best ANA class (optimized, else non-optimized,
+never inaccessible or lost) by --policy. When a path is lost (connection closed, keep-alive
+failure) or answers with a path status, its commands in flight are re-issued on another path
+(same LBA, same data; --verify stays exact); the run fails only when no path is left. ANA
+state is read at start and on every ANA Change event. --reconnect connects a lost path again
+in the background and uses it when it is back. The report adds a per-path table
+(and paths[] in the JSON): IOPS, MiB/s, mean/p99 latency, retried, failed over, errors,
+state changes, and when the path carried I/O.
+
 Output: IOPS, MiB/s, latency mean/min/max and p50/p90/p99/p99.9/p99.99 (microseconds) per queue
 and in total. --json prints fio-style JSON (jobs[].read.iops, .bw in KiB/s, .lat_ns, 
 .clat_ns.percentile[\"99.000000\"], ...).
@@ -52,7 +65,9 @@ Examples:
   nvmf perf -r 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default' -w randread -q 64 -t 10
   nvmf perf -r '...' -w randwrite -o 131072 -q 16 --queues 2 --cores 0,1
   nvmf perf -r '...' -w randrw -M 70 -o 4096 -t 5 --verify --hdr-digest --data-digest
-  nvmf perf -r '...' -w read -o 131072 --json > result.json";
+  nvmf perf -r '...' -w read -o 131072 --json > result.json
+  nvmf perf -r 'traddr:10.0.0.1 trsvcid:4420 subnqn:NQN' -r 'traddr:10.0.0.2 trsvcid:4420 subnqn:NQN' --verify -w randrw
+  nvmf perf -r 'traddr:10.0.0.1 trsvcid:8009 subnqn:NQN' --discover-paths --policy queue-depth";
 
 const TOP_HELP: &str = "\
 Reads nvmf_get_path_stats from nvmfd's RPC socket every interval and shows, for the interval:
@@ -199,9 +214,22 @@ struct IdentifyArgs {
 
 #[derive(Args)]
 struct PerfArgs {
-    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'
-    #[arg(short = 'r', long = "trid", value_name = "TRID")]
-    trid: String,
+    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'.
+    /// Give it several times for several paths to one subsystem (multipath)
+    #[arg(short = 'r', long = "trid", value_name = "TRID", required = true)]
+    trid: Vec<String>,
+    /// The -r address is a discovery service: use every NVMe/TCP path it
+    /// lists for the -r subnqn
+    #[arg(long = "discover-paths")]
+    discover_paths: bool,
+    /// Multipath: spread I/O over the usable paths by round-robin, or to the
+    /// path with the fewest commands in flight (queue-depth)
+    #[arg(long, default_value = "round-robin", value_parser = parse_policy, value_name = "POLICY")]
+    policy: Policy,
+    /// Multipath: connect a lost path again in the background (backoff 100 ms
+    /// to 2 s) and use it when it is back; commands wait up to 30 s for a path
+    #[arg(long)]
+    reconnect: bool,
     /// I/Os in flight per queue
     #[arg(
         short = 'q',
@@ -272,6 +300,10 @@ fn parse_size(s: &str) -> std::result::Result<u32, String> {
     u32::try_from(v * mul).map_err(|_| format!("'{s}' is too large"))
 }
 
+fn parse_policy(s: &str) -> std::result::Result<Policy, String> {
+    Policy::parse(s).ok_or_else(|| format!("'{s}' is not a policy (round-robin, queue-depth)"))
+}
+
 fn parse_workload(s: &str) -> std::result::Result<Workload, String> {
     Workload::parse(s).ok_or_else(|| {
         format!("'{s}' is not a workload (read, write, randread, randwrite, rw, randrw)")
@@ -306,6 +338,12 @@ fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and the like: end quietly when the reader goes
+    // away, as other command-line tools do, instead of panicking in println!.
+    // SAFETY: setting a signal's disposition to the default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Discover(a) => discover(a),
@@ -485,10 +523,33 @@ fn hex(b: &[u8]) -> String {
 }
 
 fn run_perf(a: PerfArgs) -> Result<ExitCode> {
-    let trid = TransportId::parse(&a.trid)?;
+    let mut trids = a
+        .trid
+        .iter()
+        .map(|t| TransportId::parse(t))
+        .collect::<std::result::Result<Vec<_>, _>>()?;
+    multipath::check_same_subsystem(&trids)?;
+    let trid = trids[0].clone();
     let nsid = a.nsid.or(trid.nsid).unwrap_or(1);
-    let opts = a.conn.options(trid);
+    let opts = a.conn.options(trid.clone());
+    if a.discover_paths {
+        if trids.len() > 1 {
+            bail!("--discover-paths takes one -r (the discovery service and the subsystem NQN)");
+        }
+        trids = multipath::discover_paths(&opts, &trid, &trid.subnqn).with_context(|| {
+            format!(
+                "asking the discovery service at {}:{} for the paths to {}",
+                trid.traddr, trid.trsvcid, trid.subnqn
+            )
+        })?;
+    }
     let mut cfg = PerfConfig::new(opts);
+    if trids.len() > 1 || a.discover_paths {
+        cfg.connect.trid = trids[0].clone();
+        cfg.paths = trids;
+    }
+    cfg.policy = a.policy;
+    cfg.reconnect = a.reconnect;
     cfg.nsid = nsid;
     cfg.queue_depth = a.queue_depth;
     cfg.io_size = a.io_size;
