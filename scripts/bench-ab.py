@@ -4,6 +4,9 @@
 #
 #   scripts/bench-ab.py [SECONDS [RUNS]]      (default 5 s, 5 rounds; about 5 minutes)
 #   OLD=/tmp/old-bin NEW=target/release       directories holding the nvmfd and nvmf binaries
+#   ONLY="old|new"                            run only these variants
+#   NVMFD_ARGS="--tcp-congestion cubic"       more arguments for every nvmfd (e.g. to avoid BBR's
+#                                             bimodal QD128 runs, BENCHMARKS.md "BBR")
 #
 # Variants: old build; new build (defaults: nvmfd --poll-us 50, perf --poll-us 1000); new build
 # with --poll-us 0 on both sides. Cases: 4 KiB randread QD1 and QD128, 128 KiB read QD32. Each
@@ -32,7 +35,8 @@ def cpustat():
     v = list(map(int, open("/proc/stat").readline().split()[1:])); return v
 nqn = "nqn.2016-06.io.spdk:ab"
 results = {}
-vnames = list(VARIANTS)
+# ONLY="old|new": run only these variants (names separated by '|').
+vnames = [v for v in VARIANTS if v in os.environ.get("ONLY", "|".join(VARIANTS)).split("|")]
 for rnd in range(RUNS):
     order = vnames[rnd % len(vnames):] + vnames[:rnd % len(vnames)]
     for vn in order:
@@ -44,7 +48,7 @@ for rnd in range(RUNS):
                {"method": "nvmf_subsystem_add_ns", "params": {"nqn": nqn, "namespace": {"bdev_name": "Null0", "nsid": 1}}},
                {"method": "nvmf_subsystem_add_listener", "params": {"nqn": nqn, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": str(port)}}}]}]}
         open("/tmp/ab.json", "w").write(json.dumps(cfg))
-        d = subprocess.Popen([nvmfd, "-c", "/tmp/ab.json", "-m", "0", "-r", f"/tmp/ab-{port}.sock"] + nargs, stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        d = subprocess.Popen([nvmfd, "-c", "/tmp/ab.json", "-m", "0", "-r", f"/tmp/ab-{port}.sock"] + nargs + os.environ.get("NVMFD_ARGS", "").split(), stderr=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         time.sleep(0.7)
         trid = f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}"
         for cname, cargs in CASES:

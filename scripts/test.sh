@@ -62,6 +62,9 @@ interop=1
 if [ "$interop" = 1 ]; then
   if [ "$(id -u)" = 0 ]; then testbed/nvmfd-testbed prepare --install-deps
   else testbed/nvmfd-testbed prepare; fi
+  # the multipath teardown tests (crates/nvmf-interop/tests/multipath.rs) also run on
+  # Debian's bookworm-backports 6.12 kernel (fetched through a private apt config)
+  NVMFD_TESTBED_KERNEL=6.12 testbed/nvmfd-testbed prepare
 fi
 
 # ---- tests ---------------------------------------------------------------------

@@ -552,6 +552,29 @@ fn create_subsystem(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
         Some(n) => s.max_namespaces = n,
     }
     s.ana_reporting = p.opt_bool("ana_reporting")?.unwrap_or(false);
+    if s.ana_reporting {
+        // The Linux host reads the whole ANA log page (header, one descriptor
+        // per possible group, every NSID) in one command and turns ANA off
+        // when that is larger than the controller's largest transfer.
+        let max_io = cfg
+            .transport(TransportType::Tcp)
+            .map_or(TransportConfig::tcp_default().max_io_size, |t| {
+                t.max_io_size
+            });
+        let need = 16 + 36 * u64::from(s.max_namespaces);
+        if need > u64::from(max_io) {
+            return Err(p.err(
+                "ana_reporting",
+                format!(
+                    "with max_namespaces {} the ANA log page is {need} bytes, more than one \
+                     transfer (max_io_size {max_io}): hosts would turn ANA off; use \
+                     max_namespaces <= {}",
+                    s.max_namespaces,
+                    (u64::from(max_io) - 16) / 36
+                ),
+            ));
+        }
+    }
     if let Some(v) = p.opt_u16("min_cntlid")? {
         s.min_cntlid = v;
     }

@@ -204,3 +204,22 @@ fn bad_groups_states_and_listeners_are_refused() {
         "outside 1..=4",
     );
 }
+
+#[test]
+fn ana_log_must_fit_one_transfer() {
+    let doc = |max_ns: u32| {
+        json!({"subsystems":[{"subsystem":"nvmf","config":[
+            {"method":"nvmf_create_transport","params":{"trtype":"TCP","max_io_size":65536}},
+            {"method":"nvmf_create_subsystem","params":{"nqn":NQN,"max_namespaces":max_ns,"ana_reporting":true}},
+        ]}]})
+        .to_string()
+    };
+    // (65536 - 16) / 36 = 1820 namespaces fit, 1821 do not
+    TargetConfig::from_json_str(&doc(1820)).unwrap();
+    expect_err(
+        TargetConfig::from_json_str(&doc(1821)),
+        "nvmf_create_subsystem",
+        "ana_reporting",
+        "max_namespaces <= 1820",
+    );
+}

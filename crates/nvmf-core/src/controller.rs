@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicU8, O
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::ana::PathAna;
+use crate::stats::ErrorTable;
 use crate::subsystem::Subsystem;
 use crate::target::{LimitHit, Target};
 
@@ -97,9 +98,18 @@ pub struct QueueStats {
     pub bytes_written: u64,
     /// Commands that completed with an error status.
     pub errors: u64,
+    /// The same errors by status (SCT, SC).
+    pub errors_by_status: ErrorTable,
 }
 
 impl QueueStats {
+    /// Counts one command completed with error `status`.
+    #[inline]
+    pub fn count_error(&mut self, status: nvmf_wire::status::Status) {
+        self.errors += 1;
+        self.errors_by_status.record(status.sct, status.sc);
+    }
+
     pub fn add(&mut self, other: &QueueStats) {
         self.commands += other.commands;
         self.reads += other.reads;
@@ -107,6 +117,7 @@ impl QueueStats {
         self.bytes_read += other.bytes_read;
         self.bytes_written += other.bytes_written;
         self.errors += other.errors;
+        self.errors_by_status.add(&other.errors_by_status);
     }
 }
 
@@ -500,6 +511,8 @@ impl Controller {
             bytes_read: st.bytes_read.load(Ordering::Relaxed),
             bytes_written: st.bytes_written.load(Ordering::Relaxed),
             errors: st.errors.load(Ordering::Relaxed),
+            // Not kept per controller (see `stats`): per queue and per reactor.
+            errors_by_status: ErrorTable::default(),
         }
     }
 }

@@ -16,6 +16,17 @@
 //! answers Controller Busy too when it has no controller ID left or a queue
 //! is already taken.
 //!
+//! Do Not Retry on a Connect rejection: set only where the command itself
+//! is malformed (record format, SQSIZE, a static controller ID on an admin
+//! Connect, a QID out of range or taken). A rejection that a later
+//! reconfiguration or teardown can cure leaves DNR clear, as SPDK's target
+//! does: no such subsystem, the subsystem does not listen on this port, the
+//! host is not (yet) allowed, the controller an I/O queue names is gone, no
+//! controller ID free. Linux hosts since 6.x stop reconnecting on DNR
+//! (`nvmf_should_reconnect`), so a DNR there would lose a host for good
+//! across a subsystem's delete and re-create (live maintenance); without it
+//! the host retries every reconnect_delay until ctrl_loss_tmo.
+//!
 //! Every refusal is logged through the target's rate limit
 //! (`Target::set_log_rate`): a host may repeat a refused Connect on one
 //! connection as fast as it can send.
@@ -77,6 +88,17 @@ fn over_limit() -> Outcome {
     Outcome::err(Status::CONNECT_CONTROLLER_BUSY)
 }
 
+/// Connect Invalid Parameters for something a later reconfiguration can
+/// cure (DNR clear; see the top comment).
+fn not_here_yet(in_data: bool, offset: u16) -> Outcome {
+    Outcome {
+        status: Status::CONNECT_INVALID_PARAMETERS,
+        dw0: connect_ipo_iattr(in_data, offset),
+        dw1: 0,
+    }
+}
+
+/// Connect Invalid Parameters for a malformed field (DNR set).
 fn invalid_param(in_data: bool, offset: u16) -> Outcome {
     Outcome {
         status: Status::CONNECT_INVALID_PARAMETERS.with_dnr(),
@@ -104,7 +126,7 @@ pub(crate) fn connect(
         target.refusal_log(
             || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect to unknown subsystem"),
         );
-        return Err(invalid_param(true, ipo::SUBNQN));
+        return Err(not_here_yet(true, ipo::SUBNQN));
     };
     // An NVM subsystem is reachable only through its own listeners: to a host
     // that came in on another port it does not exist (as with nvmet). The
@@ -119,7 +141,7 @@ pub(crate) fn connect(
                 "connect to a subsystem that does not listen on this port"
             )
         });
-        return Err(invalid_param(true, ipo::SUBNQN));
+        return Err(not_here_yet(true, ipo::SUBNQN));
     }
     // An empty host NQN (SPDK's host sends one unless told otherwise) is
     // accepted where any host is (allow_any_host, discovery), as SPDK's
@@ -131,7 +153,7 @@ pub(crate) fn connect(
             || tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect from a host not allowed"),
         );
         return Err(Outcome {
-            status: Status::CONNECT_INVALID_HOST.with_dnr(),
+            status: Status::CONNECT_INVALID_HOST,
             dw0: connect_ipo_iattr(true, ipo::HOSTNQN),
             dw1: 0,
         });
@@ -182,7 +204,7 @@ pub(crate) fn connect(
                     target.release_controller(hostnqn);
                 }
                 target.refusal_log(|| tracing::warn!(subnqn, hostnqn, "no free controller ID"));
-                Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY.with_dnr()))
+                Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY))
             }
         }
     } else {
@@ -191,7 +213,9 @@ pub(crate) fn connect(
             .controller(d.cntlid())
             .filter(|c| c.hostnqn() == hostnqn)
         else {
-            return Err(invalid_param(true, ipo::CNTLID));
+            // The controller is gone (torn down, subsystem re-created): the
+            // host's reconnect with a new admin queue cures it.
+            return Err(not_here_yet(true, ipo::CNTLID));
         };
         if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_queue_depth) {
             return Err(invalid_param(false, ipo::SQSIZE));

@@ -4,7 +4,7 @@
 //! checks and their hand-off to the namespace's backend. Runs on the reactor
 //! thread that owns the queue pair: no locks, no allocation, every field from
 //! the wire range-checked. Order of checks: namespace (Invalid Namespace,
-//! Namespace Not Ready), transfer size (Invalid Field beyond MDTS, Data SGL
+//! Internal Path Error while it is being removed), transfer size (Invalid Field beyond MDTS, Data SGL
 //! Length Invalid when the data is not NLB × block size, as nvmet), LBA range
 //! (LBA Out of Range).
 //!
@@ -37,6 +37,18 @@ const DSM_AD: u32 = 1 << 2;
 
 const LBA_OUT_OF_RANGE: Status = Status::LBA_OUT_OF_RANGE.with_dnr();
 
+/// A command that reaches a namespace being removed (namespace or subsystem
+/// delete, a live reconfiguration) in the moment before this queue sees the
+/// new table or closes: a path-related status (SCT 3h) with DNR clear. The
+/// Linux host treats any SCT 3h status on a multipath device as a path error
+/// and fails the I/O over (`nvme_failover_req`: another live path, or it
+/// waits for this controller's reconnect), never to the application;
+/// Namespace Not Ready (generic) would be retried in place five times with
+/// no delay and then fail the I/O. Internal Path Error rather than an ANA
+/// status: it says nothing about ANA groups, so a host does not re-read the
+/// ANA log for it.
+const NS_GOING_AWAY: Status = Status::INTERNAL_PATH_ERROR;
+
 #[inline]
 fn lookup<'t>(
     table: &'t NamespaceTable,
@@ -48,7 +60,7 @@ fn lookup<'t>(
             None => Ok(ns),
             Some(st) => Err(st),
         },
-        Some(_) => Err(Status::NAMESPACE_NOT_READY),
+        Some(_) => Err(NS_GOING_AWAY),
         None => Err(INVALID_NAMESPACE),
     }
 }
@@ -240,7 +252,7 @@ mod tests {
     use crate::namespace::NamespaceState;
 
     #[test]
-    fn namespace_not_ready_while_removing() {
+    fn path_error_while_removing() {
         let b: Arc<dyn crate::backend::Backend> =
             Arc::new(MallocBackend::new("m", 512, 8).unwrap());
         let ns = Arc::new(Namespace::new(1, b, [1; 16], [2; 8], [3; 16]));
@@ -272,7 +284,11 @@ mod tests {
             &mut stats,
             &sink,
         );
-        assert_eq!(r, Submitted::Done(Status::NAMESPACE_NOT_READY));
+        assert_eq!(r, Submitted::Done(Status::INTERNAL_PATH_ERROR));
+        let Submitted::Done(st) = r else {
+            unreachable!()
+        };
+        assert_eq!((st.sct, st.dnr), (3, false), "path related, retryable");
         assert_eq!(stats.reads, 1);
         assert_eq!(stats.bytes_read, 512);
     }

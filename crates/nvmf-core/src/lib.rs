@@ -34,6 +34,7 @@ pub mod io;
 pub mod logpage;
 pub mod namespace;
 pub mod queue;
+pub mod stats;
 pub mod subsystem;
 pub mod target;
 

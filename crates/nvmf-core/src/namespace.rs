@@ -17,7 +17,7 @@ use crate::backend::Backend;
 pub enum NamespaceState {
     /// Serving I/O.
     Active = 0,
-    /// Being removed: I/O answers Namespace Not Ready.
+    /// Being removed: I/O answers Internal Path Error (io.rs says why).
     Removing = 1,
 }
 

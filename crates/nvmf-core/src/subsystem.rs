@@ -373,7 +373,7 @@ impl Subsystem {
         Ok(())
     }
 
-    /// Remove a namespace: it answers Namespace Not Ready from now on, leaves
+    /// Remove a namespace: it answers Internal Path Error from now on, leaves
     /// the table, and every controller gets a Namespace Attribute Changed event.
     pub fn remove_namespace(&self, nsid: u32) -> Result<Arc<Namespace>, CoreError> {
         let removed = {

@@ -539,7 +539,7 @@ impl Target {
     }
 
     /// Remove a namespace at run time. In-flight I/O finishes; new I/O gets
-    /// Namespace Not Ready until the queues see the new table, then Invalid
+    /// Internal Path Error until the queues see the new table, then Invalid
     /// Namespace. Controllers get Namespace Attribute Changed.
     pub fn remove_namespace(&self, nqn: &str, nsid: u32) -> Result<(), CoreError> {
         let sub = self
@@ -628,11 +628,15 @@ impl Target {
                 .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
             subs.remove(pos)
         };
-        // Namespaces answer Not Ready to whatever is still in flight.
+        // Controllers first: their queues take no new command from now on
+        // and close on their next poll (the daemon polls them at once), so
+        // the host resends what was unanswered elsewhere. A command that
+        // raced past that check meets a namespace being removed: Internal
+        // Path Error (io.rs), which a multipath host fails over.
+        sub.disconnect_all(crate::controller::CloseReason::SubsystemRemoved);
         for ns in sub.namespaces().iter() {
             ns.set_state(crate::namespace::NamespaceState::Removing);
         }
-        sub.disconnect_all(crate::controller::CloseReason::SubsystemRemoved);
         self.notify_discovery_change();
         Ok(sub)
     }

@@ -273,7 +273,7 @@ fn connect_unknown_subsystem() {
     );
     let s = status(&c);
     assert_eq!((s.sct, s.sc), (1, 0x82));
-    assert!(s.dnr);
+    assert!(!s.dnr, "the subsystem may be created later: no DNR");
     assert_eq!(c.dw0(), (1 << 16) | 256, "IATTR=1 (data), IPO=subnqn");
     assert!(!qp.is_connected());
     assert_eq!(t.active_controllers(), 0);
@@ -286,6 +286,7 @@ fn connect_host_not_allowed() {
     let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_B);
     let s = status(&c);
     assert_eq!((s.sct, s.sc), (1, 0x84));
+    assert!(!s.dnr, "the host may be allowed later: no DNR");
     assert_eq!(c.dw0(), (1 << 16) | 512);
     assert!(!qp.is_connected());
     let mut ok = QueuePair::new(t.clone(), restricted_port());
@@ -319,6 +320,7 @@ fn connect_bad_sqsize() {
         let c = connect_raw(&mut qp, 0, sqsize, 0, 0xFFFF, NQN, HOST_A);
         let s = status(&c);
         assert_eq!((s.sct, s.sc), (1, 0x82), "sqsize {sqsize}");
+        assert!(s.dnr, "malformed: DNR");
         assert_eq!(c.dw0(), 44, "IATTR=0 (SQE), IPO=SQSIZE");
     }
     // max_aq_depth 128 → SQSIZE 127 is the largest accepted.
@@ -339,9 +341,10 @@ fn connect_bad_format_and_static_cntlid() {
         .as_bytes()
         .to_vec();
     let s = status(&done(qp.execute(&cmd, &mut data)));
-    assert_eq!((s.sct, s.sc), (1, 0x80));
+    assert_eq!((s.sct, s.sc, s.dnr), (1, 0x80, true));
 
     let c = connect_raw(&mut qp, 0, 31, 0, 5, NQN, HOST_A);
+    assert!(status(&c).dnr);
     assert_eq!(
         c.dw0(),
         (1 << 16) | 16,
@@ -377,6 +380,7 @@ fn connect_only_through_the_subsystems_own_listeners() {
     let mut qp = QueuePair::new(t.clone(), port());
     let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
     assert_eq!((status(&c).sct, status(&c).sc), (1, 0x82));
+    assert!(!status(&c).dnr, "a listener may be added later: no DNR");
     assert_eq!(c.dw0(), (1 << 16) | 256);
     assert_eq!(t.active_controllers(), 0);
     // The discovery subsystem answers on every port.
@@ -402,6 +406,10 @@ fn io_queue_connect_paths() {
     let mut qp = QueuePair::new(t.clone(), port());
     let c = connect_raw(&mut qp, 1, 127, 0, id.wrapping_add(100), NQN, HOST_A);
     assert_eq!((status(&c).sct, status(&c).sc), (1, 0x82));
+    assert!(
+        !status(&c).dnr,
+        "controller gone: a new admin connect cures it"
+    );
     assert_eq!(c.dw0(), (1 << 16) | 16);
     // Right ID, other host.
     let c = connect_raw(&mut qp, 2, 127, 0, id, NQN, HOST_B);
@@ -413,6 +421,7 @@ fn io_queue_connect_paths() {
     // QID beyond the negotiated count.
     let c = connect_raw(&mut qp, 128, 127, 0, id, NQN, HOST_A);
     assert_eq!(c.dw0(), 42, "IPO=QID");
+    assert!(status(&c).dnr);
     // Already connected.
     let c = connect_raw(&mut qp, 1, 127, 0, id, NQN, HOST_A);
     assert_eq!(c.dw0(), 42);
@@ -432,6 +441,67 @@ fn io_queue_connect_paths() {
     // A dropped I/O queue frees its QID.
     drop(q1);
     let _q1 = io_queue(&t, id, 1, NQN, HOST_A);
+}
+
+/// Live maintenance: a subsystem deleted under I/O. Its queues take no new
+/// command and answer none (the host resends it after the connection
+/// drops), they close on the next poll, a reconnect meanwhile is refused
+/// without DNR, and once the subsystem is re-created the host connects and
+/// does I/O again.
+#[test]
+fn subsystem_delete_and_recreate_under_io() {
+    let t = target();
+    let mut a = admin(&t, NQN, HOST_A);
+    let mut q = io_queue(&t, cntlid(&a), 1, NQN, HOST_A);
+    let mut buf = vec![0x5Au8; 512];
+    assert_eq!(
+        status(&rw(&mut q, IoOpcode::Write, 1, 0, 1, &mut buf)),
+        Status::SUCCESS
+    );
+
+    t.remove_subsystem(NQN).unwrap();
+    let mut cmd = Command::new(IoOpcode::Write as u8, 21);
+    cmd.set_nsid(1).set_lba_range(0, 1);
+    assert_eq!(
+        q.execute(&cmd, &mut buf),
+        Exec::Pending,
+        "no answer on a torn-down controller's queue"
+    );
+    let mut rd = Command::new(IoOpcode::Read as u8, 22);
+    rd.set_nsid(1).set_lba_range(0, 1);
+    assert_eq!(q.execute(&rd, &mut buf), Exec::Pending);
+    let (st, got) = poll_all(&mut q, Instant::now());
+    assert!(got.is_empty(), "nothing answered: {got:?}");
+    assert_eq!(
+        st,
+        QueueState::Close {
+            reason: "subsystem removed"
+        }
+    );
+    assert!(matches!(
+        poll_all(&mut a, Instant::now()).0,
+        QueueState::Close { .. }
+    ));
+    drop(q);
+    drop(a);
+
+    // Reconnect while the subsystem is gone: retryable.
+    let mut qp = QueuePair::new(t.clone(), port());
+    let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN, HOST_A);
+    let s = status(&c);
+    assert_eq!((s.sct, s.sc, s.dnr), (1, 0x82, false));
+
+    // Re-created: the host gets back in and reads what it wrote.
+    let cfg = config();
+    t.add_subsystem(cfg.subsystem(NQN).unwrap()).unwrap();
+    let a = admin(&t, NQN, HOST_A);
+    let mut q = io_queue(&t, cntlid(&a), 1, NQN, HOST_A);
+    let mut back = vec![0u8; 512];
+    assert_eq!(
+        status(&rw(&mut q, IoOpcode::Read, 1, 0, 1, &mut back)),
+        Status::SUCCESS
+    );
+    assert_eq!(back, vec![0x5Au8; 512], "same backend, same data");
 }
 
 #[test]

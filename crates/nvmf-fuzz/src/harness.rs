@@ -79,10 +79,11 @@ pub fn target_config() -> &'static TargetConfig {
    {{"method":"bdev_null_create","params":{{"name":"Null0","block_size":4096,"num_blocks":{NULL_BLOCKS}}}}}]}},
  {{"subsystem":"nvmf","config":[
    {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","in_capsule_data_size":{ICD},"max_io_size":{MAX_IO},"max_queue_depth":{QUEUE_DEPTH},"max_io_qpairs_per_ctrlr":4}}}},
-   {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NVM_NQN}","allow_any_host":true,"serial_number":"NVMFDFUZZ0001"}}}},
+   {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NVM_NQN}","allow_any_host":true,"serial_number":"NVMFDFUZZ0001","ana_reporting":true}}}},
    {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NVM_NQN}","namespace":{{"nsid":1,"bdev_name":"Malloc0"}}}}}},
    {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NVM_NQN}","namespace":{{"nsid":2,"bdev_name":"Null0"}}}}}},
    {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NVM_NQN}","listen_address":{l}}}}},
+   {{"method":"nvmf_subsystem_listener_set_ana_state","params":{{"nqn":"{NVM_NQN}","listen_address":{l},"ana_state":"non_optimized","anagrpid":2}}}},
    {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{DISCOVERY_NQN}","listen_address":{l}}}}}
  ]}}]}}"#
         );
@@ -963,7 +964,7 @@ impl Harness {
                 (cmd, 4096)
             }
             Kind::GetLogPage => {
-                let lids = [1u8, 2, 3, 4, 5, 0x70, 0x70, sel];
+                let lids = [1u8, 2, 3, 4, 5, 0x0C, 0x70, sel];
                 let lid = lids[usize::from(sel) % lids.len()];
                 let len = 512 * (1 + (nlb % 8));
                 let off = if sel & 0x80 != 0 {

@@ -293,8 +293,15 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
     let mut e = new();
     e.open_discovery(0)
         .admin(0, ADMIN_IDENTIFY, 1, 0)
-        .admin(0, ADMIN_LOG, 5, 7);
+        .admin(0, ADMIN_LOG, 6, 7);
     v.push(("hand-discovery", e.0));
+
+    // ANA: the ANA log page, and I/O to a non-optimized group (namespace 2).
+    let mut e = new();
+    e.admin(0, ADMIN_LOG, 5, 1)
+        .admin(0, ADMIN_IDENTIFY, 0, 0)
+        .io(2, IO_READ, false, 0, 0, false, None);
+    v.push(("hand-ana", e.0));
 
     // H2CTermReq in the middle of an R2T transfer.
     let mut e = new();

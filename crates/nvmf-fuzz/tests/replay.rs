@@ -135,6 +135,9 @@ fn hand_made_seeds_reach_their_scenarios() {
             "hand-stalled-reader" => r.io_connects == 2 && r.closed >= 1,
             "hand-discovery" => r.admin_connects == 1 && r.c2h >= 2 && r.terms == 0,
             "hand-termreq" => r.r2ts >= 1 && r.closed >= 1 && r.terms == 0,
+            // ANA log page (C2HData) + Identify (C2HData) + a read of the
+            // non-optimized group that completes
+            "hand-ana" => r.c2h >= 3 && r.completions >= 3 && r.terms == 0,
             other => panic!("no expectation for seed {other}"),
         };
         assert!(ok, "seed {name} no longer reaches its scenario: {r:?}");

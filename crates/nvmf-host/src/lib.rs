@@ -14,6 +14,7 @@
 //! * multipath.rs: several paths to one subsystem (path set, discovery of
 //!   paths, ANA log and AER, path state, monitor thread, policies).
 //! * error.rs: errors with NVMe status names.
+//! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //!
 //! ```no_run
 //! use nvmf_host::{Controller, ConnectOptions, TransportId};
@@ -35,6 +36,7 @@ pub mod error;
 pub mod multipath;
 pub mod perf;
 pub mod queue;
+pub mod top;
 pub mod transport;
 pub mod trid;
 

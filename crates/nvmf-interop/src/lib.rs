@@ -5,6 +5,10 @@
 //! network reaches only the host ports a test names; `nvmfd` runs on the host, started
 //! from this workspace's target directory with an SPDK `save_config`-shaped JSON file.
 //!
+//! Guests boot Debian 12's 6.1 kernel unless a test asks for another one
+//! ([`run_guest_on`] with a [`Kernel`]); [`multipath`] holds the multipath/HA pieces
+//! (several gateways on a shared file, a TCP forwarder a test can cut).
+//!
 //! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
 //! passes. With it, a missing prerequisite (testbed, nvmfd binary) is a failure.
 //!
@@ -23,6 +27,9 @@ use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{json, Value};
+
+pub mod multipath;
+pub use multipath::{Forwarder, Gateway, Kernel};
 
 /// Environment switch that enables the interop tests.
 pub const SWITCH: &str = "NVMFD_INTEROP";
@@ -73,9 +80,15 @@ pub fn testbed() -> PathBuf {
 }
 
 fn prepare_testbed() {
-    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
-    let res = DONE.get_or_init(|| {
+    prepare_kernel(Kernel::Debian12);
+}
+
+/// Prepares (fetches, once per process) the testbed kernel `k`; panics if it cannot.
+pub fn prepare_kernel(k: Kernel) {
+    static DONE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
+    let res = DONE[k as usize].get_or_init(|| {
         let out = Command::new("bash")
+            .env("NVMFD_TESTBED_KERNEL", k.series())
             .arg(testbed())
             .arg("prepare")
             .stdin(Stdio::null())
@@ -283,6 +296,11 @@ impl Nvmfd {
     /// Writes `config` to `dir/nvmfd.json`, starts `nvmfd -c` on it (output in
     /// `dir/nvmfd.log`) and waits (30 s at most) for its `listening on ...:port` line.
     pub fn start(dir: &Path, config: &Value, port: u16) -> Nvmfd {
+        Nvmfd::start_with(dir, config, port, &[])
+    }
+
+    /// [`Nvmfd::start`] with more command-line arguments (e.g. `--metrics ADDR`).
+    pub fn start_with(dir: &Path, config: &Value, port: u16, args: &[&str]) -> Nvmfd {
         let bin = nvmfd_binary();
         let cfg = dir.join("nvmfd.json");
         fs::write(&cfg, serde_json::to_string_pretty(config).unwrap()).expect("write config");
@@ -294,6 +312,7 @@ impl Nvmfd {
             .arg(&cfg)
             .arg("-r")
             .arg(&rpc_socket)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -374,6 +393,14 @@ impl Nvmfd {
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             ))
+        }
+    }
+
+    /// `kill -9` (a crash: no teardown, sockets reset by the kernel); reaps it.
+    pub fn kill_hard(&mut self) {
+        let _ = self.child.kill();
+        if let Ok(st) = self.child.wait() {
+            self.exit = Some(st);
         }
     }
 
@@ -523,7 +550,9 @@ impl GuestRun {
     }
 }
 
-/// Runs `tests/interop/<script>` in a fresh guest that may reach the given host ports.
+/// Runs `tests/interop/<script>` in a fresh guest that may reach the given host ports,
+/// on Debian 12's 6.1 kernel (`NVMFD_INTEROP_KERNEL=6.12` runs every such scenario on the
+/// bookworm-backports 6.12 kernel instead).
 /// `env` is exported to the script; `on_checkpoint(name, detail)` answers the script's
 /// checkpoints (`ok ...` = pass). Bounded by `timeout` (qemu) plus a grace period here.
 pub fn run_guest(
@@ -532,13 +561,37 @@ pub fn run_guest(
     host_ports: &[u16],
     env: &[(&str, String)],
     timeout: Duration,
+    on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
+    run_guest_on(
+        Kernel::from_env(),
+        dir,
+        script,
+        host_ports,
+        env,
+        timeout,
+        on_checkpoint,
+    )
+}
+
+/// [`run_guest`] on the guest kernel `kernel` (prepared first if needed). The guest also
+/// gets `tests/interop/mp-lib.sh` (multipath helpers) next to `lib.sh`.
+pub fn run_guest_on(
+    kernel: Kernel,
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
     mut on_checkpoint: impl FnMut(&str, &str) -> String,
 ) -> GuestRun {
+    prepare_kernel(kernel);
     let root = repo_root();
     let job = dir.join("guest");
     fs::create_dir_all(&job).unwrap();
     let mut cmd = Command::new("bash");
-    cmd.arg(testbed())
+    cmd.env("NVMFD_TESTBED_KERNEL", kernel.series())
+        .arg(testbed())
         .arg("run")
         .arg("--timeout")
         .arg(timeout.as_secs().to_string())
@@ -546,6 +599,8 @@ pub fn run_guest(
         .arg(&job)
         .arg("--put")
         .arg(root.join("tests/interop/lib.sh"))
+        .arg("--put")
+        .arg(root.join("tests/interop/mp-lib.sh"))
         .arg("--env")
         .arg("CHECKPOINTS=1");
     for p in host_ports {

@@ -122,6 +122,12 @@ pub trait LiveTarget: Send + Sync {
     fn thread_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "threads": [] })
     }
+    /// `nvmf_get_path_stats` result (nvmfd's own method, see docs/RPC.md):
+    /// counters and latency histograms per path (subsystem, listener,
+    /// host, controller) and namespace.
+    fn path_stats(&self) -> Value {
+        json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
+    }
 }
 
 /// No target behind the server: every change is accepted, nothing is connected.

@@ -59,6 +59,7 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_set_ns_ana_group",
     "nvmf_get_stats",
     "thread_get_stats",
+    "nvmf_get_path_stats",
 ];
 
 /// Methods that change state (persisted after success).
@@ -392,6 +393,10 @@ impl RpcService {
                 p.ignore(&["tgt_name"]);
                 p.finish()?;
                 Ok(self.live.stats())
+            }
+            "nvmf_get_path_stats" => {
+                Params::new(method, params)?.finish()?;
+                Ok(self.live.path_stats())
             }
             m if SKIPPED_METHODS.contains(&m) => {
                 // SPDK-internal tuning (what SPDK's save_config emits for

@@ -51,9 +51,17 @@ fn globals() {
     let (g, _, p) = parse("nvmf_create_subsystem nqn.2016-06.io.spdk:cnode1 -s SN1");
     assert_eq!(g.server, DEFAULT_RPC_SOCKET);
     assert_eq!(p.unwrap()["serial_number"], "SN1");
-    assert!(err("").contains("no METHOD"));
-    assert!(err("bdev_frob").contains("unknown method"));
-    assert!(err("-x spdk_get_version").contains("-x"));
+    assert!(err("").contains("requires a subcommand"));
+    assert!(err("bdev_frob").contains("unrecognized subcommand 'bdev_frob'"));
+    assert!(err("-x spdk_get_version").contains("'-x'"));
+    assert!(err("-r x spdk_get_version").contains("invalid value 'x' for '--conn-retries"));
+    assert_eq!(parse("--conn-retries 4 spdk_get_version").0.retries, 4);
+    // Errors are clap's: they end with the usage line of the method.
+    assert!(
+        err("bdev_malloc_delete").contains("Usage: nvmf rpc bdev_malloc_delete <NAME>"),
+        "{}",
+        err("bdev_malloc_delete")
+    );
     assert!(
         matches!(parse_args(&words("--help")), Ok(Invocation::Help(h)) if h.contains("nvmf_subsystem_add_ns"))
     );
@@ -63,6 +71,10 @@ fn globals() {
             assert!(h.contains("-t, --trtype"), "{h}");
             assert!(h.contains("-s, --trsvcid"), "{h}");
             assert!(h.contains("example:"), "{h}");
+            assert!(
+                h.contains("[possible values: optimized, non_optimized"),
+                "{h}"
+            );
         }
         other => panic!("{other:?}"),
     }
@@ -126,9 +138,9 @@ fn simple_methods() {
         assert!(err(m).contains("NQN"));
     }
     assert_eq!(params("nvmf_get_stats"), Value::Null);
-    assert!(err("nvmf_subsystem_remove_ns nqn.a:b x").contains("invalid int"));
+    assert!(err("nvmf_subsystem_remove_ns nqn.a:b x").contains("invalid value 'x' for '<NSID>'"));
     assert!(err("bdev_malloc_delete").contains("required"));
-    assert!(err("bdev_malloc_delete a b").contains("unrecognized argument b"));
+    assert!(err("bdev_malloc_delete a b").contains("unexpected argument 'b'"));
 }
 
 #[test]
@@ -146,13 +158,17 @@ fn bdev_create() {
                "md_size": 0, "dif_type": 0, "numa_id": -1, "md_interleave": false, "dif_is_head_of_md": false})
     );
     assert!(err("bdev_malloc_create 512").contains("BLOCK_SIZE"));
-    assert!(err("bdev_malloc_create x 512").contains("invalid float"));
-    assert!(err("bdev_malloc_create 1 512 -t 7").contains("invalid choice"));
+    // argparse: a repeated option keeps its last value; "-1" is a number, not a flag.
+    assert_eq!(params("bdev_malloc_create 1 512 -t 1 -t 2")["dif_type"], 2);
+    assert!(err("bdev_malloc_create -1 512").contains("must not be negative"));
+    assert!(err("bdev_malloc_create x 512").contains("invalid value 'x' for '<TOTAL_SIZE>'"));
+    assert!(err("bdev_malloc_create inf 512").contains("not a finite number"));
+    assert!(err("bdev_malloc_create 1 512 -t 7").contains("invalid value '7' for '--dif-type"));
     assert_eq!(
         params("bdev_null_create Null0 1024 4096 -d"),
         json!({"name": "Null0", "num_blocks": 262144, "block_size": 4096, "dif_is_head_of_md": true})
     );
-    assert!(err("bdev_null_create Null0 1.5 4096").contains("invalid int"));
+    assert!(err("bdev_null_create Null0 1.5 4096").contains("invalid value '1.5'"));
     assert_eq!(
         params("bdev_uring_create /dev/nvme0n1 U0"),
         json!({"filename": "/dev/nvme0n1", "name": "U0"})
@@ -190,7 +206,7 @@ fn transport() {
         json!(["nvmcmps", "nvmdsmsv", "nvmwzsv", "reservs", "nvmcpys"])
     );
     assert_eq!(p["masked_fuses"], json!(["fcws"]));
-    assert!(err("nvmf_create_transport -u 8192").contains("-t/--trtype"));
+    assert!(err("nvmf_create_transport -u 8192").contains("not provided:\n  --trtype"));
     assert!(err("nvmf_create_transport -t TCP --masked-oncs foo").contains("foo"));
 }
 
@@ -237,10 +253,33 @@ fn subsystem_ns_listener_host() {
         json!({"nqn": "nqn.2014-08.org.nvmexpress.discovery", "secure_channel": false, "ana_state": "optimized",
                "listen_address": {"trtype": "tcp", "traddr": "::1", "trsvcid": "8009", "adrfam": "ipv6"}})
     );
-    assert!(err("nvmf_subsystem_add_listener nqn.a:b -a 127.0.0.1").contains("-t/--trtype"));
+    // ANA: rpc.py's spelling of the two ANA methods
+    assert_eq!(
+        params("nvmf_subsystem_listener_set_ana_state nqn.a:b -n inaccessible -t tcp -a 127.0.0.1 -s 4420 -g 2"),
+        json!({"nqn": "nqn.a:b", "ana_state": "inaccessible", "anagrpid": 2,
+               "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4420"}})
+    );
+    assert!(
+        err("nvmf_subsystem_listener_set_ana_state nqn.a:b -t tcp -a 127.0.0.1 -s 4420")
+            .contains("not provided:\n  --ana-state")
+    );
+    assert!(
+        err("nvmf_subsystem_listener_set_ana_state nqn.a:b -n sleepy -t tcp -a 127.0.0.1")
+            .contains("invalid value 'sleepy' for '--ana-state")
+    );
+    assert_eq!(
+        params("nvmf_subsystem_set_ns_ana_group nqn.a:b 3 2"),
+        json!({"nqn": "nqn.a:b", "nsid": 3, "anagrpid": 2})
+    );
+    assert_eq!(
+        params("nvmf_create_subsystem nqn.a:b -r -i 100 -I 199")["ana_reporting"],
+        json!(true)
+    );
+    assert!(err("nvmf_subsystem_add_listener nqn.a:b -a 127.0.0.1")
+        .contains("not provided:\n  --trtype"));
     assert!(
         err("nvmf_subsystem_add_listener nqn.a:b -t tcp -a 1.2.3.4 -n best")
-            .contains("invalid choice")
+            .contains("invalid value 'best' for '--ana-state")
     );
     assert_eq!(
         params("nvmf_subsystem_remove_listener nqn.a:b -t tcp -a 127.0.0.1 -s 4420"),
@@ -264,6 +303,13 @@ fn subsystem_ns_listener_host() {
         false
     );
     assert!(err("nvmf_subsystem_allow_any_host nqn.a:b").contains("required"));
+    // argparse: the last of --x / --no-x wins; -e and -d exclude each other.
+    assert_eq!(
+        params("nvmf_subsystem_allow_any_host nqn.a:b --allow-any-host --no-allow-any-host")
+            ["allow_any_host"],
+        false
+    );
+    assert!(err("nvmf_subsystem_allow_any_host nqn.a:b -e -d").contains("cannot be used with"));
 }
 
 #[test]
@@ -286,6 +332,36 @@ fn save_and_load_config_options() {
         Invocation::Call { local, .. } => assert_eq!(local["json_conf"], "/tmp/f.json"),
         other => panic!("{other:?}"),
     }
+}
+
+/// rpc.py / argparse behaviours beyond one flag per option: rpc.py's ignored
+/// globals, `--x` / `--no-x` (last wins), `--opt=-1`, `--` before a
+/// positional that starts with '-', comma lists.
+#[test]
+fn argparse_corners() {
+    let (g, _, _) = parse("--timeout 2.5 -p 5260 --verbose INFO -v spdk_get_version");
+    assert_eq!((g.timeout, g.server.as_str()), (2.5, DEFAULT_RPC_SOCKET));
+    let local = |line: &str| match parse_args(&words(line)).unwrap() {
+        Invocation::Call { local, .. } => Value::Object(local),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        local("save_config --indent=-1 --with-batches"),
+        json!({"indent": -1, "with_batches": true})
+    );
+    assert_eq!(
+        local("save_config --with-batches --no-with-batches"),
+        json!({"with_batches": false})
+    );
+    assert_eq!(
+        params("nvmf_subsystem_add_ns nqn.a:b -- -weird")["namespace"]["bdev_name"],
+        "-weird"
+    );
+    assert_eq!(
+        params("nvmf_create_transport -t TCP --masked-oncs nvmcmps,reservs")["masked_oncs"],
+        json!(["nvmcmps", "reservs"])
+    );
+    assert!(err("nvmf_create_transport -t TCP --masked-oncs foo").contains("Usage:"));
 }
 
 #[test]

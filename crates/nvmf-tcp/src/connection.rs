@@ -197,6 +197,8 @@ pub struct Connection {
     coarse_now: Instant,
     /// When `poll` next checks the H2CData timeout and idle buffers.
     next_housekeeping: Instant,
+    /// When the bytes being processed were received (`stats::now_ns`).
+    rx_ns: u64,
 }
 
 /// Progress of a directly placed H2CData payload.
@@ -251,6 +253,7 @@ impl Connection {
             r2t_bytes: 0,
             coarse_now: Instant::now(),
             next_housekeeping: Instant::now(),
+            rx_ns: 0,
         }
     }
 
@@ -318,6 +321,9 @@ impl Connection {
             }
         }
         self.rx_end = (self.rx_end + n).min(self.rx.len());
+        // One clock read per receive: the arrival time of every command in
+        // these bytes (latency statistics).
+        self.rx_ns = nvmf_core::stats::now_ns();
         self.process();
     }
 
@@ -381,6 +387,13 @@ impl Connection {
         } else {
             self.slots.executing()
         }
+    }
+
+    /// Commands received and not yet answered (any slot not free: waiting
+    /// for data, executing, sending read data); on the admin queue this
+    /// includes outstanding Asynchronous Event Requests.
+    pub fn in_flight(&self) -> usize {
+        self.slots.in_use()
     }
 
     /// Commands waiting for a data buffer or R2T allowance.
@@ -822,6 +835,9 @@ impl Connection {
                 ))
             }
         };
+        if let Some(s) = self.slots.get_mut(idx) {
+            s.start_ns = self.rx_ns;
+        }
         if !ddok {
             self.stats.digest_errors += 1;
             debug!(peer = %self.qp.port().peer, cid = cmd.cid(), "in-capsule data digest error");
@@ -1154,9 +1170,12 @@ impl Connection {
             return;
         };
         let cmd = slot.cmd;
-        let (xfer, len) = (slot.xfer, slot.len);
+        let (xfer, len, start_ns) = (slot.xfer, slot.len, slot.start_ns);
         self.slots.set_state(idx, RequestState::Completing);
         let ok = cqe.status().is_success();
+        // Per-namespace counters and latency (capsule received → response
+        // queued, here).
+        self.qp.record_io(&cmd, ok, start_ns);
         if cmd.opcode() == FABRICS_OPCODE && cmd.fctype() == FCTYPE_CONNECT {
             self.after_connect(&cmd, ok);
         }

@@ -200,6 +200,10 @@ pub struct Slot {
     /// When the R2T for this command was queued (the connection's coarse
     /// clock, set on its timer tick: no clock read per I/O).
     pub r2t_at: std::time::Instant,
+    /// When the capsule was received (the connection's clock read for the
+    /// bytes it came in: `nvmf_core::stats::now_ns`, one per receive, not
+    /// per command): the start of the command's latency.
+    pub start_ns: u64,
     buf: AlignedBuf,
     /// Bytes of `buf` charged to the budget (0 or `buf.len()`).
     charged: usize,
@@ -215,6 +219,7 @@ impl Slot {
             received: 0,
             digest_error: false,
             r2t_at: std::time::Instant::now(),
+            start_ns: 0,
             buf: AlignedBuf::new(),
             charged: 0,
         }

@@ -51,6 +51,13 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
       reactor, and refused-Connect / bad-CC lines per second; the rest are counted in
       one \"suppressed\" line.
 
+OBSERVABILITY:
+  nvmfd --metrics 127.0.0.1:9100
+      Prometheus text at http://127.0.0.1:9100/metrics (off unless given):
+      commands, bytes, errors by status, in-flight and latency histograms
+      per subsystem, listener, host NQN, controller ID and namespace.
+  nvmf rpc nvmf_get_path_stats; nvmf top -s /var/tmp/spdk.sock
+
 A config error (it names the method, the parameter and the problem) stops
 nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).";
 
@@ -172,6 +179,12 @@ pub struct Cli {
     /// (BENCHMARKS.md); nvmfd logs a hint at start when the default is bbr.
     #[arg(long = "tcp-congestion", value_name = "NAME")]
     pub tcp_congestion: Option<String>,
+
+    /// Serve Prometheus / OpenMetrics text at http://ADDR:PORT/metrics
+    /// (per-path counters and latency histograms; its own thread). Off
+    /// unless given.
+    #[arg(long = "metrics", value_name = "ADDR:PORT")]
+    pub metrics: Option<std::net::SocketAddr>,
 
     /// Per-connection log lines (accepted, closed, refused) each reactor
     /// writes per second at most, and lines about refused Connects (over a limit,

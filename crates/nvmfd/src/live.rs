@@ -23,6 +23,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::listen::{self, ListenAddr};
+use crate::paths::PathTable;
 use crate::reactor::{ReactorCmd, ReactorSnapshot};
 
 /// How long the RPC thread waits for a reactor's answer.
@@ -93,6 +94,19 @@ impl Live {
                     .ok()
             })
             .collect()
+    }
+
+    /// Counters by path, all reactors added up (RPC and `--metrics`).
+    pub fn gather_paths(&self) -> PathTable {
+        let mut t = PathTable::default();
+        for s in self.snapshots() {
+            t.merge(&s.paths);
+        }
+        t
+    }
+
+    pub fn uptime_us(&self) -> u64 {
+        self.started.elapsed().as_micros() as u64
     }
 
     fn snapshots(&self) -> Vec<ReactorSnapshot> {
@@ -238,6 +252,8 @@ impl Live {
                 _ => fresh.push(n),
             }
         }
+        // Queues of torn-down controllers close now, not on the next tick.
+        self.close_dead();
         for n in fresh {
             t.add_subsystem(n).map_err(|e| e.to_string())?;
         }
@@ -279,6 +295,22 @@ impl Live {
         st.bound = want;
         st.config = new.clone();
         Ok(())
+    }
+
+    /// Closes, in every reactor, the connections whose controller was torn
+    /// down (deleted subsystem, removed host). Their queues take no new
+    /// command once the controller is dead (nvmf-core queue.rs); closing
+    /// them at once lets the host resend what was unanswered without
+    /// waiting for a reactor tick.
+    fn close_dead(&self) {
+        let n: usize = self
+            .ask_all(|reply| ReactorCmd::CloseDead { reply })
+            .into_iter()
+            .flatten()
+            .sum();
+        if n > 0 {
+            info!("{n} connection(s) of torn-down controllers closed");
+        }
     }
 
     /// Closes the connections of subsystem `nqn` that came in on `l`.
@@ -415,6 +447,16 @@ impl LiveTarget for Live {
                         "traddr": q.peer.ip().to_string(),
                         "trsvcid": q.peer.port().to_string(),
                     },
+                    // nvmfd's addition: this queue's counters.
+                    "stats": {
+                        "commands": q.stats.commands,
+                        "reads": q.stats.reads,
+                        "writes": q.stats.writes,
+                        "bytes_read": q.stats.bytes_read,
+                        "bytes_written": q.stats.bytes_written,
+                        "errors": q.stats.errors,
+                        "in_flight": q.in_flight,
+                    },
                 }));
             }
         }
@@ -439,9 +481,18 @@ impl LiveTarget for Live {
         json!({ "tick_rate": 1_000_000_000u64, "threads": threads })
     }
 
+    fn path_stats(&self) -> Value {
+        let t = self.gather_paths();
+        crate::paths::path_stats_json(&t, 1_000_000_000, self.uptime_us())
+    }
+
     fn stats(&self) -> Value {
-        let groups: Vec<Value> = self
-            .snapshots()
+        let snaps = self.snapshots();
+        let mut paths = PathTable::default();
+        for s in &snaps {
+            paths.merge(&s.paths);
+        }
+        let groups: Vec<Value> = snaps
             .iter()
             .map(|s| {
                 json!({
@@ -460,6 +511,8 @@ impl LiveTarget for Live {
                         "bytes_read": s.stats.bytes_read,
                         "bytes_written": s.stats.bytes_written,
                         "errors": s.stats.errors,
+                        "errors_by_status": crate::paths::errors_json(&s.stats),
+                        "in_flight": s.paths.paths.values().map(|p| p.in_flight).sum::<u64>(),
                     }],
                 })
             })
@@ -467,8 +520,9 @@ impl LiveTarget for Live {
         json!({
             // Counters are plain counts; nvmfd has no TSC ticks: 1 tick = 1 µs.
             "tick_rate": 1_000_000u64,
-            "uptime_us": self.started.elapsed().as_micros() as u64,
+            "uptime_us": self.uptime_us(),
             "poll_groups": groups,
+            "listeners": crate::paths::listeners_json(&paths),
         })
     }
 }

@@ -11,7 +11,9 @@ mod cpus;
 mod limits;
 mod listen;
 mod live;
+mod metrics;
 mod numa;
+mod paths;
 mod placement;
 mod reactor;
 
@@ -282,6 +284,9 @@ fn run(cli: Cli) -> Result<()> {
         cfg.clone(),
         addrs.clone(),
     ));
+    if let Some(addr) = cli.metrics {
+        metrics::spawn(addr, live.clone())?;
+    }
     let service = Arc::new(nvmf_rpc::RpcService::new(
         cfg.clone(),
         live,

@@ -52,6 +52,7 @@ use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
 use crate::live::ReactorHandle;
 use crate::numa;
+use crate::paths::PathTable;
 use crate::placement::{Placed, Placement};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -163,11 +164,13 @@ pub const ICREQ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Totals of the connections a reactor has closed (for `nvmf_get_stats`).
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone)]
 pub struct ClosedTotals {
     pub admin_qpairs: u64,
     pub io_qpairs: u64,
     pub stats: QueueStats,
+    /// The same by path (`nvmf_get_path_stats`, `--metrics`).
+    pub paths: PathTable,
 }
 
 /// A message from the control plane (the RPC thread) to a reactor.
@@ -186,6 +189,10 @@ pub enum ReactorCmd {
         unbind: bool,
         reply: Sender<usize>,
     },
+    /// Close every connection whose controller was torn down (subsystem
+    /// deleted, host removed) now, instead of on the next tick: each sends
+    /// the completions it already has, then closes.
+    CloseDead { reply: Sender<usize> },
     /// Report the connections and counters.
     Snapshot { reply: Sender<ReactorSnapshot> },
     /// Take over a connected I/O queue that another reactor accepted
@@ -213,6 +220,9 @@ pub struct QpairSnapshot {
     pub connected: bool,
     pub listen: nvmf_config::ListenerConfig,
     pub peer: SocketAddr,
+    /// This queue's counters, and its commands received and not answered.
+    pub stats: QueueStats,
+    pub in_flight: usize,
 }
 
 /// What a reactor reports for `nvmf_get_stats` / `nvmf_subsystem_get_qpairs`.
@@ -230,6 +240,8 @@ pub struct ReactorSnapshot {
     /// I/O commands executing in a backend now (SPDK's `pending_bdev_io`).
     pub pending_bdev_io: u64,
     pub stats: QueueStats,
+    /// Counters by path: this reactor's closed queues and open ones.
+    pub paths: PathTable,
     /// CPU the reactor is pinned to, if any.
     pub cpu: Option<usize>,
     /// Nanoseconds busy / idle since the reactor started.
@@ -735,6 +747,7 @@ impl Reactor {
             // Its listen address was removed while it was on its way.
             self.closed.io_qpairs += 1;
             self.closed.stats.add(c.sm.queue().stats());
+            self.closed.paths.fold_closed(c.sm.queue());
             self.conn_log(|| {
                 info!(
                     reactor = id,
@@ -823,6 +836,28 @@ impl Reactor {
                     }
                     let _ = reply.send(keys.len());
                 }
+                ReactorCmd::CloseDead { reply } => {
+                    // What the tick does, now: the queue reports Close, the
+                    // connection sends what it has already answered and
+                    // closes (at once when nothing is queued; CLOSE_LINGER
+                    // bounds a peer that stopped reading).
+                    let keys: Vec<usize> = conns
+                        .iter()
+                        .filter(|(_, c)| c.sm.queue().controller().is_some_and(|x| x.is_dead()))
+                        .map(|(k, _)| k)
+                        .collect();
+                    let now = Instant::now();
+                    for &k in &keys {
+                        let Some(c) = conns.get_mut(k) else { continue };
+                        c.tx_ready = true;
+                        if catch_unwind(AssertUnwindSafe(|| c.sm.poll(now))).is_err() {
+                            self.close(k, conns, "internal error (panic) in poll".into());
+                            continue;
+                        }
+                        self.service_key(k, conns, again);
+                    }
+                    let _ = reply.send(keys.len());
+                }
                 ReactorCmd::Snapshot { reply } => {
                     let _ = reply.send(self.snapshot(conns));
                 }
@@ -868,6 +903,7 @@ impl Reactor {
             admin_qpairs: self.closed.admin_qpairs,
             io_qpairs: self.closed.io_qpairs,
             stats: self.closed.stats,
+            paths: self.closed.paths.clone(),
             cpu: self.cpu,
             busy_ns: self.busy.busy_ns,
             ..Default::default()
@@ -877,6 +913,7 @@ impl Reactor {
         for (_, c) in conns.iter() {
             let q = c.sm.queue();
             s.stats.add(q.stats());
+            s.paths.add_open(q, c.sm.in_flight());
             s.pending_bdev_io += c.sm.backend_pending() as u64;
             let ctrl = q.controller();
             if !q.is_connected() {
@@ -895,6 +932,8 @@ impl Reactor {
                 connected: q.is_connected(),
                 listen: c.laddr.cfg.clone(),
                 peer: c.peer,
+                stats: *q.stats(),
+                in_flight: c.sm.in_flight(),
             });
         }
         s
@@ -922,6 +961,7 @@ impl Reactor {
                 }
             }
             self.closed.stats.add(q.stats());
+            self.closed.paths.fold_closed(q);
             let _ = self.poll.registry().deregister(&mut c.sock);
             let id = self.id;
             let peer = c.peer;

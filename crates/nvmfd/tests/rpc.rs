@@ -6,7 +6,8 @@
 //! of RPCs (the state file holds a complete configuration), bad input over
 //! the socket (daemon keeps running, state unchanged), remove_listener
 //! refuses new connections, save_config → `-c` → save_config byte-identical,
-//! and the socket-in-use / stale-socket rules.
+//! the socket-in-use / stale-socket rules, and delete_subsystem closing its
+//! queues before it answers with a reconnect refused without DNR.
 
 mod common;
 
@@ -553,5 +554,83 @@ fn load_config_with_a_redefined_bdev_reattaches_its_namespace() {
         now.contains("262144 blocks"),
         "namespace still on the old bdev:\n{now}"
     );
+    assert_perf_ok(&perf(port, 1), &d);
+}
+
+/// Live maintenance: `nvmf_delete_subsystem` closes its controllers'
+/// connections before the RPC answers (not on a later reactor tick), a
+/// reconnect while the subsystem is gone is refused without Do Not Retry
+/// (so a Linux host keeps trying), and once it is re-created the host is
+/// back with verified I/O.
+#[test]
+fn delete_subsystem_closes_queues_at_once_and_reconnect_may_retry() {
+    use nvmf_host::{ConnectOptions, Controller, TransportId};
+    let dir = tmp_dir("delsub");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let d = Daemon::start(&dir, Some(&empty), false);
+    d.walkthrough(port);
+    // The port stays bound while the subsystem is gone (as with any other
+    // subsystem or a discovery listener on it).
+    d.ok(&[
+        "nvmf_subsystem_add_listener",
+        "nqn.2014-08.org.nvmexpress.discovery",
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port.to_string(),
+    ]);
+    let opts = ConnectOptions::new(TransportId::parse(&common::trid(port, NQN)).unwrap());
+    let ctrl = Controller::connect(&opts).expect("connect");
+    let q = ctrl.create_io_queue(1, 32, 4096).expect("I/O queue");
+
+    d.ok(&["nvmf_delete_subsystem", NQN]);
+    // Closed already: the socket is at end of file (or reset) at once.
+    let mut pfd = libc::pollfd {
+        fd: q.raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, a bounded wait.
+    let n = unsafe { libc::poll(&mut pfd, 1, 5) };
+    assert_eq!(n, 1, "I/O queue still open after delete_subsystem returned");
+    let mut b = [0u8; 1];
+    // SAFETY: reading one byte into a local buffer.
+    let r = unsafe { libc::recv(pfd.fd, b.as_mut_ptr().cast(), 1, libc::MSG_DONTWAIT) };
+    assert!(r <= 0, "expected end of file, read {r}");
+    drop(q);
+    drop(ctrl);
+
+    let Err(e) = Controller::connect(&opts) else {
+        panic!("connected to a deleted subsystem")
+    };
+    let s = e
+        .nvme_status()
+        .unwrap_or_else(|| panic!("not an NVMe status: {e}"));
+    assert_eq!((s.sct, s.sc), (1, 0x82), "Connect Invalid Parameters: {e}");
+    assert!(!s.dnr, "no Do Not Retry: the subsystem may come back ({e})");
+
+    d.ok(&[
+        "nvmf_create_subsystem",
+        NQN,
+        "-a",
+        "-s",
+        "SPDK00000000000001",
+        "-d",
+        "SPDK_Controller1",
+    ]);
+    d.ok(&["nvmf_subsystem_add_ns", NQN, "Malloc0"]);
+    d.ok(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port.to_string(),
+    ]);
     assert_perf_ok(&perf(port, 1), &d);
 }

@@ -69,6 +69,22 @@ Examples:
   nvmf perf -r 'traddr:10.0.0.1 trsvcid:4420 subnqn:NQN' -r 'traddr:10.0.0.2 trsvcid:4420 subnqn:NQN' --verify -w randrw
   nvmf perf -r 'traddr:10.0.0.1 trsvcid:8009 subnqn:NQN' --discover-paths --policy queue-depth";
 
+const TOP_HELP: &str = "\
+Reads nvmf_get_path_stats from nvmfd's RPC socket every interval and shows, for the interval:
+IOPS, MiB/s, mean and p99 latency (microseconds, capsule received to response queued, p99 from
+the target's histogram buckets), commands in flight and errors, per listener, per path (listener,
+subsystem, host, controller), per host and per namespace.
+
+Flags: STALLED = commands in flight and none completed in the interval (a dead or hung path);
+SLOW = mean or p99 latency over 3x the median of the view's rows with I/O. Flagged rows are red
+on a terminal. When stdout is not a terminal (or with --once / --iterations), frames are printed
+one after another as plain text.
+
+Examples:
+  nvmf top                                  # live, refreshed every second, until Ctrl-C
+  nvmf top -s /tmp/nvmfd.sock --once        # one frame (two samples 1 s apart), then exit
+  nvmf top --iterations 10 --interval 0.5 > top.log";
+
 const DISCOVER_HELP: &str = "\
 Examples:
   nvmf discover -t tcp -a 127.0.0.1 -s 4420
@@ -100,6 +116,9 @@ enum Cmd {
     /// Measure a subsystem: IOPS, bandwidth, latency percentiles (like spdk_nvme_perf)
     #[command(after_help = PERF_HELP)]
     Perf(PerfArgs),
+    /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
+    #[command(after_help = TOP_HELP)]
+    Top(TopArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
     #[command(disable_help_flag = true)]
     Rpc {
@@ -107,6 +126,22 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+}
+
+#[derive(Args)]
+struct TopArgs {
+    /// nvmfd's JSON-RPC socket
+    #[arg(short = 's', long = "server", default_value = nvmf_rpc::DEFAULT_RPC_SOCKET, value_name = "PATH")]
+    socket: std::path::PathBuf,
+    /// Seconds between samples
+    #[arg(short = 'i', long, default_value_t = 1.0, value_name = "SECONDS")]
+    interval: f64,
+    /// Print one frame and exit
+    #[arg(long, conflicts_with = "iterations")]
+    once: bool,
+    /// Print N frames and exit (default: until interrupted)
+    #[arg(short = 'n', long, value_name = "N")]
+    iterations: Option<u64>,
 }
 
 #[derive(Args, Clone)]
@@ -303,11 +338,18 @@ fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` and the like: end quietly when the reader goes
+    // away, as other command-line tools do, instead of panicking in println!.
+    // SAFETY: setting a signal's disposition to the default before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Discover(a) => discover(a),
         Cmd::Identify(a) => identify(a),
         Cmd::Perf(a) => run_perf(a),
+        Cmd::Top(a) => top(a),
         Cmd::Rpc { args } => {
             let code = nvmf_rpc::cli_main(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
@@ -320,6 +362,50 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+fn top(a: TopArgs) -> Result<ExitCode> {
+    use nvmf_host::top;
+    use std::io::Write;
+    use std::time::Instant;
+    if !(a.interval.is_finite() && a.interval > 0.0 && a.interval <= 3600.0) {
+        bail!("--interval must be between 0 and 3600 seconds");
+    }
+    let mut client = nvmf_rpc::RpcClient::connect(&a.socket, 0)?;
+    client.set_timeout(Some(Duration::from_secs(10)))?;
+    let sample = |c: &mut nvmf_rpc::RpcClient| -> Result<top::Sample> {
+        let v = c
+            .call("nvmf_get_path_stats", None)
+            .map_err(|e| anyhow::anyhow!("nvmf_get_path_stats: {e}"))?;
+        Ok(top::Sample::from_json(&v))
+    };
+    let frames = if a.once { Some(1) } else { a.iterations };
+    let live = frames.is_none() && std::io::stdout().is_terminal();
+    let mut prev = sample(&mut client)?;
+    let mut at = Instant::now();
+    let mut shown = 0u64;
+    let mut out = std::io::stdout().lock();
+    while frames.is_none_or(|n| shown < n) {
+        std::thread::sleep(Duration::from_secs_f64(a.interval));
+        let cur = sample(&mut client)?;
+        let now = Instant::now();
+        let f = top::frame(&prev, &cur, now.duration_since(at).as_secs_f64());
+        let text = top::render(&f, live);
+        if live {
+            // Home + clear screen, then the frame.
+            write!(out, "\x1b[H\x1b[2J{text}")?;
+        } else {
+            if shown > 0 {
+                writeln!(out)?;
+            }
+            write!(out, "{text}")?;
+        }
+        out.flush()?;
+        prev = cur;
+        at = now;
+        shown += 1;
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn discover(a: DiscoverArgs) -> Result<ExitCode> {

@@ -1,0 +1,408 @@
+//! `--metrics ADDR:PORT`: Prometheus / OpenMetrics text exposition of the
+//! per-path counters at `GET /metrics`.
+//!
+//! Owns the metrics HTTP endpoint: one thread of its own (never a reactor)
+//! accepts one connection at a time, reads one request (at most
+//! `MAX_REQUEST` bytes, within `IO_TIMEOUT`), parses it with `httparse`,
+//! answers and closes. `GET`/`HEAD /metrics` gathers the reactors' path
+//! tables through `Live` (the same message + bounded wait as
+//! `nvmf_get_stats`, so a scrape never blocks a reactor) and encodes them
+//! with `prometheus-client`; any other path is 404, any other method 405,
+//! a malformed request 400, an oversized one 431.
+//!
+//! Series (labels `subsystem`, `listener` = `traddr:trsvcid`, `host` = host
+//! NQN, `cntlid`, and `namespace` = NSID where per namespace):
+//! `nvmf_path_commands_total`, `nvmf_path_errors_total` (+ `status`),
+//! `nvmf_path_in_flight`, `nvmf_path_qpairs`, `nvmf_ns_reads_total`,
+//! `nvmf_ns_writes_total`, `nvmf_ns_read_bytes_total`,
+//! `nvmf_ns_written_bytes_total`, `nvmf_ns_errors_total`,
+//! `nvmf_ns_read_latency_seconds`, `nvmf_ns_write_latency_seconds`
+//! (histograms, one bucket per power of two from 1 µs to 34 s).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use nvmf_core::stats::{bucket_upper_ns, Histogram, HIST_BUCKETS};
+use nvmf_wire::status::Status;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tracing::{debug, info, warn};
+
+use crate::live::Live;
+use crate::paths::{PathKey, PathTable};
+
+/// Largest request accepted (request line + headers).
+pub const MAX_REQUEST: usize = 8192;
+/// Read and write time limit of one connection.
+pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
+/// Content type of the OpenMetrics text format `prometheus-client` writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Binds `addr` and serves `/metrics` on a thread of its own.
+pub fn spawn(addr: SocketAddr, live: Arc<Live>) -> Result<SocketAddr> {
+    let l =
+        TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
+    let bound = l.local_addr()?;
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || serve(l, &live))
+        .context("spawning the metrics thread")?;
+    info!("metrics (Prometheus) on http://{bound}/metrics");
+    Ok(bound)
+}
+
+fn serve(l: TcpListener, live: &Live) {
+    for s in l.incoming() {
+        match s {
+            Ok(s) => {
+                if let Err(e) = handle(s, live) {
+                    debug!("metrics connection: {e}");
+                }
+            }
+            Err(e) => {
+                warn!("metrics accept: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    }
+}
+
+/// What a request asks for.
+#[derive(Debug, PartialEq, Eq)]
+enum Req {
+    Metrics { head: bool },
+    NotFound,
+    BadMethod,
+    Bad,
+    TooLarge,
+}
+
+/// Reads one request head (bounded in size and time).
+fn read_request(s: &mut TcpStream) -> std::io::Result<Req> {
+    let deadline = Instant::now() + IO_TIMEOUT;
+    let mut buf = vec![0u8; MAX_REQUEST];
+    let mut n = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
+        if n == buf.len() {
+            return Ok(Req::TooLarge);
+        }
+        let k = s.read(&mut buf[n..])?;
+        if k == 0 {
+            return Ok(Req::Bad);
+        }
+        n += k;
+        match parse(&buf[..n]) {
+            Some(r) => return Ok(r),
+            None => continue,
+        }
+    }
+}
+
+/// Parses a request head; None while incomplete.
+fn parse(b: &[u8]) -> Option<Req> {
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(b) {
+        Ok(httparse::Status::Partial) => None,
+        Err(httparse::Error::TooManyHeaders) => Some(Req::TooLarge),
+        Err(_) => Some(Req::Bad),
+        Ok(httparse::Status::Complete(_)) => {
+            let path = r.path.unwrap_or("");
+            let path = path.split('?').next().unwrap_or("");
+            let head = match r.method {
+                Some("GET") => false,
+                Some("HEAD") => true,
+                _ => return Some(Req::BadMethod),
+            };
+            Some(if path == "/metrics" {
+                Req::Metrics { head }
+            } else {
+                Req::NotFound
+            })
+        }
+    }
+}
+
+fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
+    s.set_write_timeout(Some(IO_TIMEOUT))?;
+    let req = read_request(&mut s)?;
+    let (status, ctype, body, head) = match req {
+        Req::Metrics { head } => {
+            let body = encode(&live.gather_paths());
+            ("200 OK", CONTENT_TYPE, body, head)
+        }
+        Req::NotFound => (
+            "404 Not Found",
+            "text/plain",
+            "not found: try /metrics\n".into(),
+            false,
+        ),
+        Req::BadMethod => (
+            "405 Method Not Allowed",
+            "text/plain",
+            "GET only\n".into(),
+            false,
+        ),
+        Req::Bad => (
+            "400 Bad Request",
+            "text/plain",
+            "bad request\n".into(),
+            false,
+        ),
+        Req::TooLarge => (
+            "431 Request Header Fields Too Large",
+            "text/plain",
+            "request too large\n".into(),
+            false,
+        ),
+    };
+    let allow = if status.starts_with("405") {
+        "Allow: GET, HEAD\r\n"
+    } else {
+        ""
+    };
+    let hdr = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\n{allow}Connection: close\r\n\r\n",
+        body.len()
+    );
+    s.write_all(hdr.as_bytes())?;
+    if !head {
+        s.write_all(body.as_bytes())?;
+    }
+    s.flush()?;
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    // Read what the client still sends (bounded) so that closing with
+    // unread input does not reset the connection before it read the answer.
+    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+    let mut sink = [0u8; 4096];
+    let mut left: usize = 64 * 1024;
+    while left > 0 {
+        match s.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
+    }
+    Ok(())
+}
+
+/// The exposition of a path table (OpenMetrics text, ends with `# EOF`).
+pub fn encode(t: &PathTable) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Paths(t.clone())));
+    let mut out = String::new();
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
+    out
+}
+
+#[derive(Debug)]
+struct Paths(PathTable);
+
+type Labels = Vec<(&'static str, String)>;
+
+fn path_labels(k: &PathKey) -> Labels {
+    vec![
+        ("subsystem", k.subnqn.clone()),
+        ("listener", k.listener.clone()),
+        ("host", k.hostnqn.clone()),
+        ("cntlid", k.cntlid.to_string()),
+    ]
+}
+
+fn ns_labels(k: &PathKey, nsid: u32) -> Labels {
+    let mut l = path_labels(k);
+    l.push(("namespace", nsid.to_string()));
+    l
+}
+
+/// Our buckets merged at powers of two from 1 µs up, in seconds, as
+/// (upper bound, count in that range): the encoder makes them cumulative.
+fn prom_buckets(h: &Histogram) -> Vec<(f64, u64)> {
+    let mut out = Vec::with_capacity(HIST_BUCKETS / 4 + 2);
+    let mut acc = 0;
+    for (i, n) in h.buckets().iter().enumerate() {
+        acc += n;
+        let upper = bucket_upper_ns(i);
+        // Octave boundaries only (1024 ns · 2^k); the last bucket is +Inf.
+        if upper >= 1024 && upper.is_power_of_two() && i != HIST_BUCKETS - 1 {
+            out.push((upper as f64 / 1e9, std::mem::take(&mut acc)));
+        }
+    }
+    out.push((f64::INFINITY, acc));
+    out
+}
+
+impl Collector for Paths {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let paths = self.0.sorted();
+        type Get = fn(&crate::paths::PathStats) -> u64;
+        let path_metrics: [(&str, &str, MetricType, Get); 3] = [
+            (
+                "nvmf_path_commands",
+                "Commands received on the path's queues (admin and I/O)",
+                MetricType::Counter,
+                |p| p.stats.commands,
+            ),
+            (
+                "nvmf_path_in_flight",
+                "Commands received and not yet answered on the path's I/O queues",
+                MetricType::Gauge,
+                |p| p.in_flight,
+            ),
+            (
+                "nvmf_path_qpairs",
+                "Queue pairs of the path open now",
+                MetricType::Gauge,
+                |p| p.qpairs,
+            ),
+        ];
+        for (name, help, ty, get) in path_metrics {
+            let mut m = enc.encode_descriptor(name, help, None, ty)?;
+            for (k, p) in &paths {
+                let l = path_labels(k);
+                let mut f = m.encode_family(&l)?;
+                match ty {
+                    MetricType::Counter => f.encode_counter::<NoLabelSet, _, u64>(&get(p), None)?,
+                    _ => f.encode_gauge(&get(p))?,
+                }
+            }
+        }
+        {
+            let mut m = enc.encode_descriptor(
+                "nvmf_path_errors",
+                "Commands answered with an error status, by status",
+                None,
+                MetricType::Counter,
+            )?;
+            for (k, p) in &paths {
+                let t = &p.stats.errors_by_status;
+                let mut by: Vec<(String, u64)> = t
+                    .iter()
+                    .map(|(sct, sc, n)| {
+                        let st = Status {
+                            sct,
+                            sc,
+                            dnr: false,
+                            more: false,
+                        };
+                        (format!("{} (sct {sct:#x} sc {sc:#x})", st.name()), n)
+                    })
+                    .collect();
+                if t.other != 0 {
+                    by.push(("other".into(), t.other));
+                }
+                for (status, n) in by {
+                    let mut l = path_labels(k);
+                    l.push(("status", status));
+                    m.encode_family(&l)?
+                        .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+                }
+            }
+        }
+        type NsGet = fn(&nvmf_core::stats::NsStats) -> u64;
+        let ns_counters: [(&str, &str, NsGet); 5] = [
+            ("nvmf_ns_reads", "Read commands", |n| n.reads),
+            ("nvmf_ns_writes", "Write commands", |n| n.writes),
+            (
+                "nvmf_ns_read_bytes",
+                "Bytes returned by successful reads",
+                |n| n.bytes_read,
+            ),
+            (
+                "nvmf_ns_written_bytes",
+                "Bytes stored by successful writes",
+                |n| n.bytes_written,
+            ),
+            (
+                "nvmf_ns_errors",
+                "Reads and writes answered with an error status",
+                |n| n.errors,
+            ),
+        ];
+        for (name, help, get) in ns_counters {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for (k, p) in &paths {
+                for n in p.ns.iter() {
+                    m.encode_family(&ns_labels(k, n.nsid))?
+                        .encode_counter::<NoLabelSet, _, u64>(&get(n), None)?;
+                }
+            }
+        }
+        type HistGet = fn(&nvmf_core::stats::NsStats) -> &Histogram;
+        let hists: [(&str, &str, HistGet); 2] = [
+            (
+                "nvmf_ns_read_latency_seconds",
+                "Read latency, capsule received to response queued",
+                |n| &n.read_latency,
+            ),
+            (
+                "nvmf_ns_write_latency_seconds",
+                "Write latency, capsule received to response queued (includes the R2T data transfer)",
+                |n| &n.write_latency,
+            ),
+        ];
+        for (name, help, get) in hists {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Histogram)?;
+            for (k, p) in &paths {
+                for n in p.ns.iter() {
+                    let h = get(n);
+                    m.encode_family(&ns_labels(k, n.nsid))?
+                        .encode_histogram::<NoLabelSet>(
+                            h.sum_ns() as f64 / 1e9,
+                            h.count(),
+                            &prom_buckets(h),
+                            None,
+                        )?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_classified() {
+        assert_eq!(
+            parse(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Some(Req::Metrics { head: false })
+        );
+        assert_eq!(
+            parse(b"HEAD /metrics?x=1 HTTP/1.0\r\n\r\n"),
+            Some(Req::Metrics { head: true })
+        );
+        assert_eq!(parse(b"GET / HTTP/1.1\r\n\r\n"), Some(Req::NotFound));
+        assert_eq!(
+            parse(b"POST /metrics HTTP/1.1\r\n\r\n"),
+            Some(Req::BadMethod)
+        );
+        assert_eq!(parse(b"GET /metrics HTTP/1.1\r\n"), None);
+        assert_eq!(parse(b"\x01\x02 garbage\r\n\r\n"), Some(Req::Bad));
+    }
+
+    #[test]
+    fn prometheus_buckets_are_powers_of_two() {
+        let mut h = Histogram::default();
+        h.record(1500); // (1024, 2048]
+        h.record(3_000_000);
+        let b = prom_buckets(&h);
+        assert_eq!(b[0], (1024e-9, 0));
+        assert_eq!(b[1], (2048e-9, 1));
+        assert_eq!(b.iter().map(|x| x.1).sum::<u64>(), 2);
+        assert!(b.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(b.last().unwrap(), &(f64::INFINITY, 0));
+    }
+}

@@ -1,0 +1,142 @@
+# Guest-side multipath helpers (sourced as /job/mp-lib.sh after /job/lib.sh): several paths
+# (host ports) to one subsystem through the kernel's native NVMe multipath, a background fio
+# crc32c verify loop on the multipath head device, and the pause it saw.
+#
+# env: NQN HOSTNQN HOSTID, PORTS (space separated host ports, one path each)
+#
+#   mp_connect              nvme connect to every port in $PORTS (same host NQN/ID), fast
+#                           reconnect (1 s) and a long controller-loss timeout
+#   mp_wait_live N [S]      wait up to S s (30) for N live paths (controllers) of $NQN
+#   mp_show                 nvme list-subsys + each path's state
+#   mp_iopolicy POLICY      set the subsystem's iopolicy (round-robin, numa, queue-depth)
+#   mp_path_ios PORT        I/Os completed through the path of host port PORT
+#   io_start DEV / io_stop  background fio verify loop on DEV; io_stop waits for it and fails
+#                           the scenario unless every fio run passed; prints PAUSE_MS=
+#                           (the longest I/O latency fio saw, read or write, in ms)
+MP_H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
+
+# the subsystem directory /sys/class/nvme-subsystem/nvme-subsysN of $NQN
+mp_subsys() {
+  local s
+  for s in /sys/class/nvme-subsystem/nvme-subsys*; do
+    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$NQN" ] && { echo "$s"; return 0; }
+  done
+  return 1
+}
+
+mp_connect() {
+  local p
+  for p in $PORTS; do
+    run nvme connect -t tcp -a "$ADDR" -s "$p" -n "$NQN" "${MP_H[@]}" \
+        --reconnect-delay=1 --ctrl-loss-tmo=600
+  done
+}
+
+# controller (nvmeX) whose transport address has trsvcid=PORT, any state
+mp_ctrl_of_port() {
+  local c
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    case ",$(cat "$c/address" 2>/dev/null | tr -d ' ')," in
+      *",trsvcid=$1,"*) echo "${c##*/}"; return 0 ;;
+    esac
+  done
+  return 1
+}
+
+mp_live_count() {
+  local c n=0
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state" 2>/dev/null)" = live ] && n=$((n + 1))
+  done
+  echo "$n"
+}
+
+mp_wait_live() {  # n [seconds]
+  local i
+  for i in $(seq $((${2:-30} * 10))); do
+    [ "$(mp_live_count)" -ge "$1" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+mp_show() {
+  local c
+  nvme list-subsys 2>&1 | sed 's/^/  | /'
+  for c in /sys/class/nvme/nvme*; do
+    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
+    echo "  ${c##*/}: $(cat "$c/state") cntlid=$(cat "$c/cntlid") $(cat "$c/address")"
+  done
+}
+
+mp_iopolicy() {
+  local s
+  s=$(mp_subsys) || fail "no nvme-subsystem for $NQN"
+  echo "$1" > "$s/iopolicy" || fail "cannot set iopolicy $1"
+  info "iopolicy $(cat "$s/iopolicy")"
+}
+
+mp_path_ios() {  # port -> reads+writes completed through that path's namespace (nvmeXcYn1)
+  local c b a r
+  c=$(mp_ctrl_of_port "$1") || { echo 0; return; }
+  for b in /sys/block/nvme*c*n1; do
+    [ -e "$b/device" ] || continue
+    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
+    read -r a _ _ _ r _ < "$b/stat"
+    echo $((a + r)); return
+  done
+  echo 0
+}
+
+# one fio crc32c verify run after another on $1 until /tmp/io.stop appears; each run writes
+# and then verifies IO_MB MiB (default 4).  Results in /tmp/io.log, one terse line per run.
+io_loop() {
+  local dev=$1 n=0 out rc line
+  : > /tmp/io.log
+  while [ ! -e /tmp/io.stop ]; do
+    n=$((n + 1))
+    out=$(fio --name="mp$n" --filename="$dev" --direct=1 --ioengine=libaio --rw=randrw \
+              --rwmixread=50 --bs=4k --iodepth=8 --size="${IO_MB:-4}m" --offset="$(( (n % 4) * ${IO_MB:-4} ))m" \
+              --verify=crc32c --do_verify=1 --verify_fatal=1 \
+              --output-format=terse --terse-version=3 2>&1); rc=$?
+    line=$(printf '%s\n' "$out" | grep '^3;' | tail -n 1)
+    if [ "$rc" != 0 ] || [ -z "$line" ]; then
+      { echo "run $n: fio status $rc"; printf '%s\n' "$out" | tail -n 20; } >> /tmp/io.fail
+      break
+    fi
+    echo "$line" >> /tmp/io.log
+  done
+  echo done > /tmp/io.done
+}
+
+io_start() {
+  rm -f /tmp/io.stop /tmp/io.done /tmp/io.fail
+  io_loop "$1" > /dev/null 2>&1 &
+  IO_PID=$!
+}
+
+io_alive() { [ ! -e /tmp/io.done ]; }
+
+io_stop() {
+  local i err rkb wkb rmax wmax worst=0 runs=0 line
+  touch /tmp/io.stop
+  for i in $(seq 1200); do [ -e /tmp/io.done ] && break; sleep 0.1; done
+  [ -e /tmp/io.done ] || fail "the fio loop did not end within 120 s of the stop request (hung I/O?)"
+  wait "$IO_PID" 2>/dev/null
+  [ -e /tmp/io.fail ] && { sed 's/^/  | /' /tmp/io.fail; fail "a fio verify run failed (see above)"; }
+  while read -r line; do
+    runs=$((runs + 1))
+    err=$(echo "$line" | cut -d';' -f5); rkb=$(echo "$line" | cut -d';' -f6)
+    wkb=$(echo "$line" | cut -d';' -f47)
+    rmax=$(echo "$line" | cut -d';' -f39 | cut -d. -f1); wmax=$(echo "$line" | cut -d';' -f80 | cut -d. -f1)
+    [ "$err" = 0 ] || fail "fio run $runs reported error $err"
+    [ "$wkb" -gt 0 ] && [ "$rkb" -ge "$wkb" ] || fail "fio run $runs: read $rkb KiB < written $wkb KiB"
+    [ "${rmax:-0}" -gt "$worst" ] && worst=$rmax
+    [ "${wmax:-0}" -gt "$worst" ] && worst=$wmax
+  done < /tmp/io.log
+  [ "$runs" -gt 0 ] || fail "no fio run completed"
+  IO_RUNS=$runs
+  echo "PAUSE_MS=$(awk -v u="$worst" 'BEGIN { printf "%.0f", u / 1000 }')"
+  ok "$runs fio crc32c verify runs, 0 errors, 0 verify failures; longest I/O $((worst / 1000)) ms"
+}
