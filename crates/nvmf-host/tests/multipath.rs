@@ -6,7 +6,9 @@
 //! mismatch, I/O on both paths before the loss and only on the survivor
 //! after it. With ANA reporting, a listener set inaccessible mid-run moves
 //! the I/O to the other path without an error; with `--reconnect` a killed
-//! gateway that is restarted is connected again and used. Also: paths found through the discovery service, a path set
+//! gateway that is restarted is connected again and used; a gateway frozen
+//! with SIGSTOP (connections open, nothing answered) is found by its failing
+//! keep-alive and its commands move to the other. Also: paths found through the discovery service, a path set
 //! naming two subsystems refused, and a clear failure when every path goes.
 //!
 //! Every child process is killed on drop and every wait is bounded. nvmfd
@@ -510,5 +512,56 @@ fn killed_gateway_restarted_is_used_again_with_reconnect() {
         p[0]["total_ios"]
     );
     drop((g0b, g1));
+    let _ = std::fs::remove_file(&img);
+}
+
+#[test]
+fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
+    let img = tmp("shared-frozen.img");
+    std::fs::File::create(&img)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let bdev = format!(
+        r#"{{"method":"bdev_aio_create","params":{{"name":"B0","filename":"{}","block_size":512}}}}"#,
+        img.display()
+    );
+    let ports = [free_port(), free_port()];
+    let g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
+    let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
+    let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
+    let mut args = perf_args(&trids, "8");
+    args.extend(["--keep-alive-tmo", "2", "--timeout", "1"]);
+    let child = spawn_nvmf(&args);
+    std::thread::sleep(Duration::from_secs(2));
+    // SAFETY: plain kill(2) on our own child.
+    unsafe { libc::kill(g0.child.id() as i32, libc::SIGSTOP) };
+    let out = nvmf_wait(child, Duration::from_secs(120), &args);
+    unsafe { libc::kill(g0.child.id() as i32, libc::SIGCONT) };
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nvmf perf failed\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
+    assert_eq!(v["total"]["error"], 0, "{stdout}");
+    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let p = v["paths"].as_array().unwrap();
+    let why = p[0]["failure"].as_str().expect("frozen path not lost");
+    assert!(why.contains("keep alive"), "{why}");
+    let lost_at = p[0]["failed_at_s"].as_f64().unwrap();
+    // Found within keep-alive interval + command timeout (+ slack).
+    assert!(lost_at < 6.0, "lost only at {lost_at}: {stdout}");
+    assert!(p[0]["failed_over"].as_u64().unwrap() > 0, "{stdout}");
+    assert!(
+        p[1]["last_io_s"].as_f64().unwrap() > lost_at + 2.0,
+        "{stdout}"
+    );
+    eprintln!(
+        "frozen gateway lost at {lost_at:.2} s ({why}); {} command(s) moved",
+        p[0]["failed_over"]
+    );
+    drop((g0, g1));
     let _ = std::fs::remove_file(&img);
 }

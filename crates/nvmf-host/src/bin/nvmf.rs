@@ -230,6 +230,10 @@ struct PerfArgs {
     /// to 2 s) and use it when it is back; commands wait up to 30 s for a path
     #[arg(long)]
     reconnect: bool,
+    /// Keep Alive Timeout announced at connect, in seconds (Keep Alive sent every half of it; a
+    /// path whose Keep Alive fails, after --timeout, is lost). 0 = none
+    #[arg(long = "keep-alive-tmo", value_name = "SECONDS", default_value_t = 10)]
+    keep_alive_tmo: u64,
     /// I/Os in flight per queue
     #[arg(
         short = 'q',
@@ -531,7 +535,8 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     multipath::check_same_subsystem(&trids)?;
     let trid = trids[0].clone();
     let nsid = a.nsid.or(trid.nsid).unwrap_or(1);
-    let opts = a.conn.options(trid.clone());
+    let mut opts = a.conn.options(trid.clone());
+    opts.kato = Duration::from_secs(a.keep_alive_tmo);
     if a.discover_paths {
         if trids.len() > 1 {
             bail!("--discover-paths takes one -r (the discovery service and the subsystem NQN)");
