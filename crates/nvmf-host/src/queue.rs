@@ -713,7 +713,7 @@ impl RxSink for Slots {
 }
 
 /// Payloads smaller than this are copied into the send buffer; larger ones
-/// are sent from the slot buffer by reference (writev).
+/// are sent from the slot buffer by reference (gather send).
 const COPY_BELOW: usize = 2048;
 
 /// Queue `len` payload bytes at `data` and, if negotiated, their data digest.

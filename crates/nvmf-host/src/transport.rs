@@ -296,7 +296,7 @@ impl Transport {
     }
 
     /// Write as much pending output as the socket takes without blocking,
-    /// with gather writes (writev) over the queued segments. Returns true
+    /// with gather writes (sendmsg, MSG_NOSIGNAL) over the queued segments. Returns true
     /// when everything has been written.
     pub fn flush(&mut self) -> Result<bool> {
         match self.tx.write_to(self.sock.as_raw_fd()) {
@@ -693,13 +693,13 @@ enum Seg {
     Ext(*const u8, usize),
 }
 
-/// Most iovecs handed to one writev.
+/// Most iovecs handed to one sendmsg.
 const MAX_IOV: usize = 256;
 
 /// The send queue: PDU headers, digests and small payloads are appended to
 /// an owned byte buffer; large payloads are queued by reference (`push_ext`)
 /// and go out straight from the command's buffer. `flush` writes it all with
-/// writev, as few calls as the socket allows. Allocation-free once its
+/// sendmsg, as few calls as the socket allows. Allocation-free once its
 /// vectors have grown to the queue's working size.
 pub struct TxBuf {
     buf: Vec<u8>,
@@ -794,9 +794,18 @@ impl TxBuf {
                     iov_len: n - skip,
                 });
             }
-            // SAFETY: every iovec points at live memory: our buffer or, by
-            // the contract of push_ext, the caller's.
-            let r = unsafe { libc::writev(fd, self.iov.as_ptr(), self.iov.len() as i32) };
+            // sendmsg with MSG_NOSIGNAL, not writev: a peer that is gone
+            // must be an EPIPE error (a lost path, handled), never SIGPIPE,
+            // whose default action (the `nvmf` CLI restores it for piped
+            // output) would end the process.
+            // SAFETY: zeroed msghdr is valid; every iovec points at live
+            // memory: our buffer or, by the contract of push_ext, the caller's.
+            let r = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = self.iov.as_mut_ptr();
+                msg.msg_iovlen = self.iov.len() as _;
+                libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL)
+            };
             if r < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {
@@ -835,6 +844,19 @@ mod tests {
     use std::os::unix::net::UnixStream;
 
     /// Owned and external segments come out in order, across partial writes.
+    #[test]
+    fn a_send_to_a_closed_peer_is_epipe_not_sigpipe() {
+        // SAFETY: SIGPIPE back to its default action, as the nvmf CLI sets
+        // it: a send that raised it would end this test process.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        let mut tx = TxBuf::new();
+        tx.bytes().extend_from_slice(b"keep alive");
+        let e = tx.write_to(a.as_raw_fd()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+    }
+
     #[test]
     fn txbuf_gather_writes_in_order() {
         let (a, mut b) = UnixStream::pair().unwrap();
