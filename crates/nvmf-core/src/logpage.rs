@@ -36,18 +36,9 @@ const LBCC: u32 = 1 << 1;
 /// Composite temperature reported in SMART (Kelvin, 25 °C).
 const TEMPERATURE_K: u16 = 298;
 
-/// Log pages an NVM controller offers.
-const NVM_LIDS: [u8; 6] = [
-    LID_SUPPORTED,
-    LogPageId::Error as u8,
-    LogPageId::Smart as u8,
-    LogPageId::FirmwareSlot as u8,
-    LogPageId::ChangedNsList as u8,
-    LogPageId::CommandsSupported as u8,
-];
-
-/// Log pages an NVM controller of a subsystem with ANA reporting offers.
-const NVM_ANA_LIDS: [u8; 7] = [
+/// Log pages an NVM controller offers; the last one (ANA) only with ANA
+/// reporting.
+const NVM_LIDS: [u8; 7] = [
     LID_SUPPORTED,
     LogPageId::Error as u8,
     LogPageId::Smart as u8,
@@ -78,9 +69,9 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
     let offered: &[u8] = if discovery {
         &DISCOVERY_LIDS
     } else if ctx.ctrl.subsystem().ana().is_some() {
-        &NVM_ANA_LIDS
-    } else {
         &NVM_LIDS
+    } else {
+        &NVM_LIDS[..NVM_LIDS.len() - 1]
     };
     if !offered.contains(&lid) {
         return Outcome::err(Status::INVALID_LOG_PAGE.with_dnr());

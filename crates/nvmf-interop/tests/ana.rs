@@ -94,19 +94,22 @@ impl Paths {
     }
 }
 
+/// `nvmf rpc METHOD NQN [extra...] -t tcp -a 127.0.0.1 -s PORT`
+fn listener_rpc(nvmfd: &Nvmfd, method: &str, port: u16, extra: &[&str]) -> Result<String, String> {
+    let port = port.to_string();
+    let mut args = vec![method, NQN];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-t", "tcp", "-a", "127.0.0.1", "-s", &port]);
+    nvmfd.rpc(&args)
+}
+
 fn set_state(nvmfd: &Nvmfd, port: u16, state: &str) -> Result<String, String> {
-    nvmfd.rpc(&[
+    listener_rpc(
+        nvmfd,
         "nvmf_subsystem_listener_set_ana_state",
-        NQN,
-        "-n",
-        state,
-        "-t",
-        "tcp",
-        "-a",
-        "127.0.0.1",
-        "-s",
-        &port.to_string(),
-    ])
+        port,
+        &["-n", state],
+    )
 }
 
 fn run_scenario(test: &str, mode: &str, p2_state: &str) {
@@ -161,32 +164,12 @@ fn run_scenario(test: &str, mode: &str, p2_state: &str) {
                     ));
                 }
                 paths.mark = (a, b);
-                nvmfd
-                    .rpc(&[
-                        "nvmf_subsystem_remove_listener",
-                        NQN,
-                        "-t",
-                        "tcp",
-                        "-a",
-                        "127.0.0.1",
-                        "-s",
-                        &p1.to_string(),
-                    ])
+                listener_rpc(&nvmfd, "nvmf_subsystem_remove_listener", p1, &[])
                     .map(|_| format!("ok A removed (while inaccessible: A +{da}, B +{db} bytes)"))
             }),
             "a-back" => paths.bytes().and_then(|b| {
                 paths.mark = b;
-                nvmfd
-                    .rpc(&[
-                        "nvmf_subsystem_add_listener",
-                        NQN,
-                        "-t",
-                        "tcp",
-                        "-a",
-                        "127.0.0.1",
-                        "-s",
-                        &p1.to_string(),
-                    ])
+                listener_rpc(&nvmfd, "nvmf_subsystem_add_listener", p1, &[])
                     .map(|_| "ok A back".into())
             }),
             "survivor-counters" => paths.bytes().and_then(|(a, _)| {
