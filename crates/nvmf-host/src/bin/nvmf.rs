@@ -342,12 +342,6 @@ fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
 }
 
 fn main() -> ExitCode {
-    // Output piped into `head` and the like: end quietly when the reader goes
-    // away, as other command-line tools do, instead of panicking in println!.
-    // SAFETY: setting a signal's disposition to the default before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
     let r = match cli.cmd {
         Cmd::Discover(a) => discover(a),
