@@ -21,6 +21,11 @@ pub fn nvmfd() -> PathBuf {
     locate("NVMFD_BIN", "nvmfd", "nvmfd")
 }
 
+/// `Command::new(nvmfd())`.
+pub fn nvmfd_command() -> Command {
+    Command::new(nvmfd())
+}
+
 /// The `nvmf` CLI binary.
 pub fn nvmf() -> PathBuf {
     locate("NVMF_BIN", "nvmf-host", "nvmf")

@@ -84,6 +84,10 @@ impl DaemonBuilder {
         std::fs::write(&config, &self.config).expect("write nvmfd config");
         let rpc_socket = dir.join("rpc.sock");
         let log_path = self.log_file.then(|| dir.join("nvmfd.log"));
+        if let Some(p) = &log_path {
+            // A restart in the same directory starts a fresh log.
+            std::fs::File::create(p).expect("create nvmfd.log");
+        }
         let bin = bins::nvmfd();
         let mut cmd = Command::new(&bin);
         cmd.arg("-c")
@@ -120,7 +124,10 @@ impl DaemonBuilder {
                 if !d.running() || Instant::now() > deadline {
                     let why = match d.try_exit() {
                         Some(st) => format!("exited ({st})"),
-                        None => format!("did not log `listening on ...{want}` within {:?}", self.limit),
+                        None => format!(
+                            "did not log `listening on ...{want}` within {:?}",
+                            self.limit
+                        ),
                     };
                     panic!(
                         "nvmfd ({} -c {}) {why}\n---- nvmfd log ----\n{}\n---- config ----\n{}",

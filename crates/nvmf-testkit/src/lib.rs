@@ -120,6 +120,9 @@ mod tests {
         let mut v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
         v.reverse();
         assert_eq!(p99(&mut v), Duration::from_millis(100));
-        assert_eq!(trid(4420, "nqn.x"), "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x");
+        assert_eq!(
+            trid(4420, "nqn.x"),
+            "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x"
+        );
     }
 }

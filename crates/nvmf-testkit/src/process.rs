@@ -317,7 +317,9 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "echo starting >&2; exit 3"]);
         let mut p = Process::spawn(&mut cmd);
+        let t = Instant::now();
         assert!(!p.wait_ready("listening", Duration::from_secs(10)));
+        assert!(t.elapsed() < Duration::from_secs(5), "waited out the limit");
         assert_eq!(p.wait_exit(Duration::from_secs(5)).unwrap().code(), Some(3));
     }
 

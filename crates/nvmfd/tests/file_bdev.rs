@@ -6,9 +6,7 @@
 //! leaves the daemon serving. The `nvmf` binary is taken from this build's
 //! target dir (built with `cargo build -p nvmf-host` if missing).
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
+use nvmf_testkit::{bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, Process as Nvmfd};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -64,7 +62,7 @@ impl Daemon {
         std::fs::write(&cfg_path, cfg).unwrap();
         let sock = tmp(&format!("{tag}.sock"));
         let nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
+            nvmfd_command()
                 .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
                 .arg("-r")
                 .arg(&sock),
@@ -75,7 +73,7 @@ impl Daemon {
     }
 
     fn trid(&self) -> String {
-        common::trid(self.port, NQN)
+        nvmf_testkit::trid(self.port, NQN)
     }
 
     fn perf(&self, args: &[&str], limit: Duration) -> Output {

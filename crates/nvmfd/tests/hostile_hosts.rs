@@ -6,14 +6,13 @@
 //! goes half-open (a network namespace + veth pair whose host end goes down
 //! without a FIN or RST).
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, p99, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
+use nvmf_testkit::{bins::nvmfd_command, free_port, p99, Process as Nvmfd};
 use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CNTLID_DYNAMIC};
@@ -76,7 +75,7 @@ impl Daemon {
             let sock = std::env::temp_dir()
                 .join(format!("nvmfd-hostile-{}-{port}.sock", std::process::id()));
             let mut nvmfd = Nvmfd::spawn(
-                Nvmfd::command()
+                nvmfd_command()
                     .args(["-c", cfg.to_str().unwrap(), "-m", "0", "-r"])
                     .arg(&sock)
                     .args(args),
@@ -525,7 +524,7 @@ fn stuck_stderr_never_stalls_the_reactor() {
     std::fs::write(&cfg, config_on("127.0.0.1", port)).unwrap();
     let sock =
         std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.sock", std::process::id()));
-    let mut child = Nvmfd::command()
+    let mut child = nvmfd_command()
         .args([
             "-c",
             cfg.to_str().unwrap(),

@@ -13,11 +13,11 @@
 //!   with a command stuck waiting for its data (never sent) as STALLED;
 //!   `nvmf_subsystem_get_qpairs` shows that command in flight on its queue.
 
-mod common;
-
-use common::{free_port, nvmf_path, run_bounded, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, TransportId};
 use nvmf_rpc::RpcClient;
+use nvmf_testkit::{
+    bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, run_bounded, Process as Nvmfd,
+};
 use nvmf_wire::command::Command as NvmeCommand;
 use nvmf_wire::opcode::IoOpcode;
 use serde_json::Value;
@@ -74,7 +74,7 @@ impl Daemon {
         std::fs::write(&cfg_path, cfg).unwrap();
         let sock = tmp(&format!("{tag}.sock"));
         let nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
+            nvmfd_command()
                 .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
                 .arg("-r")
                 .arg(&sock)
@@ -97,7 +97,10 @@ impl Daemon {
     }
 
     fn trid(&self, i: usize) -> String {
-        format!("{} hostnqn:{HOSTNQN}", common::trid(self.ports[i], NQN))
+        format!(
+            "{} hostnqn:{HOSTNQN}",
+            nvmf_testkit::trid(self.ports[i], NQN)
+        )
     }
 
     fn perf(&self, i: usize, secs: u32) {

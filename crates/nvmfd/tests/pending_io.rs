@@ -5,10 +5,8 @@
 //! be seen above 0 (and never above the queue depth), and back at 0 once
 //! the host is done.
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
 use nvmf_rpc::RpcClient;
+use nvmf_testkit::{bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, Process as Nvmfd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -52,7 +50,7 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
     std::fs::write(&cfg_path, cfg).unwrap();
     let sock = tmp("rpc.sock");
     let d = Nvmfd::spawn(
-        Nvmfd::command()
+        nvmfd_command()
             .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
             .arg("-r")
             .arg(&sock),
@@ -62,7 +60,12 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
     assert_eq!(pending(&mut c), 0, "idle");
 
     let mut perf = Command::new(nvmf_path())
-        .args(["perf", "-r", &common::trid(port, NQN), "--no-progress"])
+        .args([
+            "perf",
+            "-r",
+            &nvmf_testkit::trid(port, NQN),
+            "--no-progress",
+        ])
         .args([
             "-q",
             &QD.to_string(),

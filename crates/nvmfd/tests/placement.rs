@@ -13,17 +13,16 @@
 //! read over the RPC socket (`nvmf_get_stats`,
 //! `nvmf_subsystem_get_qpairs`).
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, Nvmfd};
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::{IoCompletion, IoQueue};
 use nvmf_host::trid::TransportId;
 use nvmf_rpc::RpcClient;
+use nvmf_testkit::{bins::nvmfd_command, free_port, Process as Nvmfd};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::ConnectData;
 use nvmf_wire::status::Status;
@@ -92,7 +91,7 @@ impl Daemon {
                 .set_len(NS_BLOCKS * 512)
                 .unwrap();
             std::fs::write(&cfg, config(port, &img)).unwrap();
-            let mut cmd = Nvmfd::command();
+            let mut cmd = nvmfd_command();
             cmd.args(["-m", "0,1", "--log-level", "info,nvmfd=debug", "-c"])
                 .arg(&cfg)
                 .arg("-r")

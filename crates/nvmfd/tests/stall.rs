@@ -15,9 +15,7 @@
 //! (adaptive polling stops), and the handshake limits close connections
 //! that never send ICReq or never Connect, but not connected ones.
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
+use nvmf_testkit::{bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, Process as Nvmfd};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -86,7 +84,7 @@ impl Daemon {
             let n = SEQ.fetch_add(1, Ordering::Relaxed);
             let sock = dir.join(format!("stall-{}-{n}.sock", std::process::id()));
             let nvmfd = Nvmfd::spawn(
-                Nvmfd::command()
+                nvmfd_command()
                     .arg("-c")
                     .arg(&cfg)
                     .args(["-m", "0,1", "-r"])
@@ -111,7 +109,7 @@ impl Daemon {
     }
 
     fn trid(&self) -> String {
-        common::trid(self.port, NQN)
+        nvmf_testkit::trid(self.port, NQN)
     }
 }
 
