@@ -126,12 +126,13 @@ pub fn nvmfd_binary() -> PathBuf {
 fn newest_source_newer_than(bin: &Path) -> Option<PathBuf> {
     let built = fs::metadata(bin).and_then(|m| m.modified()).ok()?;
     let mut newest: Option<(SystemTime, PathBuf)> = None;
-    // library/binary sources only (crates/*/src), not tests, examples or fuzz targets
+    // library/binary sources only (crates/*/src), not tests, examples, fuzz targets or the
+    // test-only crates
     let mut stack: Vec<PathBuf> = fs::read_dir(repo_root().join("crates"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| !e.path().ends_with("nvmf-interop"))
+        .filter(|e| !e.path().ends_with("nvmf-interop") && !e.path().ends_with("nvmf-testkit"))
         .map(|e| e.path().join("src"))
         .collect();
     while let Some(dir) = stack.pop() {
