@@ -6,7 +6,7 @@
 //! the host is done.
 
 use nvmf_rpc::RpcClient;
-use nvmf_testkit::{bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, Process as Nvmfd};
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -46,17 +46,11 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
 {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#,
         img.display()
     );
-    let cfg_path = tmp("cfg.json");
-    std::fs::write(&cfg_path, cfg).unwrap();
-    let sock = tmp("rpc.sock");
-    let d = Nvmfd::spawn(
-        nvmfd_command()
-            .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
-            .arg("-r")
-            .arg(&sock),
-    );
-    d.wait_log("listening on");
-    let mut c = RpcClient::connect(&sock, 50).expect("rpc connect");
+    let d = nvmf_testkit::Daemon::builder(cfg)
+        .args(["-m", "0"])
+        .listening(&[port])
+        .start();
+    let mut c = RpcClient::connect(&d.rpc_socket, 50).expect("rpc connect");
     assert_eq!(pending(&mut c), 0, "idle");
 
     let mut perf = Command::new(nvmf_path())
@@ -113,5 +107,4 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
     }
     drop(d);
     let _ = std::fs::remove_file(&img);
-    let _ = std::fs::remove_file(&cfg_path);
 }
