@@ -2,8 +2,10 @@
 //! to `nvmfd.json` in the daemon's directory (a fresh [`TestDir`] removed on drop, or one
 //! the test names and keeps), runs `nvmfd -c nvmfd.json -r rpc.sock [args]` as a
 //! [`Process`] and waits until it logged `listening on ...:PORT` for every port named with
-//! [`DaemonBuilder::listening`] (panicking with its log if it exits or times out first).
-//! [`Daemon::rpc`] talks to it through `nvmf rpc -s rpc.sock`.
+//! [`DaemonBuilder::listening`] and every line named with [`DaemonBuilder::ready_when`]
+//! (panicking with its log if it exits or times out first; [`DaemonBuilder::try_start`]
+//! returns that instead, and [`Daemon::start_on_free_port`] retries on a port a parallel
+//! test took first). [`Daemon::rpc`] talks to it through `nvmf rpc -s rpc.sock`.
 
 use std::ffi::OsString;
 use std::ops::{Deref, DerefMut};
@@ -20,6 +22,7 @@ pub struct DaemonBuilder {
     args: Vec<OsString>,
     env: Vec<(OsString, OsString)>,
     ports: Vec<u16>,
+    ready: Vec<String>,
     limit: Duration,
     dir: Option<PathBuf>,
     log_file: bool,
@@ -49,6 +52,12 @@ impl DaemonBuilder {
         self
     }
 
+    /// Ready once a line containing `needle` is logged (as well as the listening lines).
+    pub fn ready_when(mut self, needle: &str) -> Self {
+        self.ready.push(needle.to_string());
+        self
+    }
+
     /// How long to wait for readiness (default 20 s).
     pub fn ready_within(mut self, limit: Duration) -> Self {
         self.limit = limit;
@@ -69,7 +78,14 @@ impl DaemonBuilder {
         self
     }
 
+    /// Starts it; panics (with its log and config) if it exits or is not ready in time.
     pub fn start(self) -> Daemon {
+        self.try_start().unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts it; Err(what happened, its log, its config) if it exits or is not ready in
+    /// time (the daemon is gone then).
+    pub fn try_start(self) -> Result<Daemon, String> {
         let (dir, owned) = match &self.dir {
             Some(d) => {
                 std::fs::create_dir_all(d).expect("create daemon dir");
@@ -109,38 +125,41 @@ impl DaemonBuilder {
             _dir: owned,
         };
         let deadline = Instant::now() + self.limit;
-        for p in &self.ports {
-            let want = format!(":{p}");
+        let listening = self.ports.iter().map(|p| format!(":{p}"));
+        let mut waits: Vec<(bool, String)> = listening.map(|w| (true, w)).collect();
+        waits.extend(self.ready.iter().map(|r| (false, r.clone())));
+        for (is_port, want) in &waits {
             loop {
-                let ready = d
-                    .log
-                    .lock()
-                    .unwrap()
-                    .iter()
-                    .any(|l| l.contains("listening on") && l.contains(&want));
+                let ready =
+                    d.log.lock().unwrap().iter().any(|l| {
+                        l.contains(want.as_str()) && (!is_port || l.contains("listening on"))
+                    });
                 if ready {
                     break;
                 }
                 if !d.running() || Instant::now() > deadline {
-                    let why = match d.try_exit() {
-                        Some(st) => format!("exited ({st})"),
-                        None => format!(
-                            "did not log `listening on ...{want}` within {:?}",
-                            self.limit
-                        ),
+                    let what = if *is_port {
+                        format!("`listening on ...{want}`")
+                    } else {
+                        format!("{want:?}")
                     };
-                    panic!(
+                    let why = match d.try_exit() {
+                        Some(st) => format!("exited ({st}) before logging {what}"),
+                        None => format!("did not log {what} within {:?}", self.limit),
+                    };
+                    d.kill();
+                    return Err(format!(
                         "nvmfd ({} -c {}) {why}\n---- nvmfd log ----\n{}\n---- config ----\n{}",
                         bin.display(),
                         d.config.display(),
                         d.logs(),
                         self.config
-                    );
+                    ));
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        d
+        Ok(d)
     }
 }
 
@@ -168,6 +187,7 @@ impl Daemon {
             args: Vec::new(),
             env: Vec::new(),
             ports: Vec::new(),
+            ready: Vec::new(),
             limit: Duration::from_secs(20),
             dir: None,
             log_file: false,
@@ -178,6 +198,22 @@ impl Daemon {
     /// Starts `config` with `args`, ready once listening on every port of `ports`.
     pub fn start(config: impl Into<String>, args: &[&str], ports: &[u16]) -> Daemon {
         Daemon::builder(config).args(args).listening(ports).start()
+    }
+
+    /// Starts `make(port)` for a free `port`; when that daemon exits with "Address already
+    /// in use" (a parallel test took the port first), tries again with another port (5
+    /// tries in all). Panics on any other failure.
+    pub fn start_on_free_port(make: impl Fn(u16) -> DaemonBuilder) -> Daemon {
+        let mut last = String::new();
+        for _ in 0..5 {
+            match make(crate::free_port()).try_start() {
+                Ok(d) => return d,
+                Err(e) if e.contains("Address already in use") => last = e,
+                Err(e) => panic!("{e}"),
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("no free port for nvmfd after 5 tries; the last:\n{last}");
     }
 
     /// The first port it was started listening on.
@@ -219,5 +255,65 @@ impl Deref for Daemon {
 impl DerefMut for Daemon {
     fn deref_mut(&mut self) -> &mut Process {
         &mut self.proc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+    use std::sync::OnceLock;
+
+    /// A stand-in nvmfd (`$NVMFD_BIN`, a script in target/<profile>/): writes its config
+    /// file to stderr as its log, exits 1 if the config says `exit`, else sleeps. Only this
+    /// module's tests start a daemon, so setting the variable here touches no other test.
+    fn fake_nvmfd() {
+        static DONE: OnceLock<()> = OnceLock::new();
+        DONE.get_or_init(|| {
+            let bin = bins::profile_dir().join("nvmf-testkit-fake-nvmfd");
+            std::fs::write(
+                &bin,
+                "#!/bin/sh\ncat \"$2\" >&2\ngrep -q exit \"$2\" && exit 1\nexec sleep 30\n",
+            )
+            .unwrap();
+            std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::env::set_var("NVMFD_BIN", &bin);
+        });
+    }
+
+    #[test]
+    fn ready_once_listening_and_gone_on_drop() {
+        fake_nvmfd();
+        let d = Daemon::builder("x\nlistening on 127.0.0.1:4420 (tcp)\nRPC server up\n")
+            .listening(&[4420])
+            .ready_when("RPC server up")
+            .start();
+        assert!(d.config.is_file());
+        assert_eq!(d.rpc_socket.parent(), d.config.parent());
+        let dir = d.config.parent().unwrap().to_path_buf();
+        let pid = d.pid();
+        drop(d);
+        assert!(!dir.exists(), "its directory is removed");
+        let st = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        assert!(!st.contains("(sleep)"), "still running: {st}");
+    }
+
+    #[test]
+    fn not_ready_is_an_error_with_the_log() {
+        fake_nvmfd();
+        let e = Daemon::builder("listening on 127.0.0.1:1 (tcp)\nno more\n")
+            .listening(&[2])
+            .ready_within(Duration::from_millis(300))
+            .try_start()
+            .err()
+            .expect("not ready");
+        assert!(e.contains("did not log `listening on ...:2`"), "{e}");
+        assert!(e.contains("no more"), "{e}");
+        let e = Daemon::builder("Address already in use\nexit\n")
+            .listening(&[3])
+            .try_start()
+            .err()
+            .expect("exited");
+        assert!(e.contains("exited (exit status: 1)"), "{e}");
     }
 }
