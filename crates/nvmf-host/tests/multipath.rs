@@ -11,55 +11,17 @@
 //! keep-alive and its commands move to the other. Also: paths found through the discovery service, a path set
 //! naming two subsystems refused, and a clear failure when every path goes.
 //!
-//! Every child process is killed on drop and every wait is bounded. nvmfd
-//! must be built first (`cargo build -p nvmfd`; a workspace build does).
+//! Every child process is killed on drop and every wait is bounded. The
+//! daemons are nvmf-testkit's (nvmfd built on demand if missing).
 
+use nvmf_testkit::process::{spawn_nvmf, wait_bounded};
+use nvmf_testkit::{free_port, text, trid, TestDir};
 use serde_json::Value;
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command as Proc, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::process::{Child, Output};
+use std::time::Duration;
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:mpath-test";
 const OTHER: &str = "nqn.2024-01.io.nvmfd:mpath-other";
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn nvmfd_path() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let p = exe
-        .parent()
-        .and_then(|d| d.parent())
-        .expect("profile dir")
-        .join("nvmfd");
-    assert!(
-        p.exists(),
-        "the nvmfd binary is not at {}: build it first with `cargo build -p nvmfd`",
-        p.display()
-    );
-    p
-}
-
-fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nvmf_host_multipath");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!(
-        "{}-{}-{name}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::Relaxed)
-    ))
-}
 
 fn listener(nqn: &str, port: u16) -> String {
     format!(
@@ -104,127 +66,33 @@ fn malloc_bdev() -> String {
         .into()
 }
 
-/// A running nvmfd, killed on drop (config and socket removed).
-struct Daemon {
-    child: Child,
-    log: Arc<Mutex<Vec<String>>>,
-    cfg: PathBuf,
-    sock: PathBuf,
-}
+/// A running nvmfd (nvmf-testkit's), killed on drop (config and socket
+/// removed), ready once listening on `ports`.
+struct Daemon(nvmf_testkit::Daemon);
 
 impl Daemon {
     fn start(config: &str, ports: &[u16]) -> Daemon {
-        let cfg = tmp("nvmfd.json");
-        std::fs::write(&cfg, config).unwrap();
-        let sock = cfg.with_extension("sock");
-        let mut child = Proc::new(nvmfd_path())
-            .args(["-c", cfg.to_str().unwrap(), "-m", "0"])
-            .arg("-r")
-            .arg(&sock)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nvmfd");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let d = Daemon {
-            child,
-            log,
-            cfg,
-            sock,
-        };
-        for p in ports {
-            d.wait_log(&format!("listening on 127.0.0.1:{p}"));
-        }
-        d
-    }
-
-    fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!(
-            "nvmfd did not log '{needle}' within 15 s; log:\n{}",
-            self.log.lock().unwrap().join("\n")
-        );
+        Daemon(
+            nvmf_testkit::Daemon::builder(config)
+                .args(["-m", "0"])
+                .listening(ports)
+                .ready_within(Duration::from_secs(15))
+                .start(),
+        )
     }
 
     fn rpc(&self, args: &[&str]) {
-        let mut a = vec!["rpc", "-s", self.sock.to_str().unwrap()];
-        a.extend(args);
-        let out = nvmf_wait(spawn_nvmf(&a), Duration::from_secs(20), &a);
-        assert!(
-            out.status.success(),
-            "nvmf {a:?} failed: {}{}",
-            text(&out.stdout),
-            text(&out.stderr)
-        );
+        self.0.rpc_ok(args);
     }
 
     fn kill9(&mut self) {
-        let _ = self.child.kill(); // SIGKILL
-        let _ = self.child.wait();
+        self.0.kill(); // SIGKILL
     }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.cfg);
-        let _ = std::fs::remove_file(&self.sock);
-    }
-}
-
-fn trid(port: u16, nqn: &str) -> String {
-    format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
-}
-
-fn spawn_nvmf(args: &[&str]) -> Child {
-    Proc::new(env!("CARGO_BIN_EXE_nvmf"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nvmf")
 }
 
 /// Wait for `child` (killed after `limit`, then the test fails).
-fn nvmf_wait(mut child: Child, limit: Duration, args: &[&str]) -> Output {
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "nvmf {args:?} still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                text(&out.stdout),
-                text(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
+fn nvmf_wait(child: Child, limit: Duration, args: &[&str]) -> Output {
+    wait_bounded(child, limit, &format!("nvmf {args:?}"))
 }
 
 fn perf_args<'a>(trids: &'a [String], secs: &'a str) -> Vec<&'a str> {
@@ -313,7 +181,8 @@ fn two_listeners_one_removed_mid_run() {
 
 #[test]
 fn two_gateways_on_one_file_one_killed_mid_run() {
-    let img = tmp("shared.img");
+    let dir = TestDir::new("mpath");
+    let img = dir.join("shared.img");
     std::fs::File::create(&img)
         .unwrap()
         .set_len(32 << 20)
@@ -327,7 +196,6 @@ fn two_gateways_on_one_file_one_killed_mid_run() {
     let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
     run_and_cut(ports, || g0.kill9());
     drop(g1);
-    let _ = std::fs::remove_file(&img);
 }
 
 #[test]
@@ -466,7 +334,8 @@ fn listener_set_inaccessible_mid_run_moves_io_without_errors() {
 
 #[test]
 fn killed_gateway_restarted_is_used_again_with_reconnect() {
-    let img = tmp("shared-rejoin.img");
+    let dir = TestDir::new("mpath");
+    let img = dir.join("shared-rejoin.img");
     std::fs::File::create(&img)
         .unwrap()
         .set_len(32 << 20)
@@ -512,7 +381,6 @@ fn killed_gateway_restarted_is_used_again_with_reconnect() {
         p[0]["total_ios"]
     );
     drop((g0b, g1));
-    let _ = std::fs::remove_file(&img);
 }
 
 #[test]

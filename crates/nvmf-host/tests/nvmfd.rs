@@ -4,18 +4,13 @@
 //! drives it with the library and with the `nvmf` CLI. Every test is bounded
 //! in time (daemon start, CLI runs and library calls all have deadlines).
 //!
-//! nvmfd lives in another package, so its path is derived from this test's
-//! own executable (target/<profile>/deps/..) — build it first with
-//! `cargo build -p nvmfd` (a workspace build does).
+//! The daemon is started with nvmf-testkit, which finds nvmfd in this
+//! build's target/<profile>/ (building it with cargo if it is missing).
 
 use nvmf_host::{ConnectOptions, Controller, Error, TransportId};
+use nvmf_testkit::{free_port, nvmf, text};
 use nvmf_wire::{Command, IoOpcode};
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command as Proc, Output, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:host-test";
@@ -24,35 +19,6 @@ const ALLOWED_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6a1b3c52-0000-4000-8
 const OTHER_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:6a1b3c52-0000-4000-8000-0000000bad00";
 /// Namespace size in 512-byte blocks (32 MiB).
 const BLOCKS: u64 = 65536;
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// target/<profile>/ of this build.
-fn target_profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("current_exe");
-    let deps = exe.parent().expect("deps dir");
-    deps.parent().expect("profile dir").to_path_buf()
-}
-
-fn nvmfd_path() -> PathBuf {
-    let p = target_profile_dir().join("nvmfd");
-    if !p.exists() {
-        panic!(
-            "the nvmfd binary is not at {}: build it first with `cargo build -p nvmfd` \
-             (or build the whole workspace)",
-            p.display()
-        );
-    }
-    p
-}
 
 fn config_json(port: u16, c2h_success: bool) -> String {
     let listen = |nqn: &str| {
@@ -85,12 +51,10 @@ fn config_json(port: u16, c2h_success: bool) -> String {
     )
 }
 
-/// A running nvmfd, killed on drop.
+/// A running nvmfd (nvmf-testkit's), killed on drop.
 struct Daemon {
-    child: Child,
+    _d: nvmf_testkit::Daemon,
     port: u16,
-    log: Arc<Mutex<Vec<String>>>,
-    cfg: PathBuf,
 }
 
 impl Daemon {
@@ -103,54 +67,12 @@ impl Daemon {
     /// (the flag itself is tested in nvmf-tcp's state_machine tests).
     fn start_with(c2h_success: bool) -> Daemon {
         let port = free_port();
-        let cfg = std::env::temp_dir().join(format!(
-            "nvmf-host-test-{}-{}.json",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::write(&cfg, config_json(port, c2h_success)).unwrap();
-        let sock = cfg.with_extension("sock");
-        let mut child = Proc::new(nvmfd_path())
-            .args(["-c", cfg.to_str().unwrap(), "-m", "0"])
-            .arg("-r")
-            .arg(&sock)
-            .env_remove("RUST_LOG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn nvmfd");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let err = child.stderr.take().unwrap();
-        let l2 = Arc::clone(&log);
-        std::thread::spawn(move || {
-            for line in BufReader::new(err).lines() {
-                let Ok(line) = line else { break };
-                l2.lock().unwrap().push(line);
-            }
-        });
-        let d = Daemon {
-            child,
-            port,
-            log,
-            cfg,
-        };
-        d.wait_log(&format!("listening on 127.0.0.1:{port}"));
-        d
-    }
-
-    fn wait_log(&self, needle: &str) {
-        let deadline = Instant::now() + Duration::from_secs(15);
-        while Instant::now() < deadline {
-            if self.log.lock().unwrap().iter().any(|l| l.contains(needle)) {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        panic!(
-            "nvmfd did not log '{needle}' within 15 s; log:\n{}",
-            self.log.lock().unwrap().join("\n")
-        );
+        let d = nvmf_testkit::Daemon::builder(config_json(port, c2h_success))
+            .args(["-m", "0"])
+            .listening(&[port])
+            .ready_within(Duration::from_secs(15))
+            .start();
+        Daemon { _d: d, port }
     }
 
     fn trid(&self, nqn: &str) -> TransportId {
@@ -158,26 +80,13 @@ impl Daemon {
     }
 
     fn trid_str(&self, nqn: &str) -> String {
-        format!(
-            "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{} subnqn:{nqn}",
-            self.port
-        )
+        nvmf_testkit::trid(self.port, nqn)
     }
 
     fn opts(&self, nqn: &str) -> ConnectOptions {
         let mut o = ConnectOptions::new(self.trid(nqn));
         o.timeout = Duration::from_secs(5);
         o
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.cfg);
-        // The RPC socket sits beside the config.
-        let _ = std::fs::remove_file(self.cfg.with_extension("sock"));
     }
 }
 
@@ -192,37 +101,6 @@ fn bounded<T: Send + 'static>(secs: u64, f: impl FnOnce() -> T + Send + 'static)
         Ok(Err(p)) => std::panic::resume_unwind(p),
         Err(_) => panic!("test body did not finish within {secs} s"),
     }
-}
-
-/// Run the `nvmf` CLI with a time limit.
-fn nvmf(args: &[&str], limit: Duration) -> Output {
-    let mut child = Proc::new(env!("CARGO_BIN_EXE_nvmf"))
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn nvmf");
-    let deadline = Instant::now() + limit;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            return child.wait_with_output().unwrap();
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "nvmf {args:?} still running after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 #[test]

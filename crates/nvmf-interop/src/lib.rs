@@ -19,9 +19,8 @@
 use std::collections::HashSet;
 use std::fs;
 use std::io::Write;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::sleep;
 use std::time::{Duration, Instant, SystemTime};
@@ -110,25 +109,10 @@ pub fn prepare_kernel(k: Kernel) {
     }
 }
 
-/// The `nvmfd` binary under test: `$NVMFD_BIN`, else the one next to this test executable's
-/// profile directory (`target/<profile>/nvmfd`, built by `cargo build --workspace`).
+/// The `nvmfd` binary under test (nvmf-testkit's: `$NVMFD_BIN`, else
+/// `target/<profile>/nvmfd`, built if missing), with a warning when a source file is newer.
 pub fn nvmfd_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVMFD_BIN") {
-        return PathBuf::from(p);
-    }
-    let exe = std::env::current_exe().expect("current_exe");
-    // target/<profile>/deps/<test-binary>
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target profile dir");
-    let bin = profile_dir.join("nvmfd");
-    if !bin.is_file() {
-        panic!(
-            "{SWITCH}=1 but there is no nvmfd binary at {} (run `cargo build --workspace` first, or set NVMFD_BIN)",
-            bin.display()
-        );
-    }
+    let bin = nvmf_testkit::bins::nvmfd();
     if let Some(newer) = newest_source_newer_than(&bin) {
         say(&format!(
             "interop: warning: {} is older than {} (rebuild with `cargo build --workspace`)",
@@ -142,12 +126,13 @@ pub fn nvmfd_binary() -> PathBuf {
 fn newest_source_newer_than(bin: &Path) -> Option<PathBuf> {
     let built = fs::metadata(bin).and_then(|m| m.modified()).ok()?;
     let mut newest: Option<(SystemTime, PathBuf)> = None;
-    // library/binary sources only (crates/*/src), not tests, examples or fuzz targets
+    // library/binary sources only (crates/*/src), not tests, examples, fuzz targets or the
+    // test-only crates
     let mut stack: Vec<PathBuf> = fs::read_dir(repo_root().join("crates"))
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| !e.path().ends_with("nvmf-interop"))
+        .filter(|e| !e.path().ends_with("nvmf-interop") && !e.path().ends_with("nvmf-testkit"))
         .map(|e| e.path().join("src"))
         .collect();
     while let Some(dir) = stack.pop() {
@@ -178,11 +163,7 @@ pub fn work_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A currently free TCP port on 127.0.0.1.
-pub fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    l.local_addr().unwrap().port()
-}
+pub use nvmf_testkit::free_port;
 
 // ------------------------------------------------------------------ config --
 
@@ -238,58 +219,18 @@ pub fn spdk_config(port: u16, bdevs: &[Malloc], subsystems: &[Subsystem]) -> Val
 
 // ------------------------------------------------------------------- nvmfd --
 
-extern "C" {
-    fn kill(pid: i32, sig: i32) -> i32;
-    fn prctl(option: i32, arg2: u64, arg3: u64, arg4: u64, arg5: u64) -> i32;
-}
-const PR_SET_PDEATHSIG: i32 = 1;
-const SIGTERM: i32 = 15;
+use nvmf_testkit::{die_with_parent, stop_child};
+const SIGTERM: i32 = libc::SIGTERM;
 
-fn signal(child: &Child, sig: i32) {
-    // SAFETY: plain kill(2) on the pid of a child we spawned and have not reaped yet.
-    unsafe {
-        kill(child.id() as i32, sig);
-    }
-}
-
-/// Makes the child get `sig` when the thread that spawned it exits, so nothing we start
-/// outlives a test binary that is killed outright (normally Drop stops it first).
-fn die_with_parent(cmd: &mut Command, sig: i32) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl(2) is async-signal-safe; nothing else runs between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            prctl(PR_SET_PDEATHSIG, sig as u64, 0, 0, 0);
-            Ok(())
-        });
-    }
-}
-
-/// Stops a child: SIGTERM, up to `grace` to exit, then SIGKILL; always reaps it.
-fn stop_child(child: &mut Child, grace: Duration) {
-    if let Ok(Some(_)) = child.try_wait() {
-        return;
-    }
-    signal(child, SIGTERM);
-    let until = Instant::now() + grace;
-    while Instant::now() < until {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        sleep(Duration::from_millis(50));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
-}
-
-/// An `nvmfd` process on the host, killed when dropped.
+/// An `nvmfd` process on the host (an nvmf-testkit [`Daemon`](nvmf_testkit::Daemon) in the
+/// test's work directory, output kept in `nvmfd.log`), stopped when dropped (SIGTERM, 3 s,
+/// then SIGKILL).
 pub struct Nvmfd {
-    child: Child,
+    d: nvmf_testkit::Daemon,
     pub port: u16,
     pub log_path: PathBuf,
     /// The daemon's JSON-RPC socket (`-r`).
     pub rpc_socket: PathBuf,
-    exit: Option<std::process::ExitStatus>,
 }
 
 impl Nvmfd {
@@ -301,120 +242,38 @@ impl Nvmfd {
 
     /// [`Nvmfd::start`] with more command-line arguments (e.g. `--metrics ADDR`).
     pub fn start_with(dir: &Path, config: &Value, port: u16, args: &[&str]) -> Nvmfd {
-        let bin = nvmfd_binary();
-        let cfg = dir.join("nvmfd.json");
-        fs::write(&cfg, serde_json::to_string_pretty(config).unwrap()).expect("write config");
-        let log_path = dir.join("nvmfd.log");
-        let log = fs::File::create(&log_path).expect("create nvmfd.log");
-        let rpc_socket = dir.join("rpc.sock");
-        let mut cmd = Command::new(&bin);
-        cmd.arg("-c")
-            .arg(&cfg)
-            .arg("-r")
-            .arg(&rpc_socket)
+        nvmfd_binary(); // the staleness warning
+        let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
+        let d = nvmf_testkit::Daemon::builder(serde_json::to_string_pretty(config).unwrap())
+            .in_dir(dir)
             .args(args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .env("NO_COLOR", "1");
-        if std::env::var_os("RUST_LOG").is_none() {
-            cmd.env("RUST_LOG", "info");
-        }
-        die_with_parent(&mut cmd, SIGTERM);
-        let child = cmd
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
-        let mut d = Nvmfd {
-            child,
+            .env("NO_COLOR", "1")
+            .env("RUST_LOG", &rust_log)
+            .listening(&[port])
+            .ready_within(Duration::from_secs(30))
+            .stop_grace(Duration::from_secs(3))
+            .start();
+        Nvmfd {
             port,
-            log_path,
-            rpc_socket,
-            exit: None,
-        };
-        let until = Instant::now() + Duration::from_secs(30);
-        let want = format!(":{port}");
-        loop {
-            let log = d.log();
-            if log
-                .lines()
-                .any(|l| l.contains("listening on") && l.contains(&want))
-            {
-                return d;
-            }
-            if !d.is_running() || Instant::now() > until {
-                let why = if d.is_running() {
-                    "did not log `listening on ...".to_string() + &want + "` within 30 s"
-                } else {
-                    format!("exited with {:?}", d.exit)
-                };
-                panic!(
-                    "nvmfd ({} -c {}) {why}\n---- nvmfd log ----\n{log}\n---- config ----\n{}",
-                    bin.display(),
-                    cfg.display(),
-                    serde_json::to_string_pretty(config).unwrap()
-                );
-            }
-            sleep(Duration::from_millis(50));
+            log_path: d.log_path.clone().expect("nvmfd.log"),
+            rpc_socket: d.rpc_socket.clone(),
+            d,
         }
     }
 
     /// Runs `nvmf rpc -s SOCKET ARGS...` (the workspace's `nvmf` binary) with a
     /// 30 s bound; Ok(stdout) on exit status 0, Err(stdout + stderr) otherwise.
     pub fn rpc(&self, args: &[&str]) -> Result<String, String> {
-        let bin = nvmfd_binary().with_file_name("nvmf");
-        let mut child = Command::new(&bin)
-            .arg("rpc")
-            .arg("-s")
-            .arg(&self.rpc_socket)
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|e| format!("cannot run {}: {e}", bin.display()))?;
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            match child.try_wait() {
-                Ok(Some(_)) => break,
-                Ok(None) if Instant::now() < until => sleep(Duration::from_millis(20)),
-                _ => {
-                    let _ = child.kill();
-                    break;
-                }
-            }
-        }
-        let out = child.wait_with_output().map_err(|e| e.to_string())?;
-        let so = String::from_utf8_lossy(&out.stdout).into_owned();
-        if out.status.success() {
-            Ok(so)
-        } else {
-            Err(format!(
-                "nvmf rpc {args:?}: {:?}\n{so}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        self.d.rpc(args)
     }
 
     /// `kill -9` (a crash: no teardown, sockets reset by the kernel); reaps it.
     pub fn kill_hard(&mut self) {
-        let _ = self.child.kill();
-        if let Ok(st) = self.child.wait() {
-            self.exit = Some(st);
-        }
+        self.d.kill();
     }
 
     pub fn is_running(&mut self) -> bool {
-        if self.exit.is_some() {
-            return false;
-        }
-        match self.child.try_wait() {
-            Ok(Some(st)) => {
-                self.exit = Some(st);
-                false
-            }
-            _ => true,
-        }
+        self.d.running()
     }
 
     /// The daemon's log so far, with ANSI colour sequences removed.
@@ -462,16 +321,10 @@ impl Nvmfd {
         if let Some(l) = log.lines().find(|l| l.contains("panicked at")) {
             return Err(format!("nvmfd panicked: {l}"));
         }
-        if !self.is_running() {
-            return Err(format!("nvmfd exited: {:?}", self.exit));
+        if let Some(st) = self.d.try_exit() {
+            return Err(format!("nvmfd exited: {:?}", Some(st)));
         }
         Ok(())
-    }
-}
-
-impl Drop for Nvmfd {
-    fn drop(&mut self) {
-        stop_child(&mut self.child, Duration::from_secs(3));
     }
 }
 
@@ -745,20 +598,10 @@ impl Drop for KernelTarget {
 
 // ------------------------------------------------------- host commands --
 
-/// The workspace's user-space initiator `nvmf`: `$NVMF_BIN`, else the one next to the
-/// nvmfd binary under test (`target/<profile>/nvmf`). Panics if it is missing.
+/// The workspace's user-space initiator `nvmf` (nvmf-testkit's: `$NVMF_BIN`, else
+/// `target/<profile>/nvmf`, built if missing).
 pub fn nvmf_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVMF_BIN") {
-        return PathBuf::from(p);
-    }
-    let bin = nvmfd_binary().with_file_name("nvmf");
-    if !bin.is_file() {
-        panic!(
-            "{SWITCH}=1 but there is no nvmf binary at {} (run `cargo build --workspace` first, or set NVMF_BIN)",
-            bin.display()
-        );
-    }
-    bin
+    nvmf_testkit::bins::nvmf()
 }
 
 /// What a bounded host command left behind.

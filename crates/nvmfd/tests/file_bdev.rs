@@ -6,9 +6,7 @@
 //! leaves the daemon serving. The `nvmf` binary is taken from this build's
 //! target dir (built with `cargo build -p nvmf-host` if missing).
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port};
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -28,15 +26,16 @@ fn nvmf() -> PathBuf {
     p
 }
 
-/// A running nvmfd (killed on drop: see [`Nvmfd`]).
+/// A running nvmfd (nvmf-testkit's: killed on drop, config and socket
+/// removed).
 struct Daemon {
-    nvmfd: Nvmfd,
+    nvmfd: nvmf_testkit::Daemon,
     port: u16,
 }
 
 impl std::ops::Deref for Daemon {
-    type Target = Nvmfd;
-    fn deref(&self) -> &Nvmfd {
+    type Target = nvmf_testkit::Daemon;
+    fn deref(&self) -> &nvmf_testkit::Daemon {
         &self.nvmfd
     }
 }
@@ -60,22 +59,14 @@ impl Daemon {
 {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#,
             img.display()
         );
-        let cfg_path = tmp(&format!("{tag}.json"));
-        std::fs::write(&cfg_path, cfg).unwrap();
-        let sock = tmp(&format!("{tag}.sock"));
-        let nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
-                .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
-                .arg("-r")
-                .arg(&sock),
-        );
+        let nvmfd = nvmf_testkit::Daemon::builder(cfg).args(["-m", "0"]).start();
         let d = Daemon { nvmfd, port };
         d.wait_log("listening on");
         d
     }
 
     fn trid(&self) -> String {
-        common::trid(self.port, NQN)
+        nvmf_testkit::trid(self.port, NQN)
     }
 
     fn perf(&self, args: &[&str], limit: Duration) -> Output {

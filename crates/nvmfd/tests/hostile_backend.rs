@@ -19,12 +19,11 @@
 //! it is missing; `NVMFD_SKIP_LOOP=1` skips them with a printed reason (the
 //! same switch as nvmf-core's `loop_device` test).
 
-mod common;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, p99, rss, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
+use nvmf_testkit::{bins::nvmfd_command, free_port, p99, rss, Process as Nvmfd};
 use nvmf_wire::command::Command;
 use nvmf_wire::opcode::{AdminOpcode, IoOpcode};
 use std::path::{Path, PathBuf};
@@ -97,7 +96,7 @@ impl Daemon {
         let sock = tmp(&format!("{tag}.sock"));
         let _ = std::fs::remove_file(&sock);
         let nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
+            nvmfd_command()
                 .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
                 .arg("-r")
                 .arg(&sock),

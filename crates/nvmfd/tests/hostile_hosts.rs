@@ -6,14 +6,13 @@
 //! goes half-open (a network namespace + veth pair whose host end goes down
 //! without a FIN or RST).
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, p99, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, IoQueue, TransportId};
+use nvmf_testkit::{bins::nvmfd_command, free_port, p99};
 use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CNTLID_DYNAMIC};
@@ -22,7 +21,7 @@ use raw_sock::Sock;
 use std::io::{ErrorKind, Read};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tcp_common::host::*;
@@ -35,22 +34,19 @@ const FRESH_HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f7e54000-0000-0000-000
 
 // ---------------------------------------------------------------- daemon
 
+/// A running nvmfd (nvmf-testkit's: killed on drop, config and RPC socket
+/// removed).
 struct Daemon {
-    nvmfd: Nvmfd,
+    nvmfd: nvmf_testkit::Daemon,
     port: u16,
-    cfg: PathBuf,
-    /// RPC socket (left behind when nvmfd is killed).
-    rpc: PathBuf,
 }
 
 impl std::ops::Deref for Daemon {
-    type Target = Nvmfd;
-    fn deref(&self) -> &Nvmfd {
+    type Target = nvmf_testkit::Daemon;
+    fn deref(&self) -> &nvmf_testkit::Daemon {
         &self.nvmfd
     }
 }
-
-static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 /// The test target of `tcp_common::config_json`, listening on `addr`.
 fn config_on(addr: &str, port: u16) -> String {
@@ -65,41 +61,16 @@ use tcp_common::config_json;
 impl Daemon {
     /// Starts nvmfd on one core listening on `addr`, with extra arguments.
     fn start(addr: &str, args: &[&str]) -> Daemon {
-        for _ in 0..5 {
-            let port = free_port();
-            let cfg = std::env::temp_dir().join(format!(
-                "nvmfd-hostile-{}-{}.json",
-                std::process::id(),
-                SEQ.fetch_add(1, Ordering::Relaxed)
-            ));
-            std::fs::write(&cfg, config_on(addr, port)).unwrap();
-            let sock = std::env::temp_dir()
-                .join(format!("nvmfd-hostile-{}-{port}.sock", std::process::id()));
-            let mut nvmfd = Nvmfd::spawn(
-                Nvmfd::command()
-                    .args(["-c", cfg.to_str().unwrap(), "-m", "0", "-r"])
-                    .arg(&sock)
-                    .args(args),
-            );
-            let ready = format!("listening on {addr}:{port} (tcp)");
-            if nvmfd.wait_ready(&ready, Duration::from_secs(10)) {
-                return Daemon {
-                    nvmfd,
-                    port,
-                    cfg,
-                    rpc: sock,
-                };
-            }
-            nvmfd.kill();
-            let _ = std::fs::remove_file(&cfg);
-            let _ = std::fs::remove_file(&sock);
-            assert!(
-                nvmfd.logs().contains("Address already in use"),
-                "nvmfd did not start; log:\n{}",
-                nvmfd.logs()
-            );
-        }
-        panic!("no free port for nvmfd after 5 tries");
+        let nvmfd = nvmf_testkit::Daemon::start_on_free_port(|port| {
+            nvmf_testkit::Daemon::builder(config_on(addr, port))
+                .args(["-m", "0"])
+                .args(args)
+                .listening(&[port])
+                .ready_when(&format!("listening on {addr}:{port} (tcp)"))
+                .ready_within(Duration::from_secs(10))
+        });
+        let port = nvmfd.port();
+        Daemon { nvmfd, port }
     }
 
     /// Waits up to `limit` for a log line containing `needle`.
@@ -121,14 +92,6 @@ impl Daemon {
             .iter()
             .filter(|l| l.contains(needle))
             .count()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.nvmfd.kill();
-        let _ = std::fs::remove_file(&self.cfg);
-        let _ = std::fs::remove_file(&self.rpc);
     }
 }
 
@@ -525,7 +488,7 @@ fn stuck_stderr_never_stalls_the_reactor() {
     std::fs::write(&cfg, config_on("127.0.0.1", port)).unwrap();
     let sock =
         std::env::temp_dir().join(format!("nvmfd-hostile-stuck-{}.sock", std::process::id()));
-    let mut child = Nvmfd::command()
+    let mut child = nvmfd_command()
         .args([
             "-c",
             cfg.to_str().unwrap(),

@@ -12,13 +12,12 @@
 //! without the budget and timeout options: only the memory part is run),
 //! to show the bound is what fails on unbounded code.
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, p99, rss, Nvmfd};
+use nvmf_testkit::{bins::nvmfd_command, free_port, p99, rss, Process as Nvmfd};
 use nvmf_wire::command::{Command, SglDescriptor};
 use raw_sock::Sock;
 use std::io::Read;
@@ -111,7 +110,7 @@ fn unanswered_r2ts_on_every_queue_stay_within_the_buffer_budget() {
             let rpc = dir.join(format!("hostile-{}-{attempt}.sock", std::process::id()));
             let mut cmd = match &legacy {
                 Some(bin) => std::process::Command::new(bin),
-                None => Nvmfd::command(),
+                None => nvmfd_command(),
             };
             cmd.arg("-c").arg(&cfg).args(["-m", "0", "-r"]).arg(&rpc);
             if legacy.is_none() {

@@ -3,13 +3,12 @@
 //! without digests, and every malformed case must end in the spec's
 //! C2HTermReq (or a clean close) while the daemon keeps serving others.
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, Nvmfd};
+use nvmf_testkit::{bins::nvmfd_command, free_port, Process as Nvmfd};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::CNTLID_DYNAMIC;
 use nvmf_wire::pdu::*;
@@ -81,7 +80,7 @@ impl Daemon {
         // Each daemon gets its own RPC socket (the default is shared).
         let sock =
             std::env::temp_dir().join(format!("nvmfd-loopback-{}-{port}.sock", std::process::id()));
-        let nvmfd = Nvmfd::spawn(Nvmfd::command().args(args).arg("-r").arg(&sock));
+        let nvmfd = Nvmfd::spawn(nvmfd_command().args(args).arg("-r").arg(&sock));
         Daemon {
             nvmfd,
             port,
@@ -469,13 +468,13 @@ fn config_error_exits_nonzero_before_serving() {
 
 #[test]
 fn help_and_version() {
-    let out = Nvmfd::command().arg("--help").output().unwrap();
+    let out = nvmfd_command().arg("--help").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8_lossy(&out.stdout);
     for needle in ["--config", "--cores", "--log-level", "0x3", "nvme connect"] {
         assert!(text.contains(needle), "--help mentions {needle}: {text}");
     }
-    let out = Nvmfd::command().arg("--version").output().unwrap();
+    let out = nvmfd_command().arg("--version").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).starts_with("nvmfd "));
 }
 

@@ -13,11 +13,9 @@
 //!   with a command stuck waiting for its data (never sent) as STALLED;
 //!   `nvmf_subsystem_get_qpairs` shows that command in flight on its queue.
 
-mod common;
-
-use common::{free_port, nvmf_path, run_bounded, Nvmfd};
 use nvmf_host::{ConnectOptions, Controller, TransportId};
 use nvmf_rpc::RpcClient;
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port, run_bounded};
 use nvmf_wire::command::Command as NvmeCommand;
 use nvmf_wire::opcode::IoOpcode;
 use serde_json::Value;
@@ -30,30 +28,17 @@ use std::time::{Duration, Instant};
 const NQN: &str = "nqn.2016-06.io.spdk:metrics";
 const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000beef";
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("metrics");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(format!("{}-{name}", std::process::id()))
-}
-
+/// A running nvmfd (nvmf-testkit's: killed on drop, its config and socket
+/// removed) with two listeners and the metrics endpoint.
 struct Daemon {
-    nvmfd: Nvmfd,
+    nvmfd: nvmf_testkit::Daemon,
     ports: [u16; 2],
     metrics: u16,
     sock: PathBuf,
-    cfg: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        self.nvmfd.kill();
-        let _ = std::fs::remove_file(&self.sock);
-        let _ = std::fs::remove_file(&self.cfg);
-    }
 }
 
 impl Daemon {
-    fn start(tag: &str) -> Daemon {
+    fn start() -> Daemon {
         let ports = [free_port(), free_port()];
         let metrics = free_port();
         let listener = |p: u16| {
@@ -70,22 +55,14 @@ impl Daemon {
             listener(ports[0]),
             listener(ports[1])
         );
-        let cfg_path = tmp(&format!("{tag}.json"));
-        std::fs::write(&cfg_path, cfg).unwrap();
-        let sock = tmp(&format!("{tag}.sock"));
-        let nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
-                .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
-                .arg("-r")
-                .arg(&sock)
-                .args(["--metrics", &format!("127.0.0.1:{metrics}")]),
-        );
+        let nvmfd = nvmf_testkit::Daemon::builder(cfg)
+            .args(["-m", "0", "--metrics", &format!("127.0.0.1:{metrics}")])
+            .start();
         let d = Daemon {
+            sock: nvmfd.rpc_socket.clone(),
             nvmfd,
             ports,
             metrics,
-            sock,
-            cfg: cfg_path,
         };
         d.nvmfd.wait_log("RPC server listening on");
         d.nvmfd.wait_log("metrics (Prometheus) on");
@@ -97,7 +74,10 @@ impl Daemon {
     }
 
     fn trid(&self, i: usize) -> String {
-        format!("{} hostnqn:{HOSTNQN}", common::trid(self.ports[i], NQN))
+        format!(
+            "{} hostnqn:{HOSTNQN}",
+            nvmf_testkit::trid(self.ports[i], NQN)
+        )
     }
 
     fn perf(&self, i: usize, secs: u32) {
@@ -184,7 +164,7 @@ fn series(body: &str, name: &str, want: &[(&str, &str)]) -> Vec<f64> {
 
 #[test]
 fn per_listener_counters_rise_only_on_the_used_path_and_metrics_agree() {
-    let d = Daemon::start("rise");
+    let d = Daemon::start();
     let before = d.rpc("nvmf_get_path_stats");
     assert_eq!(d.listener_totals(&before, 0), Totals::default());
 
@@ -266,7 +246,7 @@ fn per_listener_counters_rise_only_on_the_used_path_and_metrics_agree() {
 
 #[test]
 fn metrics_endpoint_answers_bad_requests_and_stays_up() {
-    let d = Daemon::start("bad");
+    let d = Daemon::start();
     let (head, _) = d.http(b"GET /nope HTTP/1.1\r\n\r\n");
     assert!(head.starts_with("HTTP/1.1 404"), "{head}");
     let (head, _) = d.http(b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n");
@@ -307,7 +287,7 @@ fn metrics_endpoint_answers_bad_requests_and_stays_up() {
 
 #[test]
 fn nvmf_top_once_shows_the_busy_path_and_flags_a_stalled_one() {
-    let d = Daemon::start("top");
+    let d = Daemon::start();
     // Listener 1: a 64 KiB write whose data (R2T) the host never sends.
     let mut trid = TransportId::parse(&d.trid(1)).unwrap();
     trid.hostnqn = Some(HOSTNQN.into());

@@ -5,10 +5,8 @@
 //! be seen above 0 (and never above the queue depth), and back at 0 once
 //! the host is done.
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
 use nvmf_rpc::RpcClient;
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,21 +46,20 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
 {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#,
         img.display()
     );
-    let cfg_path = tmp("cfg.json");
-    std::fs::write(&cfg_path, cfg).unwrap();
-    let sock = tmp("rpc.sock");
-    let d = Nvmfd::spawn(
-        Nvmfd::command()
-            .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
-            .arg("-r")
-            .arg(&sock),
-    );
-    d.wait_log("listening on");
-    let mut c = RpcClient::connect(&sock, 50).expect("rpc connect");
+    let d = nvmf_testkit::Daemon::builder(cfg)
+        .args(["-m", "0"])
+        .listening(&[port])
+        .start();
+    let mut c = RpcClient::connect(&d.rpc_socket, 50).expect("rpc connect");
     assert_eq!(pending(&mut c), 0, "idle");
 
     let mut perf = Command::new(nvmf_path())
-        .args(["perf", "-r", &common::trid(port, NQN), "--no-progress"])
+        .args([
+            "perf",
+            "-r",
+            &nvmf_testkit::trid(port, NQN),
+            "--no-progress",
+        ])
         .args([
             "-q",
             &QD.to_string(),
@@ -110,5 +107,4 @@ fn pending_bdev_io_counts_commands_in_the_backend() {
     }
     drop(d);
     let _ = std::fs::remove_file(&img);
-    let _ = std::fs::remove_file(&cfg_path);
 }

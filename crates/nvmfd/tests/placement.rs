@@ -13,13 +13,11 @@
 //! read over the RPC socket (`nvmf_get_stats`,
 //! `nvmf_subsystem_get_qpairs`).
 
-mod common;
 #[path = "common/raw_sock.rs"]
 mod raw_sock;
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
 
-use common::{free_port, Nvmfd};
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::{IoCompletion, IoQueue};
 use nvmf_host::trid::TransportId;
@@ -31,6 +29,7 @@ use raw_sock::Sock;
 use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use tcp_common::host::{admin_up_nqn, init, Host, Resp, Wire, HOSTNQN};
 use zerocopy::IntoBytes;
@@ -40,10 +39,11 @@ const IO_TIMEOUT: Duration = Duration::from_secs(10);
 /// Namespaces 1 (RAM) and 2 (file on io_uring): 4 MiB of 512-byte blocks.
 const NS_BLOCKS: u64 = 8192;
 
+/// A running nvmfd (nvmf-testkit's: killed on drop, config and socket
+/// removed) with its file bdev's image (removed after it).
 struct Daemon {
-    nvmfd: Nvmfd,
+    nvmfd: nvmf_testkit::Daemon,
     port: u16,
-    cfg: PathBuf,
     sock: PathBuf,
     img: PathBuf,
 }
@@ -51,11 +51,11 @@ struct Daemon {
 impl Drop for Daemon {
     fn drop(&mut self) {
         self.nvmfd.kill();
-        let _ = std::fs::remove_file(&self.cfg);
-        let _ = std::fs::remove_file(&self.sock);
         let _ = std::fs::remove_file(&self.img);
     }
 }
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 fn config(port: u16, img: &std::path::Path) -> String {
     let l =
@@ -79,43 +79,29 @@ fn config(port: u16, img: &std::path::Path) -> String {
 impl Daemon {
     /// `nvmfd -m 0,1 -c CFG -r SOCK ARGS`, ready to serve.
     fn start(args: &[&str]) -> Daemon {
-        for attempt in 0..5 {
-            let port = free_port();
-            let tmp = std::env::temp_dir();
-            let tag = format!("{}-{port}-{attempt}", std::process::id());
-            let cfg = tmp.join(format!("nvmfd-placement-{tag}.json"));
-            let sock = tmp.join(format!("nvmfd-placement-{tag}.sock"));
-            let img = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("nvmfd-placement-{tag}.img"));
-            std::fs::File::create(&img)
-                .unwrap()
-                .set_len(NS_BLOCKS * 512)
-                .unwrap();
-            std::fs::write(&cfg, config(port, &img)).unwrap();
-            let mut cmd = Nvmfd::command();
-            cmd.args(["-m", "0,1", "--log-level", "info,nvmfd=debug", "-c"])
-                .arg(&cfg)
-                .arg("-r")
-                .arg(&sock)
-                .args(args);
-            let mut d = Daemon {
-                nvmfd: Nvmfd::spawn(&mut cmd),
-                port,
-                cfg,
-                sock,
-                img,
-            };
-            let ready = format!("listening on 127.0.0.1:{port} (tcp)");
-            if d.nvmfd.wait_ready(&ready, Duration::from_secs(10)) {
-                return d;
-            }
-            assert!(
-                d.nvmfd.logs().contains("Address already in use"),
-                "nvmfd did not start; log:\n{}",
-                d.nvmfd.logs()
-            );
+        let img = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+            "nvmfd-placement-{}-{}.img",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::File::create(&img)
+            .unwrap()
+            .set_len(NS_BLOCKS * 512)
+            .unwrap();
+        let nvmfd = nvmf_testkit::Daemon::start_on_free_port(|port| {
+            nvmf_testkit::Daemon::builder(config(port, &img))
+                .args(["-m", "0,1", "--log-level", "info,nvmfd=debug"])
+                .args(args)
+                .listening(&[port])
+                .ready_when(&format!("listening on 127.0.0.1:{port} (tcp)"))
+                .ready_within(Duration::from_secs(10))
+        });
+        Daemon {
+            port: nvmfd.port(),
+            sock: nvmfd.rpc_socket.clone(),
+            nvmfd,
+            img,
         }
-        panic!("no free port for nvmfd after 5 tries");
     }
 
     fn call(&self, method: &str, params: Value) -> Value {

@@ -9,9 +9,9 @@
 //! the socket-in-use / stale-socket rules, and delete_subsystem closing its
 //! queues before it answers with a reconnect refused without DNR.
 
-mod common;
-
-use common::{free_port, nvmf_path, run_bounded, Nvmfd};
+use nvmf_testkit::{
+    bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, run_bounded, Process as Nvmfd,
+};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -65,7 +65,7 @@ impl Daemon {
 
     fn spawn(dir: &Path, cfg: Option<&Path>, state: bool) -> Daemon {
         let sock = dir.join("sock");
-        let mut cmd = Nvmfd::command();
+        let mut cmd = nvmfd_command();
         cmd.args(["-m", "0", "-r"]).arg(&sock);
         if state {
             cmd.arg("--state").arg(dir.join("state.json"));
@@ -156,7 +156,7 @@ fn empty_config(dir: &Path) -> PathBuf {
 }
 
 fn perf(port: u16, secs: u32) -> Output {
-    let trid = common::trid(port, NQN);
+    let trid = nvmf_testkit::trid(port, NQN);
     let mut cmd = Command::new(nvmf_path());
     cmd.args([
         "perf",
@@ -523,7 +523,7 @@ fn load_config_with_a_redefined_bdev_reattaches_its_namespace() {
     let d = Daemon::start(&dir, Some(&empty), false);
     d.walkthrough(port); // Malloc0: 64 MiB of 512-byte blocks = 131072 blocks
     let identify = || {
-        let trid = common::trid(port, NQN);
+        let trid = nvmf_testkit::trid(port, NQN);
         let mut cmd = Command::new(nvmf_path());
         cmd.args(["identify", "-r", &trid]);
         let out = run_bounded(cmd, Duration::from_secs(30));
@@ -582,7 +582,7 @@ fn delete_subsystem_closes_queues_at_once_and_reconnect_may_retry() {
         "-s",
         &port.to_string(),
     ]);
-    let opts = ConnectOptions::new(TransportId::parse(&common::trid(port, NQN)).unwrap());
+    let opts = ConnectOptions::new(TransportId::parse(&nvmf_testkit::trid(port, NQN)).unwrap());
     let ctrl = Controller::connect(&opts).expect("connect");
     let q = ctrl.create_io_queue(1, 32, 4096).expect("I/O queue");
 

@@ -25,9 +25,7 @@
 //! CPU core lock files (`--disable-cpumask-locks`), so they never clash with
 //! another SPDK app on the machine.
 
-mod common;
-
-use common::{free_port, Nvmfd};
+use nvmf_testkit::{bins::nvmfd_command, free_port, Process as Nvmfd};
 use serde_json::Value;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -293,7 +291,7 @@ impl Target {
         let cfg_path = dir.path("cfg.json");
         std::fs::write(&cfg_path, cfg).unwrap();
         let mut nvmfd = Nvmfd::spawn(
-            Nvmfd::command()
+            nvmfd_command()
                 .args(["-c", cfg_path.to_str().unwrap(), "-m", "0"])
                 .arg("-r")
                 .arg(dir.path("rpc.sock")),
@@ -660,7 +658,7 @@ fn rpc_py(spdk: &Path, sock: &Path, args: &[&str]) -> Value {
         .arg(sock)
         .args(args);
     let start = Instant::now();
-    let out = common::run_bounded(cmd, Duration::from_secs(60));
+    let out = nvmf_testkit::run_bounded(cmd, Duration::from_secs(60));
     assert!(
         out.status.success(),
         "rpc.py {args:?} failed after {:?}:\n{}{}",

@@ -15,9 +15,7 @@
 //! (adaptive polling stops), and the handshake limits close connections
 //! that never send ICReq or never Connect, but not connected ones.
 
-mod common;
-
-use common::{free_port, nvmf_path, Nvmfd};
+use nvmf_testkit::bins::nvmf as nvmf_path;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -61,57 +59,40 @@ fn config(port: u16) -> String {
     .to_string()
 }
 
-/// A running nvmfd (killed on drop: see [`Nvmfd`]).
+/// A running nvmfd (nvmf-testkit's: killed on drop, config and socket
+/// removed).
 struct Daemon {
-    nvmfd: Nvmfd,
+    nvmfd: nvmf_testkit::Daemon,
     port: u16,
     sock: PathBuf,
 }
 
 impl std::ops::Deref for Daemon {
-    type Target = Nvmfd;
-    fn deref(&self) -> &Nvmfd {
+    type Target = nvmf_testkit::Daemon;
+    fn deref(&self) -> &nvmf_testkit::Daemon {
         &self.nvmfd
     }
 }
 
 impl Daemon {
     fn start(extra: &[&str]) -> Daemon {
-        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-        for _ in 0..5 {
-            let port = free_port();
-            let cfg = dir.join(format!("stall-{}-{port}.json", std::process::id()));
-            std::fs::write(&cfg, config(port)).unwrap();
-            static SEQ: AtomicU64 = AtomicU64::new(0);
-            let n = SEQ.fetch_add(1, Ordering::Relaxed);
-            let sock = dir.join(format!("stall-{}-{n}.sock", std::process::id()));
-            let nvmfd = Nvmfd::spawn(
-                Nvmfd::command()
-                    .arg("-c")
-                    .arg(&cfg)
-                    .args(["-m", "0,1", "-r"])
-                    .arg(&sock)
-                    .args(extra)
-                    .env("NO_COLOR", "1"),
-            );
-            let mut d = Daemon { nvmfd, port, sock };
-            if d.nvmfd
-                .wait_ready("RPC server listening on", Duration::from_secs(20))
-            {
-                return d;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-            assert!(
-                d.logs().contains("Address already in use"),
-                "nvmfd did not start:\n{}",
-                d.logs()
-            );
+        let nvmfd = nvmf_testkit::Daemon::start_on_free_port(|port| {
+            nvmf_testkit::Daemon::builder(config(port))
+                .args(["-m", "0,1"])
+                .args(extra)
+                .env("NO_COLOR", "1")
+                .listening(&[port])
+                .ready_when("RPC server listening on")
+        });
+        Daemon {
+            port: nvmfd.port(),
+            sock: nvmfd.rpc_socket.clone(),
+            nvmfd,
         }
-        panic!("no free port for nvmfd");
     }
 
     fn trid(&self) -> String {
-        common::trid(self.port, NQN)
+        nvmf_testkit::trid(self.port, NQN)
     }
 }
 

@@ -3,9 +3,7 @@
 //! server side), and a name the kernel does not accept stops nvmfd with an
 //! error naming the option and what is available.
 
-mod common;
-
-use common::{free_port, Nvmfd};
+use nvmf_testkit::{bins::nvmfd_command, free_port, Process as Nvmfd};
 use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::Command;
@@ -69,7 +67,7 @@ fn accepted_connections_use_the_chosen_congestion_control() {
     let port = free_port();
     let (dir, cfg) = config("ok", port);
     let mut d = Nvmfd::spawn(
-        Nvmfd::command()
+        nvmfd_command()
             .args(["-m", "0", "--tcp-congestion", want, "-c"])
             .arg(&cfg)
             .arg("-r")

@@ -1,8 +1,8 @@
 //! The raw-socket NVMe/TCP host shared by loopback.rs, hostile_hosts.rs and
 //! hostile_memory.rs: [`Sock`], a `TcpStream` that speaks nvmf-tcp's test
-//! codec (`tcp_common::host`, its `Wire` trait) to a real nvmfd. Kept apart
-//! from `common` (which every test file includes) because it needs
-//! `tcp_common`: a test file that uses it declares
+//! codec (`tcp_common::host`, its `Wire` trait) to a real nvmfd (the daemon
+//! itself is started with nvmf-testkit). It needs `tcp_common`: a test file
+//! that uses it declares
 //! `#[path = "../../nvmf-tcp/tests/common/mod.rs"] mod tcp_common;` and
 //! `#[path = "common/raw_sock.rs"] mod raw_sock;`.
 #![allow(dead_code)]

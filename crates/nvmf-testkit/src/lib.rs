@@ -1,0 +1,128 @@
+//! Test scaffolding shared by every crate whose tests run the real `nvmfd` daemon or the
+//! `nvmf` CLI (nvmfd's integration tests, nvmf-host's end-to-end tests, the nvmf-interop
+//! harness). Dev-only: used as a dev-dependency (or by the test-only nvmf-interop crate),
+//! never linked into nvmfd.
+//!
+//! * [`bins`]: where the built `nvmfd` and `nvmf` binaries are (`$NVMFD_BIN`/`$NVMF_BIN`,
+//!   else `target/<profile>/`, built on demand).
+//! * [`process`]: [`Process`], a spawned child whose stderr lines are collected, that dies
+//!   with the test process and is killed on drop; [`run_bounded`] for one-shot commands.
+//! * [`daemon`]: [`Daemon`], an `nvmfd` started from config JSON in its own directory, ready
+//!   once it logged `listening on` for its ports, with its RPC socket and [`Daemon::rpc`].
+//! * Here: [`free_port`], [`trid`], [`text`], [`TestDir`], and the measurements the hostile
+//!   tests share ([`p99`], [`rss`]).
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+pub mod bins;
+pub mod daemon;
+pub mod process;
+
+pub use daemon::{Daemon, DaemonBuilder};
+pub use process::{die_with_parent, nvmf, run_bounded, stop_child, Process};
+
+/// A port that was free on 127.0.0.1 when asked (a parallel test may take it before the
+/// daemon binds it).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .expect("bind 127.0.0.1:0")
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The transport ID string `nvmf perf`/`nvmf identify` take for `nqn` on 127.0.0.1:`port`.
+pub fn trid(port: u16, nqn: &str) -> String {
+    format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
+}
+
+/// Bytes (a child's output) as text.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+static SEQ: AtomicUsize = AtomicUsize::new(0);
+
+/// A fresh directory `<temp>/nvmf-test-<pid>-<n>-<tag>`, removed (with its contents) on
+/// drop.
+pub struct TestDir {
+    path: PathBuf,
+}
+
+impl TestDir {
+    pub fn new(tag: &str) -> TestDir {
+        let path = std::env::temp_dir().join(format!(
+            "nvmf-test-{}-{}-{tag}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("create test dir");
+        TestDir { path }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `path/name`.
+    pub fn join(&self, name: &str) -> PathBuf {
+        self.path.join(name)
+    }
+}
+
+impl Drop for TestDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// The 99th percentile of `lat` (sorted in place; must not be empty).
+pub fn p99(lat: &mut [Duration]) -> Duration {
+    assert!(!lat.is_empty());
+    lat.sort_unstable();
+    lat[(lat.len() * 99 / 100).min(lat.len() - 1)]
+}
+
+/// Resident memory (VmRSS) of process `pid` in bytes.
+pub fn rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    let line = s
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .expect("VmRSS line");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS value");
+    kib * 1024
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_dir_is_removed_on_drop() {
+        let d = TestDir::new("kit");
+        std::fs::write(d.join("f"), b"x").unwrap();
+        let p = d.path().to_path_buf();
+        assert!(p.join("f").is_file());
+        drop(d);
+        assert!(!p.exists());
+    }
+
+    #[test]
+    fn p99_of_a_sample() {
+        let mut v: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
+        v.reverse();
+        assert_eq!(p99(&mut v), Duration::from_millis(100));
+        assert_eq!(
+            trid(4420, "nqn.x"),
+            "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x"
+        );
+    }
+}
