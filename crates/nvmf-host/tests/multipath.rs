@@ -385,7 +385,8 @@ fn killed_gateway_restarted_is_used_again_with_reconnect() {
 
 #[test]
 fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
-    let img = tmp("shared-frozen.img");
+    let dir = TestDir::new("mpath");
+    let img = dir.join("shared-frozen.img");
     std::fs::File::create(&img)
         .unwrap()
         .set_len(32 << 20)
@@ -395,17 +396,16 @@ fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
         img.display()
     );
     let ports = [free_port(), free_port()];
-    let g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
+    let mut g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
     let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
     let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
     let mut args = perf_args(&trids, "8");
     args.extend(["--keep-alive-tmo", "2", "--timeout", "1"]);
     let child = spawn_nvmf(&args);
     std::thread::sleep(Duration::from_secs(2));
-    // SAFETY: plain kill(2) on our own child.
-    unsafe { libc::kill(g0.child.id() as i32, libc::SIGSTOP) };
+    g0.0.signal(libc::SIGSTOP);
     let out = nvmf_wait(child, Duration::from_secs(120), &args);
-    unsafe { libc::kill(g0.child.id() as i32, libc::SIGCONT) };
+    g0.0.signal(libc::SIGCONT);
     let stdout = text(&out.stdout);
     assert!(
         out.status.success(),
@@ -431,5 +431,4 @@ fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
         p[0]["failed_over"]
     );
     drop((g0, g1));
-    let _ = std::fs::remove_file(&img);
 }
