@@ -57,7 +57,7 @@ use crate::placement::{Placed, Placement};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
-use nvmf_core::backend::uring;
+use nvmf_core::backend::{uring, wake};
 use nvmf_core::controller::QueueStats;
 use nvmf_core::queue::PortInfo;
 use nvmf_core::target::Target;
@@ -77,7 +77,8 @@ use tracing::{debug, info, warn};
 pub const WAKER_TOKEN: Token = Token(0);
 const LISTENER_BASE: usize = 1;
 const CONN_BASE: usize = 1 << 16;
-/// The thread's io_uring completion eventfd.
+/// The thread's backend wake-up eventfd (io_uring completions and posts from
+/// other threads).
 const URING_TOKEN: Token = Token(CONN_BASE - 1);
 /// Timer tick: keep-alive, AER and async completion polling.
 const TICK: Duration = Duration::from_millis(100);
@@ -309,9 +310,15 @@ impl Reactor {
                 warn!(reactor = self.id, "cannot register listener: {e}");
             }
         }
-        // This thread's io_uring: batched submissions, completions wake epoll.
+        // This thread's io_uring (batched submissions) and its wake-up
+        // eventfd: the ring signals completions on it, and backends post
+        // from other threads (helpers, library callbacks) and write it, so
+        // it is in the epoll set whether or not io_uring works here.
         uring::set_batching(true);
-        match uring::eventfd() {
+        if let Err(e) = uring::available() {
+            debug!(reactor = self.id, "no io_uring on this thread: {e}");
+        }
+        match wake::fd() {
             Ok(fd) => {
                 if let Err(e) = self.poll.registry().register(
                     &mut SourceFd(&fd),
@@ -320,11 +327,14 @@ impl Reactor {
                 ) {
                     warn!(
                         reactor = self.id,
-                        "cannot register the io_uring eventfd: {e}"
+                        "cannot register the backend wake-up eventfd: {e}"
                     );
                 }
             }
-            Err(e) => debug!(reactor = self.id, "no io_uring on this thread: {e}"),
+            Err(e) => warn!(
+                reactor = self.id,
+                "no backend wake-up eventfd (completions from other threads wait for the tick): {e}"
+            ),
         }
         let mut uring_ready = false;
         let mut events = Events::with_capacity(1024);
@@ -376,7 +386,7 @@ impl Reactor {
                     self.commands(&mut conns, &mut again_next);
                     continue;
                 } else if t == URING_TOKEN.0 {
-                    uring::clear_eventfd();
+                    wake::clear();
                     uring_ready = true;
                 } else if t < CONN_BASE {
                     let i = t - LISTENER_BASE;

@@ -126,13 +126,11 @@ mod tests {
     }
 
     /// A helper's post wakes the thread that owns the sink through its
-    /// io_uring eventfd (what the reactor sleeps on), at once.
+    /// wake-up eventfd (what the reactor sleeps on), at once.
     #[test]
     fn post_wakes_the_owning_thread() {
-        let Ok(fd) = crate::backend::uring::eventfd() else {
-            panic!("io_uring unavailable: the wake-up path cannot be tested");
-        };
-        crate::backend::uring::clear_eventfd();
+        let fd = crate::backend::wake::fd().expect("eventfd");
+        crate::backend::wake::clear();
         let sink = CompletionSink::new();
         assert!(sink.has_waker());
         let tag = IoTag {

@@ -2,8 +2,8 @@
 //!
 //! Owns the [`Backend`] trait, the operations it executes ([`BlockOp`],
 //! [`DsmRanges`]), how an operation completes ([`Submitted`], inline or later
-//! through a [`CompletionSink`], which wakes the owning reactor when a
-//! helper thread posts), and creating backends from
+//! through a [`CompletionSink`], which wakes the owning reactor through its
+//! [`wake`] eventfd when any other thread posts), and creating backends from
 //! `nvmf_config::BdevConfig`.
 //!
 //! Nothing slow runs on the caller's (reactor) thread: long work (large
@@ -23,8 +23,9 @@ pub mod malloc;
 pub mod null;
 pub mod parked;
 pub mod uring;
+pub mod wake;
 
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -172,9 +173,10 @@ pub struct IoTag {
 /// queue pair checks [`CompletionSink::is_empty`] (one atomic load) on
 /// every `poll`, so an idle sink costs nothing. The io_uring file backend
 /// posts from the reactor thread that owns the queue pair, so the lock is
-/// uncontended; helper threads ([`helper`]) post with
-/// [`CompletionSink::post_and_wake`], which also writes the owning thread's
-/// wake-up eventfd (its io_uring eventfd, which the reactor has in its
+/// uncontended; any other thread (the [`helper`] pool, a library's
+/// callback thread) posts with [`CompletionSink::post_and_wake`], which
+/// also writes the owning thread's wake-up eventfd ([`wake`]: one per
+/// thread, whether or not it has an io_uring; the reactor has it in its
 /// epoll set and answers by polling every connection with commands
 /// executing), so such a completion is delivered at once, not on the next
 /// 100 ms tick.
@@ -189,20 +191,31 @@ pub struct CompletionSink {
     done: Mutex<Vec<(IoTag, Status)>>,
     /// Owned by whoever drains: empty between drains.
     spare: Mutex<Vec<(IoTag, Status)>>,
-    /// The creating thread's wake-up eventfd (its io_uring's), if that
-    /// thread had a ring when the sink was made. Shared ownership: a helper
-    /// that writes it after the ring is gone writes to a live descriptor
-    /// nobody reads, never to a reused number.
+    /// The creating thread's wake-up eventfd ([`wake`]; its io_uring
+    /// signals the same one). `None` only when eventfd(2) failed (out of
+    /// descriptors): posts are then seen on the owner's next poll. Shared
+    /// ownership: a poster that writes it after the owner is gone writes to
+    /// a live descriptor nobody reads, never to a reused number.
     waker: Option<Arc<OwnedFd>>,
 }
 
 impl CompletionSink {
     /// A sink for a queue pair owned by the calling thread: remembers the
-    /// thread's io_uring eventfd when the thread has a ring (reactors create
-    /// theirs before accepting connections).
+    /// thread's wake-up eventfd ([`wake::thread_waker`], made here if the
+    /// thread has none yet), which the owning reactor keeps in its epoll
+    /// set.
     pub fn new() -> Arc<CompletionSink> {
+        let waker = match wake::thread_waker() {
+            Ok(fd) => Some(fd),
+            Err(e) => {
+                tracing::warn!(
+                    "no wake-up eventfd: foreign completions wait for the next poll: {e}"
+                );
+                None
+            }
+        };
         Arc::new(CompletionSink {
-            waker: uring::existing_eventfd(),
+            waker,
             ..CompletionSink::default()
         })
     }
@@ -220,7 +233,7 @@ impl CompletionSink {
         this.post(tag, status);
         drop(this);
         if let Some(fd) = waker {
-            wake_fd(&fd);
+            wake::wake(&fd);
         }
     }
 
@@ -272,20 +285,6 @@ impl CompletionSink {
         v.sort();
         v
     }
-}
-
-/// Adds 1 to an eventfd (non-blocking; a full counter already means
-/// "wake up").
-pub(crate) fn wake_fd(fd: &OwnedFd) {
-    let one: u64 = 1;
-    // SAFETY: writes 8 bytes from `one` to a descriptor we hold open.
-    unsafe {
-        libc::write(
-            fd.as_raw_fd(),
-            (&one as *const u64).cast(),
-            std::mem::size_of::<u64>(),
-        )
-    };
 }
 
 /// A block device a namespace exposes. Shared by every reactor thread.

@@ -8,7 +8,8 @@
 //! "nobody can touch these buffers any more": [`reap`] then frees them.
 //! Teardown therefore never waits for the kernel or a helper; the reactor
 //! calls [`reap`] on every loop turn (through `uring::flush`), and the
-//! ring's eventfd (which helpers also write) wakes it when operations end.
+//! thread's wake-up eventfd (`wake`: the ring and other threads' posts
+//! signal it) wakes it when operations end.
 //! Entries parked longer than [`PARKED_WARN`] are logged, at most once per
 //! [`PARKED_WARN`] per thread.
 

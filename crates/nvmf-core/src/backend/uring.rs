@@ -30,7 +30,7 @@
 //! at once.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,17 +161,13 @@ impl Ring {
             .setup_single_issuer()
             .build(RING_ENTRIES)
             .or_else(|_| IoUring::new(RING_ENTRIES))?;
-        // SAFETY: plain eventfd(2); the descriptor is owned below.
-        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        if fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: fd is a fresh descriptor nobody else owns.
-        let eventfd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // The thread's wake-up eventfd (`wake`): one descriptor in the
+        // reactor's epoll for ring completions and foreign posts alike.
+        let eventfd = super::wake::thread_waker()?;
         ring.submitter().register_eventfd(eventfd.as_raw_fd())?;
         Ok(Ring {
             ring,
-            eventfd: Arc::new(eventfd),
+            eventfd,
             ops: Vec::with_capacity(256),
             free: Vec::with_capacity(256),
             queued: 0,
@@ -579,33 +575,10 @@ pub fn eventfd() -> Result<RawFd, String> {
     with_ring(|r| r.eventfd.as_raw_fd())
 }
 
-/// This thread's eventfd if the thread already has a ring (never creates
-/// one): what a [`CompletionSink`] made here writes to wake the thread.
-pub fn existing_eventfd() -> Option<Arc<OwnedFd>> {
-    RING.with(|cell| {
-        cell.try_borrow()
-            .ok()
-            .and_then(|s| s.as_ref().map(|r| r.eventfd.clone()))
-    })
-}
-
-/// Resets the eventfd counter (non-blocking).
+/// Resets the eventfd counter (non-blocking): the thread's wake-up
+/// eventfd, shared with helpers ([`super::wake::clear`]).
 pub fn clear_eventfd() {
-    RING.with(|cell| {
-        if let Ok(slot) = cell.try_borrow() {
-            if let Some(r) = slot.as_ref() {
-                let mut v = 0u64;
-                // SAFETY: reads 8 bytes into `v` from our own non-blocking eventfd.
-                unsafe {
-                    libc::read(
-                        r.eventfd.as_raw_fd(),
-                        (&mut v as *mut u64).cast(),
-                        std::mem::size_of::<u64>(),
-                    )
-                };
-            }
-        }
-    });
+    super::wake::clear();
 }
 
 /// Operations this thread's ring holds (queued or in the kernel).
