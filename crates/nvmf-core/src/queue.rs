@@ -226,19 +226,20 @@ impl QueuePair {
     }
 
     /// Called by a closing transport with what backend operations in flight
-    /// may still point into (its request buffers): kept alive on this thread
-    /// until every operation of this queue finished, then freed
-    /// (`backend::parked`, reaped on every reactor turn); dropped at once
-    /// when nothing is in flight. After this, dropping the queue pair never
-    /// waits. Commands still executing get no completion.
-    pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>) {
+    /// may still point into (its request buffers, about `bytes` of memory):
+    /// kept alive on this thread until every operation of this queue
+    /// finished, however long that takes, then freed (`backend::parked`,
+    /// reaped on every reactor turn); dropped at once when nothing is in
+    /// flight. After this, dropping the queue pair never waits. Commands
+    /// still executing get no completion.
+    pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>, bytes: usize) {
         self.handed_over = true;
         if self.backend_ops_in_flight() == 0 {
             // Nothing points into the buffers: free them now.
             drop(keep);
             return;
         }
-        crate::backend::parked::park(self.sink.clone(), keep);
+        crate::backend::parked::park(self.sink.clone(), keep, bytes);
     }
 
     /// The host reused the command ID `cid` of an Asynchronous Event
@@ -608,7 +609,9 @@ impl Drop for QueuePair {
         // Asynchronous operations still in flight point into the
         // transport's buffers. A transport that handed them over
         // (`hand_over`) has them freed later; one that did not frees them
-        // right after this queue pair, so wait until the kernel is done.
+        // right after this queue pair, so wait until the backend is done,
+        // however long (never free under a writer; nvmf-tcp always hands
+        // over, only in-process harnesses get here).
         if Arc::strong_count(&self.sink) > 1 && !self.handed_over {
             crate::backend::uring::wait_sink_idle(&self.sink);
         }

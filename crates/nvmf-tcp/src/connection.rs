@@ -222,7 +222,8 @@ impl Drop for Connection {
     /// the I/O finishes.
     fn drop(&mut self) {
         let slots = std::mem::replace(&mut self.slots, Slots::new(0, self.params.buffers.clone()));
-        self.qp.hand_over(Box::new(slots));
+        let bytes = slots.buffer_bytes();
+        self.qp.hand_over(Box::new(slots), bytes);
     }
 }
 

@@ -238,7 +238,6 @@ impl Slot {
     }
 
     /// Bytes currently allocated for data.
-    #[allow(dead_code)]
     pub fn capacity(&self) -> usize {
         self.buf.len()
     }
@@ -409,6 +408,11 @@ impl Slots {
     /// Bytes this queue has charged to the budget.
     pub fn charged(&self) -> usize {
         self.charged
+    }
+
+    /// Bytes of data buffers all slots hold (charged or not).
+    pub fn buffer_bytes(&self) -> usize {
+        self.slots.iter().map(|s| s.capacity()).sum()
     }
 
     /// The retained (never charged) buffer size.

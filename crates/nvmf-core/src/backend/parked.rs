@@ -12,9 +12,19 @@
 //! signal it) wakes it when operations end.
 //! Entries parked longer than [`PARKED_WARN`] are logged, at most once per
 //! [`PARKED_WARN`] per thread.
+//!
+//! Nothing here ever frees early: an entry waits however long its backend
+//! takes (a cluster that stops answering can take minutes), and a thread
+//! that ends with entries still in use leaks them rather than free them
+//! under a foreign writer. The memory is accounted process-wide
+//! ([`parked_bytes`], [`parked_total`]; the transport's charged buffers
+//! also stay charged to its buffer budget while parked, which is what
+//! bounds it: a gateway whose backend hangs runs out of budget, and new
+//! commands wait, instead of growing without end).
 
 use std::any::Any;
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,7 +36,20 @@ pub const PARKED_WARN: Duration = Duration::from_secs(30);
 struct Parked {
     sink: Arc<CompletionSink>,
     _keep: Box<dyn Any>,
+    bytes: usize,
     since: Instant,
+}
+
+/// Bytes parked on every thread (what the transports said they hold).
+static BYTES: AtomicUsize = AtomicUsize::new(0);
+/// Entries parked on every thread.
+static TOTAL: AtomicUsize = AtomicUsize::new(0);
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        BYTES.fetch_sub(self.bytes, Ordering::Relaxed);
+        TOTAL.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// The per-thread list. When the thread ends with entries still in use
@@ -50,17 +73,21 @@ thread_local! {
     static LAST_WARN: Cell<Option<Instant>> = const { Cell::new(None) };
 }
 
-/// Keeps `keep` alive on this thread until no operation holds `sink` any
-/// more (dropped at once when none does).
-pub fn park(sink: Arc<CompletionSink>, keep: Box<dyn Any>) {
+/// Keeps `keep` (about `bytes` of memory) alive on this thread until no
+/// operation holds `sink` any more, however long that takes (dropped at
+/// once when none does).
+pub fn park(sink: Arc<CompletionSink>, keep: Box<dyn Any>, bytes: usize) {
     if Arc::strong_count(&sink) <= 1 {
         return;
     }
+    BYTES.fetch_add(bytes, Ordering::Relaxed);
+    TOTAL.fetch_add(1, Ordering::Relaxed);
     PARKED.with(|p| {
         let p = &mut p.borrow_mut().0;
         p.push(Parked {
             sink,
             _keep: keep,
+            bytes,
             since: Instant::now(),
         });
         COUNT.with(|c| c.set(p.len()));
@@ -70,6 +97,17 @@ pub fn park(sink: Arc<CompletionSink>, keep: Box<dyn Any>) {
 /// Entries parked on this thread.
 pub fn parked() -> usize {
     COUNT.with(Cell::get)
+}
+
+/// Bytes parked on all threads (entries leaked by ended threads included:
+/// they are still held).
+pub fn parked_bytes() -> usize {
+    BYTES.load(Ordering::Relaxed)
+}
+
+/// Entries parked on all threads.
+pub fn parked_total() -> usize {
+    TOTAL.load(Ordering::Relaxed)
 }
 
 /// Frees every parked entry whose operations all finished; returns how
@@ -89,7 +127,17 @@ fn reap_at(now: Instant) -> (usize, bool) {
         // Not re-entrant: a drop below cannot reach here, but be safe.
         let mut guard = p.try_borrow_mut().ok()?;
         let p = &mut guard.0;
-        p.retain(|e| Arc::strong_count(&e.sink) > 1);
+        p.retain(|e| {
+            let busy = Arc::strong_count(&e.sink) > 1;
+            if !busy {
+                // The count is read relaxed and the operations' last sink
+                // clones were dropped with release: this fence orders their
+                // writes into the buffers before the free (as `Arc`'s own
+                // drop does).
+                std::sync::atomic::fence(Ordering::Acquire);
+            }
+            busy
+        });
         COUNT.with(|c| c.set(p.len()));
         Some((p.len(), p.iter().map(|e| e.since).min()))
     }) else {
@@ -108,6 +156,7 @@ fn reap_at(now: Instant) -> (usize, bool) {
                 tracing::warn!(
                     parked = left,
                     oldest_s = age.as_secs(),
+                    parked_bytes_all_threads = parked_bytes(),
                     "buffers of closed queues still wait for backend I/O (device not answering?)"
                 );
             }
@@ -133,7 +182,7 @@ mod tests {
         let freed = Arc::new(AtomicBool::new(false));
         let sink = CompletionSink::new();
         let op = sink.clone(); // an operation in flight
-        park(sink, Box::new(Flag(freed.clone())));
+        park(sink, Box::new(Flag(freed.clone())), 0);
         assert_eq!(parked(), 1);
         assert_eq!(reap(), 1);
         assert!(!freed.load(Ordering::SeqCst), "freed while in use");
@@ -143,7 +192,7 @@ mod tests {
 
         // Nothing in flight: dropped at once.
         let freed2 = Arc::new(AtomicBool::new(false));
-        park(CompletionSink::new(), Box::new(Flag(freed2.clone())));
+        park(CompletionSink::new(), Box::new(Flag(freed2.clone())), 0);
         assert!(freed2.load(Ordering::SeqCst));
         assert_eq!(parked(), 0);
     }
@@ -154,7 +203,7 @@ mod tests {
     fn long_parked_entries_are_reported_rate_limited() {
         let sink = CompletionSink::new();
         let op = sink.clone();
-        park(sink, Box::new(()));
+        park(sink, Box::new(()), 0);
         let t0 = Instant::now();
         assert_eq!(reap_at(t0), (1, false), "young entries are not reported");
         let late = t0 + PARKED_WARN + Duration::from_secs(1);
@@ -167,5 +216,103 @@ mod tests {
         assert_eq!(reap_at(late + PARKED_WARN), (1, true));
         drop(op);
         assert_eq!(reap_at(late + PARKED_WARN * 3), (0, false));
+    }
+
+    /// A request buffer whose drop records whether the backend's late
+    /// write had landed (the canary) and whether it was posted first.
+    struct Canary {
+        buf: Vec<u8>,
+        posted: Arc<AtomicBool>,
+        freed_ok: Arc<AtomicBool>,
+        freed: Arc<AtomicBool>,
+    }
+    impl Drop for Canary {
+        fn drop(&mut self) {
+            let ok = self.posted.load(Ordering::SeqCst) && self.buf.iter().all(|&b| b == 0xc5);
+            self.freed_ok.store(ok, Ordering::SeqCst);
+            self.freed.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// A backend that completes long after its queue closed (a foreign
+    /// thread writes the read data into the parked buffer, then posts):
+    /// the buffer is not freed before that write (canary checked on drop;
+    /// under Miri a use after free is reported), it is freed soon after the
+    /// completion (the post wakes the owner's wake-up eventfd), and the
+    /// parked-memory accounting goes back down.
+    #[test]
+    fn late_completion_after_close_never_frees_early() {
+        const BYTES: usize = 1 << 20;
+        let delay = Duration::from_millis(if cfg!(miri) { 5 } else { 350 });
+        let (posted, freed_ok, freed) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
+        let mut buf = vec![0u8; if cfg!(miri) { 4096 } else { BYTES }];
+        let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
+        let sink = CompletionSink::new();
+        let op = sink.clone(); // held by the operation in flight
+        let tag = crate::backend::IoTag {
+            cid: 3,
+            bytes: len as u32,
+            write: false,
+        };
+        let p2 = posted.clone();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(delay);
+            // SAFETY: the buffer is parked until `op` is dropped below.
+            let b = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u8, len) };
+            b.fill(0xc5);
+            p2.store(true, Ordering::SeqCst);
+            let at = Instant::now();
+            CompletionSink::post_and_wake(op, tag, nvmf_wire::status::Status::SUCCESS);
+            at
+        });
+        let canary = Canary {
+            buf,
+            posted: posted.clone(),
+            freed_ok: freed_ok.clone(),
+            freed: freed.clone(),
+        };
+        // The queue closes: its buffers are handed over, its sink dropped.
+        park(sink, Box::new(canary), BYTES);
+        assert_eq!(parked(), 1);
+        assert!(parked_bytes() >= BYTES && parked_total() >= 1);
+        let start = Instant::now();
+        while !freed.load(Ordering::SeqCst) {
+            assert!(start.elapsed() < Duration::from_secs(10), "never freed");
+            #[cfg(not(miri))]
+            {
+                let mut pfd = libc::pollfd {
+                    fd: crate::backend::wake::fd().unwrap(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd. A long timeout: only the
+                // wake-up can end the wait soon after the completion.
+                unsafe { libc::poll(&mut pfd, 1, 1000) };
+                crate::backend::wake::clear();
+            }
+            #[cfg(miri)]
+            std::thread::sleep(Duration::from_millis(1));
+            reap();
+        }
+        #[cfg(not(miri))]
+        let freed_at = Instant::now();
+        assert!(
+            freed_ok.load(Ordering::SeqCst),
+            "freed before the backend's late write"
+        );
+        assert!(start.elapsed() >= delay, "freed before the completion");
+        assert_eq!(parked(), 0);
+        assert!(parked_bytes() < BYTES, "parked memory not returned");
+        let posted_at = writer.join().unwrap();
+        #[cfg(not(miri))]
+        assert!(
+            freed_at.saturating_duration_since(posted_at) < Duration::from_millis(200),
+            "freed {:?} after the completion: the post did not wake the owner",
+            freed_at.saturating_duration_since(posted_at)
+        );
     }
 }

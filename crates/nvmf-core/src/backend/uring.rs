@@ -592,12 +592,15 @@ pub fn outstanding() -> usize {
 }
 
 /// Blocks until every operation holding `sink` finished (this thread's
-/// ring holds them all: a queue pair lives on one thread). Used when a
-/// queue pair is dropped with I/O in flight so that its buffers outlive the
-/// kernel's use of them. Logs every 5 s while waiting.
+/// ring holds the file backend's; other backends complete on their own
+/// threads). Used when a queue pair is dropped with I/O in flight by a
+/// transport that did not hand its buffers over, so that they outlive the
+/// backend's use of them: it never gives up (freeing them early would let
+/// the kernel or a foreign thread write into freed memory). Logs after 5 s
+/// and then every 30 s while waiting.
 pub fn wait_sink_idle(sink: &Arc<CompletionSink>) {
     let start = Instant::now();
-    let mut warned = start;
+    let mut next_warn = start + Duration::from_secs(5);
     while Arc::strong_count(sink) > 1 {
         let progressed = RING.with(|cell| {
             let Ok(mut slot) = cell.try_borrow_mut() else {
@@ -617,22 +620,20 @@ pub fn wait_sink_idle(sink: &Arc<CompletionSink>) {
             r.reap();
             true
         });
-        if !progressed {
-            // Not ours to wait for (another thread's ring, or none).
-            if Arc::strong_count(sink) > 1 {
-                std::thread::sleep(Duration::from_millis(1));
-                if start.elapsed() > Duration::from_secs(60) {
-                    tracing::error!("giving up waiting for file bdev I/O of a closed queue");
-                    return;
-                }
-            }
+        if !progressed && Arc::strong_count(sink) > 1 {
+            // Not ours to wait for (a helper, another thread's callback).
+            std::thread::sleep(Duration::from_millis(1));
         }
-        if warned.elapsed() > Duration::from_secs(5) {
-            warned = Instant::now();
+        let now = Instant::now();
+        if now >= next_warn {
+            next_warn = now + Duration::from_secs(30);
             tracing::warn!(
-                waited_ms = start.elapsed().as_millis() as u64,
-                "closed queue still waits for file bdev I/O in flight"
+                waited_s = start.elapsed().as_secs(),
+                "closed queue still waits for backend I/O in flight (its buffers are kept)"
             );
         }
     }
+    // Pairs with the release of the operations' sink clones (see
+    // `parked::reap`): their writes happen before the caller frees.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::Acquire);
 }
