@@ -93,3 +93,12 @@ pub(crate) const SGL_LENGTH_INVALID: Status = Status::SGL_DATA_LENGTH_INVALID.wi
 pub(crate) const fn connect_ipo_iattr(in_data: bool, offset: u16) -> u32 {
     ((in_data as u32) << 16) | offset as u32
 }
+
+impl From<nvmf_backend::BdevError> for CoreError {
+    fn from(e: nvmf_backend::BdevError) -> CoreError {
+        CoreError::Bdev {
+            name: e.name,
+            reason: e.reason,
+        }
+    }
+}

@@ -19,12 +19,13 @@
 //! | `logpage.rs` | Get Log Page |
 //! | `discovery.rs` | discovery log page |
 //! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management |
-//! | `backend/` | [`Backend`] trait, malloc and null backends |
+//! | `backend` | re-export of the `nvmf-backend` crate: [`Backend`] trait, backends, sinks, parked buffers |
 //! | `error.rs` | [`CoreError`], status helpers |
 
 pub mod admin;
 pub mod ana;
-pub mod backend;
+/// The block backends live in their own crate (`nvmf-backend`).
+pub use nvmf_backend as backend;
 pub mod controller;
 pub mod discovery;
 pub mod error;

@@ -262,9 +262,9 @@ impl QueuePair {
     }
 
     /// The queue moves to the calling thread (a reactor hands a connected
-    /// queue over to another reactor): completions of helper-pool jobs must
-    /// wake the new owner, so the completion sink is replaced by one bound
-    /// to this thread's io_uring eventfd. Only possible while no backend
+    /// queue over to another reactor): completions posted from other
+    /// threads must wake the new owner, so the completion sink is replaced
+    /// by one bound to this thread's wake-up eventfd. Only possible while no backend
     /// operation is in flight (they hold the old sink, and io_uring ops
     /// complete on the ring of the thread that submitted them): returns
     /// false and changes nothing otherwise.

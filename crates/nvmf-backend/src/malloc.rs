@@ -39,7 +39,7 @@ use std::sync::Arc;
 use nvmf_wire::status::Status;
 
 use super::{byte_range, helper, Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
-use crate::error::CoreError;
+use crate::BdevError;
 
 /// Alignment of the buffer. 16 keeps `System.alloc_zeroed` on `calloc`
 /// (larger alignments would memset the whole buffer up front) and is a
@@ -299,8 +299,8 @@ impl std::fmt::Debug for MallocBackend {
 
 impl MallocBackend {
     /// Allocate a zeroed RAM disk.
-    pub fn new(name: &str, block_size: u32, num_blocks: u64) -> Result<MallocBackend, CoreError> {
-        let err = |reason: String| CoreError::Bdev {
+    pub fn new(name: &str, block_size: u32, num_blocks: u64) -> Result<MallocBackend, BdevError> {
+        let err = |reason: String| BdevError {
             name: name.to_string(),
             reason,
         };

@@ -129,8 +129,8 @@ mod tests {
     /// wake-up eventfd (what the reactor sleeps on), at once.
     #[test]
     fn post_wakes_the_owning_thread() {
-        let fd = crate::backend::wake::fd().expect("eventfd");
-        crate::backend::wake::clear();
+        let fd = crate::wake::fd().expect("eventfd");
+        crate::wake::clear();
         let sink = CompletionSink::new();
         assert!(sink.has_waker());
         let tag = IoTag {

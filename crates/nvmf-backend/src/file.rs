@@ -30,7 +30,7 @@ use nvmf_wire::status::Status;
 
 use super::uring::{self, NewOp, OpKind};
 use super::{helper, Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
-use crate::error::CoreError;
+use crate::BdevError;
 
 /// Alignment O_DIRECT buffers must have (covers 512 and 4096 devices).
 pub const DIRECT_ALIGN: usize = 4096;
@@ -118,8 +118,8 @@ pub fn block_device_geometry(fd: RawFd) -> std::io::Result<(u64, u32)> {
 
 impl FileBackend {
     /// Opens the file a bdev entry names and checks its geometry.
-    pub fn new(cfg: &BdevConfig, f: &FileBdev) -> Result<FileBackend, CoreError> {
-        let err = |reason: String| CoreError::Bdev {
+    pub fn new(cfg: &BdevConfig, f: &FileBdev) -> Result<FileBackend, BdevError> {
+        let err = |reason: String| BdevError {
             name: cfg.name.clone(),
             reason,
         };

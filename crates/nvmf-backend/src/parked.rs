@@ -253,7 +253,7 @@ mod tests {
         let (ptr, len) = (buf.as_mut_ptr() as usize, buf.len());
         let sink = CompletionSink::new();
         let op = sink.clone(); // held by the operation in flight
-        let tag = crate::backend::IoTag {
+        let tag = crate::IoTag {
             cid: 3,
             bytes: len as u32,
             write: false,
@@ -285,14 +285,14 @@ mod tests {
             #[cfg(not(miri))]
             {
                 let mut pfd = libc::pollfd {
-                    fd: crate::backend::wake::fd().unwrap(),
+                    fd: crate::wake::fd().unwrap(),
                     events: libc::POLLIN,
                     revents: 0,
                 };
                 // SAFETY: one valid pollfd. A long timeout: only the
                 // wake-up can end the wait soon after the completion.
                 unsafe { libc::poll(&mut pfd, 1, 1000) };
-                crate::backend::wake::clear();
+                crate::wake::clear();
             }
             #[cfg(miri)]
             std::thread::sleep(Duration::from_millis(1));

@@ -1,10 +1,14 @@
 //! Block backends (SPDK calls them bdevs): the storage a namespace exposes.
 //!
-//! Owns the [`Backend`] trait, the operations it executes ([`BlockOp`],
-//! [`DsmRanges`]), how an operation completes ([`Submitted`], inline or later
-//! through a [`CompletionSink`], which wakes the owning reactor through its
-//! [`wake`] eventfd when any other thread posts), and creating backends from
-//! `nvmf_config::BdevConfig`.
+//! Owns the [`Backend`] trait (open: any crate may implement it), the
+//! operations it executes ([`BlockOp`], [`DsmRanges`]), how an operation
+//! completes ([`Submitted`], inline or later through a [`CompletionSink`],
+//! which wakes the owning reactor through its [`wake`] eventfd when any
+//! other thread posts), and creating backends from
+//! `nvmf_config::BdevConfig` through a registry of constructors keyed by
+//! bdev kind ([`register`], [`create`]; malloc, null and file are
+//! registered from the start). nvmf-core re-exports this crate as
+//! `nvmf_core::backend`.
 //!
 //! Nothing slow runs on the caller's (reactor) thread: long work (large
 //! Write Zeroes / deallocate on RAM, BLKDISCARD) goes to the bounded
@@ -25,14 +29,13 @@ pub mod parked;
 pub mod uring;
 pub mod wake;
 
+use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 
 use nvmf_config::{BdevConfig, BdevKind};
 use nvmf_wire::status::Status;
-
-use crate::error::CoreError;
 
 pub use file::FileBackend;
 pub use malloc::MallocBackend;
@@ -326,9 +329,91 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// Create the backend a bdev entry describes.
-pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, CoreError> {
-    let bad = |reason: &str| CoreError::Bdev {
+/// A bdev could not be created (nvmf-core turns it into its
+/// `CoreError::Bdev`, same message).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bdev {name}: {reason}")]
+pub struct BdevError {
+    /// The bdev's name.
+    pub name: String,
+    /// Why, in words for the operator.
+    pub reason: String,
+}
+
+/// Makes the backend of one bdev entry (already checked: block size a
+/// power of two from 512 to 65536, at least one block).
+pub type Constructor = fn(&BdevConfig) -> Result<Arc<dyn Backend>, BdevError>;
+
+/// The registry key of a bdev entry's kind: "malloc", "null", "file" (both
+/// `bdev_uring_create` and `bdev_aio_create` make a file bdev).
+pub fn kind_key(kind: BdevKind) -> &'static str {
+    match kind {
+        BdevKind::Malloc => "malloc",
+        BdevKind::Null => "null",
+        BdevKind::File(_) => "file",
+    }
+}
+
+fn registry() -> &'static RwLock<BTreeMap<&'static str, Constructor>> {
+    static REGISTRY: std::sync::OnceLock<RwLock<BTreeMap<&'static str, Constructor>>> =
+        std::sync::OnceLock::new();
+    REGISTRY.get_or_init(|| {
+        let mut m: BTreeMap<&'static str, Constructor> = BTreeMap::new();
+        m.insert("malloc", new_malloc);
+        m.insert("null", new_null);
+        m.insert("file", new_file);
+        RwLock::new(m)
+    })
+}
+
+/// Registers (or replaces) the constructor for bdevs of kind `kind` (see
+/// [`kind_key`]); returns the one it replaced. Control-plane only (bdev
+/// creation), never on the I/O path.
+pub fn register(kind: &'static str, ctor: Constructor) -> Option<Constructor> {
+    registry()
+        .write()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(kind, ctor)
+}
+
+/// The kinds that have a constructor, in order.
+pub fn registered_kinds() -> Vec<&'static str> {
+    registry()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .copied()
+        .collect()
+}
+
+fn new_malloc(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, BdevError> {
+    Ok(Arc::new(MallocBackend::new(
+        &cfg.name,
+        cfg.block_size,
+        cfg.num_blocks,
+    )?))
+}
+
+fn new_null(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, BdevError> {
+    Ok(Arc::new(NullBackend::new(
+        &cfg.name,
+        cfg.block_size,
+        cfg.num_blocks,
+    )))
+}
+
+fn new_file(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, BdevError> {
+    let f = cfg.file.as_ref().ok_or_else(|| BdevError {
+        name: cfg.name.clone(),
+        reason: "file bdev without file parameters".to_string(),
+    })?;
+    Ok(Arc::new(FileBackend::new(cfg, f)?))
+}
+
+/// Create the backend a bdev entry describes: checks the geometry, then
+/// calls the constructor registered for its kind.
+pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, BdevError> {
+    let bad = |reason: &str| BdevError {
         name: cfg.name.clone(),
         reason: reason.to_string(),
     };
@@ -338,24 +423,17 @@ pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, CoreError> {
     if cfg.num_blocks == 0 {
         return Err(bad("num_blocks must be at least 1"));
     }
-    match cfg.kind {
-        BdevKind::Malloc => Ok(Arc::new(MallocBackend::new(
-            &cfg.name,
-            cfg.block_size,
-            cfg.num_blocks,
-        )?)),
-        BdevKind::Null => Ok(Arc::new(NullBackend::new(
-            &cfg.name,
-            cfg.block_size,
-            cfg.num_blocks,
+    let kind = kind_key(cfg.kind);
+    let ctor = registry()
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(kind)
+        .copied();
+    match ctor {
+        Some(ctor) => ctor(cfg),
+        None => Err(bad(&format!(
+            "no backend for bdev kind {kind:?} in this build"
         ))),
-        BdevKind::File(_) => {
-            let f = cfg
-                .file
-                .as_ref()
-                .ok_or_else(|| bad("file bdev without file parameters"))?;
-            Ok(Arc::new(FileBackend::new(cfg, f)?))
-        }
     }
 }
 
@@ -638,7 +716,7 @@ mod tests {
     /// Two threads reading and writing the same blocks of one RAM disk at
     /// once (and a third zeroing them): a data race unless every access to
     /// the disk memory is atomic. Run under `cargo +nightly miri test -p
-    /// nvmf-core malloc_concurrent` to have Miri check it; natively it checks
+    /// nvmf-backend malloc_concurrent` to have Miri check it; natively it checks
     /// that every 8-byte word read back comes whole from one writer.
     #[test]
     fn malloc_concurrent_access_is_race_free() {
@@ -685,7 +763,7 @@ mod tests {
     }
 
     /// Copy cost of the RAM disk (run with `cargo test --release -p
-    /// nvmf-core --lib malloc_copy_cost -- --ignored --nocapture`).
+    /// nvmf-backend --lib malloc_copy_cost -- --ignored --nocapture`).
     #[test]
     #[ignore]
     fn malloc_copy_cost() {
