@@ -471,12 +471,22 @@ pub fn errno_status(kind: OpKind, errno: Option<i32>) -> Status {
     }
 }
 
+/// Set (to anything) in the environment, no thread gets an io_uring (file
+/// bdevs cannot be created): for tests of the paths that must work without
+/// one, e.g. completions posted from other threads waking the reactor.
+pub const NO_URING_ENV: &str = "NVMFD_NO_URING";
+
 fn with_ring<R>(f: impl FnOnce(&mut Ring) -> R) -> Result<R, String> {
     RING.with(|cell| {
         let mut slot = cell.borrow_mut();
         if slot.is_none() {
             if let Some(e) = RING_ERROR.with(|e| e.borrow().clone()) {
                 return Err(e);
+            }
+            if std::env::var_os(NO_URING_ENV).is_some() {
+                let msg = format!("io_uring disabled by {NO_URING_ENV}");
+                RING_ERROR.with(|x| *x.borrow_mut() = Some(msg.clone()));
+                return Err(msg);
             }
             match Ring::new() {
                 Ok(r) => *slot = Some(r),
