@@ -18,6 +18,10 @@
 //! machines and scripts/test.sh run as root): they fail loudly when any of
 //! it is missing; `NVMFD_SKIP_LOOP=1` skips them with a printed reason (the
 //! same switch as nvmf-core's `loop_device` test).
+//!
+//! Also: completions posted by another thread (the helper pool) on a daemon
+//! whose threads have no io_uring (`NVMFD_NO_URING`) wake the reactor at
+//! once, not on its 100 ms tick.
 
 #[path = "../../nvmf-tcp/tests/common/mod.rs"]
 mod tcp_common;
