@@ -179,10 +179,10 @@ fn two_listeners_one_removed_mid_run() {
     });
 }
 
-#[test]
-fn two_gateways_on_one_file_one_killed_mid_run() {
-    let dir = TestDir::new("mpath");
-    let img = dir.join("shared.img");
+/// Two gateways, one listener each, exporting one 32 MiB file `dir/name`
+/// (`bdev_aio_create`): (the bdev config entry, their ports, the gateways).
+fn shared_gateways(dir: &TestDir, name: &str) -> (String, [u16; 2], Daemon, Daemon) {
+    let img = dir.join(name);
     std::fs::File::create(&img)
         .unwrap()
         .set_len(32 << 20)
@@ -192,8 +192,15 @@ fn two_gateways_on_one_file_one_killed_mid_run() {
         img.display()
     );
     let ports = [free_port(), free_port()];
-    let mut g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
+    let g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
     let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
+    (bdev, ports, g0, g1)
+}
+
+#[test]
+fn two_gateways_on_one_file_one_killed_mid_run() {
+    let dir = TestDir::new("mpath");
+    let (_, ports, mut g0, g1) = shared_gateways(&dir, "shared.img");
     run_and_cut(ports, || g0.kill9());
     drop(g1);
 }
@@ -335,18 +342,7 @@ fn listener_set_inaccessible_mid_run_moves_io_without_errors() {
 #[test]
 fn killed_gateway_restarted_is_used_again_with_reconnect() {
     let dir = TestDir::new("mpath");
-    let img = dir.join("shared-rejoin.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
-    let bdev = format!(
-        r#"{{"method":"bdev_aio_create","params":{{"name":"B0","filename":"{}","block_size":512}}}}"#,
-        img.display()
-    );
-    let ports = [free_port(), free_port()];
-    let mut g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
-    let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
+    let (bdev, ports, mut g0, g1) = shared_gateways(&dir, "shared-rejoin.img");
     let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
     let mut args = perf_args(&trids, "8");
     args.push("--reconnect");
@@ -386,18 +382,7 @@ fn killed_gateway_restarted_is_used_again_with_reconnect() {
 #[test]
 fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
     let dir = TestDir::new("mpath");
-    let img = dir.join("shared-frozen.img");
-    std::fs::File::create(&img)
-        .unwrap()
-        .set_len(32 << 20)
-        .unwrap();
-    let bdev = format!(
-        r#"{{"method":"bdev_aio_create","params":{{"name":"B0","filename":"{}","block_size":512}}}}"#,
-        img.display()
-    );
-    let ports = [free_port(), free_port()];
-    let mut g0 = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
-    let g1 = Daemon::start(&config(&bdev, &ports[1..], false), &ports[1..]);
+    let (_, ports, mut g0, g1) = shared_gateways(&dir, "shared-frozen.img");
     let trids = [trid(ports[0], NQN), trid(ports[1], NQN)];
     let mut args = perf_args(&trids, "8");
     args.extend(["--keep-alive-tmo", "2", "--timeout", "1"]);
