@@ -95,6 +95,21 @@ fn nvmf_wait(child: Child, limit: Duration, args: &[&str]) -> Output {
     wait_bounded(child, limit, &format!("nvmf {args:?}"))
 }
 
+/// A perf run that must have ended well: exit 0, no I/O error, no verify
+/// mismatch. Its JSON and stdout.
+fn clean_run(out: &Output) -> (Value, String) {
+    let stdout = text(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nvmf perf failed\n{stdout}\n{}",
+        text(&out.stderr)
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
+    assert_eq!(v["total"]["error"], 0, "{stdout}");
+    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    (v, stdout)
+}
+
 fn perf_args<'a>(trids: &'a [String], secs: &'a str) -> Vec<&'a str> {
     let mut a = vec!["perf"];
     for t in trids {
@@ -306,15 +321,7 @@ fn listener_set_inaccessible_mid_run_moves_io_without_errors() {
         &ports[0].to_string(),
     ]);
     let out = nvmf_wait(child, Duration::from_secs(120), &args);
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "nvmf perf failed\n{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
-    assert_eq!(v["total"]["error"], 0, "{stdout}");
-    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let (v, stdout) = clean_run(&out);
     let p = v["paths"].as_array().unwrap();
     for x in p {
         assert_eq!(x["ana_reporting"], true, "{stdout}");
@@ -352,15 +359,7 @@ fn killed_gateway_restarted_is_used_again_with_reconnect() {
     std::thread::sleep(Duration::from_secs(1));
     let g0b = Daemon::start(&config(&bdev, &ports[..1], false), &ports[..1]);
     let out = nvmf_wait(child, Duration::from_secs(120), &args);
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "nvmf perf failed\n{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
-    assert_eq!(v["total"]["error"], 0, "{stdout}");
-    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let (v, stdout) = clean_run(&out);
     let p = v["paths"].as_array().unwrap();
     let lost_at = p[0]["failed_at_s"].as_f64().expect("path 0 was lost");
     assert!(p[0]["reconnects"].as_u64().unwrap() >= 1, "{stdout}");
@@ -391,15 +390,7 @@ fn frozen_gateway_is_lost_by_keep_alive_and_its_commands_move() {
     g0.0.signal(libc::SIGSTOP);
     let out = nvmf_wait(child, Duration::from_secs(120), &args);
     g0.0.signal(libc::SIGCONT);
-    let stdout = text(&out.stdout);
-    assert!(
-        out.status.success(),
-        "nvmf perf failed\n{stdout}\n{}",
-        text(&out.stderr)
-    );
-    let v: Value = serde_json::from_str(&stdout).expect("JSON output");
-    assert_eq!(v["total"]["error"], 0, "{stdout}");
-    assert_eq!(v["verify"]["mismatched_blocks"], 0, "{stdout}");
+    let (v, stdout) = clean_run(&out);
     let p = v["paths"].as_array().unwrap();
     let why = p[0]["failure"].as_str().expect("frozen path not lost");
     assert!(why.contains("keep alive"), "{why}");
