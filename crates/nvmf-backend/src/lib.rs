@@ -327,7 +327,28 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn needs_stable_buffers(&self) -> bool {
         false
     }
+    /// Change the device's size to `num_blocks` blocks (control plane
+    /// only: may block for a round trip to a cluster; never called on a
+    /// reactor). Backends whose size is fixed say so.
+    fn resize(&self, num_blocks: u64) -> Result<(), BdevError> {
+        let _ = num_blocks;
+        Err(BdevError {
+            name: self.name().to_string(),
+            reason: format!("{} bdevs cannot be resized", self.kind()),
+        })
+    }
+    /// Ask to be told when the device's size changes by itself (e.g. an
+    /// `rbd resize` from elsewhere): the backend calls `hook` with the new
+    /// number of blocks, from any thread, holding none of its own locks.
+    /// Backends whose size never changes by itself ignore it.
+    fn watch_size(&self, hook: ResizeHook) {
+        let _ = hook;
+    }
 }
+
+/// Called with the new number of blocks when a device's size changed
+/// (see [`Backend::watch_size`]).
+pub type ResizeHook = Arc<dyn Fn(u64) + Send + Sync>;
 
 /// A bdev could not be created (nvmf-core turns it into its
 /// `CoreError::Bdev`, same message).
@@ -351,6 +372,7 @@ pub fn kind_key(kind: BdevKind) -> &'static str {
         BdevKind::Malloc => "malloc",
         BdevKind::Null => "null",
         BdevKind::File(_) => "file",
+        BdevKind::Rbd => "rbd",
     }
 }
 
@@ -860,6 +882,7 @@ mod tests {
             num_blocks: 0,
             uuid: None,
             file: None,
+            rbd: None,
         };
         assert!(create(&cfg).is_err());
         cfg.num_blocks = 1;

@@ -69,6 +69,7 @@ fn cfg(name: &str, kind: BdevKind) -> BdevConfig {
         num_blocks: 8,
         uuid: None,
         file: None,
+        rbd: None,
     }
 }
 

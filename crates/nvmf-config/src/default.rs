@@ -33,10 +33,12 @@ pub(crate) fn embedded_default() -> TargetConfig {
     });
     sub.listeners.push(listener.clone());
     TargetConfig {
+        rbd_clusters: Vec::new(),
         bdevs: vec![BdevConfig {
             name: "Malloc0".to_string(),
             kind: BdevKind::Malloc,
             file: None,
+            rbd: None,
             block_size: 512,
             num_blocks: (1u64 << 30) / 512,
             uuid: None,

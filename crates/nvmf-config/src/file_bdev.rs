@@ -161,6 +161,7 @@ pub(crate) fn create(
             is_block_device: probe.is_block_device,
             device_block_size: probe.device_block_size,
         }),
+        rbd: None,
     });
     Ok(())
 }

@@ -31,6 +31,7 @@ mod params;
 mod parse;
 mod write;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 pub use default::DEFAULT_SUBSYSTEM_NQN;
@@ -62,6 +63,9 @@ pub const MODEL_NUMBER_MAX_LEN: usize = 40;
 /// The whole target: what nvmfd exports and how.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct TargetConfig {
+    /// Ceph clusters registered with `bdev_rbd_register_cluster`, in
+    /// registration order (before the bdevs that use them).
+    pub rbd_clusters: Vec<RbdCluster>,
     /// Block devices, in creation order; names are unique.
     pub bdevs: Vec<BdevConfig>,
     /// Transports (at most one per type; only TCP today).
@@ -93,6 +97,44 @@ pub struct BdevConfig {
     /// values resolved at load (given or detected block size, size of the
     /// file or device divided by it).
     pub file: Option<FileBdev>,
+    /// Ceph RBD details; `Some` exactly when `kind` is [`BdevKind::Rbd`].
+    /// `num_blocks` above is then 0 until the image has been opened (the
+    /// size lives in the cluster, not in the configuration).
+    pub rbd: Option<RbdBdev>,
+}
+
+/// A Ceph RBD image (`bdev_rbd_create`; SPDK's parameter names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdBdev {
+    /// RADOS pool holding the image.
+    pub pool_name: String,
+    /// Image name inside the pool.
+    pub rbd_name: String,
+    /// Ceph client id (without "client."); `None`: librados' default
+    /// ("admin"). Ignored when `cluster_name` names a registered cluster.
+    pub user_id: Option<String>,
+    /// Extra Ceph configuration (key → value), applied after the config
+    /// file; e.g. `mon_host`, `key`, `rbd_cache`.
+    pub config_param: BTreeMap<String, String>,
+    /// A cluster registered with `bdev_rbd_register_cluster` whose
+    /// connection this bdev shares; `None`: the bdev opens its own.
+    pub cluster_name: Option<String>,
+}
+
+/// A Ceph cluster connection registered with `bdev_rbd_register_cluster`
+/// (SPDK's parameter names); rbd bdevs that name it share one connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RbdCluster {
+    /// Registration name (what `cluster_name` refers to).
+    pub name: String,
+    /// Ceph client id (without "client.").
+    pub user_id: Option<String>,
+    /// Extra Ceph configuration (key → value), applied after `config_file`.
+    pub config_param: BTreeMap<String, String>,
+    /// ceph.conf to read (`None`: librados' default search).
+    pub config_file: Option<String>,
+    /// Keyring file to use.
+    pub key_file: Option<String>,
 }
 
 /// A bdev backed by a regular file or a block device (`bdev_uring_create`,
@@ -132,6 +174,9 @@ pub enum BdevKind {
     /// A file or block device ([`BdevConfig::file`] holds the details); the
     /// method it was created with is kept so save_config writes it back.
     File(FileMethod),
+    /// A Ceph RBD image ([`BdevConfig::rbd`] holds the details;
+    /// `bdev_rbd_create`).
+    Rbd,
 }
 
 /// Which SPDK method created a file bdev.
@@ -151,6 +196,7 @@ impl BdevKind {
             BdevKind::Null => "bdev_null_create",
             BdevKind::File(FileMethod::Uring) => "bdev_uring_create",
             BdevKind::File(FileMethod::Aio) => "bdev_aio_create",
+            BdevKind::Rbd => "bdev_rbd_create",
         }
     }
 }

@@ -420,6 +420,7 @@ fn bdev_create(
         num_blocks,
         uuid,
         file: None,
+        rbd: None,
     });
     Ok(())
 }

@@ -51,6 +51,7 @@ fn target() -> Arc<Target> {
             num_blocks: 1 << 20,
             uuid: None,
             file: None,
+            rbd: None,
         }],
         transports: vec![TransportConfig::tcp_default()],
         subsystems: vec![s],

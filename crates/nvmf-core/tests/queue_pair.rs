@@ -56,6 +56,7 @@ fn bdev(name: &str, kind: BdevKind, block_size: u32, num_blocks: u64) -> BdevCon
         num_blocks,
         uuid: None,
         file: None,
+        rbd: None,
     }
 }
 

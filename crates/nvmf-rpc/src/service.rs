@@ -775,6 +775,7 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
             // SPDK's product names for bdev_uring / bdev_aio.
             BdevKind::File(FileMethod::Uring) => "URING bdev",
             BdevKind::File(FileMethod::Aio) => "AIO disk",
+            BdevKind::Rbd => "Ceph Rbd Disk",
         }),
     );
     m.insert("block_size".into(), json!(b.block_size));

@@ -68,6 +68,7 @@ fn generation(g: u64) -> TargetConfig {
             num_blocks: 1 + g,
             uuid: None,
             file: None,
+            rbd: None,
         });
     }
     cfg
