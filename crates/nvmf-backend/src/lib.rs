@@ -6,8 +6,8 @@
 //! which wakes the owning reactor through its [`wake`] eventfd when any
 //! other thread posts), and creating backends from
 //! `nvmf_config::BdevConfig` through a registry of constructors keyed by
-//! bdev kind ([`register`], [`create`]; malloc, null and file are
-//! registered from the start). nvmf-core re-exports this crate as
+//! bdev kind ([`register`], [`create`]; malloc, null, file and
+//! rbd registered from the start). nvmf-core re-exports this crate as
 //! `nvmf_core::backend`.
 //!
 //! Nothing slow runs on the caller's (reactor) thread: long work (large
@@ -26,6 +26,7 @@ pub mod helper;
 pub mod malloc;
 pub mod null;
 pub mod parked;
+pub mod rbd;
 pub mod uring;
 pub mod wake;
 
@@ -384,6 +385,7 @@ fn registry() -> &'static RwLock<BTreeMap<&'static str, Constructor>> {
         m.insert("malloc", new_malloc);
         m.insert("null", new_null);
         m.insert("file", new_file);
+        m.insert("rbd", rbd::new_rbd);
         RwLock::new(m)
     })
 }
@@ -442,7 +444,8 @@ pub fn create(cfg: &BdevConfig) -> Result<Arc<dyn Backend>, BdevError> {
     if cfg.block_size < 512 || !cfg.block_size.is_power_of_two() || cfg.block_size > 65536 {
         return Err(bad("block_size must be a power of two from 512 to 65536"));
     }
-    if cfg.num_blocks == 0 {
+    // An rbd bdev's size comes from its image, not from the entry.
+    if cfg.num_blocks == 0 && cfg.kind != BdevKind::Rbd {
         return Err(bad("num_blocks must be at least 1"));
     }
     let kind = kind_key(cfg.kind);
