@@ -1,0 +1,548 @@
+//! The RBD backend against a live one-node Ceph cluster on 127.0.0.1:
+//! data round trip of every operation, concurrent I/O completing on
+//! librbd's threads and waking each submitting thread's eventfd, resize
+//! (ours and an outside `rbd resize` seen through the watch), dropping
+//! the backend with I/O in flight, a shared registered cluster, and an
+//! unreachable cluster failing fast.
+//!
+//! The cluster: `NVMFD_CEPH_CONF` names the ceph.conf of a running one
+//! (with its keyring and a pool `rbd`), else one is started for this test
+//! process with `testbed/ceph-cluster` (stopped by its owner watchdog when
+//! the process ends). Skipped only with `NVMFD_SKIP_CEPH=1`; without Ceph
+//! installed the tests fail and say so.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use nvmf_backend::rbd::{self, RbdBackend};
+use nvmf_backend::{Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
+use nvmf_config::{BdevConfig, BdevKind, RbdBdev, RbdCluster};
+use nvmf_wire::status::Status;
+
+const POOL: &str = "rbd";
+
+struct Cluster {
+    conf: PathBuf,
+}
+
+fn skip() -> bool {
+    std::env::var("NVMFD_SKIP_CEPH").is_ok_and(|v| v == "1")
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// The shared cluster (started on first use).
+fn cluster() -> &'static Cluster {
+    static C: OnceLock<Cluster> = OnceLock::new();
+    C.get_or_init(|| {
+        if let Ok(conf) = std::env::var("NVMFD_CEPH_CONF") {
+            return Cluster { conf: conf.into() };
+        }
+        let script = repo_root().join("testbed/ceph-cluster");
+        assert!(
+            Path::new("/usr/bin/ceph-mon").exists(),
+            "Ceph is not installed (ceph-mon missing): scripts/test.sh installs it; \
+             NVMFD_SKIP_CEPH=1 skips these tests"
+        );
+        assert!(script.exists(), "{} missing", script.display());
+        let dir = std::env::temp_dir().join(format!("nvmfd-rbd-test-{}", std::process::id()));
+        let st = Command::new(&script)
+            .arg("start")
+            .arg(&dir)
+            .args(["--osds", "1", "--pool", POOL, "--owner-pid"])
+            .arg(std::process::id().to_string())
+            .status()
+            .expect("run testbed/ceph-cluster");
+        assert!(st.success(), "ceph-cluster start failed");
+        Cluster {
+            conf: dir.join("ceph.conf"),
+        }
+    })
+}
+
+/// A fresh image of `mib` MiB without exclusive-lock.
+fn image(c: &Cluster, mib: u64) -> String {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let name = format!(
+        "t{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    rbd_cli(
+        c,
+        &[
+            "create",
+            "--size",
+            &format!("{mib}M"),
+            "--image-feature",
+            "layering",
+            &format!("{POOL}/{name}"),
+        ],
+    );
+    name
+}
+
+fn rbd_cli(c: &Cluster, args: &[&str]) {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg("rbd")
+        .arg("-c")
+        .arg(&c.conf)
+        .args(args)
+        .output()
+        .expect("run rbd");
+    assert!(
+        out.status.success(),
+        "rbd {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Registers the test cluster once, under "test".
+fn registered(c: &Cluster) -> &'static str {
+    static R: OnceLock<()> = OnceLock::new();
+    R.get_or_init(|| {
+        rbd::register_cluster(&RbdCluster {
+            name: "test".into(),
+            user_id: None,
+            config_param: BTreeMap::new(),
+            config_file: Some(c.conf.to_string_lossy().into_owned()),
+            key_file: None,
+        })
+        .expect("register the test cluster");
+    });
+    "test"
+}
+
+fn cfg(name: &str, image: &str, cluster: Option<&str>, params: &[(&str, &str)]) -> BdevConfig {
+    BdevConfig {
+        name: name.into(),
+        kind: BdevKind::Rbd,
+        block_size: 4096,
+        num_blocks: 0,
+        uuid: None,
+        file: None,
+        rbd: Some(RbdBdev {
+            pool_name: POOL.into(),
+            rbd_name: image.into(),
+            user_id: None,
+            config_param: params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            cluster_name: cluster.map(str::to_string),
+        }),
+    }
+}
+
+fn open(c: &Cluster, mib: u64) -> (RbdBackend, String) {
+    let img = image(c, mib);
+    let b = RbdBackend::open(&cfg("r", &img, Some(registered(c)), &[])).expect("open");
+    (b, img)
+}
+
+fn tag(cid: u16) -> IoTag {
+    IoTag {
+        cid,
+        bytes: 0,
+        write: false,
+    }
+}
+
+/// Waits on this thread's wake-up eventfd (as a reactor does) until `n`
+/// completions were drained from `sink`; returns them and how many waits
+/// the eventfd ended (not the timeout).
+fn collect(sink: &Arc<CompletionSink>, n: usize) -> (Vec<(IoTag, Status)>, usize) {
+    let fd = nvmf_backend::wake::fd().unwrap();
+    let mut got = Vec::new();
+    let mut woken = 0;
+    let start = Instant::now();
+    while got.len() < n {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "only {} of {n} completions",
+            got.len()
+        );
+        let mut p = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut p, 1, 100) } == 1 {
+            woken += 1;
+        }
+        nvmf_backend::wake::clear();
+        sink.drain(|t, s| got.push((t, s)));
+    }
+    (got, woken)
+}
+
+/// Runs one operation to completion.
+fn run(b: &RbdBackend, op: BlockOp<'_>) -> Status {
+    let sink = CompletionSink::new();
+    match b.submit(op, tag(1), &sink) {
+        Submitted::Done(s) => s,
+        Submitted::ZeroData => Status::SUCCESS,
+        Submitted::Pending => collect(&sink, 1).0[0].1,
+    }
+}
+
+fn dsm(b: &RbdBackend, ranges: &[(u64, u32)]) -> Status {
+    let mut d = vec![0u8; ranges.len() * 16];
+    for (r, &(slba, nlb)) in d.chunks_exact_mut(16).zip(ranges) {
+        r[4..8].copy_from_slice(&nlb.to_le_bytes());
+        r[8..16].copy_from_slice(&slba.to_le_bytes());
+    }
+    let sink = CompletionSink::new();
+    match b.deallocate(DsmRanges::new(&d, ranges.len()).unwrap(), tag(2), &sink) {
+        Submitted::Done(s) => s,
+        Submitted::ZeroData => Status::SUCCESS,
+        Submitted::Pending => collect(&sink, 1).0[0].1,
+    }
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// Write (plain and FUA), read back, flush, write zeroes, deallocate:
+/// the data read back is what was written, zeroed ranges read zero, and
+/// operations past the end are refused with LBA Out of Range.
+#[test]
+fn round_trip_every_operation() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let (b, _) = open(c, 16);
+    assert_eq!(
+        (b.kind(), b.block_size(), b.num_blocks()),
+        ("rbd", 4096, 4096)
+    );
+    assert!(b.needs_stable_buffers());
+    assert!(!b.deallocate_reads_zeroes());
+    assert!(!b.cache(), "nvmfd opens images with rbd_cache off");
+
+    let data = pattern(7, 64 << 10);
+    for (lba, fua) in [(0u64, false), (100, true), (4096 - 16, false)] {
+        let op = BlockOp::Write {
+            lba,
+            buf: &data,
+            fua,
+        };
+        assert_eq!(run(&b, op), Status::SUCCESS, "write at {lba}");
+        let mut back = vec![0u8; data.len()];
+        let op = BlockOp::Read {
+            lba,
+            buf: &mut back,
+        };
+        assert_eq!(run(&b, op), Status::SUCCESS);
+        assert!(back == data, "read back at {lba} differs");
+    }
+    assert_eq!(run(&b, BlockOp::Flush), Status::SUCCESS);
+
+    let zero = BlockOp::WriteZeroes {
+        lba: 2,
+        blocks: 3,
+        fua: true,
+    };
+    assert_eq!(run(&b, zero), Status::SUCCESS);
+    let mut back = vec![1u8; data.len()];
+    let op = BlockOp::Read {
+        lba: 0,
+        buf: &mut back,
+    };
+    assert_eq!(run(&b, op), Status::SUCCESS);
+    assert_eq!(&back[..8192], &data[..8192]);
+    assert!(back[8192..5 * 4096].iter().all(|&x| x == 0), "not zeroed");
+    assert_eq!(&back[5 * 4096..], &data[5 * 4096..]);
+
+    assert_eq!(
+        dsm(&b, &[(100, 16), (4096 - 16, 16), (0, 0)]),
+        Status::SUCCESS
+    );
+
+    let oob = Status::LBA_OUT_OF_RANGE.with_dnr();
+    let op = BlockOp::Write {
+        lba: 4096 - 15,
+        buf: &data,
+        fua: false,
+    };
+    assert_eq!(run(&b, op), oob);
+    assert_eq!(dsm(&b, &[(0, 1), (4096, 1)]), oob);
+}
+
+/// With the operator's rbd_cache=true (own connection, from
+/// config_param), writes are still read back, FUA goes through the
+/// chained flush, and the backend says its cache is on.
+#[test]
+fn own_connection_with_cache_on() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let img = image(c, 8);
+    let conf = std::fs::read_to_string(&c.conf).unwrap();
+    let mon = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("mon_host = "))
+        .expect("mon_host in ceph.conf");
+    let keyring = c.conf.with_file_name("keyring");
+    let b = RbdBackend::open(&cfg(
+        "own",
+        &img,
+        None,
+        &[
+            ("mon_host", mon),
+            ("keyring", &keyring.to_string_lossy()),
+            ("rbd_cache", "true"),
+        ],
+    ))
+    .expect("open with its own connection");
+    assert!(b.cache());
+    let data = pattern(3, 8192);
+    let op = BlockOp::Write {
+        lba: 10,
+        buf: &data,
+        fua: true,
+    };
+    assert_eq!(run(&b, op), Status::SUCCESS);
+    let mut back = vec![0u8; 8192];
+    let op = BlockOp::Read {
+        lba: 10,
+        buf: &mut back,
+    };
+    assert_eq!(run(&b, op), Status::SUCCESS);
+    assert!(back == data);
+}
+
+/// Four threads, each with its own sink (and wake-up eventfd), keep 32
+/// operations in flight: every completion arrives, with data intact, and
+/// the threads are woken through their eventfds (completions are posted
+/// from librbd's threads, not the submitter's).
+#[test]
+fn concurrent_io_wakes_each_thread() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let (b, _) = open(c, 32);
+    let b = Arc::new(b);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let b = b.clone();
+            std::thread::spawn(move || {
+                let sink = CompletionSink::new();
+                let me = std::thread::current().id();
+                let base = t * 1024;
+                let mut bufs: Vec<Vec<u8>> =
+                    (0..32).map(|i| pattern((t * 32 + i) as u8, 4096)).collect();
+                for (i, buf) in bufs.iter().enumerate() {
+                    let op = BlockOp::Write {
+                        lba: base + i as u64,
+                        buf,
+                        fua: false,
+                    };
+                    assert_eq!(b.submit(op, tag(i as u16), &sink), Submitted::Pending);
+                }
+                let (got, woken) = collect(&sink, 32);
+                assert!(got.iter().all(|(_, s)| *s == Status::SUCCESS));
+                assert!(woken > 0, "thread {t} never woken by its eventfd");
+                for buf in bufs.iter_mut() {
+                    buf.fill(0);
+                }
+                for (i, buf) in bufs.iter_mut().enumerate() {
+                    let op = BlockOp::Read {
+                        lba: base + i as u64,
+                        buf,
+                    };
+                    assert_eq!(b.submit(op, tag(i as u16), &sink), Submitted::Pending);
+                }
+                let (got, woken) = collect(&sink, 32);
+                let mut cids: Vec<u16> = got.iter().map(|(t, _)| t.cid).collect();
+                cids.sort();
+                assert_eq!(cids, (0..32).collect::<Vec<u16>>());
+                assert!(woken > 0);
+                for (i, buf) in bufs.iter().enumerate() {
+                    assert!(
+                        *buf == pattern((t * 32 + i as u64) as u8, 4096),
+                        "thread {t} block {i}"
+                    );
+                }
+                assert_eq!(std::thread::current().id(), me);
+                assert_eq!(
+                    Arc::strong_count(&sink),
+                    1,
+                    "a context still holds the sink"
+                );
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(b.in_flight(), 0);
+}
+
+/// Our resize changes the size at once; an `rbd resize` from outside
+/// reaches the hook (through the watch) with the new block count.
+#[test]
+fn resize_and_outside_resize_hook() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let (b, img) = open(c, 8);
+    assert_eq!(b.num_blocks(), 2048);
+    let seen = Arc::new(AtomicU64::new(0));
+    let s2 = seen.clone();
+    b.watch_size(Arc::new(move |n| s2.store(n, Ordering::SeqCst)));
+    b.resize(4096).expect("resize");
+    assert_eq!(b.num_blocks(), 4096);
+    rbd_cli(c, &["resize", "--size", "32M", &format!("{POOL}/{img}")]);
+    let start = Instant::now();
+    while seen.load(Ordering::SeqCst) != 8192 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "hook not called with 8192 (last {})",
+            seen.load(Ordering::SeqCst)
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(b.num_blocks(), 8192);
+    // A write in the new space works.
+    let data = pattern(1, 4096);
+    let op = BlockOp::Write {
+        lba: 8191,
+        buf: &data,
+        fua: false,
+    };
+    assert_eq!(run(&b, op), Status::SUCCESS);
+}
+
+/// Dropping the backend with 64 writes and reads in flight: every one
+/// still completes through its sink (its buffer untouched by us until
+/// then), the sinks are released, and the image is closed on the
+/// closing thread without the dropping thread waiting.
+#[test]
+fn drop_with_io_in_flight() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let (b, _) = open(c, 64);
+    let closed = b.closed_flag();
+    let sink = CompletionSink::new();
+    let data = pattern(9, 128 << 10);
+    let mut reads: Vec<Vec<u8>> = (0..32).map(|_| vec![0u8; 128 << 10]).collect();
+    for i in 0..32u16 {
+        let op = BlockOp::Write {
+            lba: u64::from(i) * 32,
+            buf: &data,
+            fua: false,
+        };
+        assert_eq!(b.submit(op, tag(i), &sink), Submitted::Pending);
+    }
+    for (i, buf) in reads.iter_mut().enumerate() {
+        let op = BlockOp::Read {
+            lba: 4096 + i as u64 * 32,
+            buf,
+        };
+        assert_eq!(b.submit(op, tag(100 + i as u16), &sink), Submitted::Pending);
+    }
+    let t = Instant::now();
+    drop(b);
+    assert!(
+        t.elapsed() < Duration::from_millis(100),
+        "drop waited {:?} on the caller's thread",
+        t.elapsed()
+    );
+    let (got, _) = collect(&sink, 64);
+    assert_eq!(got.len(), 64);
+    assert!(got.iter().all(|(_, s)| *s == Status::SUCCESS), "{got:?}");
+    let start = Instant::now();
+    while !closed.load(Ordering::Acquire) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "image never closed"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(Arc::strong_count(&sink), 1);
+}
+
+/// Two bdevs share one registered cluster; the cluster cannot be
+/// unregistered while they use it, and can once they are gone.
+#[test]
+fn registered_cluster_is_shared() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let conf = c.conf.to_string_lossy().into_owned();
+    let spec = RbdCluster {
+        name: "shared".into(),
+        user_id: Some("admin".into()),
+        config_param: BTreeMap::new(),
+        config_file: Some(conf),
+        key_file: None,
+    };
+    rbd::register_cluster(&spec).expect("register");
+    assert!(rbd::register_cluster(&spec)
+        .unwrap_err()
+        .contains("already"));
+    let (i1, i2) = (image(c, 4), image(c, 4));
+    let b1 = RbdBackend::open(&cfg("s1", &i1, Some("shared"), &[])).unwrap();
+    let b2 = RbdBackend::open(&cfg("s2", &i2, Some("shared"), &[])).unwrap();
+    let e = rbd::unregister_cluster("shared").unwrap_err();
+    assert!(e.contains("still used by 2"), "{e}");
+    let (f1, f2) = (b1.closed_flag(), b2.closed_flag());
+    drop((b1, b2));
+    let start = Instant::now();
+    while !(f1.load(Ordering::Acquire) && f2.load(Ordering::Acquire)) {
+        assert!(start.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    rbd::unregister_cluster("shared").expect("unregister once unused");
+}
+
+/// A cluster nobody answers for: creating the bdev fails within the
+/// connection timeouts with a message that says so, and the registry
+/// constructor (what bdev_rbd_create uses) says it the same way.
+#[test]
+fn unreachable_cluster_fails_fast() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let keyring = c.conf.with_file_name("keyring");
+    // A port nothing listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mon = format!("127.0.0.1:{port}");
+    let cfg = cfg(
+        "gone",
+        "img",
+        None,
+        &[("mon_host", &mon), ("keyring", &keyring.to_string_lossy())],
+    );
+    let start = Instant::now();
+    let e = nvmf_backend::create(&cfg).unwrap_err();
+    let took = start.elapsed();
+    eprintln!("unreachable cluster: failed after {took:?}: {e}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+    assert!(e.to_string().contains("gone"), "{e}");
+    assert!(e.reason.contains("cannot connect"), "{e}");
+}
