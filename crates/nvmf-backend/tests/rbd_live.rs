@@ -459,6 +459,7 @@ fn drop_with_io_in_flight() {
         };
         assert_eq!(b.submit(op, tag(100 + i as u16), &sink), Submitted::Pending);
     }
+    assert!(b.in_flight() > 0, "nothing in flight at the drop");
     let t = Instant::now();
     drop(b);
     assert!(
