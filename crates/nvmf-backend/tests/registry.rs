@@ -75,7 +75,7 @@ fn cfg(name: &str, kind: BdevKind) -> BdevConfig {
 
 #[test]
 fn a_constructor_registered_outside_the_crate_is_used() {
-    assert_eq!(registered_kinds(), vec!["file", "malloc", "null"]);
+    assert_eq!(registered_kinds(), vec!["file", "malloc", "null", "rbd"]);
     let built_in = create(&cfg("n", BdevKind::Null)).unwrap();
     assert_eq!(built_in.kind(), "null");
 
