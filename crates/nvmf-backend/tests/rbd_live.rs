@@ -5,214 +5,20 @@
 //! the backend with I/O in flight, a shared registered cluster, and an
 //! unreachable cluster failing fast.
 //!
-//! The cluster: `NVMFD_CEPH_CONF` names the ceph.conf of a running one
-//! (with its keyring and a pool `rbd`), else one is started for this test
-//! process with `testbed/ceph-cluster` (stopped by its owner watchdog when
-//! the process ends). Skipped only with `NVMFD_SKIP_CEPH=1`; without Ceph
-//! installed the tests fail and say so.
+//! The cluster and helpers: see `support/mod.rs`.
+
+mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_backend::rbd::{self, RbdBackend};
-use nvmf_backend::{Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
-use nvmf_config::{BdevConfig, BdevKind, RbdBdev, RbdCluster};
+use nvmf_backend::{Backend, BlockOp, CompletionSink, Submitted};
+use nvmf_config::RbdCluster;
 use nvmf_wire::status::Status;
-
-const POOL: &str = "rbd";
-
-struct Cluster {
-    conf: PathBuf,
-}
-
-fn skip() -> bool {
-    std::env::var("NVMFD_SKIP_CEPH").is_ok_and(|v| v == "1")
-}
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The shared cluster (started on first use).
-fn cluster() -> &'static Cluster {
-    static C: OnceLock<Cluster> = OnceLock::new();
-    C.get_or_init(|| {
-        if let Ok(conf) = std::env::var("NVMFD_CEPH_CONF") {
-            return Cluster { conf: conf.into() };
-        }
-        let script = repo_root().join("testbed/ceph-cluster");
-        assert!(
-            Path::new("/usr/bin/ceph-mon").exists(),
-            "Ceph is not installed (ceph-mon missing): scripts/test.sh installs it; \
-             NVMFD_SKIP_CEPH=1 skips these tests"
-        );
-        assert!(script.exists(), "{} missing", script.display());
-        let dir = std::env::temp_dir().join(format!("nvmfd-rbd-test-{}", std::process::id()));
-        let st = Command::new(&script)
-            .arg("start")
-            .arg(&dir)
-            .args(["--osds", "1", "--pool", POOL, "--owner-pid"])
-            .arg(std::process::id().to_string())
-            .status()
-            .expect("run testbed/ceph-cluster");
-        assert!(st.success(), "ceph-cluster start failed");
-        Cluster {
-            conf: dir.join("ceph.conf"),
-        }
-    })
-}
-
-/// A fresh image of `mib` MiB without exclusive-lock.
-fn image(c: &Cluster, mib: u64) -> String {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let name = format!(
-        "t{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    rbd_cli(
-        c,
-        &[
-            "create",
-            "--size",
-            &format!("{mib}M"),
-            "--image-feature",
-            "layering",
-            &format!("{POOL}/{name}"),
-        ],
-    );
-    name
-}
-
-fn rbd_cli(c: &Cluster, args: &[&str]) {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg("rbd")
-        .arg("-c")
-        .arg(&c.conf)
-        .args(args)
-        .output()
-        .expect("run rbd");
-    assert!(
-        out.status.success(),
-        "rbd {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Registers the test cluster once, under "test".
-fn registered(c: &Cluster) -> &'static str {
-    static R: OnceLock<()> = OnceLock::new();
-    R.get_or_init(|| {
-        rbd::register_cluster(&RbdCluster {
-            name: "test".into(),
-            user_id: None,
-            config_param: BTreeMap::new(),
-            config_file: Some(c.conf.to_string_lossy().into_owned()),
-            key_file: None,
-        })
-        .expect("register the test cluster");
-    });
-    "test"
-}
-
-fn cfg(name: &str, image: &str, cluster: Option<&str>, params: &[(&str, &str)]) -> BdevConfig {
-    BdevConfig {
-        name: name.into(),
-        kind: BdevKind::Rbd,
-        block_size: 4096,
-        num_blocks: 0,
-        uuid: None,
-        file: None,
-        rbd: Some(RbdBdev {
-            pool_name: POOL.into(),
-            rbd_name: image.into(),
-            user_id: None,
-            config_param: params
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            cluster_name: cluster.map(str::to_string),
-        }),
-    }
-}
-
-fn open(c: &Cluster, mib: u64) -> (RbdBackend, String) {
-    let img = image(c, mib);
-    let b = RbdBackend::open(&cfg("r", &img, Some(registered(c)), &[])).expect("open");
-    (b, img)
-}
-
-fn tag(cid: u16) -> IoTag {
-    IoTag {
-        cid,
-        bytes: 0,
-        write: false,
-    }
-}
-
-/// Waits on this thread's wake-up eventfd (as a reactor does) until `n`
-/// completions were drained from `sink`; returns them and how many waits
-/// the eventfd ended (not the timeout).
-fn collect(sink: &Arc<CompletionSink>, n: usize) -> (Vec<(IoTag, Status)>, usize) {
-    let fd = nvmf_backend::wake::fd().unwrap();
-    let mut got = Vec::new();
-    let mut woken = 0;
-    let start = Instant::now();
-    while got.len() < n {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "only {} of {n} completions",
-            got.len()
-        );
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        if unsafe { libc::poll(&mut p, 1, 100) } == 1 {
-            woken += 1;
-        }
-        nvmf_backend::wake::clear();
-        sink.drain(|t, s| got.push((t, s)));
-    }
-    (got, woken)
-}
-
-/// Runs one operation to completion.
-fn run(b: &RbdBackend, op: BlockOp<'_>) -> Status {
-    let sink = CompletionSink::new();
-    match b.submit(op, tag(1), &sink) {
-        Submitted::Done(s) => s,
-        Submitted::ZeroData => Status::SUCCESS,
-        Submitted::Pending => collect(&sink, 1).0[0].1,
-    }
-}
-
-fn dsm(b: &RbdBackend, ranges: &[(u64, u32)]) -> Status {
-    let mut d = vec![0u8; ranges.len() * 16];
-    for (r, &(slba, nlb)) in d.chunks_exact_mut(16).zip(ranges) {
-        r[4..8].copy_from_slice(&nlb.to_le_bytes());
-        r[8..16].copy_from_slice(&slba.to_le_bytes());
-    }
-    let sink = CompletionSink::new();
-    match b.deallocate(DsmRanges::new(&d, ranges.len()).unwrap(), tag(2), &sink) {
-        Submitted::Done(s) => s,
-        Submitted::ZeroData => Status::SUCCESS,
-        Submitted::Pending => collect(&sink, 1).0[0].1,
-    }
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
+use support::*;
 
 /// Write (plain and FUA), read back, flush, write zeroes, deallocate:
 /// the data read back is what was written, zeroed ranges read zero, and
@@ -291,19 +97,14 @@ fn own_connection_with_cache_on() {
     }
     let c = cluster();
     let img = image(c, 8);
-    let conf = std::fs::read_to_string(&c.conf).unwrap();
-    let mon = conf
-        .lines()
-        .find_map(|l| l.strip_prefix("mon_host = "))
-        .expect("mon_host in ceph.conf");
-    let keyring = c.conf.with_file_name("keyring");
+    let (mon, keyring) = (c.mon_host(), c.keyring());
     let b = RbdBackend::open(&cfg(
         "own",
         &img,
         None,
         &[
-            ("mon_host", mon),
-            ("keyring", &keyring.to_string_lossy()),
+            ("mon_host", &mon),
+            ("keyring", &keyring),
             ("rbd_cache", "true"),
         ],
     ))
@@ -528,7 +329,7 @@ fn unreachable_cluster_fails_fast() {
         return;
     }
     let c = cluster();
-    let keyring = c.conf.with_file_name("keyring");
+    let keyring = c.keyring();
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -540,7 +341,7 @@ fn unreachable_cluster_fails_fast() {
         "gone",
         "img",
         None,
-        &[("mon_host", &mon), ("keyring", &keyring.to_string_lossy())],
+        &[("mon_host", &mon), ("keyring", &keyring)],
     );
     let start = Instant::now();
     let e = nvmf_backend::create(&cfg).unwrap_err();
