@@ -351,3 +351,54 @@ fn unreachable_cluster_fails_fast() {
     assert!(e.to_string().contains("gone"), "{e}");
     assert!(e.reason.contains("cannot connect"), "{e}");
 }
+
+/// Opening an image that has the exclusive-lock feature (rbd's default
+/// features) logs a warning that says why two gateways should not serve
+/// it; an image without it does not.
+#[test]
+fn exclusive_lock_image_warns_at_open() {
+    if skip() {
+        return;
+    }
+    let c = cluster();
+    let locked = format!("{}-xl", image(c, 4));
+    rbd_cli(c, &["create", "--size", "4M", &format!("{POOL}/{locked}")]);
+    let plain = image(c, 4);
+    let log = |img: &str| {
+        let buf = Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+        let b2 = buf.clone();
+        let sub = tracing_subscriber::fmt()
+            .with_writer(move || Capture(b2.clone()))
+            .with_ansi(false)
+            .finish();
+        let b = tracing::subscriber::with_default(sub, || {
+            RbdBackend::open(&cfg("xl", img, Some(registered(c)), &[])).expect("open")
+        });
+        drop(b);
+        let out = String::from_utf8_lossy(&buf.lock().unwrap()).into_owned();
+        out
+    };
+    let out = log(&locked);
+    assert!(
+        out.contains("WARN") && out.contains("exclusive-lock") && out.contains("two gateways"),
+        "no warning: {out}"
+    );
+    let out = log(&plain);
+    assert!(
+        !out.contains("exclusive-lock"),
+        "warned without the feature: {out}"
+    );
+}
+
+/// A writer into a shared buffer (captures log output).
+struct Capture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

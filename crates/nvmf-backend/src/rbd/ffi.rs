@@ -35,10 +35,14 @@ pub const RBD_FEATURE_EXCLUSIVE_LOCK: u64 = 1 << 2;
 /// `LIBRADOS_OP_FLAG_FADVISE_FUA` (rados/librados.h).
 pub const LIBRADOS_OP_FLAG_FADVISE_FUA: c_int = 0x80;
 
-/// The library that provides librados, and its Debian package.
-pub const RADOS_LIB: (&str, &str) = ("librados.so.2", "librados2");
-/// The library that provides librbd, and its Debian package.
-pub const RBD_LIB: (&str, &str) = ("librbd.so.1", "librbd1");
+/// The librados library file.
+pub const RADOS_LIB: &str = "librados.so.2";
+/// The librbd library file.
+pub const RBD_LIB: &str = "librbd.so.1";
+/// What to install when either is missing (Debian's librbd1 depends on
+/// librados2).
+pub const PACKAGE_HINT: &str =
+    "on Debian/Ubuntu: apt-get install librbd1, which also brings librados2";
 
 /// The loaded libraries and the entry points we use. The function
 /// pointers stay valid as long as the `Library` handles, which live in the
@@ -81,30 +85,42 @@ impl std::fmt::Debug for Lib {
     }
 }
 
+static NAMES: OnceLock<(&'static str, &'static str)> = OnceLock::new();
+static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
+
 /// The process-wide binding, loaded on first use (bdev creation, control
-/// plane); the error says which library is missing and which Debian
-/// package provides it.
+/// plane); the error names the missing library and the package to
+/// install.
 pub fn lib() -> Result<&'static Lib, String> {
-    static LIB: OnceLock<Result<Lib, String>> = OnceLock::new();
-    LIB.get_or_init(|| load(RADOS_LIB, RBD_LIB))
-        .as_ref()
-        .map_err(Clone::clone)
+    LIB.get_or_init(|| {
+        let (rados, rbd) = NAMES.get().copied().unwrap_or((RADOS_LIB, RBD_LIB));
+        load(rados, rbd)
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
-fn open(what: (&str, &str)) -> Result<Library, String> {
-    let (file, package) = what;
+/// Loads other library files than librados.so.2 / librbd.so.1 (tests: a
+/// name that does not exist shows what a machine without Ceph says).
+/// Only before the first load; returns whether it took effect.
+pub fn use_library_names(rados: &'static str, rbd: &'static str) -> bool {
+    LIB.get().is_none() && NAMES.set((rados, rbd)).is_ok()
+}
+
+fn open(file: &str) -> Result<Library, String> {
     // SAFETY: loading a shared library runs its initialisers; librados and
     // librbd are ordinary C++ libraries whose initialisers only set up
     // their own globals.
     unsafe { Library::new(file) }.map_err(|e| {
-        format!("cannot load {file} (Ceph client library; on Debian install the {package} package): {e}")
+        format!(
+            "cannot load {file}, Ceph's client library that rbd bdevs need ({PACKAGE_HINT}): {e}"
+        )
     })
 }
 
-/// Loads the libraries named `rados` and `rbd` ((file, Debian package)
-/// each) and resolves every entry point (tests pass bogus names to see the
-/// error).
-pub fn load(rados: (&str, &str), rbd: (&str, &str)) -> Result<Lib, String> {
+/// Loads the library files `rados` and `rbd` and resolves every entry
+/// point.
+pub fn load(rados: &str, rbd: &str) -> Result<Lib, String> {
     let r = open(rados)?;
     let b = open(rbd)?;
     macro_rules! sym {
@@ -118,29 +134,29 @@ pub fn load(rados: (&str, &str), rbd: (&str, &str)) -> Result<Lib, String> {
         }};
     }
     Ok(Lib {
-        rados_create: sym!(r, rados.0, rados_create),
-        rados_conf_read_file: sym!(r, rados.0, rados_conf_read_file),
-        rados_conf_set: sym!(r, rados.0, rados_conf_set),
-        rados_conf_get: sym!(r, rados.0, rados_conf_get),
-        rados_connect: sym!(r, rados.0, rados_connect),
-        rados_shutdown: sym!(r, rados.0, rados_shutdown),
-        rados_ioctx_create: sym!(r, rados.0, rados_ioctx_create),
-        rados_ioctx_destroy: sym!(r, rados.0, rados_ioctx_destroy),
-        rbd_open: sym!(b, rbd.0, rbd_open),
-        rbd_close: sym!(b, rbd.0, rbd_close),
-        rbd_get_size: sym!(b, rbd.0, rbd_get_size),
-        rbd_get_features: sym!(b, rbd.0, rbd_get_features),
-        rbd_resize: sym!(b, rbd.0, rbd_resize),
-        rbd_aio_create_completion: sym!(b, rbd.0, rbd_aio_create_completion),
-        rbd_aio_read: sym!(b, rbd.0, rbd_aio_read),
-        rbd_aio_write2: sym!(b, rbd.0, rbd_aio_write2),
-        rbd_aio_flush: sym!(b, rbd.0, rbd_aio_flush),
-        rbd_aio_discard: sym!(b, rbd.0, rbd_aio_discard),
-        rbd_aio_write_zeroes: sym!(b, rbd.0, rbd_aio_write_zeroes),
-        rbd_aio_get_return_value: sym!(b, rbd.0, rbd_aio_get_return_value),
-        rbd_aio_release: sym!(b, rbd.0, rbd_aio_release),
-        rbd_update_watch: sym!(b, rbd.0, rbd_update_watch),
-        rbd_update_unwatch: sym!(b, rbd.0, rbd_update_unwatch),
+        rados_create: sym!(r, rados, rados_create),
+        rados_conf_read_file: sym!(r, rados, rados_conf_read_file),
+        rados_conf_set: sym!(r, rados, rados_conf_set),
+        rados_conf_get: sym!(r, rados, rados_conf_get),
+        rados_connect: sym!(r, rados, rados_connect),
+        rados_shutdown: sym!(r, rados, rados_shutdown),
+        rados_ioctx_create: sym!(r, rados, rados_ioctx_create),
+        rados_ioctx_destroy: sym!(r, rados, rados_ioctx_destroy),
+        rbd_open: sym!(b, rbd, rbd_open),
+        rbd_close: sym!(b, rbd, rbd_close),
+        rbd_get_size: sym!(b, rbd, rbd_get_size),
+        rbd_get_features: sym!(b, rbd, rbd_get_features),
+        rbd_resize: sym!(b, rbd, rbd_resize),
+        rbd_aio_create_completion: sym!(b, rbd, rbd_aio_create_completion),
+        rbd_aio_read: sym!(b, rbd, rbd_aio_read),
+        rbd_aio_write2: sym!(b, rbd, rbd_aio_write2),
+        rbd_aio_flush: sym!(b, rbd, rbd_aio_flush),
+        rbd_aio_discard: sym!(b, rbd, rbd_aio_discard),
+        rbd_aio_write_zeroes: sym!(b, rbd, rbd_aio_write_zeroes),
+        rbd_aio_get_return_value: sym!(b, rbd, rbd_aio_get_return_value),
+        rbd_aio_release: sym!(b, rbd, rbd_aio_release),
+        rbd_update_watch: sym!(b, rbd, rbd_update_watch),
+        rbd_update_unwatch: sym!(b, rbd, rbd_update_unwatch),
         _rados: r,
         _rbd: b,
     })
@@ -162,13 +178,14 @@ mod tests {
     /// file and the Debian package to install.
     #[test]
     fn missing_library_names_file_and_package() {
-        let e = load(("libnvmfd-no-such-rados.so.2", "librados2"), RBD_LIB).unwrap_err();
-        assert!(e.contains("libnvmfd-no-such-rados.so.2"), "{e}");
-        assert!(e.contains("install the librados2 package"), "{e}");
-        let e = load(RADOS_LIB, ("libnvmfd-no-such-rbd.so.1", "librbd1"));
-        // Where librados is missing too, the first error is about it.
-        let e = e.unwrap_err();
-        assert!(e.contains("librbd1") || e.contains("librados2"), "{e}");
+        let e = load("libnvmfd-no-such-rados.so.2", RBD_LIB).unwrap_err();
+        assert!(e.contains("cannot load libnvmfd-no-such-rados.so.2"), "{e}");
+        assert!(e.contains("apt-get install librbd1"), "{e}");
+        // Where librados is missing too, the error is about it; else
+        // about librbd.
+        let e = load(RADOS_LIB, "libnvmfd-no-such-rbd.so.1").unwrap_err();
+        assert!(e.contains("no-such-rbd") || e.contains(RADOS_LIB), "{e}");
+        assert!(e.contains("apt-get install librbd1"), "{e}");
     }
 
     #[test]
