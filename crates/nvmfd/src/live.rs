@@ -4,11 +4,16 @@
 //! Every change converges the running target from the configuration it was
 //! last given (`applied`) to the new one: one diff routine serves single
 //! RPCs and `load_config` alike. Fallible steps run first and are undone on
-//! failure (create backends, bind new listen addresses in every reactor);
+//! failure (register rbd clusters, create backends, bind new listen
+//! addresses in every reactor);
 //! the rest (subsystems, namespaces, hosts, listeners in the core, dropping
 //! backends and listen sockets) cannot fail once the model validated it.
 //! Called on the RPC thread; reactors get messages (channel + mio Waker) and
 //! answer within a bounded wait, so the data path never waits on this.
+//! Slow bdev work (opening or resizing an rbd image: cluster round trips)
+//! also runs here, so it blocks the control plane only, for at most the
+//! backend's connect / operation timeouts. A resize (`bdev_rbd_resize`)
+//! changes no configuration: it grows the backend and the namespaces on it.
 
 use std::net::SocketAddr;
 use std::sync::mpsc::{channel, Sender};
@@ -159,6 +164,44 @@ impl Live {
         let old = st.config.clone();
         let t = &self.target;
 
+        // 0. Ceph clusters the new bdevs may name (registering may connect:
+        // network round trips on this, the RPC thread). A cluster whose
+        // definition changed (load_config) is registered again, and the rbd
+        // bdevs on it are opened again in step 1.
+        let changed_clusters: Vec<&str> = old
+            .rbd_clusters
+            .iter()
+            .filter(|o| new.rbd_cluster(&o.name).is_some_and(|n| n != *o))
+            .map(|o| o.name.as_str())
+            .collect();
+        let mut registered: Vec<&str> = Vec::new();
+        for c in &new.rbd_clusters {
+            if old.rbd_cluster(&c.name) == Some(c) {
+                continue;
+            }
+            if changed_clusters.contains(&c.name.as_str()) {
+                crate::rbd_clusters::unregister(&c.name);
+            }
+            if let Err(e) = crate::rbd_clusters::register(c) {
+                for n in &registered {
+                    crate::rbd_clusters::unregister(n);
+                }
+                for n in &changed_clusters {
+                    if let Some(o) = old.rbd_cluster(n) {
+                        let _ = crate::rbd_clusters::register(o);
+                    }
+                }
+                return Err(format!("rbd cluster {}: {e}", c.name));
+            }
+            registered.push(&c.name);
+        }
+        let on_changed_cluster = |b: &nvmf_config::BdevConfig| {
+            b.rbd
+                .as_ref()
+                .and_then(|r| r.cluster_name.as_deref())
+                .is_some_and(|c| changed_clusters.contains(&c))
+        };
+
         // 1. New backends (may fail: file missing, out of memory). A bdev
         // whose definition changed (load_config) is replaced, and every
         // namespace on it is re-attached in step 3 so hosts see the new one.
@@ -166,7 +209,7 @@ impl Live {
         let mut redefined: Vec<String> = Vec::new();
         for b in &new.bdevs {
             let before = old.bdev(&b.name);
-            if before.is_some_and(|o| o == b) {
+            if before.is_some_and(|o| o == b) && !on_changed_cluster(b) {
                 continue;
             }
             if before.is_some() {
@@ -185,7 +228,13 @@ impl Live {
                         }
                     }
                 }
-                return Err(format!("bdev {}: {e}", b.name));
+                for n in &registered {
+                    crate::rbd_clusters::unregister(n);
+                }
+                return Err(e.to_string());
+            }
+            if b.kind == nvmf_config::BdevKind::Rbd {
+                info!(bdev = %b.name, num_blocks = t.bdev_num_blocks(&b.name).unwrap_or(0), "rbd image opened");
             }
             created.push(b.name.clone());
         }
@@ -278,10 +327,16 @@ impl Live {
             }
         }
 
-        // 4. Backends no bdev defines any more.
+        // 4. Backends no bdev defines any more, then clusters no longer
+        // registered.
         for o in &old.bdevs {
             if new.bdev(&o.name).is_none() {
                 t.remove_backend(&o.name);
+            }
+        }
+        for o in &old.rbd_clusters {
+            if new.rbd_cluster(&o.name).is_none() {
+                crate::rbd_clusters::unregister(&o.name);
             }
         }
 
@@ -401,12 +456,30 @@ impl LiveTarget for Live {
                 );
             }
         }
+        if let Change::ResizeBdev { name, num_blocks } = change {
+            // The model does not change (the size lives in the backend):
+            // grow the device, then every namespace on it.
+            return match self.target.resize_bdev(name, *num_blocks) {
+                Ok(hit) => {
+                    info!(bdev = %name, num_blocks, namespaces = ?hit, "rpc: bdev resized, hosts notified");
+                    Ok(())
+                }
+                Err(e) => {
+                    warn!("rpc: ResizeBdev refused: {e}");
+                    Err(e.to_string())
+                }
+            };
+        }
         let r = self.converge(&mut st, new_config);
         match &r {
             Ok(()) => info!("rpc: {} applied", change.kind()),
             Err(e) => warn!("rpc: {} refused: {e}", change.kind()),
         }
         r
+    }
+
+    fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
+        self.target.bdev_num_blocks(name)
     }
 
     fn controllers(&self, nqn: &str) -> Vec<Value> {
