@@ -197,7 +197,8 @@ pub struct SizeChange {
     /// The backend that reported it (a change from a backend since replaced
     /// or removed is dropped).
     pub backend: Weak<dyn Backend>,
-    /// The new size in blocks.
+    /// The new size in blocks as reported (applying uses the backend's
+    /// `num_blocks()` at that moment, which backends keep current).
     pub num_blocks: u64,
 }
 
@@ -628,8 +629,10 @@ impl Target {
             return Vec::new();
         };
         match self.backend(&change.bdev) {
+            // The backend's size now, not the reported one: a report that
+            // arrives after a later resize must not take the size back.
             Some(cur) if std::ptr::addr_eq(Arc::as_ptr(&cur), Arc::as_ptr(&reporter)) => {
-                self.announce_size(&cur, change.num_blocks)
+                self.announce_size(&cur, cur.num_blocks())
             }
             _ => Vec::new(),
         }

@@ -264,6 +264,15 @@ fn namespace_follows_its_bdev_size() {
     assert_eq!(changed_ns_log(&mut admin), vec![1]);
     assert_eq!(read_block(&mut io, 4999), Status::SUCCESS);
 
+    // A late report of an older size does not take the size back: the
+    // backend's current size is applied.
+    let late = SizeChange {
+        num_blocks: 3000,
+        ..ch.clone()
+    };
+    assert!(t.apply_size_change(&late).is_empty());
+    assert_eq!(nsze(&mut admin), (5000, 5000, 5000));
+
     // A report from a backend that no longer serves the bdev is dropped.
     let other: Arc<dyn Backend> = Growable::new(7);
     let stale = SizeChange {

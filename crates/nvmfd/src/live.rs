@@ -166,14 +166,21 @@ impl Live {
 
         // 0. Ceph clusters the new bdevs may name (registering may connect:
         // network round trips on this, the RPC thread). A cluster whose
-        // definition changed (load_config) is registered again, and the rbd
-        // bdevs on it are opened again in step 1.
-        let changed_clusters: Vec<&str> = old
-            .rbd_clusters
-            .iter()
-            .filter(|o| new.rbd_cluster(&o.name).is_some_and(|n| n != *o))
-            .map(|o| o.name.as_str())
-            .collect();
+        // definition changed (load_config) is registered again, which is
+        // refused while an rbd bdev has its connection open.
+        let mut changed_clusters: Vec<&str> = Vec::new();
+        for o in &old.rbd_clusters {
+            if new.rbd_cluster(&o.name).is_some_and(|n| n != o) {
+                if let Some(b) = old.rbd_cluster_user(&o.name) {
+                    return Err(format!(
+                        "rbd cluster {}: its definition cannot change while rbd bdev {} uses it \
+                         (delete the bdevs on it first)",
+                        o.name, b.name
+                    ));
+                }
+                changed_clusters.push(&o.name);
+            }
+        }
         let mut registered: Vec<&str> = Vec::new();
         for c in &new.rbd_clusters {
             if old.rbd_cluster(&c.name) == Some(c) {
@@ -195,12 +202,6 @@ impl Live {
             }
             registered.push(&c.name);
         }
-        let on_changed_cluster = |b: &nvmf_config::BdevConfig| {
-            b.rbd
-                .as_ref()
-                .and_then(|r| r.cluster_name.as_deref())
-                .is_some_and(|c| changed_clusters.contains(&c))
-        };
 
         // 1. New backends (may fail: file missing, out of memory). A bdev
         // whose definition changed (load_config) is replaced, and every
@@ -209,7 +210,7 @@ impl Live {
         let mut redefined: Vec<String> = Vec::new();
         for b in &new.bdevs {
             let before = old.bdev(&b.name);
-            if before.is_some_and(|o| o == b) && !on_changed_cluster(b) {
+            if before.is_some_and(|o| o == b) {
                 continue;
             }
             if before.is_some() {
