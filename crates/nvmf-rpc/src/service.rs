@@ -4,8 +4,11 @@
 //! and implements every method: creates through
 //! `TargetConfig::apply_method`, deletes/removes/queries on the model here.
 //! State changes follow validate-on-a-copy → `LiveTarget::apply` → commit →
-//! persist, under one lock, so calls from several connections are serialized
-//! and a failed call changes nothing.
+//! persist, one at a time (the change lock), so calls from several
+//! connections are serialized and a failed call changes nothing. The model
+//! itself is locked only briefly: queries (`bdev_get_bdevs`, `nvmf_get_*`,
+//! `save_config`, ...) answer while a slow change (opening an rbd image:
+//! network round trips) is being made live.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -106,10 +109,23 @@ struct State {
     state_file: Option<StateFile>,
 }
 
+/// A state change in progress: holds the change lock (one change at a
+/// time) and a copy of the model it starts from, which no other change can
+/// replace meanwhile. Queries do not wait for it.
+struct Begun<'a> {
+    _serial: MutexGuard<'a, ()>,
+    config: TargetConfig,
+}
+
 /// The JSON-RPC method handler (transport-independent; `server::serve`
 /// puts it on a Unix socket).
 pub struct RpcService {
+    /// The model and the state file; held only briefly (reads, commit), so
+    /// queries never wait for a change being made live.
     state: Mutex<State>,
+    /// Serializes state changes: held while one is validated, made live
+    /// (which may be slow: opening an rbd image) and committed.
+    changes: Mutex<()>,
     live: Arc<dyn LiveTarget>,
 }
 
@@ -124,12 +140,23 @@ impl RpcService {
     ) -> RpcService {
         RpcService {
             state: Mutex::new(State { config, state_file }),
+            changes: Mutex::new(()),
             live,
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a state change (see [`Begun`]).
+    fn begin(&self) -> Begun<'_> {
+        let serial = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let config = self.lock().config.clone();
+        Begun {
+            _serial: serial,
+            config,
+        }
     }
 
     /// A copy of the current model.
@@ -437,7 +464,7 @@ impl RpcService {
     fn commit(
         &self,
         method: &str,
-        mut st: MutexGuard<'_, State>,
+        begun: Begun<'_>,
         new: TargetConfig,
         change: Change,
         result: Value,
@@ -448,7 +475,9 @@ impl RpcService {
                 change.kind()
             ))
         })?;
+        let mut st = self.lock();
         st.config = new;
+        drop(begun);
         if let Some(f) = &st.state_file {
             f.write(&st.config).map_err(|e| {
                 RpcError::internal(format!(
@@ -465,7 +494,7 @@ impl RpcService {
         params: Option<&Value>,
         change_of: impl FnOnce(&TargetConfig, &str) -> (Change, Value),
     ) -> Result<Value, RpcError> {
-        let st = self.lock();
+        let st = self.begin();
         let mut new = st.config.clone();
         new.apply_method(method, params)
             .map_err(|e| RpcError::from_config(method, &e))?;
@@ -488,7 +517,7 @@ impl RpcService {
             };
         let new = TargetConfig::from_json_value(doc)
             .map_err(|e| RpcError::invalid_params(format!("load_config: {e}")))?;
-        let st = self.lock();
+        let st = self.begin();
         self.commit(method, st, new, Change::LoadConfig, json!(true))
     }
 
@@ -501,7 +530,7 @@ impl RpcService {
         let mut p = Params::new(method, params)?;
         let name = p.req_str("name")?;
         p.finish()?;
-        let st = self.lock();
+        let st = self.begin();
         let Some(b) = st.config.bdev(name) else {
             return Err(RpcError::new(
                 ENODEV,
@@ -540,7 +569,7 @@ impl RpcService {
         let mut p = Params::new(method, params)?;
         let name = p.req_str("name")?;
         p.finish()?;
-        let st = self.lock();
+        let st = self.begin();
         if st.config.rbd_cluster(name).is_none() {
             return Err(RpcError::new(
                 ENODEV,
@@ -606,7 +635,7 @@ impl RpcService {
             .opt_u64("new_size", u64::MAX)?
             .ok_or_else(|| p.err("new_size", "missing required parameter"))?;
         p.finish()?;
-        let st = self.lock();
+        let st = self.begin();
         let Some(b) = st.config.bdev(name) else {
             return Err(RpcError::new(
                 ENODEV,
@@ -664,7 +693,7 @@ impl RpcService {
         let mut p = Params::new(method, params)?;
         let nqn = p.req_str("nqn")?;
         p.ignore(&["tgt_name"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         p.finish()?;
         let mut new = st.config.clone();
@@ -683,7 +712,7 @@ impl RpcService {
             .opt_u64("nsid", u64::from(u32::MAX))?
             .ok_or_else(|| p.err("nsid", "missing required parameter"))? as u32;
         p.ignore(&["tgt_name"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         if st.config.subsystems[si].namespace(nsid).is_none() {
             return Err(p.err(
@@ -737,7 +766,7 @@ impl RpcService {
                 && trsvcid.is_none_or(|s| l.trsvcid == s)
                 && adrfam.is_none_or(|f| l.adrfam == f)
         };
-        let st = self.lock();
+        let st = self.begin();
         let mut new = st.config.clone();
         let list = if nqn == DISCOVERY_NQN {
             &mut new.discovery_listeners
@@ -770,7 +799,7 @@ impl RpcService {
         let nqn = p.req_str("nqn")?;
         let host = p.req_str("host")?;
         p.ignore(&["tgt_name", "timeout_ms"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         if !st.config.subsystems[si].hosts.iter().any(|h| h == host) {
             return Err(p.err(

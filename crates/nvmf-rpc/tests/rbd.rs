@@ -125,6 +125,15 @@ fn clusters_bdevs_resize_and_refusals() {
         "block_size",
     );
 
+    fails(
+        &h,
+        &mut c,
+        "bdev_rbd_create",
+        json!({"name": "Rbd0", "pool_name": "rbd", "rbd_name": "other", "block_size": 512}),
+        EEXIST,
+        "already exists",
+    );
+
     // bdev_get_bdevs: SPDK's driver_specific.rbd; num_blocks from the live target.
     h.live.set_num_blocks("Rbd0", 256);
     let b = call(&mut c, "bdev_get_bdevs", json!({"name": "Rbd0"})).unwrap();
@@ -360,4 +369,92 @@ fn rpc_py_command_lines() {
         .collect();
     let e = parse_args(&words).unwrap_err();
     assert!(e.contains("not in key=value form"), "{e}");
+}
+
+/// A live target whose bdev creation takes `delay` (an rbd image opened over
+/// the network), telling the test when it started.
+struct SlowLive {
+    delay: std::time::Duration,
+    started: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+}
+
+impl nvmf_rpc::LiveTarget for SlowLive {
+    fn apply(&self, change: &Change, _new: &TargetConfig) -> Result<(), String> {
+        if matches!(change, Change::AddBdev(b) if b.kind == BdevKind::Rbd) {
+            let _ = self.started.lock().unwrap().send(());
+            std::thread::sleep(self.delay);
+        }
+        Ok(())
+    }
+    fn controllers(&self, _nqn: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    fn qpairs(&self, _nqn: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    fn stats(&self) -> Value {
+        nvmf_rpc::live::empty_stats()
+    }
+}
+
+#[test]
+fn queries_answer_while_a_slow_create_is_made_live() {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+    let dir = TempDir::new("slow");
+    let sock = dir.path().join("rpc.sock");
+    let (tx, rx) = std::sync::mpsc::channel();
+    let live = Arc::new(SlowLive {
+        delay: Duration::from_millis(1500),
+        started: std::sync::Mutex::new(tx),
+    });
+    let service = Arc::new(nvmf_rpc::RpcService::new(
+        TargetConfig::default(),
+        live,
+        None,
+    ));
+    let _server = nvmf_rpc::serve(&sock, service).unwrap();
+    let client = || {
+        let mut c = RpcClient::connect(&sock, 0).unwrap();
+        c.set_timeout(Some(Duration::from_secs(10))).unwrap();
+        c
+    };
+    let mut slow = client();
+    let creating = std::thread::spawn(move || {
+        call(
+            &mut slow,
+            "bdev_rbd_create",
+            json!({"name": "R", "pool_name": "rbd", "rbd_name": "i", "block_size": 512}),
+        )
+    });
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let t0 = Instant::now();
+    let mut c = client();
+    let bdevs = call(&mut c, "bdev_get_bdevs", Value::Null).unwrap();
+    let saved = call(&mut c, "save_config", Value::Null).unwrap();
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(700), "queries waited {took:?}");
+    assert_eq!(bdevs, json!([]), "not committed yet");
+    assert!(!saved.to_string().contains("bdev_rbd_create"));
+    // Another change waits for the first (one at a time).
+    let t1 = Instant::now();
+    call(
+        &mut c,
+        "bdev_null_create",
+        json!({"name": "N", "num_blocks": 8, "block_size": 512}),
+    )
+    .unwrap();
+    assert!(
+        t1.elapsed() > Duration::from_millis(500),
+        "changes are serialized"
+    );
+    assert_eq!(creating.join().unwrap().unwrap(), json!("R"));
+    let names: Vec<Value> = call(&mut c, "bdev_get_bdevs", Value::Null)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].clone())
+        .collect();
+    assert_eq!(names, vec![json!("R"), json!("N")]);
 }
