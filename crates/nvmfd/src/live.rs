@@ -234,9 +234,6 @@ impl Live {
                 }
                 return Err(e.to_string());
             }
-            if b.kind == nvmf_config::BdevKind::Rbd {
-                info!(bdev = %b.name, num_blocks = t.bdev_num_blocks(&b.name).unwrap_or(0), "rbd image opened");
-            }
             created.push(b.name.clone());
         }
 
@@ -249,6 +246,9 @@ impl Live {
             }
             for n in created {
                 t.remove_backend(n);
+            }
+            for n in &registered {
+                crate::rbd_clusters::unregister(n);
             }
         };
         for l in new.listen_addresses() {
