@@ -31,7 +31,6 @@ pub mod uring;
 pub mod wake;
 
 use std::collections::BTreeMap;
-use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -215,7 +214,7 @@ pub struct CompletionSink {
     /// descriptors): posts are then seen on the owner's next poll. Shared
     /// ownership: a poster that writes it after the owner is gone writes to
     /// a live descriptor nobody reads, never to a reused number.
-    waker: Option<Arc<OwnedFd>>,
+    waker: Option<Arc<wake::Waker>>,
 }
 
 /// Entries of a sink's lock-free foreign lane (past that, foreign posts

@@ -30,7 +30,7 @@
 //! at once.
 
 use std::cell::{Cell, RefCell};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -136,7 +136,7 @@ impl Drop for ZeroBuf {
 struct Ring {
     ring: IoUring,
     /// Shared with the sinks of this thread's queue pairs (helper wake-ups).
-    eventfd: Arc<OwnedFd>,
+    eventfd: Arc<super::wake::Waker>,
     ops: Vec<Option<Op>>,
     free: Vec<u32>,
     /// Entries pushed but not yet submitted.
