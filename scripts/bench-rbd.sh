@@ -3,12 +3,14 @@
 # through `nvmf perf` -> nvmfd -> RBD, side by side with fio's rbd engine on the same image.
 #
 #   scripts/bench-rbd.sh [-t SECONDS] [--runs N] [--out DIR] [--gw-core N] [--cli-core N]
+#                        [--nvmfd-args "ARGS"]   (extra nvmfd options, e.g. "--poll-us 0")
 #
 # Starts a one-node Ceph cluster (testbed/ceph-cluster, 1 OSD on a file, 127.0.0.1), makes a
 # 1 GiB image without exclusive-lock (--image-feature layering) and fills it (so reads reach
 # the OSD's data), starts nvmfd pinned to the gateway core (`-m GW`) with the image as a
 # namespace (bdev_rbd_register_cluster + bdev_rbd_create, 4 KiB blocks, nvmfd's defaults:
-# rbd_cache off), then runs, alternating, each case RUNS times for -t seconds:
+# rbd_cache off; the whole process, librbd's threads included, under taskset), then runs,
+# alternating, each case RUNS times for -t seconds:
 #   randrw  4 KiB randrw 75/25 QD64
 #   randrd  4 KiB randread QD128
 # as `nvmf perf` on the client core against nvmfd, and as `fio --ioengine=rbd` pinned to the
@@ -24,7 +26,7 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 REPO=$PWD
 
-T=10 RUNS=3 OUT="" GW=0 CLI=1
+T=10 RUNS=3 OUT="" GW=0 CLI=1 NVMFD_ARGS=""
 while [ $# -gt 0 ]; do
   case $1 in
     -t) T=$2; shift 2 ;;
@@ -32,7 +34,8 @@ while [ $# -gt 0 ]; do
     --out) OUT=$2; shift 2 ;;
     --gw-core) GW=$2; shift 2 ;;
     --cli-core) CLI=$2; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --nvmfd-args) NVMFD_ARGS=$2; shift 2 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-rbd.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -107,7 +110,9 @@ nvmf = [
 json.dump({"subsystems": [{"subsystem": "bdev", "config": bdev},
                           {"subsystem": "nvmf", "config": nvmf}]}, open(path, "w"), indent=1)
 EOF
-"$NVMFD" -c "$W/nvmf.json" -m "$GW" >"$W/nvmfd.log" 2>&1 &
+# the whole process on the gateway core (librbd's threads too, as fio's are)
+# shellcheck disable=SC2086
+taskset -c "$GW" "$NVMFD" -c "$W/nvmf.json" -m "$GW" $NVMFD_ARGS >"$W/nvmfd.log" 2>&1 &
 NVMFD_PID=$!
 for _ in $(seq 300); do
   grep -q "listening on" "$W/nvmfd.log" && break
@@ -167,7 +172,7 @@ done
   echo
   echo "- machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); built from $BUILT"
   echo "- Ceph $(ceph --version | awk '{print $3}'), one node on 127.0.0.1, 1 OSD (bluestore on a file), pool size 1; cluster start-up $CLUSTER_S s; image 1 GiB, layering only, filled; rbd_cache off on both sides"
-  echo "- gateway core $GW (nvmfd \`-m $GW\`, or fio), client core $CLI (\`nvmf perf --cores $CLI\`); Ceph daemons unpinned"
+  echo "- gateway core $GW (\`taskset -c $GW nvmfd -m $GW $NVMFD_ARGS\`, or \`taskset -c $GW fio\`: librbd's threads on it too), client core $CLI (\`nvmf perf --cores $CLI\`); Ceph daemons unpinned"
   echo "- nvmfd: \`nvmf perf -r '$TRID' --ns 1 --cores $CLI -t $T --json ARGS\` (randrw: \`${PERF[randrw]}\`; randrd: \`${PERF[randrd]}\`)"
   echo "- fio-rbd: \`CEPH_CONF=... taskset -c $GW fio --ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench --direct=1 --time_based --runtime=$T ARGS\` (randrw: \`${FIO[randrw]}\`; randrd: \`${FIO[randrd]}\`)"
   echo "- $RUNS runs of $T s each, alternating; medians (min-max); uptime at start: \`$uptime_start\`, at end: \`$(uptime)\`"
