@@ -268,9 +268,14 @@ fn part_done(lib: &ffi::Lib, slot: &Slot) -> Option<(Ctx, Status)> {
         }
     }
     let err = slot.err.load(Ordering::Acquire);
+    let op = ctx.as_ref().map_or(Op::Flush, |c| c.op);
+    let status = status_for(op, err);
+    if err != 0 {
+        // SAFETY: still in use (given back below).
+        unsafe { slot.report(op, err, status) };
+    }
     // SAFETY: owned by this thread (last part); not touched afterwards.
     let ctx = unsafe { slab::Slab::give_back(slot) }?;
-    let status = status_for(ctx.op, err);
     Some((ctx, status))
 }
 
@@ -368,7 +373,7 @@ impl RbdBackend {
             cache,
             lib,
             raw,
-            slab: Slab::new(slab::SLOTS),
+            slab: Slab::new(slab::SLOTS, &cfg.name),
             hook: Arc::new(Mutex::new(None)),
             image: Some(image),
             watch: None,

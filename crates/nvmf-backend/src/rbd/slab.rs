@@ -9,11 +9,14 @@
 //! extra slot is boxed and freed after its completion: an allocation only
 //! past that depth. The number of operations in flight is counted
 //! ([`Slab::in_flight`]) so the image's closing thread can tell when no
-//! callback can touch the slab any more.
+//! callback can touch the slab any more. Failed operations are counted
+//! and logged from the callback, at most once per [`ERROR_LOG_INTERVAL_MS`]
+//! per image (a cluster outage fails thousands of I/Os a second).
 
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicI64, AtomicU32, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use crossbeam_queue::ArrayQueue;
 
@@ -49,10 +52,55 @@ pub struct Ctx {
     pub image: ffi::Image,
 }
 
-/// Where slots go back to, and the count of slots in use.
+/// Milliseconds between two logged I/O errors of one image.
+pub const ERROR_LOG_INTERVAL_MS: u64 = 1000;
+
+/// Where slots go back to, the count of slots in use, and the image's
+/// error log state.
 struct Home {
     free: ArrayQueue<u32>,
     in_flight: AtomicUsize,
+    /// The bdev's name (for the error log).
+    name: String,
+    /// Failed operations not yet logged.
+    errors: AtomicU64,
+    /// When an error was last logged (ms since [`epoch`]; 0: never).
+    logged_ms: AtomicU64,
+}
+
+/// A process-wide monotonic origin for the error log's clock.
+fn epoch() -> Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    *E.get_or_init(Instant::now)
+}
+
+impl Home {
+    /// Counts a failed operation; logs it (with the count since the last
+    /// line) when the last line is old enough. Returns whether it logged.
+    fn report(&self, op: Op, rc: i64, status: nvmf_wire::status::Status) -> bool {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let now = epoch().elapsed().as_millis() as u64 + 1;
+        let last = self.logged_ms.load(Ordering::Relaxed);
+        if last != 0 && now.saturating_sub(last) < ERROR_LOG_INTERVAL_MS {
+            return false;
+        }
+        if self
+            .logged_ms
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        let n = self.errors.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            bdev = %self.name,
+            failed_since_last_report = n,
+            "rbd {op:?} failed: {} -> {}",
+            ffi::describe(rc),
+            status.name()
+        );
+        true
+    }
 }
 
 /// One operation's context, at a stable address for librbd's callback.
@@ -101,6 +149,15 @@ impl Slot {
         unsafe { (*self.ctx.get()).as_ref() }
     }
 
+    /// Counts and (rate-limited) logs this slot's failed operation.
+    ///
+    /// # Safety
+    /// The slot is in use (its slab alive): call before [`Slab::give_back`].
+    pub unsafe fn report(&self, op: Op, rc: i64, status: nvmf_wire::status::Status) -> bool {
+        // SAFETY: the slab outlives slots in use (caller's contract).
+        unsafe { &*self.home }.report(op, rc, status)
+    }
+
     /// Records `rc` if it is the first error.
     pub fn fail(&self, rc: i64) {
         let _ = self
@@ -130,10 +187,14 @@ unsafe impl Send for Slot {}
 unsafe impl Sync for Slot {}
 
 impl Slab {
-    pub fn new(n: usize) -> Arc<Slab> {
+    /// `n` slots for the image of bdev `name`.
+    pub fn new(n: usize, name: &str) -> Arc<Slab> {
         let home = Box::new(Home {
             free: ArrayQueue::new(n.max(1)),
             in_flight: AtomicUsize::new(0),
+            name: name.to_string(),
+            errors: AtomicU64::new(0),
+            logged_ms: AtomicU64::new(0),
         });
         let hp: *const Home = &*home;
         let slots: Box<[Slot]> = (0..n as u32).map(|i| Slot::new(hp, i)).collect();
@@ -210,7 +271,7 @@ mod tests {
     /// count follows, from several threads at once.
     #[test]
     fn slots_cycle_across_threads() {
-        let slab = Slab::new(4);
+        let slab = Slab::new(4, "t");
         let sink = CompletionSink::new();
         let taken: Vec<usize> = (0..6)
             .map(|_| slab.take(ctx(&sink), 1) as *const Slot as usize)
@@ -232,5 +293,29 @@ mod tests {
         assert_eq!(slab.in_flight(), 0);
         assert_eq!(Arc::strong_count(&sink), 1, "contexts dropped");
         assert_eq!(slab.home.free.len(), 4, "every fixed slot back");
+    }
+}
+
+#[cfg(test)]
+mod log_tests {
+    use super::*;
+    use nvmf_wire::status::Status;
+
+    /// The first error is logged, the next ones within the interval only
+    /// counted, and one after it logged again.
+    #[test]
+    fn errors_are_logged_rate_limited() {
+        let slab = Slab::new(1, "r");
+        let st = Status::NAMESPACE_NOT_READY;
+        assert!(slab.home.report(Op::Write, -110, st));
+        for _ in 0..1000 {
+            assert!(!slab.home.report(Op::Write, -110, st));
+        }
+        assert_eq!(slab.home.errors.load(Ordering::Relaxed), 1000);
+        std::thread::sleep(std::time::Duration::from_millis(ERROR_LOG_INTERVAL_MS + 50));
+        assert!(slab
+            .home
+            .report(Op::Read, -5, Status::UNRECOVERED_READ_ERROR));
+        assert_eq!(slab.home.errors.load(Ordering::Relaxed), 0);
     }
 }
