@@ -664,6 +664,11 @@ impl Drop for RbdBackend {
         let close = move || {
             let start = Instant::now();
             let in_flight = slab.in_flight();
+            if in_flight > 0 {
+                // rbd_close below waits for these (at most the OSD op
+                // timeout when the cluster stopped answering).
+                tracing::info!(bdev = %name, in_flight, "closing rbd image with I/O in flight");
+            }
             if let Some(mut w) = watch {
                 // SAFETY: our watch on the still-open image; once it
                 // returns no update callback runs any more.
