@@ -29,6 +29,7 @@ mod ids;
 mod nqn;
 mod params;
 mod parse;
+mod rbd_bdev;
 mod write;
 
 use std::collections::BTreeMap;
@@ -43,6 +44,10 @@ pub use ids::{
 };
 pub use nqn::{validate_nqn, DISCOVERY_NQN, NQN_MAX_LEN};
 pub use parse::{ignored_param_names, SKIPPED_METHODS};
+pub use rbd_bdev::{
+    cluster_info as rbd_cluster_info, driver_specific as rbd_driver_specific,
+    RBD_DEFAULT_BLOCK_SIZE,
+};
 
 /// Default serial number of a subsystem created without `serial_number` (SPDK's).
 pub const DEFAULT_SERIAL_NUMBER: &str = "00000000000000000000";
@@ -589,6 +594,20 @@ impl TargetConfig {
     /// The bdev with this name.
     pub fn bdev(&self, name: &str) -> Option<&BdevConfig> {
         self.bdevs.iter().find(|b| b.name == name)
+    }
+
+    /// The Ceph cluster registered under this name.
+    pub fn rbd_cluster(&self, name: &str) -> Option<&RbdCluster> {
+        self.rbd_clusters.iter().find(|c| c.name == name)
+    }
+
+    /// The first rbd bdev that uses the registered cluster `name`.
+    pub fn rbd_cluster_user(&self, name: &str) -> Option<&BdevConfig> {
+        self.bdevs.iter().find(|b| {
+            b.rbd
+                .as_ref()
+                .is_some_and(|r| r.cluster_name.as_deref() == Some(name))
+        })
     }
 
     /// The NVM subsystem with this NQN.

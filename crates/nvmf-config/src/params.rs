@@ -177,6 +177,31 @@ impl<'a> Params<'a> {
         Ok(self.get(name, kind)?.and_then(Value::as_i64))
     }
 
+    /// An object parameter whose values must all be strings (SPDK's
+    /// "string map", e.g. librados configuration), as an ordered map.
+    pub(crate) fn opt_string_map(
+        &mut self,
+        name: &'a str,
+    ) -> Result<Option<std::collections::BTreeMap<String, String>>, ConfigError> {
+        let Some(v) = self.get(name, Kind::Object)? else {
+            return Ok(None);
+        };
+        let mut out = std::collections::BTreeMap::new();
+        for (k, val) in v.as_object().expect("checked object") {
+            let Some(s) = val.as_str() else {
+                return Err(self.err(
+                    &format!("{name}.{k}"),
+                    format!("expected a string, got {}", describe(val)),
+                ));
+            };
+            if k.is_empty() {
+                return Err(self.err(name, "a key must not be empty"));
+            }
+            out.insert(k.clone(), s.to_string());
+        }
+        Ok(Some(out))
+    }
+
     /// A nested object parameter, read with the same rules (`name.` prefix).
     pub(crate) fn req_object(&mut self, name: &'a str) -> Result<Params<'a>, ConfigError> {
         let v = self

@@ -141,6 +141,16 @@ pub fn ignored_param_names() -> Vec<String> {
     let groups: &[Group] = &[
         ("bdev_malloc_create", "", MALLOC_IGNORED),
         ("bdev_null_create", "", NULL_IGNORED),
+        (
+            "bdev_rbd_register_cluster",
+            "",
+            crate::rbd_bdev::REGISTER_CLUSTER_IGNORED,
+        ),
+        (
+            "bdev_rbd_create",
+            "",
+            crate::rbd_bdev::CREATE_WITH_CLUSTER_IGNORED,
+        ),
         ("nvmf_create_transport", "", TRANSPORT_IGNORED),
         ("nvmf_create_subsystem", "", SUBSYSTEM_IGNORED),
         ("nvmf_subsystem_add_ns", "", ADD_NS_IGNORED),
@@ -319,6 +329,8 @@ fn apply(
         "bdev_null_create" => bdev_create(cfg, p, BdevKind::Null),
         "bdev_uring_create" => crate::file_bdev::create(cfg, p, FileMethod::Uring),
         "bdev_aio_create" => crate::file_bdev::create(cfg, p, FileMethod::Aio),
+        "bdev_rbd_register_cluster" => crate::rbd_bdev::register_cluster(cfg, p),
+        "bdev_rbd_create" => crate::rbd_bdev::create(cfg, p),
         "nvmf_create_transport" => create_transport(cfg, p),
         "nvmf_create_subsystem" => create_subsystem(cfg, p),
         "nvmf_subsystem_add_ns" => add_ns(cfg, p),
@@ -330,7 +342,7 @@ fn apply(
         _ => Err(ConfigError::for_method(
             method,
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
-             bdev_uring_create, bdev_aio_create, \
+             bdev_uring_create, bdev_aio_create, bdev_rbd_register_cluster, bdev_rbd_create, \
              nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns/add_listener/\
              add_host/allow_any_host, nvmf_subsystem_listener_set_ana_state and \
              nvmf_subsystem_set_ns_ana_group, and skips SPDK-internal tuning methods)",

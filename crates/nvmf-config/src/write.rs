@@ -1,5 +1,6 @@
 //! Owns writing a `TargetConfig` back as SPDK `save_config`-shaped JSON: a
-//! `bdev` section then an `nvmf` section, entries in SPDK's order (transports,
+//! `bdev` section (registered Ceph clusters, then bdevs) then an `nvmf`
+//! section, entries in SPDK's order (transports,
 //! subsystems, hosts, namespaces, listeners), namespace identifiers explicit,
 //! so loading the output yields the same `TargetConfig`.
 
@@ -33,12 +34,20 @@ fn listener(nqn: &str, l: &ListenerConfig, ana_state: Option<AnaState>) -> Value
 }
 
 pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
-    let bdevs: Vec<Value> = cfg
-        .bdevs
-        .iter()
-        .map(|b| {
+    // Registered Ceph clusters first: rbd bdevs name them.
+    let clusters = cfg.rbd_clusters.iter().map(|c| {
+        entry(
+            "bdev_rbd_register_cluster",
+            crate::rbd_bdev::cluster_params(c),
+        )
+    });
+    let bdevs: Vec<Value> = clusters
+        .chain(cfg.bdevs.iter().map(|b| {
             if let (BdevKind::File(m), Some(f)) = (b.kind, &b.file) {
                 return entry(b.kind.create_method(), crate::file_bdev::params(b, f, m));
+            }
+            if let (BdevKind::Rbd, Some(r)) = (b.kind, &b.rbd) {
+                return entry(b.kind.create_method(), crate::rbd_bdev::bdev_params(b, r));
             }
             let mut p = Map::new();
             p.insert("name".into(), json!(b.name));
@@ -48,7 +57,7 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
                 p.insert("uuid".into(), json!(u.to_string()));
             }
             entry(b.kind.create_method(), Value::Object(p))
-        })
+        }))
         .collect();
 
     let mut nvmf = Vec::new();
@@ -155,6 +164,8 @@ const KEY_ORDER: &[&str] = &[
     "params",
     "nqn",
     "name",
+    "pool_name",
+    "rbd_name",
     "trtype",
     "adrfam",
     "traddr",

@@ -635,7 +635,8 @@ fn unsupported_methods_and_transports() {
         "bdev_nvme_attach_controller",
         // bdev_aio_create is supported (file bdevs, tests/file_bdev.rs).
         "bdev_lvol_create_lvstore",
-        "bdev_rbd_create",
+        // bdev_rbd_create is supported (Ceph RBD, tests/rbd_bdev.rs).
+        "bdev_iscsi_create",
         "nvmf_discovery_add_referral",
         "nbd_start_disk",
         "made_up_method",

@@ -45,4 +45,4 @@ pub use error::CoreError;
 pub use namespace::{Namespace, NamespaceState, NamespaceTable};
 pub use queue::{Exec, PortInfo, QueuePair, QueueState};
 pub use subsystem::{Subsystem, SubsystemKind};
-pub use target::{HostLimits, HostUsage, LimitHit, Target, TransportLimits};
+pub use target::{HostLimits, HostUsage, LimitHit, SizeChange, Target, TransportLimits};

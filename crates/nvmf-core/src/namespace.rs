@@ -1,12 +1,13 @@
 //! Namespaces and the per-subsystem namespace table.
 //!
 //! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, ANA group
-//! ID, a state atomic for removal) and [`NamespaceTable`], the immutable snapshot that
+//! ID, a state atomic for removal; the block count is an atomic too: it
+//! changes when the bdev is resized, see `Subsystem::resize_backend`) and [`NamespaceTable`], the immutable snapshot that
 //! queue pairs cache: lookup by NSID is one bounds-checked vector index.
 //! A subsystem replaces its table wholesale on change (copy on write) and
 //! bumps a generation counter; see `subsystem.rs`.
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
@@ -28,7 +29,9 @@ pub struct Namespace {
     backend: Arc<dyn Backend>,
     block_size: u32,
     block_shift: u8,
-    num_blocks: u64,
+    /// Size in blocks (NSZE = NCAP = NUSE); changes on a resize, read with
+    /// one relaxed load by each I/O's LBA range check and by Identify.
+    num_blocks: AtomicU64,
     /// Namespace Globally Unique Identifier.
     pub nguid: [u8; 16],
     /// IEEE Extended Unique Identifier.
@@ -55,7 +58,7 @@ impl Namespace {
             nsid,
             block_shift: block_size.trailing_zeros() as u8,
             block_size,
-            num_blocks,
+            num_blocks: AtomicU64::new(num_blocks),
             backend,
             nguid,
             eui64,
@@ -95,8 +98,15 @@ impl Namespace {
     }
 
     /// Namespace size in blocks (NSZE).
+    #[inline]
     pub fn num_blocks(&self) -> u64 {
-        self.num_blocks
+        self.num_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Set the size in blocks (the bdev was resized); true when it changed.
+    /// The caller announces the change (Changed Namespace List + AEN).
+    pub fn set_num_blocks(&self, num_blocks: u64) -> bool {
+        self.num_blocks.swap(num_blocks, Ordering::AcqRel) != num_blocks
     }
 
     pub fn state(&self) -> NamespaceState {

@@ -7,7 +7,8 @@
 //! configured `min_cntlid..=max_cntlid`, so gateways serving one subsystem
 //! never hand out the same ID), and, with ANA reporting, the ANA state of
 //! each listener (`ana.rs`). Namespace changes are announced to every
-//! controller (changed-namespace list + Namespace Attribute Changed event),
+//! controller (changed-namespace list + Namespace Attribute Changed event;
+//! also when a namespace's bdev is resized),
 //! ANA changes to the controllers of the paths they touch.
 
 use std::collections::btree_map::Entry;
@@ -18,6 +19,7 @@ use std::sync::{Arc, Mutex, RwLock, Weak};
 use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
 
 use crate::ana::{PathAna, SubsystemAna};
+use crate::backend::Backend;
 use crate::controller::{CloseReason, Controller, AEN_ANA_CHANGE};
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
@@ -393,6 +395,25 @@ impl Subsystem {
         };
         self.announce_ns_change(nsid);
         Ok(removed)
+    }
+
+    /// The bdev behind `backend` now has `num_blocks` blocks: every
+    /// namespace of this subsystem on it takes the new size, and for each
+    /// one whose size changed every controller gets the NSID in its Changed
+    /// Namespace List and a Namespace Attribute Changed event. Returns the
+    /// NSIDs that changed.
+    pub fn resize_backend(&self, backend: &Arc<dyn Backend>, num_blocks: u64) -> Vec<u32> {
+        let same = |b: &Arc<dyn Backend>| std::ptr::addr_eq(Arc::as_ptr(b), Arc::as_ptr(backend));
+        let mut changed = Vec::new();
+        for ns in self.namespaces().iter() {
+            if same(ns.backend()) && ns.set_num_blocks(num_blocks) {
+                changed.push(ns.nsid());
+            }
+        }
+        for &nsid in &changed {
+            self.announce_ns_change(nsid);
+        }
+        changed
     }
 
     fn announce_ns_change(&self, nsid: u32) {

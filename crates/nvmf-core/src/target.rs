@@ -6,13 +6,18 @@
 //! against [`HostLimits`]: controllers in total and per host NQN, I/O queues
 //! per host NQN) and [`TransportLimits`] (queue depths, I/O sizes from the
 //! TCP transport configuration). Built once from `nvmf_config::TargetConfig` and shared by
-//! every reactor as `Arc<Target>`. Runtime changes (namespaces now;
-//! subsystems, hosts, listeners later) go through methods here so controllers
-//! get their asynchronous events.
+//! every reactor as `Arc<Target>`. Runtime changes (namespaces, subsystems,
+//! hosts, listeners, bdev sizes) go through methods here so controllers get
+//! their asynchronous events. Bdev size changes a backend notices by itself
+//! (`Backend::watch_size`, called on the backend's own thread) only become a
+//! [`SizeChange`] message here; the daemon's control thread takes them
+//! ([`Target::take_size_changes`]) and applies them
+//! ([`Target::apply_size_change`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvmf_config::{
     ListenerConfig, NamespaceConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN,
@@ -183,11 +188,29 @@ struct Admission {
     per_host: HashMap<String, HostUsage>,
 }
 
+/// A backend reported a new size by itself (its `watch_size` hook): sent to
+/// the control plane, applied there with [`Target::apply_size_change`].
+#[derive(Debug, Clone)]
+pub struct SizeChange {
+    /// The bdev's name.
+    pub bdev: String,
+    /// The backend that reported it (a change from a backend since replaced
+    /// or removed is dropped).
+    pub backend: Weak<dyn Backend>,
+    /// The new size in blocks as reported (applying uses the backend's
+    /// `num_blocks()` at that moment, which backends keep current).
+    pub num_blocks: u64,
+}
+
 /// The whole target. Shared by all reactors as `Arc<Target>`.
 #[derive(Debug)]
 pub struct Target {
     limits: TransportLimits,
     backends: Mutex<BTreeMap<String, Arc<dyn Backend>>>,
+    /// Where backends' size hooks send (a clone per hook).
+    size_tx: Mutex<Sender<SizeChange>>,
+    /// The other end, until the control plane takes it.
+    size_rx: Mutex<Option<Receiver<SizeChange>>>,
     subsystems: RwLock<Vec<Arc<Subsystem>>>,
     discovery: Arc<Subsystem>,
     /// Every distinct listen address ever used; a listener's port ID is its
@@ -212,12 +235,15 @@ impl Target {
             .unwrap_or_else(TransportConfig::tcp_default);
         let limits = TransportLimits::from_config(&transport);
 
+        let (size_tx, size_rx) = channel();
         let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
         for b in &cfg.bdevs {
             if backends.contains_key(&b.name) {
                 return Err(CoreError::DuplicateBdev(b.name.clone()));
             }
-            backends.insert(b.name.clone(), backend::create(b)?);
+            let created = backend::create(b)?;
+            watch_size(&b.name, &created, &size_tx);
+            backends.insert(b.name.clone(), created);
         }
 
         let mut subsystems: Vec<Arc<Subsystem>> = Vec::new();
@@ -266,6 +292,8 @@ impl Target {
         Ok(Arc::new(Target {
             limits,
             backends: Mutex::new(backends),
+            size_tx: Mutex::new(size_tx),
+            size_rx: Mutex::new(Some(size_rx)),
             subsystems: RwLock::new(subsystems),
             discovery,
             ports: RwLock::new(ports),
@@ -553,15 +581,92 @@ impl Target {
 /// Runtime changes (control path: the RPC thread; each takes a lock or two,
 /// never one a reactor holds per I/O).
 impl Target {
-    /// Create a backend for a new bdev.
+    /// Create a backend for a new bdev. Creation may be slow (an rbd image
+    /// is opened over the network): it runs without holding the backend
+    /// table's lock.
     pub fn add_backend(&self, cfg: &nvmf_config::BdevConfig) -> Result<(), CoreError> {
-        let mut b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        if b.contains_key(&cfg.name) {
+        if self.backend(&cfg.name).is_some() {
             return Err(CoreError::DuplicateBdev(cfg.name.clone()));
         }
         let backend = backend::create(cfg)?;
-        b.insert(cfg.name.clone(), backend);
+        self.insert_backend(&cfg.name, backend)
+    }
+
+    /// Serve an already-made backend as bdev `name` (what `add_backend`
+    /// does after creating one; also for embedders and tests with their own
+    /// `Backend`). Its size changes are watched (see [`SizeChange`]).
+    pub fn insert_backend(&self, name: &str, backend: Arc<dyn Backend>) -> Result<(), CoreError> {
+        let mut b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+        if b.contains_key(name) {
+            return Err(CoreError::DuplicateBdev(name.to_string()));
+        }
+        let tx = self
+            .size_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        watch_size(name, &backend, &tx);
+        b.insert(name.to_string(), backend);
         Ok(())
+    }
+
+    /// The size changes backends report by themselves, for the control
+    /// thread that applies them (`apply_size_change`); `Some` only once.
+    pub fn take_size_changes(&self) -> Option<Receiver<SizeChange>> {
+        self.size_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Apply a size change a backend reported: every namespace on that bdev
+    /// takes the new size and its controllers are told (Changed Namespace
+    /// List, Namespace Attribute Changed). Returns (NQN, NSID) of each
+    /// namespace whose size changed; nothing when the bdev has since been
+    /// replaced or removed.
+    pub fn apply_size_change(&self, change: &SizeChange) -> Vec<(String, u32)> {
+        let Some(reporter) = change.backend.upgrade() else {
+            return Vec::new();
+        };
+        match self.backend(&change.bdev) {
+            // The backend's size now, not the reported one: a report that
+            // arrives after a later resize must not take the size back.
+            Some(cur) if std::ptr::addr_eq(Arc::as_ptr(&cur), Arc::as_ptr(&reporter)) => {
+                self.announce_size(&cur, cur.num_blocks())
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Resize bdev `name` to `num_blocks` blocks (`Backend::resize`: may
+    /// block for a cluster round trip; control plane only), then announce
+    /// the new size as [`Target::apply_size_change`] does.
+    pub fn resize_bdev(
+        &self,
+        name: &str,
+        num_blocks: u64,
+    ) -> Result<Vec<(String, u32)>, CoreError> {
+        let b = self.backend(name).ok_or_else(|| CoreError::Bdev {
+            name: name.to_string(),
+            reason: "no such bdev".to_string(),
+        })?;
+        b.resize(num_blocks)?;
+        Ok(self.announce_size(&b, num_blocks))
+    }
+
+    /// The current size in blocks of bdev `name` (its backend's).
+    pub fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
+        self.backend(name).map(|b| b.num_blocks())
+    }
+
+    fn announce_size(&self, backend: &Arc<dyn Backend>, num_blocks: u64) -> Vec<(String, u32)> {
+        let mut out = Vec::new();
+        for s in self.subsystems() {
+            for nsid in s.resize_backend(backend, num_blocks) {
+                out.push((s.nqn().to_string(), nsid));
+            }
+        }
+        out
     }
 
     /// Forget a bdev's backend. Namespaces still holding it (none, when the
@@ -707,6 +812,23 @@ impl Target {
             ports.push(l.clone());
         }
     }
+}
+
+/// Ask `backend` to report size changes as [`SizeChange`] messages on `tx`
+/// (the hook runs on the backend's thread: it only sends).
+fn watch_size(name: &str, backend: &Arc<dyn Backend>, tx: &Sender<SizeChange>) {
+    let tx = Mutex::new(tx.clone());
+    let bdev = name.to_string();
+    let weak = Arc::downgrade(backend);
+    backend.watch_size(Arc::new(move |num_blocks| {
+        let change = SizeChange {
+            bdev: bdev.clone(),
+            backend: weak.clone(),
+            num_blocks,
+        };
+        // The receiver is gone only when the target is: nothing to tell.
+        let _ = tx.lock().unwrap_or_else(|e| e.into_inner()).send(change);
+    }));
 }
 
 fn build_namespace(

@@ -43,6 +43,8 @@ enum Kind {
     BoolOpt,
     /// Comma-separated list of strings.
     List,
+    /// `key=value`, repeatable (argparse `append`): an object of strings.
+    KeyValue,
 }
 
 struct Opt {
@@ -285,6 +287,73 @@ static COMMANDS: &[Cmd] = &[
         opts: &[],
         build: plain,
         example: "nvmf rpc bdev_aio_delete Aio0",
+    },
+    Cmd {
+        name: "bdev_rbd_register_cluster",
+        help: "Register a Ceph cluster connection that rbd bdevs can share (-c of bdev_rbd_create); prints its name",
+        pos: &[p("name", Str, "Name of the Rados cluster only known to rbd bdevs")],
+        opts: &[
+            o("", "--user", "user_id", Str, "Ceph user name (i.e. admin, not client.admin)"),
+            o("", "--config-param", "config_param", KeyValue, "A key=value librados configuration option (repeatable; default: rely on the config file)"),
+            o("", "--config-file", "config_file", Str, "Path of the Ceph configuration file"),
+            o("", "--key-file", "key_file", Str, "Path of the Ceph keyring file"),
+            o("", "--core-mask", "core_mask", Str, "Core mask for librbd I/O threads (accepted, ignored)"),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_register_cluster ceph1 --config-file /etc/ceph/ceph.conf --key-file /etc/ceph/ceph.client.admin.keyring",
+    },
+    Cmd {
+        name: "bdev_rbd_unregister_cluster",
+        help: "Unregister a Ceph cluster connection (no rbd bdev may use it)",
+        pos: &[p("name", Str, "Name of the Rados cluster only known to rbd bdevs")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_unregister_cluster ceph1",
+    },
+    Cmd {
+        name: "bdev_rbd_get_clusters_info",
+        help: "Display the registered Ceph clusters or one of them",
+        pos: &[],
+        opts: &[o("-b", "--name", "name", Str, "Name of a registered cluster")],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_get_clusters_info -b ceph1",
+    },
+    Cmd {
+        name: "bdev_rbd_create",
+        help: "Add a bdev on a Ceph RBD image; prints its name",
+        pos: &[
+            p("pool_name", Str, "rbd pool name"),
+            p("rbd_name", Str, "rbd image name"),
+            p("block_size", Int, "Block size of the bdev (512, 1024, 2048 or 4096)"),
+        ],
+        opts: &[
+            o("-b", "--name", "name", Str, "Name of the bdev (default: CephN)"),
+            o("", "--user", "user_id", Str, "Ceph user name (i.e. admin, not client.admin)"),
+            o("", "--config", "config", KeyValue, "A key=value librados configuration option (repeatable; default: rely on the config file)"),
+            o("-c", "--cluster-name", "cluster_name", Str, "A cluster registered with bdev_rbd_register_cluster"),
+            o("-u", "--uuid", "uuid", Str, "UUID of the bdev"),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_create -b Rbd0 -c ceph1 rbd image0 4096",
+    },
+    Cmd {
+        name: "bdev_rbd_delete",
+        help: "Delete an rbd bdev (it must not back a namespace; the image stays in Ceph)",
+        pos: &[p("name", Str, "rbd bdev name")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_delete Rbd0",
+    },
+    Cmd {
+        name: "bdev_rbd_resize",
+        help: "Grow an rbd bdev's image (hosts get a Namespace Attribute Changed event)",
+        pos: &[
+            p("name", Str, "rbd bdev name"),
+            p("new_size", Int, "New size in MiB (not smaller than the current size)"),
+        ],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc bdev_rbd_resize Rbd0 20480",
     },
     Cmd {
         name: "bdev_get_bdevs",
@@ -818,6 +887,14 @@ fn method_command(c: &Cmd) -> Command {
         cmd = match o.kind {
             True => cmd.arg(arg.action(ArgAction::SetTrue)),
             False => cmd.arg(arg.action(ArgAction::SetFalse)),
+            KeyValue => cmd.arg(
+                arg.value_name("KEY=VALUE")
+                    .action(ArgAction::Append)
+                    .value_parser(|s: &str| match s.split_once('=') {
+                        Some((k, v)) if !k.is_empty() => Ok(json!([k, v])),
+                        _ => Err(format!("{s} not in key=value form")),
+                    }),
+            ),
             BoolOpt => {
                 let no = format!("no_{}", o.dest);
                 let negated = Arg::new(no.clone())
@@ -876,7 +953,9 @@ fn with_value(arg: Arg, kind: Kind, choices: &'static [&'static str]) -> Arg {
         (List, _) => {
             arg.value_parser(|s: &str| Ok::<_, String>(json!(s.split(',').collect::<Vec<_>>())))
         }
-        (True | False | BoolOpt, _) => unreachable!("flags take no value"),
+        (True | False | BoolOpt | KeyValue, _) => {
+            unreachable!("flags take no value; key=value options append")
+        }
     }
 }
 
@@ -914,6 +993,12 @@ fn collect(c: &Cmd, m: &ArgMatches) -> Map<String, Value> {
             BoolOpt if m.get_flag(o.dest) => Some(json!(true)),
             BoolOpt if m.get_flag(&format!("no_{}", o.dest)) => Some(json!(false)),
             BoolOpt => None,
+            KeyValue => m.get_many::<Value>(o.dest).map(|pairs| {
+                let obj: Map<String, Value> = pairs
+                    .filter_map(|p| Some((p[0].as_str()?.to_string(), p[1].clone())))
+                    .collect();
+                Value::Object(obj)
+            }),
             _ => m.get_one::<Value>(o.dest).cloned(),
         };
         if let Some(v) = v {

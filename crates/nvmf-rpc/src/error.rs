@@ -61,7 +61,10 @@ impl RpcError {
     pub fn from_config(method: &str, e: &nvmf_config::ConfigError) -> RpcError {
         let msg = e.to_string();
         let param = e.param().unwrap_or("");
-        let bdev_create = matches!(method, "bdev_malloc_create" | "bdev_null_create");
+        let bdev_create = matches!(
+            method,
+            "bdev_malloc_create" | "bdev_null_create" | "bdev_rbd_create"
+        );
         let code = if bdev_create && param == "name" && msg.contains("already exists") {
             EEXIST
         } else if bdev_create && matches!(param, "block_size" | "num_blocks") {

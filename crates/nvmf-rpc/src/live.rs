@@ -11,7 +11,8 @@
 use std::sync::Mutex;
 
 use nvmf_config::{
-    BdevConfig, ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig, TransportConfig,
+    BdevConfig, ListenerConfig, NamespaceConfig, RbdCluster, SubsystemConfig, TargetConfig,
+    TransportConfig,
 };
 use serde_json::{json, Value};
 
@@ -19,8 +20,24 @@ use serde_json::{json, Value};
 /// changes may be the discovery NQN (`nvmf_config::DISCOVERY_NQN`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Change {
-    /// A new bdev (`bdev_malloc_create`, `bdev_null_create`).
+    /// A new bdev (`bdev_malloc_create`, `bdev_null_create`,
+    /// `bdev_rbd_create`, ...). Creating it may be slow (an rbd image is
+    /// opened over the network): the call blocks only the control plane.
     AddBdev(BdevConfig),
+    /// A bdev was resized (`bdev_rbd_resize`) to `num_blocks` blocks: the
+    /// backend grows the device, namespaces on it take the new size and
+    /// hosts get Namespace Attribute Changed. The model is unchanged (the
+    /// size lives in the backend).
+    ResizeBdev {
+        name: String,
+        num_blocks: u64,
+    },
+    /// A Ceph cluster connection was registered (`bdev_rbd_register_cluster`).
+    RegisterRbdCluster(RbdCluster),
+    /// A registered cluster no bdev uses was unregistered.
+    UnregisterRbdCluster {
+        name: String,
+    },
     /// A bdev no namespace uses was deleted.
     DeleteBdev {
         name: String,
@@ -86,6 +103,9 @@ impl Change {
         match self {
             Change::AddBdev(_) => "AddBdev",
             Change::DeleteBdev { .. } => "DeleteBdev",
+            Change::ResizeBdev { .. } => "ResizeBdev",
+            Change::RegisterRbdCluster(_) => "RegisterRbdCluster",
+            Change::UnregisterRbdCluster { .. } => "UnregisterRbdCluster",
             Change::CreateTransport(_) => "CreateTransport",
             Change::CreateSubsystem(_) => "CreateSubsystem",
             Change::DeleteSubsystem { .. } => "DeleteSubsystem",
@@ -121,6 +141,13 @@ pub trait LiveTarget: Send + Sync {
     /// busy, idle}]`): busy and idle ticks of each reactor.
     fn thread_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "threads": [] })
+    }
+    /// The current size in blocks of bdev `name` as the running target sees
+    /// it (`bdev_get_bdevs`, `bdev_rbd_resize`); `None`: the model's value
+    /// (an rbd bdev's size is only known to its backend).
+    fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
+        let _ = name;
+        None
     }
     /// `nvmf_get_path_stats` result (nvmfd's own method, see docs/RPC.md):
     /// counters and latency histograms per path (subsystem, listener,
@@ -168,6 +195,7 @@ struct Recording {
     controllers: Vec<(String, Value)>,
     qpairs: Vec<(String, Value)>,
     stats: Option<Value>,
+    sizes: Vec<(String, u64)>,
 }
 
 impl RecordingLive {
@@ -200,6 +228,14 @@ impl RecordingLive {
         self.lock().qpairs.push((nqn.to_string(), entry));
     }
 
+    /// Sets what `bdev_num_blocks(name)` returns (also updated by an
+    /// applied `ResizeBdev`).
+    pub fn set_num_blocks(&self, name: &str, num_blocks: u64) {
+        let mut r = self.lock();
+        r.sizes.retain(|(n, _)| n != name);
+        r.sizes.push((name.to_string(), num_blocks));
+    }
+
     /// Sets what `stats` returns.
     pub fn set_stats(&self, stats: Value) {
         self.lock().stats = Some(stats);
@@ -216,8 +252,16 @@ impl LiveTarget for RecordingLive {
         if let Some(msg) = &r.fail_with {
             return Err(msg.clone());
         }
+        if let Change::ResizeBdev { name, num_blocks } = change {
+            r.sizes.retain(|(n, _)| n != name);
+            r.sizes.push((name.clone(), *num_blocks));
+        }
         r.changes.push(change.clone());
         Ok(())
+    }
+    fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
+        let r = self.lock();
+        r.sizes.iter().find(|(n, _)| n == name).map(|(_, b)| *b)
     }
     fn controllers(&self, nqn: &str) -> Vec<Value> {
         let r = self.lock();

@@ -4,19 +4,22 @@
 //! and implements every method: creates through
 //! `TargetConfig::apply_method`, deletes/removes/queries on the model here.
 //! State changes follow validate-on-a-copy → `LiveTarget::apply` → commit →
-//! persist, under one lock, so calls from several connections are serialized
-//! and a failed call changes nothing.
+//! persist, one at a time (the change lock), so calls from several
+//! connections are serialized and a failed call changes nothing. The model
+//! itself is locked only briefly: queries (`bdev_get_bdevs`, `nvmf_get_*`,
+//! `save_config`, ...) answer while a slow change (opening an rbd image:
+//! network round trips) is being made live.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use nvmf_config::{
-    format_eui64, format_nguid, format_uuid, AddressFamily, BdevConfig, BdevKind, FileMethod,
-    ListenerConfig, SubsystemConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN,
-    SKIPPED_METHODS,
+    format_eui64, format_nguid, format_uuid, rbd_cluster_info, rbd_driver_specific, AddressFamily,
+    BdevConfig, BdevKind, FileMethod, ListenerConfig, SubsystemConfig, TargetConfig,
+    TransportConfig, TransportType, DISCOVERY_NQN, SKIPPED_METHODS,
 };
 use serde_json::{json, Map, Value};
 
-use crate::error::{RpcError, EBUSY, ENODEV, INVALID_REQUEST, METHOD_NOT_FOUND};
+use crate::error::{RpcError, EBUSY, EINVAL, ENODEV, INVALID_REQUEST, METHOD_NOT_FOUND};
 use crate::live::{Change, LiveTarget};
 use crate::params::Params;
 use crate::state_file::StateFile;
@@ -39,6 +42,12 @@ pub const METHODS: &[&str] = &[
     "bdev_uring_delete",
     "bdev_aio_create",
     "bdev_aio_delete",
+    "bdev_rbd_register_cluster",
+    "bdev_rbd_unregister_cluster",
+    "bdev_rbd_get_clusters_info",
+    "bdev_rbd_create",
+    "bdev_rbd_delete",
+    "bdev_rbd_resize",
     "bdev_get_bdevs",
     "nvmf_create_transport",
     "nvmf_get_transports",
@@ -73,6 +82,11 @@ pub const STATE_CHANGING_METHODS: &[&str] = &[
     "bdev_uring_delete",
     "bdev_aio_create",
     "bdev_aio_delete",
+    "bdev_rbd_register_cluster",
+    "bdev_rbd_unregister_cluster",
+    "bdev_rbd_create",
+    "bdev_rbd_delete",
+    "bdev_rbd_resize",
     "nvmf_create_transport",
     "nvmf_create_subsystem",
     "nvmf_delete_subsystem",
@@ -95,10 +109,23 @@ struct State {
     state_file: Option<StateFile>,
 }
 
+/// A state change in progress: holds the change lock (one change at a
+/// time) and a copy of the model it starts from, which no other change can
+/// replace meanwhile. Queries do not wait for it.
+struct Begun<'a> {
+    _serial: MutexGuard<'a, ()>,
+    config: TargetConfig,
+}
+
 /// The JSON-RPC method handler (transport-independent; `server::serve`
 /// puts it on a Unix socket).
 pub struct RpcService {
+    /// The model and the state file; held only briefly (reads, commit), so
+    /// queries never wait for a change being made live.
     state: Mutex<State>,
+    /// Serializes state changes: held while one is validated, made live
+    /// (which may be slow: opening an rbd image) and committed.
+    changes: Mutex<()>,
     live: Arc<dyn LiveTarget>,
 }
 
@@ -113,12 +140,23 @@ impl RpcService {
     ) -> RpcService {
         RpcService {
             state: Mutex::new(State { config, state_file }),
+            changes: Mutex::new(()),
             live,
         }
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts a state change (see [`Begun`]).
+    fn begin(&self) -> Begun<'_> {
+        let serial = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+        let config = self.lock().config.clone();
+        Begun {
+            _serial: serial,
+            config,
+        }
     }
 
     /// A copy of the current model.
@@ -269,7 +307,15 @@ impl RpcService {
                     (Change::AddBdev(b.clone()), json!(b.name))
                 })
             }
-            "bdev_malloc_create" | "bdev_null_create" | "bdev_uring_create" => {
+            "bdev_rbd_register_cluster" => self.apply_config_method(method, params, |new, _| {
+                let c = new.rbd_clusters.last().expect("cluster was added");
+                (Change::RegisterRbdCluster(c.clone()), json!(c.name))
+            }),
+            "bdev_rbd_unregister_cluster" => self.unregister_cluster(params),
+            "bdev_rbd_get_clusters_info" => self.get_clusters_info(params),
+            "bdev_rbd_delete" => self.delete_bdev(method, params, BdevKind::Rbd),
+            "bdev_rbd_resize" => self.resize_rbd(params),
+            "bdev_malloc_create" | "bdev_null_create" | "bdev_uring_create" | "bdev_rbd_create" => {
                 self.apply_config_method(method, params, |new, _| {
                     let b = new.bdevs.last().expect("bdev was added");
                     (Change::AddBdev(b.clone()), json!(b.name))
@@ -418,7 +464,7 @@ impl RpcService {
     fn commit(
         &self,
         method: &str,
-        mut st: MutexGuard<'_, State>,
+        begun: Begun<'_>,
         new: TargetConfig,
         change: Change,
         result: Value,
@@ -429,7 +475,9 @@ impl RpcService {
                 change.kind()
             ))
         })?;
+        let mut st = self.lock();
         st.config = new;
+        drop(begun);
         if let Some(f) = &st.state_file {
             f.write(&st.config).map_err(|e| {
                 RpcError::internal(format!(
@@ -446,7 +494,7 @@ impl RpcService {
         params: Option<&Value>,
         change_of: impl FnOnce(&TargetConfig, &str) -> (Change, Value),
     ) -> Result<Value, RpcError> {
-        let st = self.lock();
+        let st = self.begin();
         let mut new = st.config.clone();
         new.apply_method(method, params)
             .map_err(|e| RpcError::from_config(method, &e))?;
@@ -469,7 +517,7 @@ impl RpcService {
             };
         let new = TargetConfig::from_json_value(doc)
             .map_err(|e| RpcError::invalid_params(format!("load_config: {e}")))?;
-        let st = self.lock();
+        let st = self.begin();
         self.commit(method, st, new, Change::LoadConfig, json!(true))
     }
 
@@ -482,7 +530,7 @@ impl RpcService {
         let mut p = Params::new(method, params)?;
         let name = p.req_str("name")?;
         p.finish()?;
-        let st = self.lock();
+        let st = self.begin();
         let Some(b) = st.config.bdev(name) else {
             return Err(RpcError::new(
                 ENODEV,
@@ -516,6 +564,120 @@ impl RpcService {
         self.commit(method, st, new, change, json!(true))
     }
 
+    fn unregister_cluster(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "bdev_rbd_unregister_cluster";
+        let mut p = Params::new(method, params)?;
+        let name = p.req_str("name")?;
+        p.finish()?;
+        let st = self.begin();
+        if st.config.rbd_cluster(name).is_none() {
+            return Err(RpcError::new(
+                ENODEV,
+                format!("{method}: no cluster named \"{name}\" is registered (No such device)"),
+            ));
+        }
+        if let Some(b) = st.config.rbd_cluster_user(name) {
+            return Err(RpcError::new(
+                EBUSY,
+                format!(
+                    "{method}: cluster \"{name}\" is used by rbd bdev \"{}\"; delete it first \
+                     with bdev_rbd_delete (Device or resource busy)",
+                    b.name
+                ),
+            ));
+        }
+        let mut new = st.config.clone();
+        new.rbd_clusters.retain(|c| c.name != name);
+        let change = Change::UnregisterRbdCluster {
+            name: name.to_string(),
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
+    fn get_clusters_info(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "bdev_rbd_get_clusters_info";
+        let mut p = Params::new(method, params)?;
+        let name = p.opt_str("name")?;
+        p.finish()?;
+        let st = self.lock();
+        match name {
+            // As SPDK: one object for a named cluster, else a list.
+            Some(n) => st
+                .config
+                .rbd_cluster(n)
+                .map(rbd_cluster_info)
+                .ok_or_else(|| {
+                    RpcError::new(
+                        ENODEV,
+                        format!(
+                            "{method}: no cluster named \"{n}\" is registered (No such device)"
+                        ),
+                    )
+                }),
+            None => Ok(Value::Array(
+                st.config
+                    .rbd_clusters
+                    .iter()
+                    .map(rbd_cluster_info)
+                    .collect(),
+            )),
+        }
+    }
+
+    /// `bdev_rbd_resize`: name, new_size in MiB. As SPDK, a size below the
+    /// current one (compared in MiB) is refused; the image grows in the
+    /// cluster and every namespace on the bdev takes the new size.
+    fn resize_rbd(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "bdev_rbd_resize";
+        let mut p = Params::new(method, params)?;
+        let name = p.req_str("name")?;
+        let new_mib = p
+            .opt_u64("new_size", u64::MAX)?
+            .ok_or_else(|| p.err("new_size", "missing required parameter"))?;
+        p.finish()?;
+        let st = self.begin();
+        let Some(b) = st.config.bdev(name) else {
+            return Err(RpcError::new(
+                ENODEV,
+                format!("{method}: no bdev named \"{name}\" (No such device)"),
+            ));
+        };
+        if b.kind != BdevKind::Rbd {
+            return Err(RpcError::new(
+                EINVAL,
+                format!(
+                    "{method}: bdev \"{name}\" was created by {}, not by bdev_rbd_create (Invalid argument)",
+                    b.kind.create_method()
+                ),
+            ));
+        }
+        const MIB: u64 = 1 << 20;
+        let bs = u64::from(b.block_size);
+        let current = self.live.bdev_num_blocks(name).unwrap_or(b.num_blocks);
+        let current_mib = current.saturating_mul(bs) / MIB;
+        if new_mib < current_mib {
+            return Err(RpcError::new(
+                EINVAL,
+                format!(
+                    "{method}: parameter \"new_size\": {new_mib} MiB is smaller than the current \
+                     size of \"{name}\" ({current_mib} MiB); rbd bdevs only grow (Invalid argument)"
+                ),
+            ));
+        }
+        let Some(num_blocks) = new_mib.checked_mul(MIB).map(|bytes| bytes / bs) else {
+            return Err(RpcError::new(
+                EINVAL,
+                format!("{method}: parameter \"new_size\": {new_mib} MiB is too large"),
+            ));
+        };
+        let new = st.config.clone();
+        let change = Change::ResizeBdev {
+            name: name.to_string(),
+            num_blocks,
+        };
+        self.commit(method, st, new, change, json!(true))
+    }
+
     fn subsystem_index(cfg: &TargetConfig, p: &Params<'_>, nqn: &str) -> Result<usize, RpcError> {
         if nqn == DISCOVERY_NQN {
             return Err(p.err("nqn", "not possible on the discovery subsystem"));
@@ -531,7 +693,7 @@ impl RpcService {
         let mut p = Params::new(method, params)?;
         let nqn = p.req_str("nqn")?;
         p.ignore(&["tgt_name"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         p.finish()?;
         let mut new = st.config.clone();
@@ -550,7 +712,7 @@ impl RpcService {
             .opt_u64("nsid", u64::from(u32::MAX))?
             .ok_or_else(|| p.err("nsid", "missing required parameter"))? as u32;
         p.ignore(&["tgt_name"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         if st.config.subsystems[si].namespace(nsid).is_none() {
             return Err(p.err(
@@ -604,7 +766,7 @@ impl RpcService {
                 && trsvcid.is_none_or(|s| l.trsvcid == s)
                 && adrfam.is_none_or(|f| l.adrfam == f)
         };
-        let st = self.lock();
+        let st = self.begin();
         let mut new = st.config.clone();
         let list = if nqn == DISCOVERY_NQN {
             &mut new.discovery_listeners
@@ -637,7 +799,7 @@ impl RpcService {
         let nqn = p.req_str("nqn")?;
         let host = p.req_str("host")?;
         p.ignore(&["tgt_name", "timeout_ms"]);
-        let st = self.lock();
+        let st = self.begin();
         let si = Self::subsystem_index(&st.config, &p, nqn)?;
         if !st.config.subsystems[si].hosts.iter().any(|h| h == host) {
             return Err(p.err(
@@ -685,10 +847,13 @@ impl RpcService {
                         format!("{method}: no bdev named \"{n}\" (No such device)"),
                     )
                 })?;
-                Ok(json!([bdev_json(cfg, b)]))
+                Ok(json!([bdev_json(cfg, b, self.live.as_ref())]))
             }
             None => Ok(Value::Array(
-                cfg.bdevs.iter().map(|b| bdev_json(cfg, b)).collect(),
+                cfg.bdevs
+                    .iter()
+                    .map(|b| bdev_json(cfg, b, self.live.as_ref()))
+                    .collect(),
             )),
         }
     }
@@ -762,7 +927,7 @@ pub(crate) fn claim_of<'a>(cfg: &'a TargetConfig, name: &str) -> Option<(&'a str
     })
 }
 
-fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
+fn bdev_json(cfg: &TargetConfig, b: &BdevConfig, live: &dyn LiveTarget) -> Value {
     let claimed = claim_of(cfg, &b.name).is_some();
     let mut m = Map::new();
     m.insert("name".into(), json!(b.name));
@@ -779,7 +944,8 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
         }),
     );
     m.insert("block_size".into(), json!(b.block_size));
-    m.insert("num_blocks".into(), json!(b.num_blocks));
+    let num_blocks = live.bdev_num_blocks(&b.name).unwrap_or(b.num_blocks);
+    m.insert("num_blocks".into(), json!(num_blocks));
     if let Some(u) = &b.uuid {
         m.insert("uuid".into(), json!(u.to_string()));
     }
@@ -795,7 +961,13 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig) -> Value {
             "flush": true, "reset": true, "nvme_admin": false, "nvme_io": false,
         }),
     );
-    m.insert("driver_specific".into(), json!({}));
+    m.insert(
+        "driver_specific".into(),
+        match &b.rbd {
+            Some(r) => rbd_driver_specific(cfg, r),
+            None => json!({}),
+        },
+    );
     Value::Object(m)
 }
 

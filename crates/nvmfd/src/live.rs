@@ -4,11 +4,16 @@
 //! Every change converges the running target from the configuration it was
 //! last given (`applied`) to the new one: one diff routine serves single
 //! RPCs and `load_config` alike. Fallible steps run first and are undone on
-//! failure (create backends, bind new listen addresses in every reactor);
+//! failure (register rbd clusters, create backends, bind new listen
+//! addresses in every reactor);
 //! the rest (subsystems, namespaces, hosts, listeners in the core, dropping
 //! backends and listen sockets) cannot fail once the model validated it.
 //! Called on the RPC thread; reactors get messages (channel + mio Waker) and
 //! answer within a bounded wait, so the data path never waits on this.
+//! Slow bdev work (opening or resizing an rbd image: cluster round trips)
+//! also runs here, so it blocks the control plane only, for at most the
+//! backend's connect / operation timeouts. A resize (`bdev_rbd_resize`)
+//! changes no configuration: it grows the backend and the namespaces on it.
 
 use std::net::SocketAddr;
 use std::sync::mpsc::{channel, Sender};
@@ -159,6 +164,45 @@ impl Live {
         let old = st.config.clone();
         let t = &self.target;
 
+        // 0. Ceph clusters the new bdevs may name (registering may connect:
+        // network round trips on this, the RPC thread). A cluster whose
+        // definition changed (load_config) is registered again, which is
+        // refused while an rbd bdev has its connection open.
+        let mut changed_clusters: Vec<&str> = Vec::new();
+        for o in &old.rbd_clusters {
+            if new.rbd_cluster(&o.name).is_some_and(|n| n != o) {
+                if let Some(b) = old.rbd_cluster_user(&o.name) {
+                    return Err(format!(
+                        "rbd cluster {}: its definition cannot change while rbd bdev {} uses it \
+                         (delete the bdevs on it first)",
+                        o.name, b.name
+                    ));
+                }
+                changed_clusters.push(&o.name);
+            }
+        }
+        let mut registered: Vec<&str> = Vec::new();
+        for c in &new.rbd_clusters {
+            if old.rbd_cluster(&c.name) == Some(c) {
+                continue;
+            }
+            if changed_clusters.contains(&c.name.as_str()) {
+                crate::rbd_clusters::unregister(&c.name);
+            }
+            if let Err(e) = crate::rbd_clusters::register(c) {
+                for n in &registered {
+                    crate::rbd_clusters::unregister(n);
+                }
+                for n in &changed_clusters {
+                    if let Some(o) = old.rbd_cluster(n) {
+                        let _ = crate::rbd_clusters::register(o);
+                    }
+                }
+                return Err(format!("rbd cluster {}: {e}", c.name));
+            }
+            registered.push(&c.name);
+        }
+
         // 1. New backends (may fail: file missing, out of memory). A bdev
         // whose definition changed (load_config) is replaced, and every
         // namespace on it is re-attached in step 3 so hosts see the new one.
@@ -185,7 +229,10 @@ impl Live {
                         }
                     }
                 }
-                return Err(format!("bdev {}: {e}", b.name));
+                for n in &registered {
+                    crate::rbd_clusters::unregister(n);
+                }
+                return Err(e.to_string());
             }
             created.push(b.name.clone());
         }
@@ -199,6 +246,9 @@ impl Live {
             }
             for n in created {
                 t.remove_backend(n);
+            }
+            for n in &registered {
+                crate::rbd_clusters::unregister(n);
             }
         };
         for l in new.listen_addresses() {
@@ -278,10 +328,16 @@ impl Live {
             }
         }
 
-        // 4. Backends no bdev defines any more.
+        // 4. Backends no bdev defines any more, then clusters no longer
+        // registered.
         for o in &old.bdevs {
             if new.bdev(&o.name).is_none() {
                 t.remove_backend(&o.name);
+            }
+        }
+        for o in &old.rbd_clusters {
+            if new.rbd_cluster(&o.name).is_none() {
+                crate::rbd_clusters::unregister(&o.name);
             }
         }
 
@@ -401,12 +457,30 @@ impl LiveTarget for Live {
                 );
             }
         }
+        if let Change::ResizeBdev { name, num_blocks } = change {
+            // The model does not change (the size lives in the backend):
+            // grow the device, then every namespace on it.
+            return match self.target.resize_bdev(name, *num_blocks) {
+                Ok(hit) => {
+                    info!(bdev = %name, num_blocks, namespaces = ?hit, "rpc: bdev resized, hosts notified");
+                    Ok(())
+                }
+                Err(e) => {
+                    warn!("rpc: ResizeBdev refused: {e}");
+                    Err(e.to_string())
+                }
+            };
+        }
         let r = self.converge(&mut st, new_config);
         match &r {
             Ok(()) => info!("rpc: {} applied", change.kind()),
             Err(e) => warn!("rpc: {} refused: {e}", change.kind()),
         }
         r
+    }
+
+    fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
+        self.target.bdev_num_blocks(name)
     }
 
     fn controllers(&self, nqn: &str) -> Vec<Value> {

@@ -15,7 +15,9 @@ mod metrics;
 mod numa;
 mod paths;
 mod placement;
+mod rbd_clusters;
 mod reactor;
+mod resize;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -139,7 +141,13 @@ fn run(cli: Cli) -> Result<()> {
         .transport(TransportType::Tcp)
         .cloned()
         .unwrap_or_default();
+    // Ceph clusters before the bdevs that name them; opening an rbd image
+    // here blocks only startup (no reactor runs yet).
+    for c in &cfg.rbd_clusters {
+        rbd_clusters::register(c).map_err(|e| anyhow!("rbd cluster {}: {e}", c.name))?;
+    }
     let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
+    resize::spawn(&target).context("spawning the resize thread")?;
     let mut params = TcpParams::new(target.limits(), tcp.c2h_success);
     params.h2c_timeout = std::time::Duration::from_millis(cli.h2c_timeout_ms);
     params.max_r2t_bytes = cli.max_r2t_bytes;
