@@ -12,6 +12,7 @@
 # env: NVMFD_TEST_THREADS (default 1: the interop tests boot guests; 2 cores)
 #      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
 #      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
+#      NVMFD_SKIP_CEPH=1     neither install Ceph nor run the tests that need a Ceph cluster
 #      NVMFD_FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips the fuzz sessions)
 #      NVMFD_SPDK_DIR      SPDK tree with a build for crates/nvmfd/tests/spdk_host.rs (default
 #                          /work/spdk/spdk; those tests print a skip line without one)
@@ -38,13 +39,40 @@ done
 [ -e /usr/include/stdio.h ] || missing+=(build-essential)
 # the guest needs the static busybox, not just any busybox
 if [ -x /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then missing+=(busybox-static); fi
+# Ceph (issue 10): the one-node test cluster (testbed/ceph-cluster) and the librbd/librados
+# that nvmfd loads at run time for rbd bdevs
+ceph_pkgs=()
+if [ "${NVMFD_SKIP_CEPH:-0}" != 1 ]; then
+  declare -A CEPH_NEED=([ceph-mon]=ceph-mon [ceph-mgr]=ceph-mgr [ceph-osd]=ceph-osd
+    [rbd]=ceph-common [ceph-authtool]=ceph-common [monmaptool]=ceph-common [uuidgen]=uuid-runtime)
+  for cmd in "${!CEPH_NEED[@]}"; do
+    command -v "$cmd" >/dev/null 2>&1 || ceph_pkgs+=("${CEPH_NEED[$cmd]}")
+  done
+  ldconfig -p | grep -q 'librbd\.so\.1 ' || ceph_pkgs+=(librbd1)
+  ldconfig -p | grep -q 'librados\.so\.2 ' || ceph_pkgs+=(librados2)
+  missing+=("${ceph_pkgs[@]}")
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   mapfile -t missing < <(printf '%s\n' "${missing[@]}" | sort -u)
   [ "$(id -u)" = 0 ] || { note "missing packages: ${missing[*]} (run as root, or apt-get install them)"; exit 1; }
   note "installing: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
+  # no package's maintainer script may start a service here (Ceph's would): a policy-rc.d
+  # that refuses every start, removed again unless the machine had one
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; own_policy=1
+  fi
   apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}" ca-certificates
+  apt-get install -y -q --no-install-recommends "${missing[@]}" ca-certificates || inst_rc=$?
+  [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
+  [ "${inst_rc:-0}" = 0 ] || exit "$inst_rc"
+  if [ ${#ceph_pkgs[@]} -gt 0 ]; then
+    # Debian's ceph packages enable their systemd targets: the tests start their own
+    # daemons, so leave none enabled (no /etc/ceph changes either)
+    systemctl disable ceph.target ceph-mon.target ceph-mgr.target ceph-osd.target \
+      ceph-crash.service >/dev/null 2>&1 || true
+  fi
 fi
 
 # ---- Rust toolchain ------------------------------------------------------------

@@ -9,6 +9,8 @@
 //!   with the test process and is killed on drop; [`run_bounded`] for one-shot commands.
 //! * [`daemon`]: [`Daemon`], an `nvmfd` started from config JSON in its own directory, ready
 //!   once it logged `listening on` for its ports, with its RPC socket and [`Daemon::rpc`].
+//! * [`ceph`]: [`CephCluster`], a throw-away one-node Ceph cluster on 127.0.0.1
+//!   (`testbed/ceph-cluster`) with the `rbd`/`ceph` CLIs against it, for RBD namespaces.
 //! * Here: [`free_port`], [`trid`], [`text`], [`TestDir`], and the measurements the hostile
 //!   tests share ([`p99`], [`rss`]).
 
@@ -18,9 +20,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 pub mod bins;
+pub mod ceph;
 pub mod daemon;
 pub mod process;
 
+pub use ceph::CephCluster;
 pub use daemon::{Daemon, DaemonBuilder};
 pub use process::{die_with_parent, nvmf, run_bounded, stop_child, Process};
 

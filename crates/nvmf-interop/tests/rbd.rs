@@ -1,0 +1,406 @@
+//! RBD namespaces with the Linux kernel host (issue 10): nvmfd on the host serves images of
+//! a real one-node Ceph cluster (nvmf-testkit's [`CephCluster`], one per test binary, one
+//! OSD, pool `rbd` of size 1), the kernel host runs in a testbed guest.
+//!
+//! * `rbd_fio_verify_and_export` (tests/interop/rbd-io.sh): discover, connect, fio crc32c
+//!   verify (4k randrw 75/25, 128k sequential), a dd pattern; the guest's SHA-256 of the
+//!   whole namespace equals that of `rbd export`, and the pattern's bytes are in the image.
+//! * `rbd_resize_seen_by_host` (rbd-resize.sh): the image grows under a connected host,
+//!   by `bdev_rbd_resize` over JSON-RPC and by `rbd resize` from outside; the host sees each
+//!   new size (block device and NSZE) without reconnecting, and verifies I/O there.
+//! * `rbd_two_gateways_kill9` (mp-failover.sh): two nvmfd gateways on one image (no
+//!   exclusive-lock), one subsystem, native multipath; one gateway `kill -9` under fio
+//!   verify and restarted: 0 errors, 0 verify failures.
+//! * `rbd_osd_restart_under_io` (rbd-osd-restart.sh): the cluster's only OSD stops under a
+//!   fio verify loop (I/O stalls, no error) and starts again (I/O resumes, verify clean).
+//!   One OSD with pool size 1 is what makes the outage total (every PG inactive), so this
+//!   is a real stall, and bluestore on a file keeps every acknowledged write across the
+//!   restart; with three replicas a stopped OSD would barely pause I/O.
+//!
+//! Opt-in with NVMFD_INTEROP=1, like kernel_host.rs; `NVMFD_SKIP_CEPH=1` skips them locally.
+//! Each prints its wall time and the cluster's start-up time.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use nvmf_interop::multipath::{pause_ms, MP_EUI64, MP_NGUID, MP_UUID};
+use nvmf_interop::*;
+use nvmf_testkit::ceph::{ceph_check, SKIP_SWITCH};
+use nvmf_testkit::CephCluster;
+use serde_json::{json, Value};
+
+const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
+const NQN: &str = "nqn.2016-06.io.nvmfd:rbd1";
+const POOL: &str = "rbd";
+
+/// Starts an RBD interop test: the interop switch and lock ([`begin`]), then the shared
+/// cluster (`None` when Ceph tests are skipped; a panic naming what is missing otherwise).
+fn begin_rbd(test: &str) -> Option<(std::sync::MutexGuard<'static, ()>, &'static CephCluster)> {
+    let guard = begin(test)?;
+    match ceph_check() {
+        Ok(true) => {}
+        Ok(false) => {
+            say(&format!("interop {test}: skipped ({SKIP_SWITCH}=1)"));
+            return None;
+        }
+        Err(e) => panic!("interop {test}: {e}"),
+    }
+    static SAID: AtomicUsize = AtomicUsize::new(0);
+    let c = CephCluster::shared();
+    if SAID.fetch_add(1, Ordering::Relaxed) == 0 {
+        say(&format!(
+            "interop rbd: Ceph cluster started in {:.1} s ({})",
+            c.start_time.as_secs_f64(),
+            c.dir().display()
+        ));
+    }
+    Some((guard, c))
+}
+
+/// A fresh image `<test>-<pid>` of `mib` MiB with only the layering feature (no
+/// exclusive-lock: several gateways may write it).
+fn image(c: &CephCluster, test: &str, mib: u64) -> String {
+    let name = format!("{test}-{}", std::process::id());
+    let _ = c.remove_image(POOL, &name);
+    c.create_image(POOL, &name, mib, "layering")
+        .unwrap_or_else(|e| panic!("{e}"));
+    name
+}
+
+fn listen(port: u16) -> Value {
+    json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()})
+}
+
+/// How nvmfd reaches the cluster.
+enum Access {
+    /// `bdev_rbd_register_cluster` with the cluster's ceph.conf and keyring, the bdev
+    /// naming it (`cluster_name`).
+    Registered,
+    /// The bdev's own `config` map: `mon_host` and `key` (no files).
+    Inline,
+}
+
+/// nvmfd configuration: bdev `Rbd0` on `POOL/image`, subsystem `NQN` (the multipath
+/// identity of nvmf-interop's gateways: same serial, model and namespace IDs everywhere;
+/// controller IDs from `gateway*1000+1`) with namespace 1 on it, listeners (and discovery)
+/// on `port`.
+fn config(c: &CephCluster, access: Access, image: &str, port: u16, gateway: u16) -> Value {
+    let mut bdevs = Vec::new();
+    let mut create =
+        json!({"name": "Rbd0", "pool_name": POOL, "rbd_name": image, "block_size": 512});
+    match access {
+        Access::Registered => {
+            bdevs.push(json!({"method": "bdev_rbd_register_cluster", "params": {
+                "name": "ceph0",
+                "config_file": c.conf_path().to_string_lossy(),
+                "key_file": c.keyring_path().to_string_lossy()}}));
+            create["cluster_name"] = json!("ceph0");
+        }
+        Access::Inline => {
+            let key = c.admin_key().unwrap_or_else(|e| panic!("{e}"));
+            create["user_id"] = json!("admin");
+            create["config"] = json!({"mon_host": c.mon_addr(), "key": key});
+        }
+    }
+    bdevs.push(json!({"method": "bdev_rbd_create", "params": create}));
+    json!({"subsystems": [
+        {"subsystem": "bdev", "config": bdevs},
+        {"subsystem": "nvmf", "config": [
+            {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+            {"method": "nvmf_create_subsystem", "params": {"nqn": NQN,
+                "serial_number": "NVMFDRBD000001", "model_number": "nvmfd rbd",
+                "allow_any_host": true, "min_cntlid": gateway * 1000 + 1,
+                "max_cntlid": gateway * 1000 + 999}},
+            {"method": "nvmf_subsystem_add_ns", "params": {"nqn": NQN, "namespace": {
+                "bdev_name": "Rbd0", "nsid": 1, "nguid": MP_NGUID, "eui64": MP_EUI64,
+                "uuid": MP_UUID}}},
+            {"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen(port)}},
+            {"method": "nvmf_subsystem_add_listener", "params": {
+                "nqn": "nqn.2014-08.org.nvmexpress.discovery", "listen_address": listen(port)}},
+        ]},
+    ]})
+}
+
+fn guest_env(ports: &[u16], extra: &[(&'static str, String)]) -> Vec<(&'static str, String)> {
+    let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+    let mut env = vec![
+        ("PORT", ports[0].clone()),
+        ("PORTS", ports.join(" ")),
+        ("NQN", NQN.to_string()),
+        ("HOSTNQN", host_nqn(HOST_ID)),
+        ("HOSTID", HOST_ID.to_string()),
+    ];
+    env.extend(extra.iter().cloned());
+    env
+}
+
+/// `sha256sum FILE`'s digest.
+fn sha256_file(path: &Path) -> Result<String, String> {
+    let out = Command::new("sha256sum")
+        .arg(path)
+        .output()
+        .map_err(|e| format!("sha256sum: {e}"))?;
+    if !out.status.success() {
+        return Err(format!("sha256sum {} failed", path.display()));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string())
+}
+
+/// Checkpoint `compare` of rbd-io.sh: the image exported with `rbd export` must hash to the
+/// guest's `sum` and hold the guest's dd pattern (`job/pattern.bin`) at `at_mb` MiB.
+fn compare_export(c: &CephCluster, image: &str, dir: &Path, sum: &str, at_mb: usize) -> String {
+    let export = dir.join("export.img");
+    if let Err(e) = c.export_to(POOL, image, &export) {
+        return format!("fail: {e}");
+    }
+    let check = || -> Result<String, String> {
+        let got = sha256_file(&export)?;
+        if got != sum {
+            return Err(format!(
+                "rbd export's sha256 is {got}, the host read {sum} through nvmfd"
+            ));
+        }
+        let pattern = std::fs::read(dir.join("guest/pattern.bin")).map_err(|e| e.to_string())?;
+        let bytes = std::fs::read(&export).map_err(|e| e.to_string())?;
+        let at = at_mb << 20;
+        let stored = bytes
+            .get(at..at + pattern.len())
+            .ok_or("export too short")?;
+        if stored != pattern.as_slice() {
+            let first = stored
+                .iter()
+                .zip(&pattern)
+                .position(|(a, b)| a != b)
+                .unwrap();
+            return Err(format!(
+                "the image differs from the host's dd pattern at byte {} of it",
+                first
+            ));
+        }
+        Ok(format!(
+            "ok rbd export sha256 {got}; the {} MiB pattern is in the image",
+            pattern.len() >> 20
+        ))
+    };
+    let r = check().unwrap_or_else(|e| format!("fail: {e}"));
+    let _ = std::fs::remove_file(&export);
+    r
+}
+
+fn done(test: &str, t0: Instant) {
+    say(&format!(
+        "interop {test}: wall {:.1} s (cluster included when it started here)",
+        t0.elapsed().as_secs_f64()
+    ));
+}
+
+#[test]
+fn rbd_fio_verify_and_export() {
+    let test = "rbd_fio_verify_and_export";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let (size_mb, at_mb) = (64u64, 48usize);
+    let img = image(c, "io", size_mb);
+    let port = free_port();
+    let mut d = Nvmfd::start(&dir, &config(c, Access::Inline, &img, port, 0), port);
+    let env = guest_env(
+        &[port],
+        &[
+            ("SIZE_MB", size_mb.to_string()),
+            ("FIO_MB", "16".into()),
+            ("PATTERN_AT_MB", at_mb.to_string()),
+            ("PATTERN_MB", "4".into()),
+        ],
+    );
+    let run = run_guest(
+        &dir,
+        "rbd-io.sh",
+        &[port],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, detail| match cp {
+            "compare" => compare_export(c, &img, &dir, detail, at_mb),
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    );
+    finish(test, &run, &mut d, &[]);
+    drop(d);
+    let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
+
+#[test]
+fn rbd_resize_seen_by_host() {
+    let test = "rbd_resize_seen_by_host";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let sizes = [64u64, 96, 128];
+    let img = image(c, "resize", sizes[0]);
+    let port = free_port();
+    let mut d = Nvmfd::start(&dir, &config(c, Access::Registered, &img, port, 0), port);
+    let env = guest_env(
+        &[port],
+        &[(
+            "SIZES_MB",
+            sizes
+                .iter()
+                .map(u64::to_string)
+                .collect::<Vec<_>>()
+                .join(" "),
+        )],
+    );
+    let run = run_guest(
+        &dir,
+        "rbd-resize.sh",
+        &[port],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, detail| match cp {
+            "grow-rpc" => match d.rpc(&["bdev_rbd_resize", "Rbd0", detail]) {
+                Ok(_) => format!("ok bdev_rbd_resize Rbd0 {detail}"),
+                Err(e) => format!("fail: bdev_rbd_resize: {e}"),
+            },
+            "grow-cli" => match detail.parse() {
+                Ok(mb) => match c.resize_image(POOL, &img, mb) {
+                    Ok(()) => format!("ok rbd resize to {mb} MiB"),
+                    Err(e) => format!("fail: {e}"),
+                },
+                Err(_) => format!("fail: bad size {detail}"),
+            },
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    );
+    let mut failures = Vec::new();
+    match c.image_size(POOL, &img) {
+        Ok(b) if b == sizes[2] << 20 => {}
+        other => failures.push(format!("image size at the end: {other:?}")),
+    }
+    finish(test, &run, &mut d, &failures);
+    drop(d);
+    let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
+
+#[test]
+fn rbd_two_gateways_kill9() {
+    let test = "rbd_two_gateways_kill9";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let img = image(c, "mp", 64);
+    let (pa, pb) = (free_port(), free_port());
+    let cfg_a = config(c, Access::Registered, &img, pa, 0);
+    let cfg_b = config(c, Access::Registered, &img, pb, 1);
+    let gw_dir = |name: &str| {
+        let p = dir.join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        p
+    };
+    let mut a = Nvmfd::start(&gw_dir("gwa-0"), &cfg_a, pa);
+    let mut b = Some(Nvmfd::start(&gw_dir("gwb-0"), &cfg_b, pb));
+    let env = guest_env(&[pa, pb], &[]);
+    let run = run_guest(
+        &dir,
+        "mp-failover.sh",
+        &[pa, pb],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, _| match cp {
+            "fail-path" => {
+                if let Some(d) = b.as_mut() {
+                    d.kill_hard();
+                }
+                "ok gateway b killed (SIGKILL)".into()
+            }
+            "restore-path" => {
+                b = Some(Nvmfd::start(&gw_dir("gwb-1"), &cfg_b, pb));
+                "ok gateway b restarted".into()
+            }
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    );
+    let mut failures = Vec::new();
+    match pause_ms(&run.stdout) {
+        Some(ms) => say(&format!(
+            "interop {test}: pause_ms={ms:.0} (longest fio I/O)"
+        )),
+        None => failures.push("the guest printed no PAUSE_MS= line".into()),
+    }
+    if let Some(d) = b.as_mut() {
+        if let Err(e) = d.health() {
+            failures.push(format!("restarted gateway b: {e}"));
+        }
+    }
+    finish(test, &run, &mut a, &failures);
+    drop(a);
+    drop(b);
+    let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
+
+#[test]
+fn rbd_osd_restart_under_io() {
+    let test = "rbd_osd_restart_under_io";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let img = image(c, "osd", 64);
+    let port = free_port();
+    let mut d = Nvmfd::start(&dir, &config(c, Access::Registered, &img, port, 0), port);
+    let env = guest_env(&[port], &[("STALL_S", "3".into())]);
+    let mut outage = None;
+    let run = run_guest(
+        &dir,
+        "rbd-osd-restart.sh",
+        &[port],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, _| match cp {
+            "osd-stop" => match c.stop_osd(0) {
+                Ok(()) => {
+                    outage = Some(Instant::now());
+                    "ok osd.0 stopped".into()
+                }
+                Err(e) => format!("fail: {e}"),
+            },
+            "osd-start" => match c.start_osd(0) {
+                Ok(()) => format!(
+                    "ok osd.0 up again, {:.1} s after it stopped",
+                    outage.map_or(0.0, |t| t.elapsed().as_secs_f64())
+                ),
+                Err(e) => format!("fail: {e}"),
+            },
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    );
+    let mut failures = Vec::new();
+    match pause_ms(&run.stdout) {
+        Some(ms) => say(&format!(
+            "interop {test}: pause_ms={ms:.0} (longest fio I/O: the stall)"
+        )),
+        None => failures.push("the guest printed no PAUSE_MS= line".into()),
+    }
+    if !c.osd_running(0) {
+        failures.push("osd.0 is not running at the end".into());
+    }
+    finish(test, &run, &mut d, &failures);
+    drop(d);
+    let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
