@@ -3,9 +3,10 @@
 //! librbd's threads and waking each submitting thread's eventfd, resize
 //! (ours and an outside `rbd resize` seen through the watch), dropping
 //! the backend with I/O in flight, a shared registered cluster, and an
-//! unreachable cluster failing fast.
-//!
-//! The cluster and helpers: see `support/mod.rs`.
+//! unreachable cluster failing fast. The cluster
+//! (`nvmf_testkit::CephCluster::shared()`) and helpers: see
+//! `support/mod.rs`. Skipped only with `NVMFD_SKIP_CEPH=1`; without Ceph
+//! installed the tests fail and say what to install.
 
 mod support;
 
@@ -97,7 +98,10 @@ fn own_connection_with_cache_on() {
     }
     let c = cluster();
     let img = image(c, 8);
-    let (mon, keyring) = (c.mon_host(), c.keyring());
+    let (mon, keyring) = (
+        c.mon_addr().to_string(),
+        c.keyring_path().to_string_lossy().into_owned(),
+    );
     let b = RbdBackend::open(&cfg(
         "own",
         &img,
@@ -293,7 +297,7 @@ fn registered_cluster_is_shared() {
         return;
     }
     let c = cluster();
-    let conf = c.conf.to_string_lossy().into_owned();
+    let conf = c.conf_path().to_string_lossy().into_owned();
     let spec = RbdCluster {
         name: "shared".into(),
         user_id: Some("admin".into()),
@@ -329,7 +333,7 @@ fn unreachable_cluster_fails_fast() {
         return;
     }
     let c = cluster();
-    let keyring = c.keyring();
+    let keyring = c.keyring_path().to_string_lossy().into_owned();
     // A port nothing listens on.
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()

@@ -5,9 +5,9 @@
 //! (a bdev whose `config_param` sets it to 3 s); after the restart I/O
 //! works again and the stalled write is there; the bdev deleted (dropped)
 //! while its write is stalled does not wait, and closes once the write
-//! completed. Its own test binary: it
-//! stops the OSD of the cluster (see `support/mod.rs`), so no other test
-//! may run against that cluster at the same time.
+//! completed. Its own test binary, so its own cluster (see
+//! `support/mod.rs`): it stops the OSD, and no other test may use that
+//! cluster meanwhile.
 
 mod support;
 
@@ -24,7 +24,7 @@ struct OsdBack<'a>(&'a Cluster, bool);
 impl Drop for OsdBack<'_> {
     fn drop(&mut self) {
         if !self.1 {
-            self.0.harness("osd-start", &["0"]);
+            let _ = self.0.start_osd(0);
         }
     }
 }
@@ -36,7 +36,10 @@ fn osd_down_stalls_then_times_out_retryably_and_recovers() {
     }
     let c = cluster();
     let img = image(c, 8);
-    let (mon, keyring) = (c.mon_host(), c.keyring());
+    let (mon, keyring) = (
+        c.mon_addr().to_string(),
+        c.keyring_path().to_string_lossy().into_owned(),
+    );
     let own = |name: &str, extra: &[(&str, &str)]| {
         let mut p = vec![("mon_host", mon.as_str()), ("keyring", keyring.as_str())];
         p.extend_from_slice(extra);
@@ -52,7 +55,7 @@ fn osd_down_stalls_then_times_out_retryably_and_recovers() {
     };
     assert_eq!(run(&patient, op), Status::SUCCESS, "cluster healthy first");
 
-    c.harness("osd-stop", &["0"]);
+    c.stop_osd(0).expect("stop osd.0");
     let mut back = OsdBack(c, false);
     let t0 = Instant::now();
     // The default timeout: this write waits for the OSD.
@@ -92,7 +95,7 @@ fn osd_down_stalls_then_times_out_retryably_and_recovers() {
     );
     assert!(!closed.load(std::sync::atomic::Ordering::Acquire));
 
-    c.harness("osd-start", &["0"]);
+    c.start_osd(0).expect("start osd.0");
     back.1 = true;
     let (got, _) = collect(&psink, 1);
     eprintln!(

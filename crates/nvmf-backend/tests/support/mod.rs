@@ -1,19 +1,13 @@
-//! Shared by the RBD tests: the one-node Ceph cluster they run against,
-//! images, bdev entries, and waiting for completions the way a reactor
-//! does (on the thread's wake-up eventfd).
-//!
-//! The cluster: `NVMFD_CEPH_CONF` names the ceph.conf of a running one
-//! (with its keyring next to it and a pool `rbd`, as
-//! `testbed/ceph-cluster` makes them), else one is started for the test
-//! process with `testbed/ceph-cluster` (`NVMFD_CEPH_CLUSTER_SCRIPT`
-//! overrides the path) and stopped by its owner watchdog when the process
-//! ends. Tests are skipped only with `NVMFD_SKIP_CEPH=1`; without Ceph
-//! installed they fail and say so.
+//! Shared by the RBD tests: the one-node Ceph cluster they run against
+//! (`nvmf_testkit::CephCluster::shared()`: one per test binary, started on
+//! first use, stopped by its watchdog when the binary exits), images, bdev
+//! entries, and waiting for completions the way a reactor does (on the
+//! thread's wake-up eventfd). Tests are skipped only with
+//! `NVMFD_SKIP_CEPH=1`; without Ceph installed they fail and say what to
+//! install.
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -21,88 +15,22 @@ use std::time::{Duration, Instant};
 use nvmf_backend::rbd::{self, RbdBackend};
 use nvmf_backend::{Backend, BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 use nvmf_config::{BdevConfig, BdevKind, RbdBdev, RbdCluster};
+pub use nvmf_testkit::ceph::POOL;
+pub use nvmf_testkit::CephCluster as Cluster;
 use nvmf_wire::status::Status;
 
-pub const POOL: &str = "rbd";
-
-pub struct Cluster {
-    pub conf: PathBuf,
-}
-
+/// Whether to skip (`NVMFD_SKIP_CEPH=1`); panics naming what is missing
+/// when Ceph is not installed.
 pub fn skip() -> bool {
-    std::env::var("NVMFD_SKIP_CEPH").is_ok_and(|v| v == "1")
-}
-
-/// The cluster harness script.
-pub fn script() -> PathBuf {
-    match std::env::var("NVMFD_CEPH_CLUSTER_SCRIPT") {
-        Ok(p) => p.into(),
-        Err(_) => Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testbed/ceph-cluster"),
+    match nvmf_testkit::ceph::ceph_check() {
+        Ok(run) => !run,
+        Err(e) => panic!("{e}"),
     }
 }
 
-impl Cluster {
-    /// The cluster's directory (where its ceph.conf is).
-    pub fn dir(&self) -> &Path {
-        self.conf.parent().expect("ceph.conf in a directory")
-    }
-
-    /// `mon_host` from the cluster's ceph.conf.
-    pub fn mon_host(&self) -> String {
-        let conf = std::fs::read_to_string(&self.conf).unwrap();
-        conf.lines()
-            .find_map(|l| l.strip_prefix("mon_host = "))
-            .expect("mon_host in ceph.conf")
-            .to_string()
-    }
-
-    /// The client keyring next to ceph.conf.
-    pub fn keyring(&self) -> String {
-        self.conf
-            .with_file_name("keyring")
-            .to_string_lossy()
-            .into_owned()
-    }
-
-    /// Runs the harness script on this cluster (`osd-stop DIR 0`, ...).
-    pub fn harness(&self, cmd: &str, args: &[&str]) {
-        let st = Command::new(script())
-            .arg(cmd)
-            .arg(self.dir())
-            .args(args)
-            .status()
-            .expect("run the cluster script");
-        assert!(st.success(), "ceph-cluster {cmd} {args:?} failed");
-    }
-}
-
-/// The shared cluster (started on first use).
+/// The test binary's cluster (started on first use).
 pub fn cluster() -> &'static Cluster {
-    static C: OnceLock<Cluster> = OnceLock::new();
-    C.get_or_init(|| {
-        if let Ok(conf) = std::env::var("NVMFD_CEPH_CONF") {
-            return Cluster { conf: conf.into() };
-        }
-        let script = script();
-        assert!(
-            Path::new("/usr/bin/ceph-mon").exists(),
-            "Ceph is not installed (ceph-mon missing): scripts/test.sh installs it; \
-             NVMFD_SKIP_CEPH=1 skips these tests"
-        );
-        assert!(script.exists(), "{} missing", script.display());
-        let dir = std::env::temp_dir().join(format!("nvmfd-rbd-test-{}", std::process::id()));
-        let st = Command::new(&script)
-            .arg("start")
-            .arg(&dir)
-            .args(["--osds", "1", "--pool", POOL, "--owner-pid"])
-            .arg(std::process::id().to_string())
-            .status()
-            .expect("run testbed/ceph-cluster");
-        assert!(st.success(), "ceph-cluster start failed");
-        Cluster {
-            conf: dir.join("ceph.conf"),
-        }
-    })
+    Cluster::shared()
 }
 
 /// A fresh image of `mib` MiB without exclusive-lock.
@@ -128,14 +56,7 @@ pub fn image(c: &Cluster, mib: u64) -> String {
 }
 
 pub fn rbd_cli(c: &Cluster, args: &[&str]) {
-    let out = Command::new("timeout")
-        .arg("60")
-        .arg("rbd")
-        .arg("-c")
-        .arg(&c.conf)
-        .args(args)
-        .output()
-        .expect("run rbd");
+    let out = c.rbd(args);
     assert!(
         out.status.success(),
         "rbd {args:?}: {}",
@@ -151,7 +72,7 @@ pub fn registered(c: &Cluster) -> &'static str {
             name: "test".into(),
             user_id: None,
             config_param: BTreeMap::new(),
-            config_file: Some(c.conf.to_string_lossy().into_owned()),
+            config_file: Some(c.conf_path().to_string_lossy().into_owned()),
             key_file: None,
         })
         .expect("register the test cluster");
