@@ -19,8 +19,7 @@
 # gateway CPU per I/O (nvmfd's or fio's own CPU time from /proc/PID/stat over the run / I/Os)
 # and the nvmfd / fio-rbd ratios (medians over the runs). Defaults: -t 10, --runs 3,
 # --gw-core 0, --cli-core 1. Run on a quiet machine (no QEMU guest, no builds). Needs root
-# (the cluster's OSD), fio with the rbd engine, python3. NVMFD_CEPH_CLUSTER_SCRIPT overrides the
-# cluster script's path. Everything started is stopped on exit.
+# (the cluster's OSD), fio with the rbd engine, python3. Everything started is stopped on exit.
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
@@ -35,7 +34,7 @@ while [ $# -gt 0 ]; do
     --gw-core) GW=$2; shift 2 ;;
     --cli-core) CLI=$2; shift 2 ;;
     --nvmfd-args) NVMFD_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-rbd.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -55,7 +54,7 @@ NVMF=$REPO/target/release/nvmf
 if [ -n "$OUT" ]; then mkdir -p "$OUT"; W=$(readlink -f "$OUT"); KEEP=1
 else W=$(mktemp -d "${TMPDIR:-/tmp}/nvmfd-bench-rbd.XXXXXX"); KEEP=0; fi
 CEPH=$W/ceph
-CLUSTER=${NVMFD_CEPH_CLUSTER_SCRIPT:-$REPO/testbed/ceph-cluster}
+CLUSTER=$REPO/testbed/ceph-cluster
 NVMFD_PID=""
 cleanup() {
   if [ -n "$NVMFD_PID" ] && kill -0 "$NVMFD_PID" 2>/dev/null; then
