@@ -315,13 +315,21 @@ fn registered_cluster_is_shared() {
     let e = rbd::unregister_cluster("shared").unwrap_err();
     assert!(e.contains("still used by 2"), "{e}");
     let (f1, f2) = (b1.closed_flag(), b2.closed_flag());
-    drop((b1, b2));
+    drop(b1);
+    let e = rbd::unregister_cluster("shared").unwrap_err();
+    assert!(e.contains("still used by 1"), "{e}");
+    drop(b2);
+    // At once, while the images may still be closing on their own threads
+    // (what rpc.py's teardown order does: delete, then unregister): the
+    // name is free again and can be registered anew.
+    rbd::unregister_cluster("shared").expect("unregister once no bdev is open");
+    rbd::register_cluster(&spec).expect("register the same name again");
+    rbd::unregister_cluster("shared").expect("unregister again");
     let start = Instant::now();
     while !(f1.load(Ordering::Acquire) && f2.load(Ordering::Acquire)) {
         assert!(start.elapsed() < Duration::from_secs(30));
         std::thread::sleep(Duration::from_millis(5));
     }
-    rbd::unregister_cluster("shared").expect("unregister once unused");
 }
 
 /// A cluster nobody answers for: creating the bdev fails within the

@@ -18,6 +18,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::{c_char, CString};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use nvmf_config::RbdCluster;
@@ -88,6 +89,30 @@ pub struct Conn {
     label: String,
     /// Whether librbd's cache is on for images opened through it.
     pub(super) cache: bool,
+    /// Open bdevs using this connection ([`User`] guards); images being
+    /// closed on their closing thread no longer count, though they still
+    /// hold the connection until `rbd_close` returns.
+    users: AtomicUsize,
+}
+
+/// One open bdev's use of a [`Conn`]: counted while it lives, so that
+/// [`unregister_cluster`] refuses while a bdev is open on the cluster but
+/// not because an already deleted bdev's image is still closing.
+#[derive(Debug)]
+pub struct User(Arc<Conn>);
+
+impl User {
+    /// Count a new user of `conn`.
+    pub fn new(conn: &Arc<Conn>) -> User {
+        conn.users.fetch_add(1, Ordering::AcqRel);
+        User(conn.clone())
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        self.0.users.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 // SAFETY: a connected rados_t may be used from any thread (librados is
@@ -142,6 +167,7 @@ impl Conn {
             raw,
             label: spec.label.to_string(),
             cache: false,
+            users: AtomicUsize::new(0),
         };
         match spec.config_file {
             Some(path) => {
@@ -261,10 +287,10 @@ pub fn unregister_cluster(name: &str) -> Result<(), String> {
         let mut reg = registry().lock().unwrap_or_else(|e| e.into_inner());
         match reg.get(name) {
             None => return Err(format!("no registered cluster named {name}")),
-            Some(c) if Arc::strong_count(c) > 1 => {
+            Some(c) if c.users.load(Ordering::Acquire) > 0 => {
                 return Err(format!(
                     "cluster {name} is still used by {} rbd bdev(s)",
-                    Arc::strong_count(c) - 1
+                    c.users.load(Ordering::Acquire)
                 ))
             }
             Some(_) => reg.remove(name),

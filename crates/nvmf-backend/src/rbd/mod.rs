@@ -163,6 +163,9 @@ pub struct RbdBackend {
     image: Option<Image>,
     watch: Option<Watch>,
     closed: Arc<AtomicBool>,
+    /// Counts this bdev as a user of its connection until it is dropped
+    /// (not until its image has closed: see [`conn::User`]).
+    _user: conn::User,
 }
 
 // SAFETY: `raw` is a librbd image handle, usable from any thread; every
@@ -338,6 +341,7 @@ impl RbdBackend {
             )));
         }
         let cache = conn.cache;
+        let user = conn::User::new(&conn);
         let image = Image { conn, ioctx, raw };
         let mut size = 0u64;
         // SAFETY: open image, valid out pointer.
@@ -378,6 +382,7 @@ impl RbdBackend {
             image: Some(image),
             watch: None,
             closed: Arc::new(AtomicBool::new(false)),
+            _user: user,
         };
         b.watch = b.start_watch();
         tracing::info!(
