@@ -48,8 +48,9 @@ if [ "${NVMFD_SKIP_CEPH:-0}" != 1 ]; then
   for cmd in "${!CEPH_NEED[@]}"; do
     command -v "$cmd" >/dev/null 2>&1 || ceph_pkgs+=("${CEPH_NEED[$cmd]}")
   done
-  ldconfig -p | grep -q 'librbd\.so\.1 ' || ceph_pkgs+=(librbd1)
-  ldconfig -p | grep -q 'librados\.so\.2 ' || ceph_pkgs+=(librados2)
+  libs=$(ldconfig -p 2>/dev/null || true)   # (grep -q on a pipe: SIGPIPE under pipefail)
+  grep -q 'librbd\.so\.1 ' <<<"$libs" || ceph_pkgs+=(librbd1)
+  grep -q 'librados\.so\.2 ' <<<"$libs" || ceph_pkgs+=(librados2)
   missing+=("${ceph_pkgs[@]}")
 fi
 if [ ${#missing[@]} -gt 0 ]; then

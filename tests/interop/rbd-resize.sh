@@ -2,7 +2,7 @@
 # nvmfd's bdev_rbd_resize RPC (checkpoint grow-rpc) and with `rbd resize` from outside
 # nvmfd (checkpoint grow-cli, seen through the image's size watch). Each time the host must
 # see the new size (block device and Identify Namespace NSZE) without reconnecting, within
-# 30 s; then fio crc32c verify runs in the space that was added.
+# 30 s; then fio crc32c verify runs in the space that was added (its first 8 MiB).
 #
 # env: PORT NQN HOSTNQN HOSTID
 #      SIZES_MB "INITIAL RPC CLI": the image's size before, after grow-rpc, after grow-cli
@@ -48,9 +48,9 @@ for how in rpc cli; do
   [ "$CTRL" = "$(ctrl_of "$NQN")" ] || fail "the controller changed: the host reconnected"
   ok "$D is $new MiB (block device and NSZE), same controller $CTRL"
 
-  step "fio crc32c verify in the added space ($old..$new MiB)"
+  step "fio crc32c verify in the added space (8 MiB at $old MiB, the old end)"
   fio_verify "grown-$how" "$D" 1 --rw=randrw --rwmixread=50 --bs=4k --iodepth=8 \
-    --offset="${old}m" --size="$((new - old))m"
+    --offset="${old}m" --size=8m
   ok "verified"
 done
 

@@ -11,6 +11,10 @@
 //! * `rbd_two_gateways_kill9` (mp-failover.sh): two nvmfd gateways on one image (no
 //!   exclusive-lock), one subsystem, native multipath; one gateway `kill -9` under fio
 //!   verify and restarted: 0 errors, 0 verify failures.
+//! * `rbd_two_gateways_coherent` (rbd-coherence.sh): two gateways on one image as two
+//!   separate subsystems (the guest picks the gateway): 1 MiB written through one is read
+//!   through the other at once, both ways, also after the reader held the old data (what a
+//!   gateway-side read cache, e.g. `rbd_cache=true`, would break).
 //! * `rbd_osd_restart_under_io` (rbd-osd-restart.sh): the cluster's only OSD stops under a
 //!   fio verify loop (I/O stalls, no error) and starts again (I/O resumes, verify clean).
 //!   One OSD with pool size 1 is what makes the outage total (every PG inactive), so this
@@ -82,11 +86,56 @@ enum Access {
     Inline,
 }
 
+/// The subsystem a gateway exports the image in.
+struct Export {
+    nqn: String,
+    /// Namespace NGUID, EUI-64, UUID.
+    ids: (String, String, String),
+}
+
+impl Export {
+    /// Subsystem `NQN` with nvmf-interop's multipath namespace identity: every gateway
+    /// exporting it looks like one subsystem to the host (native multipath).
+    fn multipath() -> Export {
+        Export {
+            nqn: NQN.into(),
+            ids: (MP_NGUID.into(), MP_EUI64.into(), MP_UUID.into()),
+        }
+    }
+
+    /// Subsystem `NQN-<i>` with namespace identifiers of its own: a separate disk in the
+    /// host (the kernel refuses one namespace identity in two subsystems).
+    fn own(i: u8) -> Export {
+        Export {
+            nqn: format!("{NQN}-{i}"),
+            ids: (
+                format!("6e766d6664726264636f6865720000{i:02x}"),
+                format!("6e766d66646372{i:02x}"),
+                format!("6e766d66-6472-4264-8368-6572000000{i:02x}"),
+            ),
+        }
+    }
+}
+
 /// nvmfd configuration: bdev `Rbd0` on `POOL/image`, subsystem `NQN` (the multipath
 /// identity of nvmf-interop's gateways: same serial, model and namespace IDs everywhere;
 /// controller IDs from `gateway*1000+1`) with namespace 1 on it, listeners (and discovery)
 /// on `port`.
 fn config(c: &CephCluster, access: Access, image: &str, port: u16, gateway: u16) -> Value {
+    config_for(c, access, image, port, gateway, &Export::multipath())
+}
+
+/// [`config`] exporting the image as `export`.
+fn config_for(
+    c: &CephCluster,
+    access: Access,
+    image: &str,
+    port: u16,
+    gateway: u16,
+    export: &Export,
+) -> Value {
+    let nqn = &export.nqn;
+    let (nguid, eui64, uuid) = &export.ids;
     let mut bdevs = Vec::new();
     let mut create =
         json!({"name": "Rbd0", "pool_name": POOL, "rbd_name": image, "block_size": 512});
@@ -109,14 +158,14 @@ fn config(c: &CephCluster, access: Access, image: &str, port: u16, gateway: u16)
         {"subsystem": "bdev", "config": bdevs},
         {"subsystem": "nvmf", "config": [
             {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
-            {"method": "nvmf_create_subsystem", "params": {"nqn": NQN,
+            {"method": "nvmf_create_subsystem", "params": {"nqn": nqn,
                 "serial_number": "NVMFDRBD000001", "model_number": "nvmfd rbd",
                 "allow_any_host": true, "min_cntlid": gateway * 1000 + 1,
                 "max_cntlid": gateway * 1000 + 999}},
-            {"method": "nvmf_subsystem_add_ns", "params": {"nqn": NQN, "namespace": {
-                "bdev_name": "Rbd0", "nsid": 1, "nguid": MP_NGUID, "eui64": MP_EUI64,
-                "uuid": MP_UUID}}},
-            {"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen(port)}},
+            {"method": "nvmf_subsystem_add_ns", "params": {"nqn": nqn, "namespace": {
+                "bdev_name": "Rbd0", "nsid": 1, "nguid": nguid, "eui64": eui64,
+                "uuid": uuid}}},
+            {"method": "nvmf_subsystem_add_listener", "params": {"nqn": nqn, "listen_address": listen(port)}},
             {"method": "nvmf_subsystem_add_listener", "params": {
                 "nqn": "nqn.2014-08.org.nvmexpress.discovery", "listen_address": listen(port)}},
         ]},
@@ -344,6 +393,54 @@ fn rbd_two_gateways_kill9() {
         if let Err(e) = d.health() {
             failures.push(format!("restarted gateway b: {e}"));
         }
+    }
+    finish(test, &run, &mut a, &failures);
+    drop(a);
+    drop(b);
+    let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
+
+#[test]
+fn rbd_two_gateways_coherent() {
+    let test = "rbd_two_gateways_coherent";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let img = image(c, "coh", 16);
+    let (pa, pb) = (free_port(), free_port());
+    let (ea, eb) = (Export::own(1), Export::own(2));
+    let gw = |name: &str, port: u16, index: u16, e: &Export| {
+        let p = dir.join(name);
+        std::fs::create_dir_all(&p).unwrap();
+        Nvmfd::start(
+            &p,
+            &config_for(c, Access::Registered, &img, port, index, e),
+            port,
+        )
+    };
+    let mut a = gw("gwa", pa, 0, &ea);
+    let mut b = gw("gwb", pb, 1, &eb);
+    let env = guest_env(
+        &[pa, pb],
+        &[
+            ("NQNS", format!("{} {}", ea.nqn, eb.nqn)),
+            ("ROUNDS", "3".into()),
+        ],
+    );
+    let run = run_guest(
+        &dir,
+        "rbd-coherence.sh",
+        &[pa, pb],
+        &env,
+        GUEST_TIMEOUT,
+        |cp, _| format!("fail: unknown checkpoint {cp}"),
+    );
+    let mut failures = Vec::new();
+    if let Err(e) = b.health() {
+        failures.push(format!("gateway b: {e}"));
     }
     finish(test, &run, &mut a, &failures);
     drop(a);
