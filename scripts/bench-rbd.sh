@@ -4,6 +4,9 @@
 #
 #   scripts/bench-rbd.sh [-t SECONDS] [--runs N] [--out DIR] [--gw-core N] [--cli-core N]
 #                        [--nvmfd-args "ARGS"]   (extra nvmfd options, e.g. "--poll-us 0")
+#                        [--perf-args "ARGS"]    (extra nvmf perf options, e.g. "--poll-us 0": on a
+#                                                 2-core box a busy-polling initiator takes the CPU the
+#                                                 unpinned OSD needs, which fio-rbd has no initiator to do)
 #
 # Starts a one-node Ceph cluster (testbed/ceph-cluster, 1 OSD on a file, 127.0.0.1), makes a
 # 1 GiB image without exclusive-lock (--image-feature layering) and fills it (so reads reach
@@ -25,7 +28,7 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 REPO=$PWD
 
-T=10 RUNS=3 OUT="" GW=0 CLI=1 NVMFD_ARGS=""
+T=10 RUNS=3 OUT="" GW=0 CLI=1 NVMFD_ARGS="" PERF_ARGS=""
 while [ $# -gt 0 ]; do
   case $1 in
     -t) T=$2; shift 2 ;;
@@ -34,7 +37,8 @@ while [ $# -gt 0 ]; do
     --gw-core) GW=$2; shift 2 ;;
     --cli-core) CLI=$2; shift 2 ;;
     --nvmfd-args) NVMFD_ARGS=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --perf-args) PERF_ARGS=$2; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-rbd.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -131,7 +135,7 @@ run_nvmfd() {
   local case=$1 round=$2; shift 2
   local j=$W/$case-nvmfd-$round.json c0 c1
   c0=$(ticks "$NVMFD_PID")
-  taskset -c "$CLI" "$NVMF" perf -r "$TRID" --ns 1 --cores "$CLI" -t "$T" --json --no-progress "$@" \
+  taskset -c "$CLI" "$NVMF" perf -r "$TRID" --ns 1 --cores "$CLI" -t "$T" --json --no-progress $PERF_ARGS "$@" \
     >"$j" 2>"$j.err" || say "nvmfd $case run $round failed: $(tail -2 "$j.err" | tr '\n' ' ')"
   c1=$(ticks "$NVMFD_PID")
   printf '%s\tnvmfd\t%s\t%s\t%s\n' "$case" "$round" "$j" "$(python3 -c "print(($c1-$c0)/$HZ)")" >>"$RES"
@@ -172,7 +176,7 @@ done
   echo "- machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); built from $BUILT"
   echo "- Ceph $(ceph --version | awk '{print $3}'), one node on 127.0.0.1, 1 OSD (bluestore on a file), pool size 1; cluster start-up $CLUSTER_S s; image 1 GiB, layering only, filled; rbd_cache off on both sides"
   echo "- gateway core $GW (\`taskset -c $GW nvmfd -m $GW $NVMFD_ARGS\`, or \`taskset -c $GW fio\`: librbd's threads on it too), client core $CLI (\`nvmf perf --cores $CLI\`); Ceph daemons unpinned"
-  echo "- nvmfd: \`nvmf perf -r '$TRID' --ns 1 --cores $CLI -t $T --json ARGS\` (randrw: \`${PERF[randrw]}\`; randrd: \`${PERF[randrd]}\`)"
+  echo "- nvmfd: \`nvmf perf -r '$TRID' --ns 1 --cores $CLI -t $T --json $PERF_ARGS ARGS\` (randrw: \`${PERF[randrw]}\`; randrd: \`${PERF[randrd]}\`)"
   echo "- fio-rbd: \`CEPH_CONF=... taskset -c $GW fio --ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench --direct=1 --time_based --runtime=$T ARGS\` (randrw: \`${FIO[randrw]}\`; randrd: \`${FIO[randrd]}\`)"
   echo "- $RUNS runs of $T s each, alternating; medians (min-max); uptime at start: \`$uptime_start\`, at end: \`$(uptime)\`"
   echo
