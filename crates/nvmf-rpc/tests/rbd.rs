@@ -11,37 +11,10 @@ use common::*;
 use nvmf_config::{BdevKind, TargetConfig};
 use nvmf_rpc::cli::{parse_args, Invocation};
 use nvmf_rpc::error::*;
-use nvmf_rpc::{Change, ClientError, RpcClient, RpcError};
+use nvmf_rpc::{Change, RpcClient};
 use serde_json::{json, Value};
 
 const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
-
-fn call(c: &mut RpcClient, m: &str, p: Value) -> Result<Value, RpcError> {
-    let p = if p.is_null() { None } else { Some(p) };
-    match c.call(m, p.as_ref()) {
-        Ok(v) => Ok(v),
-        Err(ClientError::Rpc(e)) => Err(e),
-        Err(e) => panic!("{m}: transport error {e}"),
-    }
-}
-
-fn fails(h: &Harness, c: &mut RpcClient, m: &str, p: Value, code: i32, needle: &str) {
-    let before = h.service.config();
-    let changes = h.live.changes().len();
-    let e = call(c, m, p.clone()).expect_err(&format!("{m} {p} succeeded"));
-    assert_eq!(e.code, code, "{m} {p}: {}", e.message);
-    assert!(
-        e.message.contains(needle),
-        "{m} {p}: message {:?} lacks {needle:?}",
-        e.message
-    );
-    assert_eq!(h.service.config(), before, "{m}: model changed on error");
-    assert_eq!(
-        h.live.changes().len(),
-        changes,
-        "{m}: live changed on error"
-    );
-}
 
 #[test]
 fn clusters_bdevs_resize_and_refusals() {

@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use nvmf_config::TargetConfig;
 use nvmf_rpc::framing::FrameDecoder;
-use nvmf_rpc::{serve, RecordingLive, RpcClient, RpcServer, RpcService, StateFile};
+use nvmf_rpc::{
+    serve, ClientError, RecordingLive, RpcClient, RpcError, RpcServer, RpcService, StateFile,
+};
 use serde_json::Value;
 
 pub struct TempDir(pub PathBuf);
@@ -149,4 +151,35 @@ pub fn quickstart(c: &mut RpcClient) {
         let p: Value = serde_json::from_str(p).unwrap();
         c.call(m, Some(&p)).unwrap_or_else(|e| panic!("{m}: {e}"));
     }
+}
+
+/// One call through `c`: its result or its JSON-RPC error (a transport
+/// error fails the test).
+pub fn call(c: &mut RpcClient, m: &str, p: Value) -> Result<Value, RpcError> {
+    let p = if p.is_null() { None } else { Some(p) };
+    match c.call(m, p.as_ref()) {
+        Ok(v) => Ok(v),
+        Err(ClientError::Rpc(e)) => Err(e),
+        Err(e) => panic!("{m}: transport error {e}"),
+    }
+}
+
+/// Asserts the call fails with `code` and a message containing `needle`,
+/// and that neither the model nor the live target changed.
+pub fn fails(h: &Harness, c: &mut RpcClient, m: &str, p: Value, code: i32, needle: &str) {
+    let before = h.service.config();
+    let changes = h.live.changes().len();
+    let e = call(c, m, p.clone()).expect_err(&format!("{m} {p} succeeded"));
+    assert_eq!(e.code, code, "{m} {p}: {}", e.message);
+    assert!(
+        e.message.contains(needle),
+        "{m} {p}: message {:?} lacks {needle:?}",
+        e.message
+    );
+    assert_eq!(h.service.config(), before, "{m}: model changed on error");
+    assert_eq!(
+        h.live.changes().len(),
+        changes,
+        "{m}: live target changed on error"
+    );
 }
