@@ -10,8 +10,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 
 use serde_json::{json, Map, Value};
 
-use crate::ids::{parse_uuid, Uuid16};
 use crate::params::Params;
+use crate::parse::bdev_uuid;
 use crate::{BdevConfig, BdevKind, ConfigError, FileBdev, FileMethod, TargetConfig};
 
 /// Block sizes a file bdev may be given.
@@ -91,23 +91,7 @@ pub(crate) fn create(
         ),
         FileMethod::Uring => (false, true),
     };
-    let uuid = match p.opt_str("uuid")? {
-        None => None,
-        Some(s) => {
-            let u = parse_uuid(s).map_err(|e| p.err("uuid", e))?;
-            if u == [0; 16] {
-                None
-            } else {
-                if let Some(other) = cfg.bdevs.iter().find(|b| b.uuid == Some(Uuid16(u))) {
-                    return Err(p.err(
-                        "uuid",
-                        format!("UUID {s} is already used by bdev \"{}\"", other.name),
-                    ));
-                }
-                Some(Uuid16(u))
-            }
-        }
-    };
+    let uuid = bdev_uuid(cfg, &mut p)?;
     p.finish()?;
     if given_bs != 0 && !FILE_BLOCK_SIZES.contains(&given_bs) {
         return Err(p.err(

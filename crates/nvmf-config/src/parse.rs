@@ -350,6 +350,29 @@ fn apply(
     }
 }
 
+/// A bdev's optional `uuid` parameter: `None` when absent or all zeroes
+/// (SPDK's "generate one"); refused when malformed or when another bdev
+/// already has it.
+pub(crate) fn bdev_uuid(
+    cfg: &TargetConfig,
+    p: &mut Params<'_>,
+) -> Result<Option<Uuid16>, ConfigError> {
+    let Some(s) = p.opt_str("uuid")? else {
+        return Ok(None);
+    };
+    let u = parse_uuid(s).map_err(|e| p.err("uuid", e))?;
+    if u == [0; 16] {
+        return Ok(None);
+    }
+    if let Some(other) = cfg.bdevs.iter().find(|b| b.uuid == Some(Uuid16(u))) {
+        return Err(p.err(
+            "uuid",
+            format!("UUID {s} is already used by bdev \"{}\"", other.name),
+        ));
+    }
+    Ok(Some(Uuid16(u)))
+}
+
 fn bdev_create(
     cfg: &mut TargetConfig,
     mut p: Params<'_>,
@@ -384,23 +407,7 @@ fn bdev_create(
     if num_blocks.checked_mul(u64::from(block_size)).is_none() {
         return Err(p.err("num_blocks", "num_blocks * block_size overflows 64 bits"));
     }
-    let uuid = match p.opt_str("uuid")? {
-        None => None,
-        Some(s) => {
-            let u = parse_uuid(s).map_err(|e| p.err("uuid", e))?;
-            if u == [0; 16] {
-                None
-            } else {
-                if let Some(other) = cfg.bdevs.iter().find(|b| b.uuid == Some(Uuid16(u))) {
-                    return Err(p.err(
-                        "uuid",
-                        format!("UUID {s} is already used by bdev \"{}\"", other.name),
-                    ));
-                }
-                Some(Uuid16(u))
-            }
-        }
-    };
+    let uuid = bdev_uuid(cfg, &mut p)?;
     if let Some(md) = p.opt_u32("md_size")? {
         if md != 0 {
             return Err(p.err(

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
 
-use crate::ids::{parse_uuid, Uuid16};
 use crate::params::{Kind, Params};
+use crate::parse::bdev_uuid;
 use crate::{BdevConfig, BdevKind, ConfigError, RbdBdev, RbdCluster, TargetConfig};
 
 /// Block size of an rbd bdev created without `block_size`.
@@ -125,23 +125,7 @@ pub(crate) fn create(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Co
             ));
         }
     }
-    let uuid = match p.opt_str("uuid")? {
-        None => None,
-        Some(s) => {
-            let u = parse_uuid(s).map_err(|e| p.err("uuid", e))?;
-            if u == [0; 16] {
-                None
-            } else {
-                if let Some(other) = cfg.bdevs.iter().find(|b| b.uuid == Some(Uuid16(u))) {
-                    return Err(p.err(
-                        "uuid",
-                        format!("UUID {s} is already used by bdev \"{}\"", other.name),
-                    ));
-                }
-                Some(Uuid16(u))
-            }
-        }
-    };
+    let uuid = bdev_uuid(cfg, &mut p)?;
     p.finish()?;
     // As SPDK: with a registered cluster, the bdev's own user_id and config
     // are not used (the cluster's connection is). Kept for save_config.
