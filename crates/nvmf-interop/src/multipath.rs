@@ -320,6 +320,51 @@ impl Gateway {
     }
 }
 
+/// Runs the guest's `tests/interop/mp-failover.sh` over the paths `ports` with `env`: at
+/// its "fail-path" checkpoint gateway `b` is killed with SIGKILL (a crash), at
+/// "restore-path" `restart()` starts it again and the new daemon becomes `b`. The
+/// failover pause is the run's `PAUSE_MS=` line ([`pause_ms`]).
+pub fn kill9_failover(
+    dir: &Path,
+    ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
+    b: &mut Option<crate::Nvmfd>,
+    mut restart: impl FnMut() -> crate::Nvmfd,
+) -> crate::GuestRun {
+    crate::run_guest(
+        dir,
+        "mp-failover.sh",
+        ports,
+        env,
+        timeout,
+        |cp, _| match cp {
+            "fail-path" => {
+                if let Some(d) = b.as_mut() {
+                    d.kill_hard();
+                }
+                "ok gateway b killed (SIGKILL)".into()
+            }
+            "restore-path" => {
+                *b = Some(restart());
+                "ok gateway b restarted".into()
+            }
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    )
+}
+
+/// Prints the scenario's failover pause ([`pause_ms`]), or records a failure when the
+/// guest printed none.
+pub fn report_pause(test: &str, run: &crate::GuestRun, failures: &mut Vec<String>) {
+    match pause_ms(&run.stdout) {
+        Some(ms) => crate::say(&format!(
+            "interop {test}: pause_ms={ms:.0} (longest fio I/O)"
+        )),
+        None => failures.push("the guest printed no PAUSE_MS= line".into()),
+    }
+}
+
 /// The `PAUSE_MS=` value a multipath scenario printed (the longest I/O latency fio saw,
 /// in ms), if any.
 pub fn pause_ms(guest_stdout: &str) -> Option<f64> {

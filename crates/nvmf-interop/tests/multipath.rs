@@ -17,7 +17,7 @@ use std::path::Path;
 use std::thread::sleep;
 use std::time::Duration;
 
-use nvmf_interop::multipath::{pause_ms, shared_file};
+use nvmf_interop::multipath::{kill9_failover, report_pause, shared_file};
 use nvmf_interop::*;
 
 const GUEST_TIMEOUT: Duration = Duration::from_secs(300);
@@ -42,16 +42,6 @@ fn guest_env(ports: &[u16], extra: &[(&'static str, String)]) -> Vec<(&'static s
     env
 }
 
-/// Prints the scenario's failover pause (and fails if the guest printed none).
-fn report_pause(test: &str, run: &GuestRun, failures: &mut Vec<String>) {
-    match pause_ms(&run.stdout) {
-        Some(ms) => say(&format!(
-            "interop {test}: pause_ms={ms:.0} (longest fio I/O)"
-        )),
-        None => failures.push("the guest printed no PAUSE_MS= line".into()),
-    }
-}
-
 fn gateway_dir(dir: &Path, name: &str, incarnation: u32) -> std::path::PathBuf {
     dir.join(format!("{name}-{incarnation}"))
 }
@@ -69,26 +59,9 @@ fn gateway_kill9_failover() {
     let mut b = Some(gb.start(&gateway_dir(&dir, "gwb", 0)));
     let mut failures = Vec::new();
     let env = guest_env(&[pa, pb], &[]);
-    let run = run_guest(
-        &dir,
-        "mp-failover.sh",
-        &[pa, pb],
-        &env,
-        GUEST_TIMEOUT,
-        |cp, _| match cp {
-            "fail-path" => {
-                if let Some(d) = b.as_mut() {
-                    d.kill_hard();
-                }
-                "ok gateway b killed (SIGKILL)".into()
-            }
-            "restore-path" => {
-                b = Some(gb.start(&gateway_dir(&dir, "gwb", 1)));
-                "ok gateway b restarted".into()
-            }
-            other => format!("fail: unknown checkpoint {other}"),
-        },
-    );
+    let run = kill9_failover(&dir, &[pa, pb], &env, GUEST_TIMEOUT, &mut b, || {
+        gb.start(&gateway_dir(&dir, "gwb", 1))
+    });
     report_pause(test, &run, &mut failures);
     if let Some(d) = b.as_mut() {
         if let Err(e) = d.health() {

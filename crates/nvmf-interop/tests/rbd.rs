@@ -29,7 +29,9 @@ use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use nvmf_interop::multipath::{pause_ms, MP_EUI64, MP_NGUID, MP_UUID};
+use nvmf_interop::multipath::{
+    kill9_failover, pause_ms, report_pause, MP_EUI64, MP_NGUID, MP_UUID,
+};
 use nvmf_interop::*;
 use nvmf_testkit::ceph::{ceph_check, SKIP_SWITCH};
 use nvmf_testkit::CephCluster;
@@ -362,33 +364,11 @@ fn rbd_two_gateways_kill9() {
     let mut a = Nvmfd::start(&gw_dir("gwa-0"), &cfg_a, pa);
     let mut b = Some(Nvmfd::start(&gw_dir("gwb-0"), &cfg_b, pb));
     let env = guest_env(&[pa, pb], &[]);
-    let run = run_guest(
-        &dir,
-        "mp-failover.sh",
-        &[pa, pb],
-        &env,
-        GUEST_TIMEOUT,
-        |cp, _| match cp {
-            "fail-path" => {
-                if let Some(d) = b.as_mut() {
-                    d.kill_hard();
-                }
-                "ok gateway b killed (SIGKILL)".into()
-            }
-            "restore-path" => {
-                b = Some(Nvmfd::start(&gw_dir("gwb-1"), &cfg_b, pb));
-                "ok gateway b restarted".into()
-            }
-            other => format!("fail: unknown checkpoint {other}"),
-        },
-    );
+    let run = kill9_failover(&dir, &[pa, pb], &env, GUEST_TIMEOUT, &mut b, || {
+        Nvmfd::start(&gw_dir("gwb-1"), &cfg_b, pb)
+    });
     let mut failures = Vec::new();
-    match pause_ms(&run.stdout) {
-        Some(ms) => say(&format!(
-            "interop {test}: pause_ms={ms:.0} (longest fio I/O)"
-        )),
-        None => failures.push("the guest printed no PAUSE_MS= line".into()),
-    }
+    report_pause(test, &run, &mut failures);
     if let Some(d) = b.as_mut() {
         if let Err(e) = d.health() {
             failures.push(format!("restarted gateway b: {e}"));
