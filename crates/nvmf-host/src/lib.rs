@@ -15,6 +15,8 @@
 //!   paths, ANA log and AER, path state, monitor thread, policies).
 //! * error.rs: errors with NVMe status names.
 //! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
+//! * bench/: `nvmf bench` (spec.rs: TOML spec and presets; matrix.rs: the ordered
+//!   run list; placement.rs: route, NUMA node, CPUs, busy cores; mod.rs: the plan).
 //!
 //! ```no_run
 //! use nvmf_host::{Controller, ConnectOptions, TransportId};
@@ -30,6 +32,7 @@
 //! # Ok::<(), nvmf_host::Error>(())
 //! ```
 
+pub mod bench;
 pub mod controller;
 pub mod discovery;
 pub mod error;

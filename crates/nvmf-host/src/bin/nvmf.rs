@@ -85,6 +85,51 @@ Examples:
   nvmf top -s /tmp/nvmfd.sock --once        # one frame (two samples 1 s apart), then exit
   nvmf top --iterations 10 --interval 0.5 > top.log";
 
+const BENCH_HELP: &str = "\
+SPEC is a TOML file or a preset name. A spec has [[target]]s, [[workload]]s, and optional
+repetitions (default 3), baseline (a target name or cell \"target/workload\") and goal (per client):
+
+  repetitions = 3
+  baseline = \"nvmfd\"
+  goal = { iops = 10000 }             # or { mibps = 500 }
+
+  [[target]]
+  name = \"nvmfd\"
+  kind = \"nvmfd\"                     # started by the harness from config (relative to the spec)
+  config = \"nvmfd.json\"
+  addr = \"127.0.0.1\"                 # where it listens (default 127.0.0.1)
+
+  [[target]]
+  name = \"other\"
+  kind = \"trid\"                      # already running, any vendor (spdk, kernel: not supported yet)
+  trid = \"trtype:TCP traddr:10.0.0.2 trsvcid:4420 subnqn:nqn.2016-06.io.spdk:cnode1\"
+
+  [[workload]]
+  name = \"4k-randrw\"                 # default: derived, e.g. randrw-4k-75r-qd64
+  rw = \"randrw\"                      # read write randread randwrite rw randrw (default randread)
+  mix = 75                            # % reads, rw/randrw only (default 50)
+  bs = \"4k\"                          # bytes, k/m suffixes (default 4k)
+  qd = 64                             # per queue (default 32)
+  queues = 1                          # connections, alias jobs (default 1)
+  runtime = 30                        # seconds measured, or \"30s\", \"2m\" (default 10)
+  ramp = 5                            # seconds before measuring (default 0)
+
+Presets (targets from --target TRID): quick (4 KiB randread QD32, 5 s, 1 round),
+seed-4k-randrw (4 KiB randrw 75/25 QD64), latency (4 KiB randread QD1),
+throughput (128 KiB sequential read QD32 x 4 queues); 30 s + 5 s ramp, 3 rounds.
+
+The matrix runs every target x workload cell once per round; targets alternate within a round
+and each round starts at another target and workload, so drift hits all alike.
+
+`plan` prints, per target, the interface that routes to it, its NUMA node and CPUs, the CPUs
+the initiator would be pinned to (one per queue; free CPUs of the NIC's node first), warnings
+(OFF-NODE, BUSY CORE > 50 %, no NUMA information), then the run list and the estimated time.
+Running the matrix (`nvmf bench run`) is not built yet; see docs/BENCH.md.
+
+Examples:
+  nvmf bench plan quick --target 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default'
+  nvmf bench plan bench.toml";
+
 const DISCOVER_HELP: &str = "\
 Examples:
   nvmf discover -t tcp -a 127.0.0.1 -s 4420
@@ -119,6 +164,9 @@ enum Cmd {
     /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
+    /// Benchmark matrices against NVMe-oF targets (so far: `plan`, what a run would do)
+    #[command(after_help = BENCH_HELP)]
+    Bench(BenchArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
     #[command(disable_help_flag = true)]
     Rpc {
@@ -126,6 +174,32 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    #[command(subcommand)]
+    cmd: BenchCmd,
+}
+
+#[derive(Subcommand)]
+enum BenchCmd {
+    /// Show the placement of each target and the expanded run list, without running anything
+    #[command(after_help = BENCH_HELP)]
+    Plan(BenchPlanArgs),
+}
+
+#[derive(Args)]
+struct BenchPlanArgs {
+    /// A spec file (TOML) or a preset: quick, seed-4k-randrw, latency, throughput
+    #[arg(value_name = "SPEC")]
+    spec: String,
+    /// Add a running target by transport ID (repeatable; required with a preset)
+    #[arg(long = "target", value_name = "TRID")]
+    targets: Vec<String>,
+    /// Milliseconds of /proc/stat sampling to find busy cores (0 = skip)
+    #[arg(long = "sample-ms", default_value_t = 250, value_name = "MS")]
+    sample_ms: u64,
 }
 
 #[derive(Args)]
@@ -319,22 +393,7 @@ fn parse_workload(s: &str) -> std::result::Result<Workload, String> {
 struct CoreList(Vec<usize>);
 
 fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
-    let mut v = Vec::new();
-    for part in s.split(',').filter(|p| !p.is_empty()) {
-        let bad = || format!("'{part}' is not a CPU number or range (e.g. 0,2 or 0-3)");
-        if let Some((a, b)) = part.split_once('-') {
-            let (a, b): (usize, usize) = (
-                a.trim().parse().map_err(|_| bad())?,
-                b.trim().parse().map_err(|_| bad())?,
-            );
-            if a > b {
-                return Err(bad());
-            }
-            v.extend(a..=b);
-        } else {
-            v.push(part.trim().parse().map_err(|_| bad())?);
-        }
-    }
+    let v = nvmf_host::bench::placement::parse_cpulist(s)?;
     if v.is_empty() {
         return Err("empty CPU list".into());
     }
@@ -348,6 +407,7 @@ fn main() -> ExitCode {
         Cmd::Identify(a) => identify(a),
         Cmd::Perf(a) => run_perf(a),
         Cmd::Top(a) => top(a),
+        Cmd::Bench(b) => bench(b),
         Cmd::Rpc { args } => {
             let code = nvmf_rpc::cli_main(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
@@ -358,6 +418,18 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("nvmf: error: {e:#}");
             ExitCode::from(1)
+        }
+    }
+}
+
+fn bench(b: BenchArgs) -> Result<ExitCode> {
+    use nvmf_host::bench::{placement::Host, spec::BenchSpec, Plan};
+    match b.cmd {
+        BenchCmd::Plan(a) => {
+            let spec = BenchSpec::load(&a.spec, &a.targets)?;
+            let plan = Plan::new(spec, &Host::system(), Duration::from_millis(a.sample_ms));
+            print!("{}", plan.render());
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
