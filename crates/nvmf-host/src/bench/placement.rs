@@ -415,7 +415,8 @@ mod tests {
     }
 
     /// Two NUMA nodes (CPUs 0-3 and 4-7), eth0 on node 1 for 10.0.0.0/24,
-    /// eth1 (node 0) the default route, a virtual tun0 for 10.9.0.0/16.
+    /// eth1 (node 0) the default route (eth9 a worse one), a virtual tun0
+    /// for 10.9.0.0/16, a route that is down.
     fn fake_tree(name: &str) -> PathBuf {
         let root = std::env::temp_dir().join(format!("nvmf-bench-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&root);
@@ -432,7 +433,8 @@ mod tests {
                  eth1\t{z}\t{}\t0003\t0\t0\t100\t{z}\t0\t0\t0\n\
                  eth0\t{}\t{z}\t0001\t0\t0\t0\t{}\t0\t0\t0\n\
                  tun0\t{}\t{z}\t0001\t0\t0\t0\t{}\t0\t0\t0\n\
-                 down0\t{}\t{z}\t0000\t0\t0\t0\t{}\t0\t0\t0\n",
+                 down0\t{}\t{z}\t0000\t0\t0\t0\t{}\t0\t0\t0\n\
+                 eth9\t{z}\t{z}\t0001\t0\t0\t200\t{z}\t0\t0\t0\n",
                 v4hex([192, 168, 1, 1]),
                 v4hex([10, 0, 0, 0]),
                 v4hex([255, 255, 255, 0]),

@@ -657,7 +657,7 @@ mod tests {
     fn bad_targets() {
         let w = "[[workload]]\n";
         let cases: &[(&str, &[&str])] = &[
-            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\n", &["spdk", "not supported yet"]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\n", &["kind = \"spdk\" is not supported yet (supported now: nvmfd, trid)"]),
             ("[[target]]\nname = \"k\"\nkind = \"kernel\"\n", &["kernel", "not supported yet"]),
             ("[[target]]\nname = \"x\"\nkind = \"magic\"\n", &["magic", "nvmfd, trid"]),
             ("[[target]]\nname = \"x\"\n", &["kind is missing"]),
