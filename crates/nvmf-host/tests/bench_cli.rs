@@ -90,7 +90,7 @@ fn plan_a_spec_file_and_reject_a_bad_one() {
     assert!(out.contains("Estimated time: 0h04m20s"), "{out}");
 
     // A bad field: non-zero exit, the field and the allowed values named.
-    std::fs::write(&spec, "[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"traddr:127.0.0.1\"\n[[workload]]\nrw = \"sideways\"\n").unwrap();
+    std::fs::write(&spec, "[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"traddr:127.0.0.1 subnqn:nqn.x\"\n[[workload]]\nrw = \"sideways\"\n").unwrap();
     let o = nvmf(&["bench", "plan", spec.to_str().unwrap()]);
     let (out, err) = text(&o);
     assert_eq!(o.status.code(), Some(1), "stdout:\n{out}\nstderr:\n{err}");

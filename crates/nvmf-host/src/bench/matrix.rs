@@ -78,7 +78,7 @@ mod tests {
         let mut t = format!("repetitions = {reps}\n");
         for i in 0..targets {
             t += &format!(
-                "[[target]]\nname = \"t{i}\"\nkind = \"trid\"\ntrid = \"traddr:127.0.0.1 trsvcid:{}\"\n",
+                "[[target]]\nname = \"t{i}\"\nkind = \"trid\"\ntrid = \"traddr:127.0.0.1 trsvcid:{} subnqn:nqn.x\"\n",
                 4420 + i
             );
         }

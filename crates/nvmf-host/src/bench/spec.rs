@@ -380,6 +380,11 @@ fn check_target(i: usize, t: RawTarget, base_dir: &Path) -> Result<Target, SpecE
 
 fn parse_trid(ctx: &str, s: &str) -> Result<TransportId, SpecError> {
     let t = TransportId::parse(s).map_err(|e| SpecError(format!("{ctx}: trid: {e}")))?;
+    if t.subnqn == crate::trid::DISCOVERY_NQN {
+        return err(format!(
+            "{ctx}: trid: subnqn:NQN is missing (a discovery service has no namespaces to measure)"
+        ));
+    }
     if t.traddr.parse::<std::net::IpAddr>().is_err() {
         return err(format!(
             "{ctx}: trid: traddr \"{}\" is not an IP address",
@@ -484,7 +489,7 @@ fn check_workload(i: usize, w: RawWorkload) -> Result<WorkloadSpec, SpecError> {
                 _ => None,
             };
             match n {
-                Some(n) if n >= 512 && n % 512 == 0 && n <= 16 * 1024 * 1024 => n as u32,
+                Some(n) if n >= 512 && n.is_multiple_of(512) && n <= 16 * 1024 * 1024 => n as u32,
                 _ => {
                     return err(format!(
                         "{ctx}: bs = {v}: must be a multiple of 512 bytes up to 16m (e.g. 4096, \"4k\", \"128k\", \"1m\")"
@@ -542,9 +547,9 @@ fn check_workload(i: usize, w: RawWorkload) -> Result<WorkloadSpec, SpecError> {
 
 /// "4k", "128k", "1m", or bytes.
 pub fn size_name(bs: u32) -> String {
-    if bs % (1024 * 1024) == 0 {
+    if bs.is_multiple_of(1024 * 1024) {
         format!("{}m", bs / (1024 * 1024))
-    } else if bs % 1024 == 0 {
+    } else if bs.is_multiple_of(1024) {
         format!("{}k", bs / 1024)
     } else {
         bs.to_string()
@@ -663,10 +668,11 @@ mod tests {
             ("[[target]]\nname = \"x\"\n", &["kind is missing"]),
             ("[[target]]\nkind = \"trid\"\n", &["#1", "name"]),
             ("[[target]]\nname = \"x\"\nkind = \"trid\"\n", &["needs trid"]),
-            ("[[target]]\nname = \"x\"\nkind = \"trid\"\ntrid = \"traddr:nowhere\"\n", &["traddr", "nowhere"]),
+            ("[[target]]\nname = \"x\"\nkind = \"trid\"\ntrid = \"traddr:nowhere subnqn:nqn.x\"\n", &["traddr", "nowhere"]),
+            ("[[target]]\nname = \"x\"\nkind = \"trid\"\ntrid = \"traddr:127.0.0.1\"\n", &["subnqn", "missing"]),
             ("[[target]]\nname = \"x\"\nkind = \"nvmfd\"\n", &["needs config"]),
             ("[[target]]\nname = \"x\"\nkind = \"nvmfd\"\nconfig = \"missing.json\"\n", &["missing.json", "not a file"]),
-            ("[[target]]\nname = \"x\"\nkind = \"trid\"\nconfig = \"a\"\ntrid = \"traddr:1.2.3.4\"\n", &["config", "kind = \"nvmfd\""]),
+            ("[[target]]\nname = \"x\"\nkind = \"trid\"\nconfig = \"a\"\ntrid = \"traddr:1.2.3.4 subnqn:nqn.x\"\n", &["config", "kind = \"nvmfd\""]),
             ("", &["no target"]),
         ];
         for (t, words) in cases {
