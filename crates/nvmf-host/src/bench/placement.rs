@@ -19,6 +19,9 @@ pub const BUSY_THRESHOLD: f64 = 0.5;
 /// Default /proc/stat sample length.
 pub const DEFAULT_SAMPLE: Duration = Duration::from_millis(250);
 
+/// Largest CPU number accepted (the kernel's NR_CPUS limit is 8192).
+pub const MAX_CPU: usize = 8191;
+
 /// Parse a Linux cpulist ("0-3,8-11", "5", "") into CPU numbers, in order.
 pub fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {
     let mut v = Vec::new();
@@ -27,12 +30,16 @@ pub fn parse_cpulist(s: &str) -> Result<Vec<usize>, String> {
         if let Some((a, b)) = part.split_once('-') {
             let a: usize = a.trim().parse().map_err(|_| bad())?;
             let b: usize = b.trim().parse().map_err(|_| bad())?;
-            if a > b {
+            if a > b || b > MAX_CPU {
                 return Err(bad());
             }
             v.extend(a..=b);
         } else {
-            v.push(part.parse().map_err(|_| bad())?);
+            let c: usize = part.parse().map_err(|_| bad())?;
+            if c > MAX_CPU {
+                return Err(bad());
+            }
+            v.push(c);
         }
     }
     Ok(v)
@@ -117,11 +124,37 @@ impl Host {
         }
     }
 
-    /// The NUMA node of interface `ifname`'s device (None: virtual
-    /// interface, no device, or the kernel reports -1).
+    /// The NUMA node of interface `ifname`'s device; a stacked interface
+    /// (VLAN, bond) without a device of its own takes the first of its
+    /// `lower_*` interfaces' that has one (at most 4 levels). None: virtual
+    /// interface, no device, or the kernel reports -1.
     pub fn if_numa_node(&self, ifname: &str) -> Option<u32> {
-        let s = self.read(&format!("sys/class/net/{ifname}/device/numa_node"))?;
-        u32::try_from(s.trim().parse::<i64>().ok()?).ok()
+        self.if_numa_node_depth(ifname, 0)
+    }
+
+    fn if_numa_node_depth(&self, ifname: &str, depth: usize) -> Option<u32> {
+        if let Some(s) = self.read(&format!("sys/class/net/{ifname}/device/numa_node")) {
+            if let Some(n) = s
+                .trim()
+                .parse::<i64>()
+                .ok()
+                .and_then(|v| u32::try_from(v).ok())
+            {
+                return Some(n);
+            }
+        }
+        if depth >= 4 {
+            return None;
+        }
+        let dir = std::fs::read_dir(self.root.join("sys/class/net").join(ifname)).ok()?;
+        let mut lower: Vec<String> = dir
+            .flatten()
+            .filter_map(|e| Some(e.file_name().to_str()?.strip_prefix("lower_")?.to_string()))
+            .collect();
+        lower.sort();
+        lower
+            .iter()
+            .find_map(|l| self.if_numa_node_depth(l, depth + 1))
     }
 
     /// The CPUs of NUMA node `node`.
@@ -405,6 +438,8 @@ mod tests {
         assert_eq!(parse_cpulist("5").unwrap(), [5]);
         assert_eq!(parse_cpulist("").unwrap(), Vec::<usize>::new());
         assert!(parse_cpulist("3-1").is_err());
+        assert!(parse_cpulist("0-99999999999").is_err());
+        assert!(parse_cpulist("8192").is_err());
         assert!(parse_cpulist("a").unwrap_err().contains("'a'"));
         assert_eq!(format_cpulist(&[0, 1, 2, 3, 8, 10, 11]), "0-3,8,10-11");
         assert_eq!(format_cpulist(&[]), "none");
@@ -452,6 +487,9 @@ mod tests {
         w("sys/class/net/eth0/device/numa_node", "1\n");
         w("sys/class/net/eth1/device/numa_node", "0\n");
         std::fs::create_dir_all(root.join("sys/class/net/tun0")).unwrap();
+        // vlan10 on bond0 on eth0 (links only; no device of their own).
+        std::fs::create_dir_all(root.join("sys/class/net/bond0/lower_eth0")).unwrap();
+        std::fs::create_dir_all(root.join("sys/class/net/vlan10/lower_bond0")).unwrap();
         w("sys/devices/system/node/node0/cpulist", "0-3\n");
         w("sys/devices/system/node/node1/cpulist", "4-7\n");
         w("sys/devices/system/cpu/online", "0-7\n");
@@ -474,6 +512,12 @@ mod tests {
         assert_eq!(r("2001:db8::1"), None);
         assert_eq!(h.if_numa_node("eth0"), Some(1));
         assert_eq!(h.if_numa_node("tun0"), None);
+        assert_eq!(h.if_numa_node("vlan10"), Some(1));
+        assert_eq!(h.if_numa_node("absent0"), None);
+        // A lower_ loop (impossible in a real sysfs) ends at the depth limit.
+        std::fs::create_dir_all(root.join("sys/class/net/a/lower_b")).unwrap();
+        std::fs::create_dir_all(root.join("sys/class/net/b/lower_a")).unwrap();
+        assert_eq!(h.if_numa_node("a"), None);
         assert_eq!(
             h.nodes(),
             vec![(0, vec![0, 1, 2, 3]), (1, vec![4, 5, 6, 7])]
