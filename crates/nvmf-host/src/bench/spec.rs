@@ -125,7 +125,7 @@ struct RawSpec {
     targets: Vec<RawTarget>,
     #[serde(default, rename = "workload")]
     workloads: Vec<RawWorkload>,
-    repetitions: Option<i64>,
+    repetitions: Option<toml::Value>,
     baseline: Option<String>,
     goal: Option<RawGoal>,
 }
@@ -145,11 +145,11 @@ struct RawTarget {
 struct RawWorkload {
     name: Option<String>,
     rw: Option<String>,
-    mix: Option<i64>,
+    mix: Option<toml::Value>,
     bs: Option<toml::Value>,
-    qd: Option<i64>,
+    qd: Option<toml::Value>,
     #[serde(alias = "jobs")]
-    queues: Option<i64>,
+    queues: Option<toml::Value>,
     runtime: Option<toml::Value>,
     ramp: Option<toml::Value>,
 }
@@ -203,10 +203,9 @@ impl BenchSpec {
         }
         unique("target", targets.iter().map(|t| t.name.as_str()))?;
         unique("workload", workloads.iter().map(|w| w.name.as_str()))?;
-        let repetitions = match raw.repetitions {
+        let repetitions = match &raw.repetitions {
             None => DEFAULT_REPETITIONS,
-            Some(r) if (1..=1000).contains(&r) => r as u32,
-            Some(r) => return err(format!("repetitions = {r}: must be 1 to 1000")),
+            Some(r) => int_in("bench spec", "repetitions", r, 1, 1000)?,
         };
         if let Some(b) = &raw.baseline {
             let is_target = targets.iter().any(|t| &t.name == b);
@@ -403,17 +402,22 @@ fn cli_target(n: usize, i: usize, s: &str) -> Result<Target, SpecError> {
     })
 }
 
+/// A whole number from `lo` to `hi`.
 fn int_in<T: TryFrom<i64>>(
     ctx: &str,
     field: &str,
-    v: i64,
+    v: &toml::Value,
     lo: i64,
     hi: i64,
 ) -> Result<T, SpecError> {
-    if v < lo || v > hi {
-        return err(format!("{ctx}: {field} = {v}: must be {lo} to {hi}"));
+    match v.as_integer() {
+        Some(i) if (lo..=hi).contains(&i) => {
+            T::try_from(i).map_err(|_| SpecError(format!("{ctx}: {field} = {v}: out of range")))
+        }
+        _ => err(format!(
+            "{ctx}: {field} = {v}: must be a whole number from {lo} to {hi}"
+        )),
     }
-    T::try_from(v).map_err(|_| SpecError(format!("{ctx}: {field} = {v}: out of range")))
 }
 
 /// A size: an integer (bytes) or a string with an optional k/m suffix.
@@ -466,7 +470,7 @@ fn check_workload(i: usize, w: RawWorkload) -> Result<WorkloadSpec, SpecError> {
         })?,
     };
     let mixed = matches!(rw, Workload::Rw | Workload::RandRw);
-    let mix = match (w.mix, mixed) {
+    let mix = match (&w.mix, mixed) {
         (Some(m), true) => int_in(&ctx, "mix", m, 0, 100)?,
         (None, true) => DEFAULT_MIX,
         (Some(_), false) => {
@@ -498,11 +502,11 @@ fn check_workload(i: usize, w: RawWorkload) -> Result<WorkloadSpec, SpecError> {
             }
         }
     };
-    let qd = match w.qd {
+    let qd = match &w.qd {
         None => DEFAULT_QD,
         Some(q) => int_in(&ctx, "qd", q, 1, MAX_QD as i64)?,
     };
-    let queues = match w.queues {
+    let queues = match &w.queues {
         None => DEFAULT_QUEUES,
         Some(q) => int_in(&ctx, "queues", q, 1, MAX_QUEUES as i64)?,
     };
@@ -632,6 +636,10 @@ mod tests {
             ("[[workload]]\nbs = 1000\n", &["bs", "512"]),
             ("[[workload]]\nbs = \"lots\"\n", &["bs"]),
             ("[[workload]]\nqd = 0\n", &["qd", "1 to"]),
+            (
+                "[[workload]]\nqd = \"deep\"\n",
+                &["qd = \"deep\"", "whole number from 1 to 4096"],
+            ),
             ("[[workload]]\nqueues = -1\n", &["queues"]),
             ("[[workload]]\nruntime = \"soon\"\n", &["runtime"]),
             ("[[workload]]\nruntime = 0\n", &["runtime"]),
