@@ -5,9 +5,12 @@
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
 //! prints from them. The runner, engines and reports come later.
 
+pub mod engine;
 pub mod matrix;
 pub mod placement;
+pub mod results;
 pub mod spec;
+pub mod target;
 
 use matrix::Run;
 use placement::{format_cpulist, Host, Placement};
