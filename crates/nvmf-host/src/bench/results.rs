@@ -94,6 +94,11 @@ pub struct Measurement {
     pub round: u32,
     /// Engine name (`nvmf-perf`, `fio`, `fio-kernel`, `spdk-perf`, ...).
     pub engine: String,
+    /// Client machines that generated the load together (1 unless fio
+    /// client/server mode drove several); per-client figures and the goal
+    /// ratio divide by it.
+    #[serde(default = "one")]
+    pub clients: u32,
     pub result: EngineResult,
     /// I/O per second over reads and writes.
     pub iops: f64,
@@ -116,6 +121,10 @@ pub struct Measurement {
     pub notes: Vec<String>,
     /// Seconds since the Unix epoch when the measured window began.
     pub started_unix: f64,
+}
+
+fn one() -> u32 {
+    1
 }
 
 /// min / mean / max of one figure over a cell's rounds.
