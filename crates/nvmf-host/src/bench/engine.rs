@@ -45,6 +45,12 @@ pub trait Engine {
     fn name(&self) -> &'static str;
     /// Version string of the engine (recorded in the machine context).
     fn version(&self) -> String;
+    /// Client machines that generate the load together
+    /// (`Measurement::clients`): 1 unless the engine drives several
+    /// (fio client/server).
+    fn clients(&self) -> u32 {
+        1
+    }
     /// Run `job`: connect, ramp for `workload.ramp_s`, call
     /// `window(Window::Start)`, load for `workload.runtime_s` (or until
     /// `stop`), call `window(Window::End)`, disconnect, and return what

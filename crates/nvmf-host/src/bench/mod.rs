@@ -6,6 +6,7 @@
 //! prints from them. The runner, engines and reports come later.
 
 pub mod engine;
+pub mod engines;
 pub mod matrix;
 pub mod placement;
 pub mod results;
