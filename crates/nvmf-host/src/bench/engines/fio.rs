@@ -341,7 +341,12 @@ impl FioEngine {
         let mut r = match parsed {
             Ok(r) => r,
             Err(e) => bail!(
-                "{e:#}\nfio exited with {status}; its output:\n{}",
+                "{}{e:#}\nfio exited with {status}; its output:\n{}",
+                if interrupted {
+                    "stopped (Ctrl-C) before fio reported: "
+                } else {
+                    ""
+                },
                 tail(&log_path)
             ),
         };

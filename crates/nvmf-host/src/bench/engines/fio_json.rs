@@ -376,10 +376,7 @@ mod tests {
     use serde_json::Value;
 
     fn fixture(name: &str) -> String {
-        let p = format!(
-            "{}/tests/fixtures/fio/{name}",
-            env!("CARGO_MANIFEST_DIR")
-        );
+        let p = format!("{}/tests/fixtures/fio/{name}", env!("CARGO_MANIFEST_DIR"));
         std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
     }
 
@@ -403,7 +400,10 @@ mod tests {
     fn percentile_list_is_what_fio_accepts() {
         assert!(PERCENTILES.len() <= 20, "fio takes at most 20 percentiles");
         assert!(PERCENTILES.windows(2).all(|w| w[0] < w[1]));
-        assert!(percentile_list().starts_with("1:5:10:") && percentile_list().ends_with(":99.99:99.999"));
+        assert!(
+            percentile_list().starts_with("1:5:10:")
+                && percentile_list().ends_with(":99.99:99.999")
+        );
     }
 
     #[test]
@@ -412,16 +412,28 @@ mod tests {
         let v = value(&text);
         let j = &v["jobs"][0];
         let o = FioOutput::parse(&text).unwrap();
-        assert_eq!((o.version.as_str(), o.client_mode, o.clients()), ("fio-3.33", false, 1));
+        assert_eq!(
+            (o.version.as_str(), o.client_mode, o.clients()),
+            ("fio-3.33", false, 1)
+        );
         let r = o.to_result().unwrap();
         for (dir, got) in [("read", &r.read), ("write", &r.write)] {
             let d = &j[dir];
             assert_eq!(got.ios, d["total_ios"].as_u64().unwrap(), "{dir} ios");
             assert_eq!(got.bytes, d["io_bytes"].as_u64().unwrap(), "{dir} bytes");
             let l = &d["lat_ns"];
-            assert!(close(got.latency.mean_us, l["mean"].as_f64().unwrap() / 1000.0));
-            assert!(close(got.latency.min_us, l["min"].as_f64().unwrap() / 1000.0));
-            assert!(close(got.latency.max_us, l["max"].as_f64().unwrap() / 1000.0));
+            assert!(close(
+                got.latency.mean_us,
+                l["mean"].as_f64().unwrap() / 1000.0
+            ));
+            assert!(close(
+                got.latency.min_us,
+                l["min"].as_f64().unwrap() / 1000.0
+            ));
+            assert!(close(
+                got.latency.max_us,
+                l["max"].as_f64().unwrap() / 1000.0
+            ));
             // Percentiles recomputed from the histogram equal fio's own.
             assert_eq!(got.latency.p50_us, pct(d, 50.0), "{dir} p50");
             assert_eq!(got.latency.p99_us, pct(d, 99.0), "{dir} p99");
@@ -439,8 +451,14 @@ mod tests {
             / (n(rl) + n(wl))
             / 1000.0;
         assert!(close(r.all.mean_us, mean));
-        assert_eq!(r.all.max_us, r.read.latency.max_us.max(r.write.latency.max_us));
-        assert_eq!(r.all.min_us, r.read.latency.min_us.min(r.write.latency.min_us));
+        assert_eq!(
+            r.all.max_us,
+            r.read.latency.max_us.max(r.write.latency.max_us)
+        );
+        assert_eq!(
+            r.all.min_us,
+            r.read.latency.min_us.min(r.write.latency.min_us)
+        );
         assert!(r.all.p99_us >= r.all.p50_us && r.all.p9999_us >= r.all.p999_us);
         // Window and CPU: runtime 1 s; cpu = (usr+sys)% of job_runtime
         // (2 jobs: 2000 ms summed).
@@ -464,7 +482,10 @@ mod tests {
         let all = o.all_clients.clone().expect("fio's All clients entry");
         let r = o.to_result().unwrap();
         assert_eq!(r.read.ios, all.read.total_ios);
-        assert_eq!(r.read.ios, o.entries.iter().map(|e| e.read.total_ios).sum::<u64>());
+        assert_eq!(
+            r.read.ios,
+            o.entries.iter().map(|e| e.read.total_ios).sum::<u64>()
+        );
         assert_eq!(r.read.bytes, all.read.io_bytes);
         assert_eq!(r.write.ios, 0);
         let a = &all.read.lat_ns;
@@ -475,16 +496,29 @@ mod tests {
         // merged histogram lies between the clients' own.
         let v = value(&text);
         assert_eq!(v["client_stats"][2]["jobname"], "All clients");
-        assert!(v["client_stats"][2]["read"]["lat_ns"].get("percentile").is_none());
+        assert!(v["client_stats"][2]["read"]["lat_ns"]
+            .get("percentile")
+            .is_none());
         let (c0, c1) = (&v["client_stats"][0]["read"], &v["client_stats"][1]["read"]);
         assert_eq!(r.read.latency.curve.len(), PERCENTILES.len());
         for &(p, us) in &r.read.latency.curve {
             let (a, b) = (pct(c0, p), pct(c1, p));
-            assert!(a.min(b) <= us && us <= a.max(b), "curve at {p}: {us} not in [{a}, {b}]");
+            assert!(
+                a.min(b) <= us && us <= a.max(b),
+                "curve at {p}: {us} not in [{a}, {b}]"
+            );
         }
-        assert_ne!(pct(c0, 50.0), pct(c1, 50.0), "the clients differ (else the check is weak)");
+        assert_ne!(
+            pct(c0, 50.0),
+            pct(c1, 50.0),
+            "the clients differ (else the check is weak)"
+        );
         let cpu = (all.usr_cpu + all.sys_cpu) / 100.0 * all.job_runtime as f64 / 1000.0;
-        assert!((r.initiator_cpu_s.unwrap() - cpu).abs() < 1e-3, "{:?} vs {cpu}", r.initiator_cpu_s);
+        assert!(
+            (r.initiator_cpu_s.unwrap() - cpu).abs() < 1e-3,
+            "{:?} vs {cpu}",
+            r.initiator_cpu_s
+        );
         assert_eq!(r.seconds, 1.001);
     }
 
@@ -521,13 +555,21 @@ mod tests {
         let o = FioOutput::parse(&fixture("errors-devfull.json")).unwrap();
         let e = o.job_errors();
         assert_eq!(e.len(), 1);
-        assert!(e[0].contains("error 28") && e[0].contains("No space left"), "{e:?}");
+        assert!(
+            e[0].contains("error 28") && e[0].contains("No space left"),
+            "{e:?}"
+        );
     }
 
     #[test]
     fn bad_output_is_a_clear_error() {
-        let e = FioOutput::parse("fio: engine not found\n").unwrap_err().to_string();
-        assert!(e.contains("no JSON object") && e.contains("engine not found"), "{e}");
+        let e = FioOutput::parse("fio: engine not found\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("no JSON object") && e.contains("engine not found"),
+            "{e}"
+        );
         let text = fixture("randrw-libaio.json");
         let e = FioOutput::parse(&text[..text.len() / 2]).unwrap_err();
         assert!(format!("{e:#}").contains("fio JSON output"), "{e:#}");
@@ -541,7 +583,10 @@ mod tests {
         // The same job with its histograms removed (as plain `json` output).
         let mut v = value(&fixture("randrw-libaio.json"));
         for d in ["read", "write"] {
-            v["jobs"][0][d]["lat_ns"].as_object_mut().unwrap().remove("bins");
+            v["jobs"][0][d]["lat_ns"]
+                .as_object_mut()
+                .unwrap()
+                .remove("bins");
         }
         let o = FioOutput::parse(&v.to_string()).unwrap();
         let r = o.to_result().unwrap();
