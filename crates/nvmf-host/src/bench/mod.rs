@@ -3,7 +3,8 @@
 //! run matrix (`matrix.rs`: targets × workloads × rounds, alternating and
 //! rotating), the initiator's placement (`placement.rs`: route, NUMA
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
-//! prints from them. The runner, engines and reports come later.
+//! prints from them. Engines so far: `engines/` (fio). The runner, the
+//! other engines and the reports come later.
 
 pub mod engine;
 pub mod engines;
