@@ -2,12 +2,17 @@
 //! the command line built for a workload, and end to end with the real fio
 //! on a plain file (the `fio-kernel` variant: a file is just a filename),
 //! locally and in client/server mode (fio servers on 127.0.0.1, ports
-//! 4562-4563), a Ctrl-C stop, the time limit and a failing job. The end
-//! to end tests need `fio` on PATH (scripts/test.sh installs it) and say
-//! so when it is missing.
+//! 4562-4563), a Ctrl-C stop, the time limit and a failing job; and the
+//! `fio` variant (our external ioengine) against a test-started nvmfd on
+//! port 4564. The end to end tests need `fio` on PATH, the last one also
+//! the ioengine (`$NVMF_FIO_ENGINE` or target/nvmf-fio/libnvmf_fio.so,
+//! built by scripts/build-fio-engine.sh, which scripts/test.sh runs); they
+//! say so when these are missing.
 
 use nvmf_host::bench::engine::{Engine, EngineJob, Window};
-use nvmf_host::bench::engines::fio::{nvmf_filename, FioEngine, FioOptions};
+use nvmf_host::bench::engines::fio::{
+    nvmf_filename, FioEngine, FioOptions, DEFAULT_ENGINE_PATH, ENGINE_ENV,
+};
 use nvmf_host::bench::spec::WorkloadSpec;
 use nvmf_host::perf::Workload;
 use nvmf_host::TransportId;
@@ -429,4 +434,86 @@ fn client_server_sums_two_clients() {
         r.command
     );
     assert!(r.command.contains("\nioengine=libaio\n"), "{}", r.command);
+}
+
+/// Our ioengine: `$NVMF_FIO_ENGINE`, else the workspace's
+/// target/nvmf-fio/libnvmf_fio.so (or `$CARGO_TARGET_DIR/nvmf-fio/`).
+fn ioengine() -> Option<PathBuf> {
+    let p = match std::env::var_os(ENGINE_ENV) {
+        Some(p) => PathBuf::from(p),
+        None => match std::env::var_os("CARGO_TARGET_DIR") {
+            Some(t) => PathBuf::from(t).join("nvmf-fio/libnvmf_fio.so"),
+            None => Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(DEFAULT_ENGINE_PATH),
+        },
+    };
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: no fio ioengine at {} (scripts/build-fio-engine.sh builds it; {ENGINE_ENV} names another)",
+            p.display()
+        );
+        None
+    }
+}
+
+const PORT: u16 = 4564;
+
+fn nvmfd_config() -> String {
+    format!(
+        r#"{{"subsystems":[
+ {{"subsystem":"bdev","config":[
+   {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","block_size":512,"num_blocks":65536}}}}]}},
+ {{"subsystem":"nvmf","config":[
+   {{"method":"nvmf_create_transport","params":{{"trtype":"TCP","max_queue_depth":128,"max_io_qpairs_per_ctrlr":8}}}},
+   {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true}}}},
+   {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"nsid":1,"bdev_name":"Malloc0"}}}}}},
+   {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{PORT}"}}}}}}
+ ]}}]}}"#
+    )
+}
+
+#[test]
+fn nvmf_ioengine_variant_against_nvmfd() {
+    if !have_fio() {
+        return;
+    }
+    let Some(so) = ioengine() else { return };
+    let _d = nvmf_testkit::Daemon::builder(nvmfd_config())
+        .args(["-m", "0"])
+        .listening(&[PORT])
+        .ready_within(Duration::from_secs(15))
+        .start();
+    let s = Scratch::new("nvmf");
+    let mut o = FioOptions::nvmf(&so);
+    o.scratch = Some(s.0.clone());
+    let mut e = FioEngine::new(o);
+    assert_eq!(e.name(), "fio");
+    let w = workload(Workload::RandRw, 1, 1);
+    let trid = TransportId::tcp("127.0.0.1", &PORT.to_string(), NQN);
+    let stop = AtomicBool::new(false);
+    let job = EngineJob {
+        trid: &trid,
+        nsid: 1,
+        workload: &w,
+        pin: &[],
+        host_nqn: None,
+        stop: &stop,
+    };
+    let mut edges = Vec::new();
+    let r = e.run(&job, &mut |win| edges.push(win)).unwrap();
+    assert_eq!(edges, [Window::Start, Window::End]);
+    assert!(r.read.ios > 0 && r.write.ios > 0 && r.errors == 0, "{r:?}");
+    assert!(r.seconds >= 0.9 && r.seconds <= 1.5, "{}", r.seconds);
+    assert!(r.all.p99_us > 0.0 && r.initiator_cpu_s.is_some(), "{r:?}");
+    assert!(
+        r.command
+            .contains(&format!("--ioengine=external:{}", so.display()))
+            && r.command
+                .contains(r"subnqn=nqn.2024-01.io.nvmfd\:default ns=1"),
+        "{}",
+        r.command
+    );
 }

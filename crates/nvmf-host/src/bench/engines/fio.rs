@@ -32,6 +32,22 @@ use std::time::{Duration, Instant};
 /// connection, teardown, writing the JSON).
 pub const DEFAULT_MARGIN_S: u64 = 30;
 
+/// Environment variable naming our ioengine's .so (as crates/nvmf-fio
+/// documents it).
+pub const ENGINE_ENV: &str = "NVMF_FIO_ENGINE";
+
+/// Where scripts/build-fio-engine.sh installs our ioengine, relative to
+/// the workspace root.
+pub const DEFAULT_ENGINE_PATH: &str = "target/nvmf-fio/libnvmf_fio.so";
+
+/// The ioengine to use when none is named: `$NVMF_FIO_ENGINE`, else
+/// [`DEFAULT_ENGINE_PATH`] (relative to the current directory).
+pub fn default_engine() -> PathBuf {
+    std::env::var_os(ENGINE_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_ENGINE_PATH))
+}
+
 /// What fio loads.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FioTarget {
