@@ -10,11 +10,15 @@
 //!   JOBFILE`, one `fio --server` per client machine (started by the
 //!   operator), results summed over the clients.
 //!
-//! The window's edges are approximate (fio does not tell when its ramp
-//! ends): Start is sent `ramp` seconds after fio was spawned, End when the
-//! fio process has exited (before it is reaped, so that its CPU times can
-//! still be read from /proc). The figures themselves come from fio's JSON
-//! and cover exactly fio's own measured window. See docs/BENCH.md.
+//! The window's edges: fio does not say when its ramp ends, so the job
+//! runs `exec_prerun=true` (fio runs it right before the job's clock
+//! starts and saves its output in `nvmf-bench.prerun.txt`, in fio's
+//! working directory = the run's scratch directory); Start is sent `ramp`
+//! seconds after that file appeared (client mode: after the spawn, about
+//! half a second early), End when the fio process has exited (before it
+//! is reaped, so that its CPU times can still be read from /proc). The
+//! figures themselves come from fio's JSON and cover exactly fio's own
+//! measured window. See docs/BENCH.md.
 
 use super::fio_json::{percentile_list, FioOutput};
 use crate::bench::engine::{Engine, EngineJob, Window};
@@ -143,6 +147,10 @@ pub struct FioEngine {
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
 
+/// The file fio writes when a job's `exec_prerun` runs (named after the
+/// job), the moment the job's clock starts.
+const PRERUN_MARKER: &str = "nvmf-bench.prerun.txt";
+
 impl FioEngine {
     pub fn new(opts: FioOptions) -> FioEngine {
         FioEngine {
@@ -165,15 +173,28 @@ impl FioEngine {
         let w = job.workload;
         let mut o: Vec<(String, String)> = Vec::new();
         let mut put = |k: &str, v: String| o.push((k.to_string(), v));
+        // Local runs start fio in the scratch directory: make our paths
+        // absolute (the clients' paths are theirs, left as given).
+        let local = !self.client_mode();
+        let path = |p: &Path| {
+            if local {
+                std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf())
+            } else {
+                p.to_path_buf()
+            }
+        };
         match &self.opts.target {
             FioTarget::Nvmf { engine } => {
-                put("ioengine", format!("external:{}", engine.display()));
+                put("ioengine", format!("external:{}", path(engine).display()));
                 put("filename", nvmf_filename(job.trid, job.nsid, job.host_nqn));
             }
             FioTarget::Kernel { device } => {
                 put("ioengine", "libaio".into());
                 put("direct", "1".into());
-                put("filename", device.display().to_string().replace(':', "\\:"));
+                put(
+                    "filename",
+                    path(device).display().to_string().replace(':', "\\:"),
+                );
             }
         }
         // Jobs as threads of one process: /proc sees all their CPU time.
@@ -202,8 +223,14 @@ impl FioEngine {
         put("lat_percentiles", "1".into());
         put("clat_percentiles", "0".into());
         put("percentile_list", percentile_list());
+        if local {
+            // The start marker: fio runs this just before a job's clock
+            // (and its ramp) starts, saving its output in
+            // `nvmf-bench.prerun.txt` in its working directory.
+            put("exec_prerun", "true".into());
+        }
         // The pinned CPUs are this machine's: meaningless on clients.
-        if !job.pin.is_empty() && !self.client_mode() {
+        if !job.pin.is_empty() && local {
             let list: Vec<String> = job.pin.iter().map(|c| c.to_string()).collect();
             put("cpus_allowed", list.join(","));
             put("cpus_allowed_policy", "split".into());
@@ -278,7 +305,11 @@ impl FioEngine {
         let log_path = dir.join("fio.log");
         let log = std::fs::File::create(&log_path)
             .with_context(|| format!("creating {}", log_path.display()))?;
-        let mut child = Command::new(&self.opts.fio)
+        let mut cmd = Command::new(&self.opts.fio);
+        if !self.client_mode() {
+            cmd.current_dir(dir);
+        }
+        let mut child = cmd
             .args(&args)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
@@ -290,6 +321,11 @@ impl FioEngine {
         let ramp = Duration::from_secs(w.ramp_s);
         let limit = ramp + Duration::from_secs(w.runtime_s + self.opts.margin_s);
         let (mut started, mut interrupted) = (false, false);
+        // When Window::Start is due (since the spawn): `ramp` after the
+        // first job's prerun marker appeared; in client mode (the jobs run
+        // elsewhere) `ramp` after the spawn.
+        let marker = dir.join(PRERUN_MARKER);
+        let mut start_at = self.client_mode().then_some(ramp);
         let status = loop {
             // Exited? Look without reaping: the zombie keeps its CPU times
             // readable in /proc until Window::End has been handled.
@@ -300,7 +336,10 @@ impl FioEngine {
                 break child.wait()?;
             }
             let now = t0.elapsed();
-            if !started && now >= ramp {
+            if start_at.is_none() && marker.exists() {
+                start_at = Some(now + ramp);
+            }
+            if !started && start_at.is_some_and(|s| now >= s) {
                 window(Window::Start);
                 started = true;
             }
@@ -322,10 +361,11 @@ impl FioEngine {
                     tail(&log_path)
                 );
             }
-            let step = if started {
-                Duration::from_millis(50)
-            } else {
-                (ramp - now).min(Duration::from_millis(50))
+            let step = match start_at {
+                _ if started => Duration::from_millis(50),
+                Some(s) => s.saturating_sub(now).min(Duration::from_millis(50)),
+                // Watching for the marker.
+                None => Duration::from_millis(2),
             };
             std::thread::sleep(step.max(Duration::from_millis(1)));
         };
