@@ -70,6 +70,17 @@ impl Plan {
                     format!("nvmfd started from {} on {addr}", config.display())
                 }
                 TargetKind::Trid(trid) => format!("running target '{trid}'"),
+                TargetKind::Spdk(sp) => format!(
+                    "SPDK {} started from {} on '{}'",
+                    sp.binary.display(),
+                    sp.config.display(),
+                    sp.trid
+                ),
+                TargetKind::Kernel(k) => format!(
+                    "Linux kernel target (configfs) on '{}', backed by {}",
+                    k.trid(),
+                    k.backing.display()
+                ),
             };
             let _ = writeln!(o, "  {}: {what}", t.name);
             let node = match p.node {
@@ -109,6 +120,15 @@ impl Plan {
                 w.ramp_s
             );
         }
+        let _ = write!(o, "Engine: {}", s.engine.name());
+        if let Some(p) = s.spdk_perf.as_ref().or(s.fio_engine.as_ref()) {
+            let _ = write!(o, " ({})", p.display());
+        }
+        if !s.clients.is_empty() {
+            let c: Vec<String> = s.clients.iter().map(|c| c.to_string()).collect();
+            let _ = write!(o, ", clients {}", c.join(", "));
+        }
+        let _ = writeln!(o);
         if let Some(b) = &s.baseline {
             let _ = writeln!(o, "Baseline: {b}");
         }

@@ -92,6 +92,8 @@ repetitions (default 3), baseline (a target name or cell \"target/workload\") an
   repetitions = 3
   baseline = \"nvmfd\"
   goal = { iops = 10000 }             # or { mibps = 500 }
+  engine = \"nvmf-perf\"               # nvmf-perf (default), fio, fio-kernel, spdk-perf
+                                      # (and fio_engine, spdk_perf, clients: docs/BENCH.md)
 
   [[target]]
   name = \"nvmfd\"
@@ -101,8 +103,11 @@ repetitions (default 3), baseline (a target name or cell \"target/workload\") an
 
   [[target]]
   name = \"other\"
-  kind = \"trid\"                      # already running, any vendor (spdk, kernel: not supported yet)
+  kind = \"trid\"                      # already running, any vendor
   trid = \"trtype:TCP traddr:10.0.0.2 trsvcid:4420 subnqn:nqn.2016-06.io.spdk:cnode1\"
+  nsid = 1                            # any target: the namespace to load (default 1)
+  # also kind = \"spdk\" (binary, config = SPDK JSON, cores, rpc_socket) and
+  # kind = \"kernel\" (backing, addr, port, nqn): see docs/BENCH.md
 
   [[workload]]
   name = \"4k-randrw\"                 # default: derived, e.g. randrw-4k-75r-qd64
