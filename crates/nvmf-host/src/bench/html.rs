@@ -168,8 +168,9 @@ fn draw_bars(
         let root = SVGBackend::with_string(&mut svg, (900, height)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| e.to_string())?;
         // Category i (top first) spans y in [n-1-i, n-i].
+        // With a legend, one empty row at the bottom holds it.
         let axis = LabelAxis {
-            lo: 0.0,
+            lo: if k > 1 { -1.0 } else { 0.0 },
             hi: n.max(1) as f64,
             ticks: labels
                 .iter()
@@ -188,7 +189,7 @@ fn draw_bars(
             .configure_mesh()
             .disable_y_mesh()
             .x_desc(unit)
-            .x_label_formatter(&|x| num(*x))
+            .x_label_formatter(&|x| axis_num(*x))
             .draw()
             .map_err(|e| e.to_string())?;
         let band = 0.8 / k as f64;
@@ -196,7 +197,8 @@ fn draw_bars(
             let color = Palette99::pick(j).to_rgba();
             let bars = s.values.iter().enumerate().filter_map(|(i, v)| {
                 let v = (*v)?;
-                let y0 = (n - 1 - i) as f64 + 0.1 + j as f64 * band;
+                // The first series on top within its group.
+                let y0 = (n - 1 - i) as f64 + 0.1 + (k - 1 - j) as f64 * band;
                 Some((v, y0))
             });
             let bars: Vec<(Range, f64)> = bars.collect();
@@ -228,6 +230,17 @@ fn draw_bars(
         root.present().map_err(|e| e.to_string())?;
     }
     Ok(svg)
+}
+
+/// An axis tick: up to 3 decimals, trailing zeros dropped.
+fn axis_num(x: f64) -> String {
+    let s = format!("{x:.3}");
+    let s = s.trim_end_matches('0').trim_end_matches('.');
+    if s == "-0" {
+        "0".into()
+    } else {
+        s.to_string()
+    }
 }
 
 /// Percentile → "nines": -log10(1 - p/100): p90 = 1, p99 = 2, p99.9 = 3.
@@ -320,6 +333,7 @@ fn draw_latency(lines: &[(String, Vec<(f64, f64)>)]) -> Result<String, String> {
         let mut chart = ChartBuilder::on(&root)
             .caption("Latency percentiles", ("sans-serif", 18))
             .margin(10)
+            .margin_right(30)
             .x_label_area_size(40)
             .y_label_area_size(70)
             .build_cartesian_2d(axis, (ylo..yhi).log_scale())
@@ -328,7 +342,7 @@ fn draw_latency(lines: &[(String, Vec<(f64, f64)>)]) -> Result<String, String> {
             .configure_mesh()
             .x_desc("percentile (log scale in nines)")
             .y_desc("latency µs (log)")
-            .y_label_formatter(&|y| num(*y))
+            .y_label_formatter(&|y| axis_num(*y))
             .draw()
             .map_err(|e| e.to_string())?;
         for (j, (name, pts)) in lines.iter().enumerate() {
