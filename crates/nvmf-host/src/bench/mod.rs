@@ -3,13 +3,20 @@
 //! run matrix (`matrix.rs`: targets × workloads × rounds, alternating and
 //! rotating), the initiator's placement (`placement.rs`: route, NUMA
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
-//! prints from them. The runner, engines and reports come later.
+//! prints from them; the reports of a run (`summary.rs`: per-cell
+//! figures; `output.rs`: JSON, CSV, Markdown, terminal table; `html.rs`:
+//! the HTML pages with charts) and `compare.rs` (`nvmf bench compare`).
+//! The runner and engines come later.
 
+pub mod compare;
 pub mod engine;
+pub mod html;
 pub mod matrix;
+pub mod output;
 pub mod placement;
 pub mod results;
 pub mod spec;
+pub mod summary;
 pub mod target;
 
 use matrix::Run;

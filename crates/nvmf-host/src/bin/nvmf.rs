@@ -169,7 +169,7 @@ enum Cmd {
     /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
-    /// Benchmark matrices against NVMe-oF targets (so far: `plan`, what a run would do)
+    /// Benchmark matrices against NVMe-oF targets (so far: `plan`, what a run would do; `compare`, two reports)
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
@@ -192,6 +192,32 @@ enum BenchCmd {
     /// Show the placement of each target and the expanded run list, without running anything
     #[command(after_help = BENCH_HELP)]
     Plan(BenchPlanArgs),
+    /// Compare two bench reports (bench.json) cell by cell: A and B side by side, ratio, verdict
+    #[command(after_help = BENCH_COMPARE_HELP)]
+    Compare(BenchCompareArgs),
+}
+
+const BENCH_COMPARE_HELP: &str = "\
+Cells are matched by id (target/workload); cells in only one report are listed. Per cell:
+IOPS, MiB/s, p99 latency, target and initiator CPU per I/O as mean (min-max) over the rounds
+for A and B, the ratio B/A, and a verdict (\"B faster\", \"B slower\", \"B lower latency\", ...)
+only where the two min-max ranges do not overlap; otherwise \"no clear difference (ranges overlap)\".
+
+Examples:
+  nvmf bench compare before/bench.json after/bench.json
+  nvmf bench compare a.json b.json --html compare.html";
+
+#[derive(Args)]
+struct BenchCompareArgs {
+    /// The first report (A): a bench.json written by `nvmf bench run`
+    #[arg(value_name = "A.json")]
+    a: std::path::PathBuf,
+    /// The second report (B), compared with A
+    #[arg(value_name = "B.json")]
+    b: std::path::PathBuf,
+    /// Also write an HTML page with paired bar charts to this file
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -434,6 +460,24 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
             let spec = BenchSpec::load(&a.spec, &a.targets)?;
             let plan = Plan::new(spec, &Host::system(), Duration::from_millis(a.sample_ms));
             print!("{}", plan.render());
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Compare(a) => {
+            use nvmf_host::bench::{compare, html, output::load_report};
+            let ra = load_report(&a.a)?;
+            let rb = load_report(&a.b)?;
+            let c = compare::compare(
+                &ra,
+                &rb,
+                &a.a.display().to_string(),
+                &a.b.display().to_string(),
+            );
+            print!("{}", c.render());
+            if let Some(out) = &a.html {
+                std::fs::write(out, html::compare_html(&c))
+                    .with_context(|| format!("writing {}", out.display()))?;
+                println!("\nHTML: {}", out.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
     }
