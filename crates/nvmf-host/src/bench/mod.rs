@@ -5,12 +5,17 @@
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
 //! prints from them. The runner, engines and reports come later.
 
+pub mod cpu;
 pub mod engine;
+pub mod engines;
+pub mod machine;
 pub mod matrix;
 pub mod placement;
 pub mod results;
+pub mod run;
 pub mod spec;
 pub mod target;
+pub mod targets;
 
 use matrix::Run;
 use placement::{format_cpulist, Host, Placement};
