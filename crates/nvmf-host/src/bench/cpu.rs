@@ -242,11 +242,15 @@ mod tests {
     #[test]
     fn process_times_from_proc_pid_stat() {
         // A command name with a space and a ')' must not shift the fields.
-        let stat = "4242 (nvmfd x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1000 0 0";
+        let stat =
+            "4242 (nvmfd x) y) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 3 0 1000 0 0";
         let root = tree(&[
             ("proc/4242/stat", stat),
             ("proc/7/stat", "7 (a) R 1 7 7 0 -1 0 0 0 0 0 100 100 0 0"),
-            ("proc/self/stat", "9 (nvmf) R 1 9 9 0 -1 0 0 0 0 0 30 20 0 0"),
+            (
+                "proc/self/stat",
+                "9 (nvmf) R 1 9 9 0 -1 0 0 0 0 0 30 20 0 0",
+            ),
         ]);
         let p = Proc::at(&root, 100.0);
         assert_eq!(p.process_cpu_s("4242"), Some(3.0));
@@ -261,11 +265,20 @@ mod tests {
     fn steal_and_load_from_proc_stat_and_loadavg() {
         let a = "cpu  100 0 50 800 10 0 0 40 0 0\ncpu0 50 0 25 400 5 0 0 20 0 0\n";
         let b = "cpu  150 0 60 900 10 0 0 80 0 0\ncpu0 75 0 30 450 5 0 0 40 0 0\n";
-        let ra = tree(&[("proc/stat", a), ("proc/loadavg", "1.25 0.50 0.10 2/300 999\n")]);
+        let ra = tree(&[
+            ("proc/stat", a),
+            ("proc/loadavg", "1.25 0.50 0.10 2/300 999\n"),
+        ]);
         let rb = tree(&[("proc/stat", b)]);
         let (pa, pb) = (Proc::at(&ra, 100.0), Proc::at(&rb, 100.0));
         let (sa, sb) = (pa.stat_totals().unwrap(), pb.stat_totals().unwrap());
-        assert_eq!(sa, StatTotals { total: 1000, steal: 40 });
+        assert_eq!(
+            sa,
+            StatTotals {
+                total: 1000,
+                steal: 40
+            }
+        );
         assert_eq!(sb.total, 1200);
         // 40 of 200 ticks stolen.
         assert_eq!(steal_pct(sa, sb), Some(20.0));

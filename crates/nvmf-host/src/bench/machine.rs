@@ -70,12 +70,19 @@ impl Machine {
             .or_else(|| field("Model"))
             .or_else(|| field("cpu model"))
             .unwrap_or_else(|| "unknown".into());
-        let virtualized = field("flags").is_some_and(|f| f.split_whitespace().any(|x| x == "hypervisor"));
+        let virtualized =
+            field("flags").is_some_and(|f| f.split_whitespace().any(|x| x == "hypervisor"));
         let memory_gib = self
             .read("proc/meminfo")
             .and_then(|m| {
                 m.lines().find_map(|l| {
-                    let kb: f64 = l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse().ok()?;
+                    let kb: f64 = l
+                        .strip_prefix("MemTotal:")?
+                        .trim()
+                        .strip_suffix("kB")?
+                        .trim()
+                        .parse()
+                        .ok()?;
                     Some(kb / (1024.0 * 1024.0))
                 })
             })

@@ -49,7 +49,11 @@ pub enum Event<'a> {
     /// A target is being started.
     TargetStarting { target: &'a str },
     /// Run `run` begins; `left_s` is the estimated time left with it.
-    RunStarting { run: &'a Run, total: usize, left_s: u64 },
+    RunStarting {
+        run: &'a Run,
+        total: usize,
+        left_s: u64,
+    },
     /// Run `run` ended: `Ok(measurement)` or `Err(why)`.
     RunDone {
         run: &'a Run,
@@ -207,7 +211,12 @@ pub fn run(
         let pin: Vec<usize> = if opts.no_pin {
             Vec::new()
         } else {
-            placement.pin.iter().copied().take(w.queues as usize).collect()
+            placement
+                .pin
+                .iter()
+                .copied()
+                .take(w.queues as usize)
+                .collect()
         };
         if started[run.target].is_none() {
             progress(Event::TargetStarting { target: &t.name });
@@ -232,11 +241,7 @@ pub fn run(
             });
         }
         let st = started[run.target].as_mut().expect("set above");
-        progress(Event::RunStarting {
-            run,
-            total,
-            left_s,
-        });
+        progress(Event::RunStarting { run, total, left_s });
         left_s = left_s.saturating_sub(w.ramp_s + w.runtime_s);
         let result = match &st.endpoint {
             Err(e) => Err(format!("target {} did not start: {e}", t.name)),
@@ -309,7 +314,11 @@ pub fn run(
             interface: p.interface.clone(),
             node: p.node,
             node_cpus: p.cpus.clone(),
-            pinned: if opts.no_pin { Vec::new() } else { p.pin.clone() },
+            pinned: if opts.no_pin {
+                Vec::new()
+            } else {
+                p.pin.clone()
+            },
             target_cpus: Vec::new(),
             warnings: p.warnings.clone(),
         };
@@ -342,11 +351,7 @@ pub fn run(
     report.machine = machine.context(&ifaces, &versions);
     report.machine.load1_before = load_before;
     report.finished_unix = unix_now();
-    report.cells = summary::summarize(
-        &report.measurements,
-        spec.baseline.as_deref(),
-        spec.goal,
-    );
+    report.cells = summary::summarize(&report.measurements, spec.baseline.as_deref(), spec.goal);
     let files = output::write_outputs(&report, &opts.out)?;
     Ok(Outcome { report, files })
 }
@@ -375,15 +380,22 @@ fn measure_one(
     let mut perf_err: Option<String> = perf_ok.clone().err();
     let me = [std::process::id()];
     let mut window_end: Option<Instant> = None;
-    let take = |target: &mut dyn BenchTarget| Snapshot {
-        unix: unix_now(),
-        target_cpu_s: proc_.pids_cpu_s(&pids),
-        initiator_cpu_s: proc_.self_cpu_s(),
-        stat: proc_.stat_totals(),
-        io: target.io_counters(),
+    // The target's counters first: the engine counts from the edge on,
+    // and every millisecond later lets more I/Os through uncounted.
+    let take = |target: &mut dyn BenchTarget| {
+        let io = target.io_counters();
+        Snapshot {
+            unix: unix_now(),
+            target_cpu_s: proc_.pids_cpu_s(&pids),
+            initiator_cpu_s: proc_.self_cpu_s(),
+            stat: proc_.stat_totals(),
+            io,
+        }
     };
     let mut edge = |e: Window| match e {
         Window::Start => {
+            reads.start = take(target);
+            // perf attaches a few milliseconds after this (documented).
             if perf_err.is_none() {
                 if !pids.is_empty() {
                     match PerfStat::start(&pids) {
@@ -396,7 +408,6 @@ fn measure_one(
                     Err(e) => perf_err = Some(e),
                 }
             }
-            reads.start = take(target);
         }
         Window::End => {
             reads.end = take(target);
@@ -465,7 +476,9 @@ mod summary {
             .iter()
             .map(|c| {
                 let ms: Vec<&Measurement> = measurements.iter().filter(|m| m.cell == *c).collect();
-                let r = |f: &dyn Fn(&Measurement) -> f64| Range::of(ms.iter().map(|m| f(m))).unwrap_or_default();
+                let r = |f: &dyn Fn(&Measurement) -> f64| {
+                    Range::of(ms.iter().map(|m| f(m))).unwrap_or_default()
+                };
                 let opt = |f: &dyn Fn(&Measurement) -> Option<f64>| {
                     let v: Option<Vec<f64>> = ms.iter().map(|m| f(m)).collect();
                     v.and_then(Range::of)
@@ -530,7 +543,8 @@ mod output {
         let mut files = Vec::new();
         let mut put = |name: &str, text: String| -> anyhow::Result<()> {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
+            std::fs::write(&p, text)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
             files.push(p);
             Ok(())
         };
@@ -623,14 +637,20 @@ mod tests {
                 unix: 100.0,
                 target_cpu_s: Some(10.0),
                 initiator_cpu_s: Some(5.0),
-                stat: Some(StatTotals { total: 1000, steal: 10 }),
+                stat: Some(StatTotals {
+                    total: 1000,
+                    steal: 10,
+                }),
                 io: Some((1000, 500)),
             },
             end: Snapshot {
                 unix: 102.0,
                 target_cpu_s: Some(11.5),
                 initiator_cpu_s: Some(6.0),
-                stat: Some(StatTotals { total: 1400, steal: 14 }),
+                stat: Some(StatTotals {
+                    total: 1400,
+                    steal: 14,
+                }),
                 io: Some((151_000, 50_500)),
             },
             load1: Some(1.5),
@@ -670,7 +690,11 @@ mod tests {
         w3.end.io = Some((151_000, 50_629));
         let mut m3 = Measurement::default();
         derive(&r, &w3, 64, &mut m3);
-        assert!(m3.notes.iter().any(|n| n.contains("COUNTER MISMATCH")), "{:?}", m3.notes);
+        assert!(
+            m3.notes.iter().any(|n| n.contains("COUNTER MISMATCH")),
+            "{:?}",
+            m3.notes
+        );
         let mut w4 = w.clone();
         w4.end.io = Some((151_000, 50_628));
         let mut m4 = Measurement::default();

@@ -529,7 +529,11 @@ fn bench_run(a: BenchRunArgs) -> Result<ExitCode> {
         Arc::clone(&stop),
     )?;
     signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
-    let plan = Plan::new(bench_spec, &Host::system(), Duration::from_millis(a.sample_ms));
+    let plan = Plan::new(
+        bench_spec,
+        &Host::system(),
+        Duration::from_millis(a.sample_ms),
+    );
     for (t, p) in plan.spec.targets.iter().zip(&plan.placements) {
         for w in &p.warnings {
             eprintln!("nvmf bench: {}: {w}", t.name);
@@ -544,13 +548,7 @@ fn bench_run(a: BenchRunArgs) -> Result<ExitCode> {
         spec_source: a.spec.clone(),
         spec_text,
         command: std::env::args()
-            .map(|x| {
-                if x.contains(' ') {
-                    format!("'{x}'")
-                } else {
-                    x
-                }
-            })
+            .map(|x| if x.contains(' ') { format!("'{x}'") } else { x })
             .collect::<Vec<_>>()
             .join(" "),
     };

@@ -89,23 +89,26 @@ pub fn latency(d: &DirStats) -> Latency {
     if d.ios == 0 {
         return Latency::default();
     }
+    // The histogram answers a bucket's upper edge: keep it within the
+    // exact min and max so the curve never passes the maximum.
+    let pct = |p: f64| us(d.percentile(p).clamp(d.min(), d.max_ns));
     Latency {
         mean_us: d.mean_ns() / 1000.0,
         min_us: us(d.min()),
-        p50_us: us(d.percentile(50.0)),
-        p99_us: us(d.percentile(99.0)),
-        p999_us: us(d.percentile(99.9)),
-        p9999_us: us(d.percentile(99.99)),
+        p50_us: pct(50.0),
+        p99_us: pct(99.0),
+        p999_us: pct(99.9),
+        p9999_us: pct(99.99),
         max_us: us(d.max_ns),
         curve: CURVE
             .iter()
             .map(|&p| {
                 let v = match p {
-                    0.0 => d.min(),
-                    100.0 => d.max_ns,
-                    _ => d.percentile(p),
+                    0.0 => us(d.min()),
+                    100.0 => us(d.max_ns),
+                    _ => pct(p),
                 };
-                (p, us(v))
+                (p, v)
             })
             .collect(),
     }

@@ -199,11 +199,8 @@ impl BenchTarget for NvmfdTarget {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .filter(|s| !s.is_empty())
             .unwrap_or_else(|| "unknown".into());
-        let dir = std::env::temp_dir().join(format!(
-            "nvmf-bench-{}-{}",
-            std::process::id(),
-            self.name
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("nvmf-bench-{}-{}", std::process::id(), self.name));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         self.dir = Some(dir.clone());
