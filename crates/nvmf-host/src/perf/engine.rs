@@ -848,6 +848,8 @@ fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
 }
 
 /// Run one thread's workers until `deadline`, drain, then (verify) read back.
+/// At `ramp_end` (if any) every worker's statistics restart (the ramp).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_thread(
     qs: &mut [Worker],
     tix: usize,
