@@ -107,9 +107,19 @@ pub fn derive(r: &EngineResult, w: &WindowReads, in_flight: u64, m: &mut Measure
     m.mibps = per_s(bytes as f64 / 1048576.0);
     m.gbps = per_s(bytes as f64 * 8.0 / 1e9);
     let delta = |a: Option<f64>, b: Option<f64>| Some((b? - a?).max(0.0));
-    let initiator_s = r
-        .initiator_cpu_s
-        .or_else(|| delta(w.start.initiator_cpu_s, w.end.initiator_cpu_s));
+    // This process's CPU time is the initiator's only when the engine ran
+    // in it; an engine of other processes must measure them itself.
+    let initiator_s = match (r.initiator_cpu_s, r.initiator_pids.is_empty()) {
+        (Some(v), _) => Some(v),
+        (None, true) => delta(w.start.initiator_cpu_s, w.end.initiator_cpu_s),
+        (None, false) => {
+            m.notes.push(format!(
+                "initiator CPU not measured: the engine ran in processes {:?} and gave no CPU time",
+                r.initiator_pids
+            ));
+            None
+        }
+    };
     let target_s = delta(w.start.target_cpu_s, w.end.target_cpu_s);
     let per_io = |x: Option<f64>| x.filter(|_| ios > 0).map(|v| v * 1e6 / ios as f64);
     let cores = |x: Option<f64>| x.filter(|_| s > 0.0).map(|v| v / s);
@@ -685,6 +695,15 @@ mod tests {
         let mut m2 = Measurement::default();
         derive(&r2, &w, 64, &mut m2);
         assert_eq!(m2.cpu.initiator_s, Some(0.25));
+        // Other processes without their own figure: not this process's.
+        let r5 = EngineResult {
+            initiator_pids: vec![4242],
+            ..r.clone()
+        };
+        let mut m5 = Measurement::default();
+        derive(&r5, &w, 64, &mut m5);
+        assert_eq!(m5.cpu.initiator_s, None);
+        assert!(m5.notes[0].contains("4242"), "{:?}", m5.notes);
         // Counters further apart than 2 × in flight: a note.
         let mut w3 = w.clone();
         w3.end.io = Some((151_000, 50_629));

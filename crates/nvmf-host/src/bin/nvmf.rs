@@ -186,7 +186,7 @@ enum Cmd {
     /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
-    /// Benchmark matrices against NVMe-oF targets (so far: `plan`, what a run would do)
+    /// Benchmark matrices against NVMe-oF targets: `plan` shows what `run` would do, `run` does it
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
