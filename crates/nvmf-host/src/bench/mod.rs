@@ -9,15 +9,20 @@
 //! The runner and engines come later.
 
 pub mod compare;
+pub mod cpu;
 pub mod engine;
+pub mod engines;
 pub mod html;
+pub mod machine;
 pub mod matrix;
 pub mod output;
 pub mod placement;
 pub mod results;
+pub mod run;
 pub mod spec;
 pub mod summary;
 pub mod target;
+pub mod targets;
 
 use matrix::Run;
 use placement::{format_cpulist, Host, Placement};
