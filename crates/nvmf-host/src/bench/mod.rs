@@ -6,11 +6,13 @@
 //! prints from them. The runner, engines and reports come later.
 
 pub mod engine;
+pub mod engines;
 pub mod matrix;
 pub mod placement;
 pub mod results;
 pub mod spec;
 pub mod target;
+pub mod targets;
 
 use matrix::Run;
 use placement::{format_cpulist, Host, Placement};

@@ -31,6 +31,11 @@ pub trait BenchTarget {
     fn io_counters(&mut self) -> Option<(u64, u64)>;
     /// Version string (recorded in the machine context).
     fn version(&self) -> String;
+    /// Things to record with each run about how the target was set up
+    /// (e.g. SPDK on plain memory instead of hugepages); default none.
+    fn notes(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Stop it if the harness started it. Called once at the end, also
     /// after Ctrl-C or a failure; must not panic.
     fn stop(&mut self);
