@@ -5,8 +5,10 @@
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
 //! prints from them; the reports of a run (`summary.rs`: per-cell
 //! figures; `output.rs`: JSON, CSV, Markdown, terminal table; `html.rs`:
-//! the HTML pages with charts) and `compare.rs` (`nvmf bench compare`).
-//! The runner and engines come later.
+//! the HTML pages with charts) and `compare.rs` (`nvmf bench compare`);
+//! the runner (`run.rs`, with `cpu.rs` and `machine.rs`), the load
+//! generators behind `engine.rs` (`engines/`) and the targets behind
+//! `target.rs` (`targets/`).
 
 pub mod compare;
 pub mod cpu;

@@ -14,7 +14,6 @@ use super::cpu::{self, Counts, PerfStat, Proc, StatTotals};
 use super::engine::{EngineJob, Window};
 use super::engines::{self, EngineOptions};
 use super::machine::Machine;
-use super::{output, summary};
 use super::matrix::Run;
 use super::results::{
     BenchReport, CpuFigures, EngineResult, Measurement, PlacementRecord, REPORT_FORMAT,
@@ -23,6 +22,7 @@ use super::spec::{Goal, WorkloadSpec};
 use super::target::{BenchTarget, Endpoint};
 use super::targets::{self, TargetOptions};
 use super::Plan;
+use super::{output, summary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -176,6 +176,8 @@ fn perf_usable() -> Result<(), String> {
 struct Started {
     target: Box<dyn BenchTarget>,
     endpoint: Result<Endpoint, String>,
+    /// Stopped while another target ran; started again before its next run.
+    parked: bool,
 }
 
 /// Run the plan. Never fails for a run's or a target's sake (those are
@@ -229,6 +231,26 @@ pub fn run(
                 .take(w.queues as usize)
                 .collect()
         };
+        // Only one harness-started target runs at a time: a target that
+        // busy-polls (SPDK's reactors, nvmfd under --poll-us) would
+        // otherwise take CPU from the one being measured. The previous
+        // target is stopped when the matrix moves to another one and
+        // started afresh before its next run.
+        for (i, st) in started.iter_mut().enumerate() {
+            if let Some(st) = st.as_mut() {
+                if i != run.target && !st.parked {
+                    st.target.stop();
+                    st.parked = true;
+                }
+            }
+        }
+        if let Some(st) = started[run.target].as_mut() {
+            if st.parked {
+                progress(Event::TargetStarting { target: &t.name });
+                st.endpoint = st.target.start().map_err(|e| format!("{e:#}"));
+                st.parked = false;
+            }
+        }
         if started[run.target].is_none() {
             progress(Event::TargetStarting { target: &t.name });
             let topts = TargetOptions {
@@ -240,7 +262,11 @@ pub fn run(
             started[run.target] = Some(match targets::for_target(t, &topts) {
                 Ok(mut target) => {
                     let endpoint = target.start().map_err(|e| format!("{e:#}"));
-                    Started { target, endpoint }
+                    Started {
+                        target,
+                        endpoint,
+                        parked: false,
+                    }
                 }
                 Err(e) => Started {
                     target: Box::new(targets::trid::TridTarget::new(
@@ -248,6 +274,7 @@ pub fn run(
                             .expect("literal"),
                     )),
                     endpoint: Err(format!("{e:#}")),
+                    parked: false,
                 },
             });
         }
