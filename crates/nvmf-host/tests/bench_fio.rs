@@ -2,12 +2,13 @@
 //! the command line built for a workload, and end to end with the real fio
 //! on a plain file (the `fio-kernel` variant: a file is just a filename),
 //! locally and in client/server mode (fio servers on 127.0.0.1, ports
-//! 4562-4563), a Ctrl-C stop, the time limit and a failing job; and the
-//! `fio` variant (our external ioengine) against a test-started nvmfd on
-//! port 4564. The end to end tests need `fio` on PATH, the last one also
-//! the ioengine (`$NVMF_FIO_ENGINE` or target/nvmf-fio/libnvmf_fio.so,
-//! built by scripts/build-fio-engine.sh, which scripts/test.sh runs); they
-//! say so when these are missing.
+//! 4562-4563), a Ctrl-C stop, the time limit and a failing job; the `fio`
+//! variant (our external ioengine) against a test-started nvmfd on port
+//! 4564; and `nvmf bench run` with engine fio-kernel, locally and with two
+//! fio clients (ports 4567-4568). The end to end tests need `fio` on PATH,
+//! the nvmfd one also the ioengine (`$NVMF_FIO_ENGINE` or
+//! target/nvmf-fio/libnvmf_fio.so, built by scripts/build-fio-engine.sh,
+//! which scripts/test.sh runs); they say so when these are missing.
 
 use nvmf_host::bench::engine::{Engine, EngineJob, Window};
 use nvmf_host::bench::engines::fio::{
@@ -524,5 +525,88 @@ fn nvmf_ioengine_variant_against_nvmfd() {
                 .contains(r"subnqn=nqn.2024-01.io.nvmfd\:default ns=1"),
         "{}",
         r.command
+    );
+}
+
+/// `nvmf bench run SPEC --out OUT` (bounded), its report.
+fn bench_run(s: &Scratch, spec: &str) -> nvmf_host::bench::results::BenchReport {
+    let path = s.0.join("bench.toml");
+    std::fs::write(&path, spec).unwrap();
+    let out = s.0.join("out");
+    let mut c = Command::new(env!("CARGO_BIN_EXE_nvmf"));
+    c.arg("bench")
+        .arg("run")
+        .arg(&path)
+        .arg("--out")
+        .arg(&out)
+        .args(["--sample-ms", "0"]);
+    let o = nvmf_testkit::run_bounded(c, Duration::from_secs(60));
+    let (so, se) = (nvmf_testkit::text(&o.stdout), nvmf_testkit::text(&o.stderr));
+    assert!(o.status.success(), "stdout:\n{so}\nstderr:\n{se}");
+    let r = std::fs::read_to_string(out.join("bench.json")).expect("bench.json");
+    serde_json::from_str(&r).expect("a BenchReport")
+}
+
+/// A trid target that nothing listens on: fio-kernel never connects, it
+/// loads the target's `device` (here a plain file).
+fn kernel_spec(s: &Scratch, clients: &str) -> String {
+    format!(
+        "engine = \"fio-kernel\"\nrepetitions = 1\n{clients}\n\
+         [[target]]\nname = \"file\"\nkind = \"trid\"\n\
+         trid = \"trtype:TCP traddr:127.0.0.1 trsvcid:4566 subnqn:{NQN}\"\ndevice = \"{}\"\n\
+         [[workload]]\nname = \"reads\"\nrw = \"randread\"\nqd = 4\nruntime = 1\n",
+        s.data().display()
+    )
+}
+
+#[test]
+fn bench_run_with_the_fio_kernel_engine() {
+    if !have_fio() {
+        return;
+    }
+    let s = Scratch::new("run");
+    let r = bench_run(&s, &kernel_spec(&s, ""));
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let m = &r.measurements[0];
+    assert_eq!((m.engine.as_str(), m.clients), ("fio-kernel", 1));
+    assert!(m.iops > 0.0 && m.result.read.ios > 0, "{m:?}");
+    assert!(
+        m.result
+            .command
+            .contains(&format!("--filename={}", s.data().display())),
+        "{}",
+        m.result.command
+    );
+    // The initiator's CPU is fio's own figure.
+    assert!(m.cpu.initiator_s.is_some(), "{:?}", m.cpu);
+    assert!(r
+        .machine
+        .versions
+        .iter()
+        .any(|(n, v)| n == "fio-kernel" && v.starts_with("fio-")));
+}
+
+#[test]
+fn bench_run_with_two_fio_clients() {
+    if !have_fio() {
+        return;
+    }
+    let s = Scratch::new("run-cs");
+    let _a = Server::start(4567);
+    let _b = Server::start(4568);
+    let r = bench_run(
+        &s,
+        &kernel_spec(&s, "clients = [\"127.0.0.1:4567\", \"127.0.0.1:4568\"]"),
+    );
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let m = &r.measurements[0];
+    assert_eq!((m.engine.as_str(), m.clients), ("fio-kernel", 2));
+    assert!(m.result.read.ios > 0, "{m:?}");
+    assert!(
+        m.result
+            .command
+            .starts_with("fio --client=127.0.0.1,4567 --client=127.0.0.1,4568 "),
+        "{}",
+        m.result.command
     );
 }

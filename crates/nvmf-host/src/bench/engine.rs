@@ -51,6 +51,10 @@ pub trait Engine {
     fn clients(&self) -> u32 {
         1
     }
+    /// Called by the runner before each run with the target it loads;
+    /// engines with per-target settings (fio-kernel: the target's
+    /// `device`) take them here.
+    fn for_target(&mut self, _target: &super::spec::Target) {}
     /// Run `job`: connect, ramp for `workload.ramp_s`, call
     /// `window(Window::Start)`, load for `workload.runtime_s` (or until
     /// `stop`), call `window(Window::End)`, disconnect, and return what

@@ -23,6 +23,7 @@
 use super::fio_json::{percentile_list, FioOutput};
 use crate::bench::engine::{Engine, EngineJob, Window};
 use crate::bench::results::EngineResult;
+use crate::bench::spec::{BenchSpec, Client, EngineKind, Target};
 use crate::perf::Workload;
 use crate::trid::TransportId;
 use anyhow::{bail, Context};
@@ -59,8 +60,9 @@ pub enum FioTarget {
     /// path); the filename is the trid (see [`nvmf_filename`]).
     Nvmf { engine: PathBuf },
     /// A block device (or file) through libaio with `direct=1`: the
-    /// target as connected by the kernel host (`/dev/nvme1n1`).
-    Kernel { device: PathBuf },
+    /// target as connected by the kernel host (`/dev/nvme1n1`); None =
+    /// each target's own `device` from the spec (see `Engine::for_target`).
+    Kernel { device: Option<PathBuf> },
 }
 
 /// How to run fio. Defaults: `fio` from PATH, local (no clients), margin
@@ -81,6 +83,9 @@ pub struct FioOptions {
     /// Where the job file and fio's output are written (a fresh directory
     /// is made under it per run and removed after); None = temp dir.
     pub scratch: Option<PathBuf>,
+    /// Host NQN for our ioengine when the job names none (None: the
+    /// ioengine's default).
+    pub host_nqn: Option<String>,
 }
 
 impl FioOptions {
@@ -94,8 +99,13 @@ impl FioOptions {
     /// fio with libaio, direct I/O, on `device`.
     pub fn kernel(device: impl Into<PathBuf>) -> FioOptions {
         FioOptions::with(FioTarget::Kernel {
-            device: device.into(),
+            device: Some(device.into()),
         })
+    }
+
+    /// fio-kernel whose device is each target's `device` (from the spec).
+    pub fn kernel_per_target() -> FioOptions {
+        FioOptions::with(FioTarget::Kernel { device: None })
     }
 
     fn with(target: FioTarget) -> FioOptions {
@@ -106,6 +116,7 @@ impl FioOptions {
             margin_s: DEFAULT_MARGIN_S,
             extra: Vec::new(),
             scratch: None,
+            host_nqn: None,
         }
     }
 }
@@ -127,6 +138,20 @@ pub fn nvmf_filename(trid: &TransportId, nsid: u32, host_nqn: Option<&str>) -> S
     s.replace(':', "\\:")
 }
 
+/// fio's `--client` form of a spec client: `host` or `host,port`, an
+/// IPv6 address as `ip6:ADDR`.
+pub fn fio_client(c: &Client) -> String {
+    let host = if c.host.contains(':') {
+        format!("ip6:{}", c.host)
+    } else {
+        c.host.clone()
+    };
+    match c.port {
+        Some(p) => format!("{host},{p}"),
+        None => host,
+    }
+}
+
 /// fio's name for a workload pattern.
 fn fio_rw(w: Workload) -> &'static str {
     match w {
@@ -143,6 +168,9 @@ fn fio_rw(w: Workload) -> &'static str {
 pub struct FioEngine {
     opts: FioOptions,
     version: OnceCell<String>,
+    /// The device of the target of the next run (fio-kernel without a
+    /// device of its own).
+    target_device: Option<PathBuf>,
 }
 
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -156,6 +184,46 @@ impl FioEngine {
         FioEngine {
             opts,
             version: OnceCell::new(),
+            target_device: None,
+        }
+    }
+
+    /// The engine a spec asks for (`engine = "fio"` or `"fio-kernel"`,
+    /// `fio_engine`, `clients`); checks that fio runs here and, for a local
+    /// `fio`, that the ioengine exists.
+    pub fn for_spec(spec: &BenchSpec, host_nqn: Option<String>) -> anyhow::Result<FioEngine> {
+        let mut o = match spec.engine {
+            EngineKind::Fio => {
+                let so = spec.fio_engine.clone().unwrap_or_else(default_engine);
+                if spec.clients.is_empty() && !so.is_file() {
+                    bail!(
+                        "engine fio: no ioengine at {} (scripts/build-fio-engine.sh builds it; fio_engine in the spec or ${ENGINE_ENV} names another)",
+                        so.display()
+                    );
+                }
+                FioOptions::nvmf(so)
+            }
+            EngineKind::FioKernel => FioOptions::kernel_per_target(),
+            other => bail!("engine {} is not a fio engine", other.name()),
+        };
+        o.clients = spec.clients.iter().map(fio_client).collect();
+        o.host_nqn = host_nqn;
+        let e = FioEngine::new(o);
+        if e.version() == "unknown" {
+            bail!(
+                "engine {}: `{} --version` did not run (is fio installed?)",
+                e.name(),
+                e.opts.fio.display()
+            );
+        }
+        Ok(e)
+    }
+
+    /// The device a fio-kernel run loads.
+    fn device(&self) -> Option<&Path> {
+        match &self.opts.target {
+            FioTarget::Kernel { device } => device.as_deref().or(self.target_device.as_deref()),
+            FioTarget::Nvmf { .. } => None,
         }
     }
 
@@ -186,9 +254,12 @@ impl FioEngine {
         match &self.opts.target {
             FioTarget::Nvmf { engine } => {
                 put("ioengine", format!("external:{}", path(engine).display()));
-                put("filename", nvmf_filename(job.trid, job.nsid, job.host_nqn));
+                let host = job.host_nqn.or(self.opts.host_nqn.as_deref());
+                put("filename", nvmf_filename(job.trid, job.nsid, host));
             }
-            FioTarget::Kernel { device } => {
+            FioTarget::Kernel { .. } => {
+                // run() refuses a run without a device before this.
+                let device = self.device().unwrap_or(Path::new("DEVICE"));
                 put("ioengine", "libaio".into());
                 put("direct", "1".into());
                 put(
@@ -480,11 +551,18 @@ impl Engine for FioEngine {
         self.opts.clients.len().max(1) as u32
     }
 
+    fn for_target(&mut self, target: &Target) {
+        self.target_device = target.device.clone();
+    }
+
     fn run(
         &mut self,
         job: &EngineJob<'_>,
         window: &mut dyn FnMut(Window),
     ) -> anyhow::Result<EngineResult> {
+        if matches!(self.opts.target, FioTarget::Kernel { .. }) && self.device().is_none() {
+            bail!("engine fio-kernel: no device for this target (give the target device = \"/dev/nvmeXnY\")");
+        }
         let dir = self.scratch_dir()?;
         let r = self.run_in(&dir, job, window);
         let _ = std::fs::remove_dir_all(&dir);
