@@ -317,6 +317,10 @@ fn draw_latency(lines: &[(String, Vec<(f64, f64)>)]) -> Result<String, String> {
         yhi = yhi.max(*y);
         xhi = xhi.max(*x);
     }
+    // No finite point: plotters would search ticks of an infinite range.
+    if !(ylo.is_finite() && yhi.is_finite() && ylo > 0.0) {
+        return Err("no latency points".into());
+    }
     let xhi = xhi.ceil();
     let (ylo, yhi) = (ylo * 0.8, (yhi * 1.25).max(ylo * 1.01));
     let mut svg = String::new();
