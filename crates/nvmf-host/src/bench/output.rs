@@ -12,32 +12,42 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Decimals that give a figure of magnitude `a` about four significant
+/// digits.
+fn decimals(a: f64) -> usize {
+    if a >= 1000.0 {
+        0
+    } else if a >= 100.0 {
+        1
+    } else if a >= 10.0 {
+        2
+    } else if a >= 0.01 || a == 0.0 {
+        3
+    } else {
+        6
+    }
+}
+
 /// A figure with about four significant digits (no exponent).
 pub fn num(x: f64) -> String {
     if !x.is_finite() {
         return x.to_string();
     }
-    let a = x.abs();
-    if a >= 1000.0 {
-        format!("{x:.0}")
-    } else if a >= 100.0 {
-        format!("{x:.1}")
-    } else if a >= 10.0 {
-        format!("{x:.2}")
-    } else if a >= 0.01 || a == 0.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.6}")
-    }
+    format!("{x:.*}", decimals(x.abs()))
 }
 
-/// `mean (min–max)`, or just `mean` when min = max.
+/// `mean (min–max)`, or just `mean` when min = max; all three with the
+/// decimals of the largest.
 pub fn range_text(r: &Range) -> String {
     if r.min == r.max {
-        num(r.mean)
-    } else {
-        format!("{} ({}–{})", num(r.mean), num(r.min), num(r.max))
+        return num(r.mean);
     }
+    let big = r.min.abs().max(r.max.abs());
+    if !big.is_finite() {
+        return format!("{} ({}–{})", num(r.mean), num(r.min), num(r.max));
+    }
+    let d = decimals(big);
+    format!("{:.d$} ({:.d$}–{:.d$})", r.mean, r.min, r.max)
 }
 
 /// `range_text` of an optional figure ("–" when absent).
@@ -602,6 +612,21 @@ pub(crate) mod tests {
             failures: vec![("spdk/4k".into(), 2, "connect refused".into())],
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn number_formatting() {
+        let r = |min, mean, max| range_text(&Range { min, mean, max });
+        assert_eq!(num(123456.7), "123457");
+        assert_eq!(num(12.3456), "12.35");
+        assert_eq!(num(0.001234), "0.001234");
+        assert_eq!(num(0.0), "0.000");
+        // The decimals of the largest value, for all three.
+        assert_eq!(r(900.0, 1000.0, 1100.0), "1000 (900–1100)");
+        assert_eq!(r(1.5, 2.0, 12.25), "2.00 (1.50–12.25)");
+        assert_eq!(r(5.0, 5.0, 5.0), "5.000");
+        assert_eq!(opt_range_text(&None), "–");
+        assert_eq!(pct(Some(0.5)), "50.0%");
     }
 
     #[test]
