@@ -284,7 +284,8 @@ fn curve_points(m: &Measurement) -> Vec<(f64, f64)> {
     };
     pts.into_iter()
         .filter(|(p, us)| (0.0..100.0).contains(p) && *us > 0.0 && us.is_finite())
-        .map(|(p, us)| (nines(p).min(6.0), us))
+        // At most 6 nines wide, at least 1 ns high: a bounded log axis.
+        .map(|(p, us)| (nines(p).min(6.0), us.max(0.001)))
         .collect()
 }
 
