@@ -717,7 +717,14 @@ pub(crate) mod tests {
 
     #[test]
     fn load_report_round_trip_and_errors() {
+        struct Gone(std::path::PathBuf);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
         let dir = std::env::temp_dir().join(format!("nvmf-bench-out-{}", std::process::id()));
+        let _gone = Gone(dir.clone()); // removed also when an assertion fails
         let r = sample_report();
         let files = write_outputs(&r, &dir).unwrap();
         let names: Vec<_> = files
@@ -746,7 +753,6 @@ pub(crate) mod tests {
         }
         let e = format!("{:#}", load_report(&dir.join("missing.json")).unwrap_err());
         assert!(e.contains("reading") && e.contains("missing.json"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
