@@ -262,11 +262,22 @@ pub fn csv_bytes(measurements: &[Measurement]) -> anyhow::Result<Vec<u8>> {
 
 // ---- Markdown --------------------------------------------------------------
 
-/// Text safe inside a Markdown table cell (no column breaks, one line).
+/// Text safe inside a Markdown table cell or list item: one line, no
+/// column break, no inline HTML or code span (names and notes come from
+/// user specs and tools). Backslash escapes, as CommonMark defines them.
 fn md_cell(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '|' | '<' | '>' | '&' | '`' => {
+                o.push('\\');
+                o.push(c);
+            }
+            '\n' | '\r' => o.push(' '),
+            c => o.push(c),
+        }
+    }
+    o
 }
 
 /// A fenced code block that `text` cannot close early.
@@ -340,11 +351,7 @@ pub fn markdown(report: &BenchReport) -> String {
     let mut o = String::new();
     let cells = cells_of(report);
     let _ = writeln!(o, "# nvmf bench report\n");
-    let _ = writeln!(
-        o,
-        "- spec: `{}`",
-        md_cell(&report.spec_source).replace('`', "'")
-    );
+    let _ = writeln!(o, "- spec: {}", md_cell(&report.spec_source));
     let _ = writeln!(
         o,
         "- started (Unix time): {:.0}, took {:.0} s{}",
@@ -657,6 +664,7 @@ pub(crate) mod tests {
     fn markdown_shape() {
         let mut r = sample_report();
         r.placements[0].target = "evil|name".into();
+        r.placements[0].warnings = vec!["<img src=x>\nnext `x` & y".into()];
         let md = markdown(&r);
         for want in [
             "# nvmf bench report",
@@ -664,6 +672,8 @@ pub(crate) mod tests {
             "| host | box |",
             "## Placement",
             "| evil\\|name | lo |",
+            "| \\<img src=x\\> next \\`x\\` \\& y |",
+            "- evil\\|name: \\<img src=x\\> next \\`x\\` \\& y\n",
             "### 4k",
             "## Failures",
             "| spdk/4k | 3 | connect refused |",
