@@ -522,12 +522,14 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
                 &a.a.display().to_string(),
                 &a.b.display().to_string(),
             );
-            print!("{}", c.render());
+            let mut text = c.render();
             if let Some(out) = &a.html {
                 std::fs::write(out, html::compare_html(&c))
                     .with_context(|| format!("writing {}", out.display()))?;
-                println!("\nHTML: {}", out.display());
+                text += &format!("\nHTML: {}\n", out.display());
             }
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
             Ok(ExitCode::SUCCESS)
         }
         BenchCmd::Run(a) => bench_run(a),
