@@ -1,6 +1,7 @@
 //! `nvmf bench plan` end to end through the binary: a preset with
-//! `--target`, a spec file in a temp dir (nvmfd + trid targets), and a bad
-//! spec (non-zero exit, the field named). Nothing is run against a target.
+//! `--target`, a spec file in a temp dir (nvmfd + trid targets; spdk +
+//! kernel targets with the spdk-perf engine), and bad specs (non-zero exit,
+//! the field named). Nothing is run against a target.
 
 use std::process::{Command, Output};
 
@@ -103,6 +104,71 @@ fn plan_a_spec_file_and_reject_a_bad_one() {
     let err = text(&o).1;
     assert_eq!(o.status.code(), Some(1));
     assert!(err.contains("blocksize") && err.contains("`bs`"), "{err}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plan_spdk_and_kernel_targets_and_refuse_impossible_engine_fields() {
+    let dir = std::env::temp_dir().join(format!("nvmf-bench-cli-sk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("nvmf_tgt"), "").unwrap();
+    std::fs::write(dir.join("disk.img"), "").unwrap();
+    std::fs::write(
+        dir.join("spdk.json"),
+        r#"{"subsystems": [{"subsystem": "nvmf", "config": [
+            {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
+             "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4543"}}}]}]}"#,
+    )
+    .unwrap();
+    let spec = dir.join("bench.toml");
+    std::fs::write(
+        &spec,
+        "engine = \"spdk-perf\"\n\
+         [[target]]\nname = \"spdk\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"spdk.json\"\n\
+         [[target]]\nname = \"linux\"\nkind = \"kernel\"\nbacking = \"disk.img\"\nport = 4544\n\
+         [[workload]]\nruntime = 1\n",
+    )
+    .unwrap();
+    let o = nvmf(&["bench", "plan", spec.to_str().unwrap(), "--sample-ms", "0"]);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(
+        out.contains("spdk: SPDK ")
+            && out.contains("trsvcid:4543 subnqn:nqn.2016-06.io.spdk:cnode1"),
+        "{out}"
+    );
+    assert!(
+        out.contains("linux: Linux kernel target (configfs)")
+            && out.contains("trsvcid:4544 subnqn:nqn.2024-01.io.nvmfd:bench-linux"),
+        "{out}"
+    );
+    assert!(out.contains("Engine: spdk-perf"), "{out}");
+    // clients with nvmf-perf, device without fio-kernel: refused, named.
+    for (bad, words) in [
+        (
+            "clients = [\"h1\"]\n",
+            &["clients", "not \"nvmf-perf\""][..],
+        ),
+        (
+            "engine = \"fio-kernel\"\n",
+            &["fio-kernel\" needs device"][..],
+        ),
+    ] {
+        std::fs::write(
+            &spec,
+            format!(
+                "{bad}[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"{TRID}\"\n[[workload]]\n"
+            ),
+        )
+        .unwrap();
+        let o = nvmf(&["bench", "plan", spec.to_str().unwrap(), "--sample-ms", "0"]);
+        let err = text(&o).1;
+        assert_eq!(o.status.code(), Some(1), "{err}");
+        for w in words {
+            assert!(err.contains(w), "{bad:?}: {err} lacks {w}");
+        }
+    }
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -3,17 +3,26 @@
 //! run matrix (`matrix.rs`: targets × workloads × rounds, alternating and
 //! rotating), the initiator's placement (`placement.rs`: route, NUMA
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
-//! prints from them. The runner, engines and reports come later.
+//! prints from them; the reports of a run (`summary.rs`: per-cell
+//! figures; `output.rs`: JSON, CSV, Markdown, terminal table; `html.rs`:
+//! the HTML pages with charts) and `compare.rs` (`nvmf bench compare`);
+//! the runner (`run.rs`, with `cpu.rs` and `machine.rs`), the load
+//! generators behind `engine.rs` (`engines/`) and the targets behind
+//! `target.rs` (`targets/`).
 
+pub mod compare;
 pub mod cpu;
 pub mod engine;
 pub mod engines;
+pub mod html;
 pub mod machine;
 pub mod matrix;
+pub mod output;
 pub mod placement;
 pub mod results;
 pub mod run;
 pub mod spec;
+pub mod summary;
 pub mod target;
 pub mod targets;
 
@@ -75,6 +84,17 @@ impl Plan {
                     format!("nvmfd started from {} on {addr}", config.display())
                 }
                 TargetKind::Trid(trid) => format!("running target '{trid}'"),
+                TargetKind::Spdk(sp) => format!(
+                    "SPDK {} started from {} on '{}'",
+                    sp.binary.display(),
+                    sp.config.display(),
+                    sp.trid
+                ),
+                TargetKind::Kernel(k) => format!(
+                    "Linux kernel target (configfs) on '{}', backed by {}",
+                    k.trid(),
+                    k.backing.display()
+                ),
             };
             let _ = writeln!(o, "  {}: {what}", t.name);
             let node = match p.node {
@@ -114,6 +134,15 @@ impl Plan {
                 w.ramp_s
             );
         }
+        let _ = write!(o, "Engine: {}", s.engine.name());
+        if let Some(p) = s.spdk_perf.as_ref().or(s.fio_engine.as_ref()) {
+            let _ = write!(o, " ({})", p.display());
+        }
+        if !s.clients.is_empty() {
+            let c: Vec<String> = s.clients.iter().map(|c| c.to_string()).collect();
+            let _ = write!(o, ", clients {}", c.join(", "));
+        }
+        let _ = writeln!(o);
         if let Some(b) = &s.baseline {
             let _ = writeln!(o, "Baseline: {b}");
         }

@@ -22,6 +22,7 @@ use super::spec::{Goal, WorkloadSpec};
 use super::target::{BenchTarget, Endpoint};
 use super::targets::{self, TargetOptions};
 use super::Plan;
+use super::{output, summary};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -176,6 +177,8 @@ struct Started {
     /// None when no driver could be made for it.
     target: Option<Box<dyn BenchTarget>>,
     endpoint: Result<Endpoint, String>,
+    /// Stopped while another target ran; started again before its next run.
+    parked: bool,
     /// Notes every run of this target carries (serious placement warnings).
     notes: Vec<String>,
 }
@@ -247,6 +250,30 @@ pub fn run(
                 .take(w.queues as usize)
                 .collect()
         };
+        // Only one harness-started target runs at a time: a target that
+        // busy-polls (SPDK's reactors, nvmfd under --poll-us) would
+        // otherwise take CPU from the one being measured. The previous
+        // target is stopped when the matrix moves to another one and
+        // started afresh before its next run.
+        for (i, st) in started.iter_mut().enumerate() {
+            if let Some(st) = st.as_mut() {
+                if i != run.target && !st.parked {
+                    if let Some(target) = st.target.as_mut() {
+                        target.stop();
+                    }
+                    st.parked = true;
+                }
+            }
+        }
+        if let Some(st) = started[run.target].as_mut() {
+            if st.parked {
+                if let Some(target) = st.target.as_mut() {
+                    progress(Event::TargetStarting { target: &t.name });
+                    st.endpoint = target.start().map_err(|e| format!("{e:#}"));
+                }
+                st.parked = false;
+            }
+        }
         if started[run.target].is_none() {
             progress(Event::TargetStarting { target: &t.name });
             let topts = TargetOptions {
@@ -275,12 +302,14 @@ pub fn run(
                     Started {
                         target: Some(target),
                         endpoint,
+                        parked: false,
                         notes,
                     }
                 }
                 Err(e) => Started {
                     target: None,
                     endpoint: Err(format!("{e:#}")),
+                    parked: false,
                     notes,
                 },
             });
@@ -493,164 +522,6 @@ fn measure_one(
         ));
     }
     Ok((r, reads, notes))
-}
-
-// ---- stand-ins for summary.rs and output.rs (part "bench-out") ----------
-// Minimal versions behind the names and signatures the real ones have;
-// the lead swaps them for `super::summary` / `super::output`.
-
-mod summary {
-    use crate::bench::results::{CellSummary, Measurement, Range};
-    use crate::bench::spec::Goal;
-
-    pub fn summarize(
-        measurements: &[Measurement],
-        baseline: Option<&str>,
-        goal: Option<Goal>,
-    ) -> Vec<CellSummary> {
-        let mut order: Vec<&str> = Vec::new();
-        for m in measurements {
-            if !order.contains(&m.cell.as_str()) {
-                order.push(&m.cell);
-            }
-        }
-        let mut cells: Vec<CellSummary> = order
-            .iter()
-            .map(|c| {
-                let ms: Vec<&Measurement> = measurements.iter().filter(|m| m.cell == *c).collect();
-                let r = |f: &dyn Fn(&Measurement) -> f64| {
-                    Range::of(ms.iter().map(|m| f(m))).unwrap_or_default()
-                };
-                let opt = |f: &dyn Fn(&Measurement) -> Option<f64>| {
-                    let v: Option<Vec<f64>> = ms.iter().map(|m| f(m)).collect();
-                    v.and_then(Range::of)
-                };
-                CellSummary {
-                    cell: c.to_string(),
-                    target: ms[0].target.clone(),
-                    workload: ms[0].workload.clone(),
-                    runs: ms.len() as u32,
-                    iops: r(&|m| m.iops),
-                    mibps: r(&|m| m.mibps),
-                    gbps: r(&|m| m.gbps),
-                    lat_mean_us: r(&|m| m.result.all.mean_us),
-                    lat_p50_us: r(&|m| m.result.all.p50_us),
-                    lat_p99_us: r(&|m| m.result.all.p99_us),
-                    lat_p999_us: r(&|m| m.result.all.p999_us),
-                    lat_p9999_us: r(&|m| m.result.all.p9999_us),
-                    initiator_us_per_io: opt(&|m| m.cpu.initiator_us_per_io),
-                    target_us_per_io: opt(&|m| m.cpu.target_us_per_io),
-                    target_cycles_per_io: opt(&|m| m.cpu.target_cycles_per_io),
-                    errors: ms.iter().map(|m| m.result.errors).sum(),
-                    goal_ratio: goal.map(|g| {
-                        let clients = ms[0].clients.max(1) as f64;
-                        match g {
-                            Goal::Iops(v) => r(&|m| m.iops).mean / clients / v,
-                            Goal::MiBps(v) => r(&|m| m.mibps).mean / clients / v,
-                        }
-                    }),
-                    ..Default::default()
-                }
-            })
-            .collect();
-        if let Some(b) = baseline {
-            let means: Vec<(String, String, f64)> = cells
-                .iter()
-                .map(|c| (c.cell.clone(), c.workload.clone(), c.iops.mean))
-                .collect();
-            for c in &mut cells {
-                let base = if b.contains('/') {
-                    b.to_string()
-                } else {
-                    format!("{b}/{}", c.workload)
-                };
-                if let Some((_, _, m)) = means.iter().find(|x| x.0 == base) {
-                    if *m > 0.0 {
-                        c.efficiency = Some(c.iops.mean / m);
-                        c.baseline_cell = Some(base);
-                    }
-                }
-            }
-        }
-        cells
-    }
-}
-
-mod output {
-    use crate::bench::results::BenchReport;
-    use std::fmt::Write as _;
-    use std::path::{Path, PathBuf};
-
-    pub fn write_outputs(report: &BenchReport, dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
-        let mut files = Vec::new();
-        let mut put = |name: &str, text: String| -> anyhow::Result<()> {
-            let p = dir.join(name);
-            std::fs::write(&p, text)
-                .map_err(|e| anyhow::anyhow!("writing {}: {e}", p.display()))?;
-            files.push(p);
-            Ok(())
-        };
-        put("report.json", serde_json::to_string_pretty(report)? + "\n")?;
-        let mut csv = String::from("cell,round,iops,mibps,gbps,lat_mean_us,lat_p99_us,initiator_us_per_io,target_us_per_io\n");
-        let o = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x:.3}"));
-        for m in &report.measurements {
-            let _ = writeln!(
-                csv,
-                "{},{},{:.1},{:.3},{:.4},{:.2},{:.2},{},{}",
-                m.cell,
-                m.round + 1,
-                m.iops,
-                m.mibps,
-                m.gbps,
-                m.result.all.mean_us,
-                m.result.all.p99_us,
-                o(m.cpu.initiator_us_per_io),
-                o(m.cpu.target_us_per_io)
-            );
-        }
-        put("measurements.csv", csv)?;
-        let table = text_summary(report);
-        put("report.md", format!("# nvmf bench\n\n```\n{table}```\n"))?;
-        put(
-            "report.html",
-            format!(
-                "<!doctype html><meta charset=utf-8><title>nvmf bench</title><pre>{}</pre>\n",
-                table.replace('&', "&amp;").replace('<', "&lt;")
-            ),
-        )?;
-        Ok(files)
-    }
-
-    pub fn text_summary(report: &BenchReport) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "{:<40} {:>4} {:>12} {:>10} {:>8} {:>10} {:>10} {:>10}",
-            "cell", "runs", "IOPS", "MiB/s", "Gbit/s", "p99 us", "init us/IO", "tgt us/IO"
-        );
-        let o = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.2}"));
-        for c in &report.cells {
-            let _ = writeln!(
-                s,
-                "{:<40} {:>4} {:>12.0} {:>10.2} {:>8.3} {:>10.1} {:>10} {:>10}",
-                c.cell,
-                c.runs,
-                c.iops.mean,
-                c.mibps.mean,
-                c.gbps.mean,
-                c.lat_p99_us.mean,
-                o(c.initiator_us_per_io.map(|r| r.mean)),
-                o(c.target_us_per_io.map(|r| r.mean))
-            );
-        }
-        for (cell, round, why) in &report.failures {
-            let _ = writeln!(s, "FAILED {cell} round {}: {why}", round + 1);
-        }
-        if report.interrupted {
-            let _ = writeln!(s, "(interrupted: the matrix was not finished)");
-        }
-        s
-    }
 }
 
 #[cfg(test)]

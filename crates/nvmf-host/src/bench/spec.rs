@@ -5,17 +5,39 @@
 //! repetitions = 3                 # rounds of the whole matrix (default 3)
 //! baseline = "nvmfd"              # a target name or a cell "target/workload" (optional)
 //! goal = { iops = 10000 }         # per client: iops or mibps (optional)
+//! engine = "nvmf-perf"            # nvmf-perf (default), fio, fio-kernel, spdk-perf
+//! fio_engine = "libnvmf_fio.so"   # engine fio: our external ioengine (optional)
+//! spdk_perf = "/opt/spdk/build/bin/spdk_nvme_perf"  # engine spdk-perf (default: PATH)
+//! clients = ["host", "host:8765"] # engine fio/fio-kernel: fio servers (optional)
 //!
 //! [[target]]
 //! name = "nvmfd"
 //! kind = "nvmfd"                  # the harness starts it from `config` (relative to this file)
 //! config = "nvmfd.json"
 //! addr = "127.0.0.1"              # where it listens (default 127.0.0.1)
+//! nsid = 1                        # namespace to load (any kind; default 1)
+//! device = "/dev/nvme1n1"         # engine fio-kernel only (required there)
 //!
 //! [[target]]
 //! name = "other"
 //! kind = "trid"                   # an already running target, any vendor
 //! trid = "trtype:TCP traddr:10.0.0.2 trsvcid:4420 subnqn:nqn.2016-06.io.spdk:cnode1"
+//!
+//! [[target]]
+//! name = "spdk"
+//! kind = "spdk"                   # SPDK nvmf_tgt, started by the harness
+//! binary = "/opt/spdk/build/bin/nvmf_tgt"
+//! config = "spdk.json"            # for `nvmf_tgt --json`; its first TCP listener is the trid
+//! cores = "0x3"                   # -m: a mask or a cpulist "0-1" (default: placement)
+//! rpc_socket = "/tmp/spdk.sock"   # -r (default: a private one per run)
+//!
+//! [[target]]
+//! name = "linux"
+//! kind = "kernel"                 # the Linux kernel target (nvmet), set up through configfs
+//! backing = "/dev/nullb0"         # block device or file
+//! addr = "127.0.0.1"              # default 127.0.0.1
+//! port = 4420                     # default 4420
+//! nqn = "nqn.2024-01.io.nvmfd:bench-linux"  # default nqn.2024-01.io.nvmfd:bench-NAME
 //!
 //! [[workload]]
 //! name = "4k-randrw"              # default: derived from the fields
@@ -55,6 +77,10 @@ pub const DEFAULT_QUEUES: u16 = 1;
 pub const DEFAULT_RUNTIME_S: u64 = 10;
 pub const DEFAULT_RAMP_S: u64 = 0;
 pub const DEFAULT_NVMFD_ADDR: &str = "127.0.0.1";
+pub const DEFAULT_NSID: u32 = 1;
+pub const DEFAULT_KERNEL_PORT: u16 = 4420;
+/// Default subsystem NQN of a kernel target: this prefix + the target's name.
+pub const DEFAULT_KERNEL_NQN_PREFIX: &str = "nqn.2024-01.io.nvmfd:bench-";
 /// Largest queue depth and queue count accepted (sanity bounds).
 pub const MAX_QD: u16 = 4096;
 pub const MAX_QUEUES: u16 = 1024;
@@ -68,6 +94,72 @@ pub struct BenchSpec {
     /// A target name or cell id (`target/workload`) the others are compared with.
     pub baseline: Option<String>,
     pub goal: Option<Goal>,
+    /// The load generator every run uses.
+    pub engine: EngineKind,
+    /// Engine fio: path of our external ioengine (`libnvmf_fio.so`);
+    /// None = the fio engine's own default.
+    pub fio_engine: Option<PathBuf>,
+    /// Engine spdk-perf: the `spdk_nvme_perf` binary; None = found on PATH.
+    pub spdk_perf: Option<PathBuf>,
+    /// Engine fio/fio-kernel: fio servers driven in client/server mode
+    /// (empty = fio runs here).
+    pub clients: Vec<Client>,
+}
+
+/// Which load generator runs the workloads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    /// `nvmf perf`, in process (the default).
+    NvmfPerf,
+    /// fio with our external ioengine (user-space NVMe/TCP).
+    Fio,
+    /// fio with libaio on a kernel block device (`device` per target).
+    FioKernel,
+    /// SPDK's `spdk_nvme_perf`.
+    SpdkPerf,
+}
+
+/// The engine names a spec accepts.
+pub const ENGINES: &str = "nvmf-perf, fio, fio-kernel, spdk-perf";
+
+impl EngineKind {
+    /// The name in specs and results.
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::NvmfPerf => "nvmf-perf",
+            EngineKind::Fio => "fio",
+            EngineKind::FioKernel => "fio-kernel",
+            EngineKind::SpdkPerf => "spdk-perf",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<EngineKind> {
+        Some(match s {
+            "nvmf-perf" => EngineKind::NvmfPerf,
+            "fio" => EngineKind::Fio,
+            "fio-kernel" => EngineKind::FioKernel,
+            "spdk-perf" => EngineKind::SpdkPerf,
+            _ => return None,
+        })
+    }
+}
+
+/// A fio server for client/server mode: a host name or address and an
+/// optional port (None: fio's default).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Client {
+    pub host: String,
+    pub port: Option<u16>,
+}
+
+impl std::fmt::Display for Client {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.port, self.host.contains(':')) {
+            (None, _) => write!(f, "{}", self.host),
+            (Some(p), false) => write!(f, "{}:{p}", self.host),
+            (Some(p), true) => write!(f, "[{}]:{p}", self.host),
+        }
+    }
 }
 
 /// What a run is measured against.
@@ -75,6 +167,11 @@ pub struct BenchSpec {
 pub struct Target {
     pub name: String,
     pub kind: TargetKind,
+    /// Namespace to load (default 1; a trid's `ns:` when it has one).
+    pub nsid: u32,
+    /// Engine fio-kernel: the kernel block device that reaches this target
+    /// (required there, refused with the other engines).
+    pub device: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -83,6 +180,46 @@ pub enum TargetKind {
     Nvmfd { config: PathBuf, addr: String },
     /// An already running target, reached by this transport ID.
     Trid(TransportId),
+    /// SPDK `nvmf_tgt` started by the harness (`binary --json config`).
+    Spdk(SpdkSpec),
+    /// The Linux kernel target (nvmet), set up through configfs by the
+    /// harness and torn down after.
+    Kernel(KernelSpec),
+}
+
+/// A `kind = "spdk"` target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpdkSpec {
+    /// `nvmf_tgt`.
+    pub binary: PathBuf,
+    /// SPDK JSON config for `--json`.
+    pub config: PathBuf,
+    /// Where the initiator connects (the listener's address, or `addr`).
+    pub addr: String,
+    /// Where it listens: the config's first TCP listener, with `addr` as
+    /// traddr when the listener is a wildcard (0.0.0.0 / ::).
+    pub trid: TransportId,
+    /// Reactor CPUs (`-m`); None = the placement's target CPUs.
+    pub cores: Option<Vec<usize>>,
+    /// Its JSON-RPC socket (`-r`); None = a private one per run.
+    pub rpc_socket: Option<PathBuf>,
+}
+
+/// A `kind = "kernel"` target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KernelSpec {
+    /// Block device or file backing namespace `nsid`.
+    pub backing: PathBuf,
+    pub addr: String,
+    pub port: u16,
+    pub nqn: String,
+}
+
+impl KernelSpec {
+    /// The transport ID the port listens on.
+    pub fn trid(&self) -> TransportId {
+        TransportId::tcp(&self.addr, &self.port.to_string(), &self.nqn)
+    }
 }
 
 impl Target {
@@ -91,6 +228,8 @@ impl Target {
         match &self.kind {
             TargetKind::Nvmfd { addr, .. } => addr,
             TargetKind::Trid(t) => &t.traddr,
+            TargetKind::Spdk(s) => &s.addr,
+            TargetKind::Kernel(k) => &k.addr,
         }
     }
 }
@@ -128,6 +267,10 @@ struct RawSpec {
     repetitions: Option<toml::Value>,
     baseline: Option<String>,
     goal: Option<RawGoal>,
+    engine: Option<String>,
+    fio_engine: Option<String>,
+    spdk_perf: Option<String>,
+    clients: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -138,6 +281,14 @@ struct RawTarget {
     config: Option<String>,
     addr: Option<String>,
     trid: Option<String>,
+    nsid: Option<toml::Value>,
+    device: Option<String>,
+    binary: Option<String>,
+    cores: Option<toml::Value>,
+    rpc_socket: Option<String>,
+    backing: Option<String>,
+    port: Option<toml::Value>,
+    nqn: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -191,7 +342,7 @@ impl BenchSpec {
         }
         if targets.is_empty() {
             return err(
-                "bench spec: no target: add a [[target]] (kind = \"nvmfd\" or \"trid\") or give --target TRID",
+                "bench spec: no target: add a [[target]] (kind = \"nvmfd\", \"trid\", \"spdk\" or \"kernel\") or give --target TRID",
             );
         }
         let mut workloads = Vec::new();
@@ -232,12 +383,81 @@ impl BenchSpec {
                 _ => return err("goal: the value must be a positive number"),
             }),
         };
+        let engine = match &raw.engine {
+            None => EngineKind::NvmfPerf,
+            Some(e) => EngineKind::parse(e)
+                .ok_or_else(|| SpecError(format!("engine = \"{e}\" is not one of {ENGINES}")))?,
+        };
+        let fio_engine = match raw.fio_engine {
+            None => None,
+            Some(_) if engine != EngineKind::Fio => {
+                return err(format!(
+                    "fio_engine is for engine = \"fio\", not \"{}\"",
+                    engine.name()
+                ))
+            }
+            Some(p) => Some(existing_file("fio_engine", base_dir, &p)?),
+        };
+        let spdk_perf = match raw.spdk_perf {
+            None => None,
+            Some(_) if engine != EngineKind::SpdkPerf => {
+                return err(format!(
+                    "spdk_perf is for engine = \"spdk-perf\", not \"{}\"",
+                    engine.name()
+                ))
+            }
+            Some(p) => Some(existing_file("spdk_perf", base_dir, &p)?),
+        };
+        let clients = match raw.clients {
+            None => Vec::new(),
+            Some(_) if !matches!(engine, EngineKind::Fio | EngineKind::FioKernel) => {
+                return err(format!(
+                    "clients (fio client/server mode) are for engine = \"fio\" or \"fio-kernel\", not \"{}\"",
+                    engine.name()
+                ))
+            }
+            Some(c) if c.is_empty() => {
+                return err("clients = []: list at least one \"host\" or \"host:port\" (or leave clients out)")
+            }
+            Some(c) => c
+                .iter()
+                .map(String::as_str)
+                .map(parse_client)
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        for (i, c) in clients.iter().enumerate() {
+            if clients[..i].contains(c) {
+                return err(format!("clients: \"{c}\" is listed twice"));
+            }
+        }
+        for t in &targets {
+            match (&t.device, engine) {
+                (None, EngineKind::FioKernel) => {
+                    return err(format!(
+                        "[[target]] \"{}\": engine = \"fio-kernel\" needs device = \"/dev/nvmeXnY\" (the kernel block device connected to this target)",
+                        t.name
+                    ))
+                }
+                (Some(_), e) if e != EngineKind::FioKernel => {
+                    return err(format!(
+                        "[[target]] \"{}\": device is for engine = \"fio-kernel\", not \"{}\"",
+                        t.name,
+                        e.name()
+                    ))
+                }
+                _ => {}
+            }
+        }
         Ok(BenchSpec {
             targets,
             workloads,
             repetitions,
             baseline: raw.baseline,
             goal,
+            engine,
+            fio_engine,
+            spdk_perf,
+            clients,
         })
     }
 
@@ -315,66 +535,317 @@ fn check_name(ctx: &str, n: &str) -> Result<(), SpecError> {
     Ok(())
 }
 
-const KINDS: &str = "nvmfd, trid (spdk and kernel: planned, not supported yet)";
+const KINDS: &str = "nvmfd, trid, spdk, kernel";
+
+/// Which kinds each per-kind field belongs to (for "X is for kind Y").
+const FIELD_KINDS: &[(&str, &[&str])] = &[
+    ("config", &["nvmfd", "spdk"]),
+    ("addr", &["nvmfd", "spdk", "kernel"]),
+    ("trid", &["trid"]),
+    ("binary", &["spdk"]),
+    ("cores", &["spdk"]),
+    ("rpc_socket", &["spdk"]),
+    ("backing", &["kernel"]),
+    ("port", &["kernel"]),
+    ("nqn", &["kernel"]),
+];
+
+/// `base_dir/p`, which must be a file.
+fn existing_file(ctx: &str, base_dir: &Path, p: &str) -> Result<PathBuf, SpecError> {
+    let path = base_dir.join(p);
+    if !path.is_file() {
+        return err(format!("{ctx} \"{}\" is not a file", path.display()));
+    }
+    Ok(path)
+}
+
+fn check_ip(ctx: &str, addr: &str) -> Result<(), SpecError> {
+    if addr.parse::<std::net::IpAddr>().is_err() {
+        return err(format!("{ctx}: addr \"{addr}\" is not an IP address"));
+    }
+    Ok(())
+}
 
 fn check_target(i: usize, t: RawTarget, base_dir: &Path) -> Result<Target, SpecError> {
     let ctx = match &t.name {
         Some(n) => format!("[[target]] \"{n}\""),
         None => format!("[[target]] #{}", i + 1),
     };
-    let Some(name) = t.name else {
+    let Some(name) = t.name.clone() else {
         return err(format!("{ctx}: name is missing"));
     };
     check_name(&ctx, &name)?;
-    let Some(kind) = t.kind else {
+    let Some(kind) = t.kind.clone() else {
         return err(format!("{ctx}: kind is missing (one of {KINDS})"));
     };
+    if !KINDS.split(", ").any(|k| k == kind) {
+        return err(format!("{ctx}: kind = \"{kind}\" is not one of {KINDS}"));
+    }
+    let given: &[(&str, bool)] = &[
+        ("config", t.config.is_some()),
+        ("addr", t.addr.is_some()),
+        ("trid", t.trid.is_some()),
+        ("binary", t.binary.is_some()),
+        ("cores", t.cores.is_some()),
+        ("rpc_socket", t.rpc_socket.is_some()),
+        ("backing", t.backing.is_some()),
+        ("port", t.port.is_some()),
+        ("nqn", t.nqn.is_some()),
+    ];
+    for (field, kinds) in FIELD_KINDS {
+        let set = given.iter().any(|(f, s)| f == field && *s);
+        if set && !kinds.contains(&kind.as_str()) {
+            let kinds: Vec<String> = kinds.iter().map(|k| format!("\"{k}\"")).collect();
+            return err(format!(
+                "{ctx}: {field} is for kind = {}, not kind = \"{kind}\"",
+                kinds.join(" or ")
+            ));
+        }
+    }
+    let mut nsid = match &t.nsid {
+        None => None,
+        Some(v) => Some(int_in::<u32>(&ctx, "nsid", v, 1, 0xFFFF_FFFE)?),
+    };
+    let device = t.device.map(PathBuf::from);
     let kind = match kind.as_str() {
         "nvmfd" => {
-            if t.trid.is_some() {
-                return err(format!(
-                    "{ctx}: trid is for kind = \"trid\"; an nvmfd target takes config (and addr)"
-                ));
-            }
             let Some(config) = t.config else {
                 return err(format!(
                     "{ctx}: kind = \"nvmfd\" needs config = \"PATH\" (nvmfd's JSON config)"
                 ));
             };
-            let config = base_dir.join(config);
-            if !config.is_file() {
-                return err(format!(
-                    "{ctx}: config \"{}\" is not a file",
-                    config.display()
-                ));
-            }
+            let config = existing_file(&format!("{ctx}: config"), base_dir, &config)?;
             let addr = t.addr.unwrap_or_else(|| DEFAULT_NVMFD_ADDR.to_string());
-            if addr.parse::<std::net::IpAddr>().is_err() {
-                return err(format!("{ctx}: addr \"{addr}\" is not an IP address"));
-            }
+            check_ip(&ctx, &addr)?;
             TargetKind::Nvmfd { config, addr }
         }
         "trid" => {
-            if t.config.is_some() || t.addr.is_some() {
-                return err(format!(
-                    "{ctx}: config and addr are for kind = \"nvmfd\"; a trid target takes trid only"
-                ));
-            }
             let Some(s) = t.trid else {
                 return err(format!(
                     "{ctx}: kind = \"trid\" needs trid = \"trtype:TCP traddr:ADDR trsvcid:PORT subnqn:NQN\""
                 ));
             };
-            TargetKind::Trid(parse_trid(&ctx, &s)?)
+            let trid = parse_trid(&ctx, &s)?;
+            match (nsid, trid.nsid) {
+                (Some(a), Some(b)) if a != b => {
+                    return err(format!(
+                        "{ctx}: nsid = {a} and the trid's ns:{b} disagree (give one)"
+                    ))
+                }
+                (None, Some(b)) => nsid = Some(b),
+                _ => {}
+            }
+            TargetKind::Trid(trid)
         }
-        "spdk" | "kernel" => {
-            return err(format!(
-                "{ctx}: kind = \"{kind}\" is not supported yet (supported now: nvmfd, trid)"
-            ))
+        "spdk" => {
+            let Some(binary) = t.binary else {
+                return err(format!(
+                    "{ctx}: kind = \"spdk\" needs binary = \"PATH\" (SPDK's build/bin/nvmf_tgt)"
+                ));
+            };
+            let binary = existing_file(&format!("{ctx}: binary"), base_dir, &binary)?;
+            let Some(config) = t.config else {
+                return err(format!(
+                    "{ctx}: kind = \"spdk\" needs config = \"PATH\" (SPDK JSON config for nvmf_tgt --json)"
+                ));
+            };
+            let config = existing_file(&format!("{ctx}: config"), base_dir, &config)?;
+            let text = std::fs::read_to_string(&config)
+                .map_err(|e| SpecError(format!("{ctx}: config \"{}\": {e}", config.display())))?;
+            let mut trid = spdk_config_listener(&text)
+                .map_err(|e| SpecError(format!("{ctx}: config \"{}\": {e}", config.display())))?;
+            if let Some(a) = &t.addr {
+                check_ip(&ctx, a)?;
+            }
+            let wildcard = matches!(trid.traddr.as_str(), "0.0.0.0" | "::");
+            let addr = match t.addr {
+                Some(a) if wildcard => a,
+                Some(a) if a != trid.traddr => {
+                    return err(format!(
+                        "{ctx}: addr \"{a}\" differs from the config's listener traddr {} (leave addr out, or listen on it)",
+                        trid.traddr
+                    ))
+                }
+                Some(a) => a,
+                None if wildcard => DEFAULT_NVMFD_ADDR.to_string(),
+                None => trid.traddr.clone(),
+            };
+            check_ip(&ctx, &addr)?;
+            trid = TransportId {
+                hostnqn: None,
+                nsid: None,
+                ..TransportId::tcp(&addr, &trid.trsvcid, &trid.subnqn)
+            };
+            let cores = match &t.cores {
+                None => None,
+                Some(v) => Some(parse_cores(&ctx, v)?),
+            };
+            TargetKind::Spdk(SpdkSpec {
+                binary,
+                config,
+                addr,
+                trid,
+                cores,
+                rpc_socket: t.rpc_socket.map(PathBuf::from),
+            })
         }
-        other => return err(format!("{ctx}: kind = \"{other}\" is not one of {KINDS}")),
+        _ => {
+            // "kernel"
+            let Some(backing) = t.backing else {
+                return err(format!(
+                    "{ctx}: kind = \"kernel\" needs backing = \"PATH\" (a block device or file for the namespace)"
+                ));
+            };
+            let backing = base_dir.join(backing);
+            if !backing.exists() {
+                return err(format!(
+                    "{ctx}: backing \"{}\" does not exist",
+                    backing.display()
+                ));
+            }
+            let addr = t.addr.unwrap_or_else(|| DEFAULT_NVMFD_ADDR.to_string());
+            check_ip(&ctx, &addr)?;
+            let port = match &t.port {
+                None => DEFAULT_KERNEL_PORT,
+                Some(v) => int_in(&ctx, "port", v, 1, 65535)?,
+            };
+            let nqn = t
+                .nqn
+                .unwrap_or_else(|| format!("{DEFAULT_KERNEL_NQN_PREFIX}{name}"));
+            if !nqn.starts_with("nqn.") || nqn.len() > 223 || nqn.chars().any(char::is_whitespace) {
+                return err(format!(
+                    "{ctx}: nqn \"{nqn}\" is not an NVMe qualified name (nqn.YYYY-MM.domain:name, at most 223 bytes, no spaces)"
+                ));
+            }
+            TargetKind::Kernel(KernelSpec {
+                backing,
+                addr,
+                port,
+                nqn,
+            })
+        }
     };
-    Ok(Target { name, kind })
+    Ok(Target {
+        name,
+        kind,
+        nsid: nsid.unwrap_or(DEFAULT_NSID),
+        device,
+    })
+}
+
+/// `cores`: a hex mask string ("0x3"), a cpulist string ("0-1,4") or a
+/// list of CPU numbers ([0, 1]). Non-empty.
+fn parse_cores(ctx: &str, v: &toml::Value) -> Result<Vec<usize>, SpecError> {
+    let bad = |why: String| {
+        SpecError(format!(
+            "{ctx}: cores = {v}: {why} (a mask \"0x3\", a cpulist \"0-1,4\" or a list [0, 1])"
+        ))
+    };
+    let cpus = match v {
+        toml::Value::String(s) => {
+            let s = s.trim();
+            if let Some(hex) = s.strip_prefix("0x").or(s.strip_prefix("0X")) {
+                let m = u128::from_str_radix(hex, 16)
+                    .map_err(|_| bad("not a hex mask of up to 128 CPUs".into()))?;
+                (0..128).filter(|b| m >> b & 1 == 1).collect()
+            } else {
+                super::placement::parse_cpulist(s).map_err(bad)?
+            }
+        }
+        toml::Value::Array(a) => {
+            let mut cpus = Vec::new();
+            for x in a {
+                match x.as_integer() {
+                    Some(c) if (0..=super::placement::MAX_CPU as i64).contains(&c) => {
+                        cpus.push(c as usize)
+                    }
+                    _ => return Err(bad(format!("{x} is not a CPU number"))),
+                }
+            }
+            cpus
+        }
+        _ => return Err(bad("not a string or a list".into())),
+    };
+    if cpus.is_empty() {
+        return Err(bad("no CPU".into()));
+    }
+    Ok(cpus)
+}
+
+/// The transport ID of the first TCP listener an SPDK JSON config adds
+/// (`nvmf_subsystem_add_listener` in the "nvmf" subsystem).
+pub fn spdk_config_listener(text: &str) -> Result<TransportId, String> {
+    let v: serde_json::Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    let calls = v
+        .get("subsystems")
+        .and_then(|s| s.as_array())
+        .ok_or("no \"subsystems\" list (not an SPDK JSON config)")?
+        .iter()
+        .filter(|s| s.get("subsystem").and_then(|n| n.as_str()) == Some("nvmf"))
+        .filter_map(|s| s.get("config").and_then(|c| c.as_array()))
+        .flatten();
+    for c in calls {
+        if c.get("method").and_then(|m| m.as_str()) != Some("nvmf_subsystem_add_listener") {
+            continue;
+        }
+        let p = c.get("params");
+        let la = p.and_then(|p| p.get("listen_address"));
+        let field = |k: &str| la.and_then(|l| l.get(k)).and_then(|x| x.as_str());
+        if !field("trtype").is_some_and(|t| t.eq_ignore_ascii_case("tcp")) {
+            continue;
+        }
+        let nqn = p
+            .and_then(|p| p.get("nqn"))
+            .and_then(|x| x.as_str())
+            .ok_or("nvmf_subsystem_add_listener without params.nqn")?;
+        let traddr = field("traddr").ok_or("a TCP listener without listen_address.traddr")?;
+        let trsvcid = field("trsvcid").unwrap_or("4420");
+        if traddr.parse::<std::net::IpAddr>().is_err() {
+            return Err(format!("listener traddr \"{traddr}\" is not an IP address"));
+        }
+        return Ok(TransportId::tcp(traddr, trsvcid, nqn));
+    }
+    Err("no TCP listener: add an nvmf_subsystem_add_listener call (trtype TCP) to the \"nvmf\" subsystem".into())
+}
+
+/// A fio server: "host", "host:port", "[v6]:port" or a bare IPv6 address.
+fn parse_client(s: &str) -> Result<Client, SpecError> {
+    let bad = || {
+        SpecError(format!(
+            "clients: \"{s}\" is not \"host\" or \"host:port\" (port 1..65535)"
+        ))
+    };
+    let s2 = s.trim();
+    let (host, port) = if let Some(rest) = s2.strip_prefix('[') {
+        let (h, p) = rest.split_once(']').ok_or_else(bad)?;
+        match p {
+            "" => (h, None),
+            p => (h, Some(p.strip_prefix(':').ok_or_else(bad)?)),
+        }
+    } else if s2.matches(':').count() == 1 {
+        let (h, p) = s2.split_once(':').ok_or_else(bad)?;
+        (h, Some(p))
+    } else {
+        (s2, None)
+    };
+    if host.is_empty()
+        || host
+            .chars()
+            .any(|c| c.is_whitespace() || c == ',' || c == '/')
+    {
+        return Err(bad());
+    }
+    let port = match port {
+        None => None,
+        Some(p) => match p.parse::<u16>() {
+            Ok(n) if n > 0 => Some(n),
+            _ => return Err(bad()),
+        },
+    };
+    Ok(Client {
+        host: host.to_string(),
+        port,
+    })
 }
 
 fn parse_trid(ctx: &str, s: &str) -> Result<TransportId, SpecError> {
@@ -396,9 +867,12 @@ fn parse_trid(ctx: &str, s: &str) -> Result<TransportId, SpecError> {
 /// A `--target TRID` from the command line, named `target1`, `target2`, ...
 fn cli_target(n: usize, i: usize, s: &str) -> Result<Target, SpecError> {
     let ctx = format!("--target #{} '{s}'", i + 1);
+    let trid = parse_trid(&ctx, s)?;
     Ok(Target {
         name: format!("target{}", n + 1),
-        kind: TargetKind::Trid(parse_trid(&ctx, s)?),
+        nsid: trid.nsid.unwrap_or(DEFAULT_NSID),
+        kind: TargetKind::Trid(trid),
+        device: None,
     })
 }
 
@@ -670,9 +1144,9 @@ mod tests {
     fn bad_targets() {
         let w = "[[workload]]\n";
         let cases: &[(&str, &[&str])] = &[
-            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\n", &["kind = \"spdk\" is not supported yet (supported now: nvmfd, trid)"]),
-            ("[[target]]\nname = \"k\"\nkind = \"kernel\"\n", &["kernel", "not supported yet"]),
-            ("[[target]]\nname = \"x\"\nkind = \"magic\"\n", &["magic", "nvmfd, trid"]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\n", &["kind = \"spdk\" needs binary"]),
+            ("[[target]]\nname = \"k\"\nkind = \"kernel\"\n", &["kind = \"kernel\" needs backing"]),
+            ("[[target]]\nname = \"x\"\nkind = \"magic\"\n", &["magic", "nvmfd, trid, spdk, kernel"]),
             ("[[target]]\nname = \"x\"\n", &["kind is missing"]),
             ("[[target]]\nkind = \"trid\"\n", &["#1", "name"]),
             ("[[target]]\nname = \"x\"\nkind = \"trid\"\n", &["needs trid"]),
@@ -714,5 +1188,194 @@ mod tests {
         assert_eq!(s.targets[1].name, "target2");
         assert_eq!(s.goal, Some(Goal::Iops(10000.0)));
         assert_eq!(s.baseline.as_deref(), Some("n/w"));
+    }
+
+    /// A scratch directory with an nvmf_tgt stand-in, an SPDK config and a
+    /// backing file; removed on drop.
+    struct Scratch(std::path::PathBuf);
+    impl Drop for Scratch {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    fn scratch(tag: &str) -> Scratch {
+        let dir =
+            std::env::temp_dir().join(format!("nvmf-bench-spec-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("nvmf_tgt"), "").unwrap();
+        std::fs::write(dir.join("perf"), "").unwrap();
+        std::fs::write(dir.join("backing.img"), "").unwrap();
+        std::fs::write(dir.join("spdk.json"), SPDK_CONFIG).unwrap();
+        std::fs::write(
+            dir.join("wild.json"),
+            SPDK_CONFIG.replace("127.0.0.1", "0.0.0.0"),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("nolistener.json"),
+            r#"{"subsystems": [{"subsystem": "nvmf", "config": []}]}"#,
+        )
+        .unwrap();
+        Scratch(dir)
+    }
+
+    const SPDK_CONFIG: &str = r#"{"subsystems": [
+      {"subsystem": "bdev", "config": [{"method": "bdev_null_create", "params": {"name": "Null0", "num_blocks": 2048, "block_size": 512}}]},
+      {"subsystem": "nvmf", "config": [
+        {"method": "nvmf_create_transport", "params": {"trtype": "TCP"}},
+        {"method": "nvmf_create_subsystem", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1", "allow_any_host": true}},
+        {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
+          "listen_address": {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "10.9.9.9", "trsvcid": "4420"}}},
+        {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2016-06.io.spdk:cnode1",
+          "listen_address": {"trtype": "tcp", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4541"}}}
+      ]}]}"#;
+
+    #[test]
+    fn spdk_and_kernel_targets_and_engine_fields() {
+        let d = scratch("kinds");
+        let text = "engine = \"spdk-perf\"\nspdk_perf = \"perf\"\n\
+            [[target]]\nname = \"spdk\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"spdk.json\"\ncores = \"0x5\"\nrpc_socket = \"/tmp/s.sock\"\nnsid = 2\n\
+            [[target]]\nname = \"wild\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"wild.json\"\naddr = \"127.0.0.2\"\ncores = [1, 3]\n\
+            [[target]]\nname = \"linux\"\nkind = \"kernel\"\nbacking = \"backing.img\"\n\
+            [[target]]\nname = \"linux2\"\nkind = \"kernel\"\nbacking = \"backing.img\"\naddr = \"::1\"\nport = 4542\nnqn = \"nqn.2024-01.x:y\"\n\
+            [[workload]]\n";
+        let s = BenchSpec::from_toml(text, &d.0, &[]).unwrap();
+        assert_eq!(s.engine, EngineKind::SpdkPerf);
+        assert_eq!(s.spdk_perf, Some(d.0.join("perf")));
+        let TargetKind::Spdk(sp) = &s.targets[0].kind else {
+            panic!()
+        };
+        assert_eq!(sp.binary, d.0.join("nvmf_tgt"));
+        assert_eq!(sp.cores, Some(vec![0, 2]));
+        assert_eq!(sp.rpc_socket, Some(PathBuf::from("/tmp/s.sock")));
+        assert_eq!(
+            sp.trid.to_string(),
+            TransportId::tcp("127.0.0.1", "4541", "nqn.2016-06.io.spdk:cnode1").to_string()
+        );
+        assert_eq!(s.targets[0].addr(), "127.0.0.1");
+        assert_eq!(s.targets[0].nsid, 2);
+        // A wildcard listener is reached at addr.
+        let TargetKind::Spdk(w) = &s.targets[1].kind else {
+            panic!()
+        };
+        assert_eq!(
+            (w.trid.traddr.as_str(), w.cores.clone()),
+            ("127.0.0.2", Some(vec![1, 3]))
+        );
+        assert_eq!(s.targets[1].nsid, 1);
+        let TargetKind::Kernel(k) = &s.targets[2].kind else {
+            panic!()
+        };
+        assert_eq!(
+            (k.addr.as_str(), k.port, k.nqn.as_str(), &k.backing),
+            (
+                "127.0.0.1",
+                4420,
+                "nqn.2024-01.io.nvmfd:bench-linux",
+                &d.0.join("backing.img")
+            )
+        );
+        let TargetKind::Kernel(k) = &s.targets[3].kind else {
+            panic!()
+        };
+        assert_eq!(
+            (k.addr.as_str(), k.port, k.nqn.as_str()),
+            ("::1", 4542, "nqn.2024-01.x:y")
+        );
+        assert_eq!(k.trid().trsvcid, "4542");
+
+        // Defaults: nvmf-perf, nothing else; fio-kernel with devices; fio clients.
+        let s = parse(&with_target("[[workload]]\n")).unwrap();
+        assert_eq!(
+            (s.engine, s.fio_engine.clone(), s.spdk_perf.clone()),
+            (EngineKind::NvmfPerf, None, None)
+        );
+        assert!(s.clients.is_empty());
+        assert_eq!(s.targets[0].nsid, 1);
+        let s = parse(&format!(
+            "engine = \"fio-kernel\"\nclients = [\"a\", \"b:8765\", \"[fe80::1]:9\", \"::1\"]\n\
+             [[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"{TRID} ns:3\"\ndevice = \"/dev/nvme1n1\"\n[[workload]]\n"
+        ))
+        .unwrap();
+        assert_eq!(s.engine, EngineKind::FioKernel);
+        assert_eq!(s.targets[0].device, Some(PathBuf::from("/dev/nvme1n1")));
+        assert_eq!(s.targets[0].nsid, 3);
+        let c: Vec<String> = s.clients.iter().map(|c| c.to_string()).collect();
+        assert_eq!(c, ["a", "b:8765", "[fe80::1]:9", "::1"]);
+        assert_eq!(s.clients[1].port, Some(8765));
+        let s = BenchSpec::from_toml(
+            &with_target("engine = \"fio\"\nfio_engine = \"perf\"\n[[workload]]\n"),
+            &d.0,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(s.fio_engine, Some(d.0.join("perf")));
+    }
+
+    #[test]
+    fn impossible_engine_and_target_combinations() {
+        let d = scratch("bad");
+        let spdk = "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"spdk.json\"\n";
+        let kern = "[[target]]\nname = \"k\"\nkind = \"kernel\"\nbacking = \"backing.img\"\n";
+        let trid = format!("[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"{TRID}\"\n");
+        let cases: Vec<(String, &[&str])> = vec![
+            (format!("engine = \"dd\"\n{trid}"), &["engine = \"dd\"", "nvmf-perf, fio, fio-kernel, spdk-perf"]),
+            (format!("clients = [\"a\"]\n{trid}"), &["clients", "fio", "not \"nvmf-perf\""]),
+            (format!("engine = \"spdk-perf\"\nclients = [\"a\"]\n{trid}"), &["clients", "not \"spdk-perf\""]),
+            (format!("engine = \"fio\"\nclients = []\n{trid}"), &["clients = []"]),
+            (format!("engine = \"fio\"\nclients = [\"a:0\"]\n{trid}"), &["\"a:0\"", "port"]),
+            (format!("engine = \"fio\"\nclients = [\"a b\"]\n{trid}"), &["\"a b\""]),
+            (format!("engine = \"fio\"\nclients = [\"a\", \"a\"]\n{trid}"), &["\"a\"", "twice"]),
+            (format!("fio_engine = \"perf\"\n{trid}"), &["fio_engine", "engine = \"fio\""]),
+            (format!("engine = \"fio\"\nfio_engine = \"nope.so\"\n{trid}"), &["fio_engine", "nope.so", "not a file"]),
+            (format!("spdk_perf = \"perf\"\n{trid}"), &["spdk_perf", "engine = \"spdk-perf\""]),
+            (format!("engine = \"spdk-perf\"\nspdk_perf = \"nope\"\n{trid}"), &["spdk_perf", "nope", "not a file"]),
+            (format!("{trid}device = \"/dev/nvme1n1\"\n"), &["\"t\"", "device is for engine = \"fio-kernel\""]),
+            (format!("engine = \"fio-kernel\"\n{trid}"), &["\"t\"", "fio-kernel\" needs device"]),
+            (format!("{trid}nsid = 0\n"), &["nsid = 0", "1 to 4294967294"]),
+            (format!("[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"{TRID} ns:2\"\nnsid = 3\n"), &["nsid = 3", "ns:2", "disagree"]),
+            (format!("{trid}binary = \"nvmf_tgt\"\n"), &["binary is for kind = \"spdk\", not kind = \"trid\""]),
+            (format!("{kern}config = \"spdk.json\"\n"), &["config is for kind = \"nvmfd\" or \"spdk\", not kind = \"kernel\""]),
+            (format!("{spdk}backing = \"backing.img\"\n"), &["backing is for kind = \"kernel\""]),
+            (format!("{spdk}port = 1\n"), &["port is for kind = \"kernel\""]),
+            (format!("{spdk}nqn = \"nqn.x\"\n"), &["nqn is for kind = \"kernel\""]),
+            (format!("{kern}cores = \"0x1\"\n"), &["cores is for kind = \"spdk\""]),
+            (format!("{kern}rpc_socket = \"/tmp/x\"\n"), &["rpc_socket is for kind = \"spdk\""]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\n".into(), &["needs config", "--json"]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"gone\"\nconfig = \"spdk.json\"\n".into(), &["binary", "gone", "not a file"]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"nolistener.json\"\n".into(), &["nolistener.json", "no TCP listener"]),
+            ("[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"backing.img\"\n".into(), &["backing.img", "not JSON"]),
+            (format!("{spdk}addr = \"10.0.0.1\"\n"), &["addr \"10.0.0.1\" differs", "127.0.0.1"]),
+            (format!("{spdk}cores = \"0xZ\"\n"), &["cores = \"0xZ\"", "hex mask"]),
+            (format!("{spdk}cores = []\n"), &["cores = []", "no CPU"]),
+            (format!("{spdk}cores = \"3-1\"\n"), &["cores", "3-1"]),
+            (format!("{spdk}cores = 7\n"), &["cores = 7", "a list [0, 1]"]),
+            ("[[target]]\nname = \"k\"\nkind = \"kernel\"\nbacking = \"gone.img\"\n".into(), &["backing", "gone.img", "does not exist"]),
+            (format!("{kern}port = 70000\n"), &["port = 70000", "1 to 65535"]),
+            (format!("{kern}nqn = \"bad nqn\"\n"), &["nqn \"bad nqn\"", "qualified name"]),
+            (format!("{kern}addr = \"host\"\n"), &["addr \"host\"", "IP address"]),
+        ];
+        for (t, words) in &cases {
+            let e = BenchSpec::from_toml(&format!("{t}[[workload]]\n"), &d.0, &[])
+                .unwrap_err()
+                .0;
+            for x in *words {
+                assert!(e.contains(x), "error for {t:?} lacks {x:?}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn spdk_listener_from_a_config() {
+        let t = spdk_config_listener(SPDK_CONFIG).unwrap();
+        assert_eq!(
+            (t.traddr.as_str(), t.trsvcid.as_str(), t.subnqn.as_str()),
+            ("127.0.0.1", "4541", "nqn.2016-06.io.spdk:cnode1")
+        );
+        assert!(spdk_config_listener("{}")
+            .unwrap_err()
+            .contains("subsystems"));
+        assert!(spdk_config_listener("[").unwrap_err().contains("not JSON"));
     }
 }

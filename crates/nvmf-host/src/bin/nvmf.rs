@@ -92,6 +92,8 @@ repetitions (default 3), baseline (a target name or cell \"target/workload\") an
   repetitions = 3
   baseline = \"nvmfd\"
   goal = { iops = 10000 }             # or { mibps = 500 }
+  engine = \"nvmf-perf\"               # nvmf-perf (default), fio, fio-kernel, spdk-perf
+                                      # (and fio_engine, spdk_perf, clients: docs/BENCH.md)
 
   [[target]]
   name = \"nvmfd\"
@@ -101,8 +103,11 @@ repetitions (default 3), baseline (a target name or cell \"target/workload\") an
 
   [[target]]
   name = \"other\"
-  kind = \"trid\"                      # already running, any vendor (spdk, kernel: not supported yet)
+  kind = \"trid\"                      # already running, any vendor
   trid = \"trtype:TCP traddr:10.0.0.2 trsvcid:4420 subnqn:nqn.2016-06.io.spdk:cnode1\"
+  nsid = 1                            # any target: the namespace to load (default 1)
+  # also kind = \"spdk\" (binary, config = SPDK JSON, cores, rpc_socket) and
+  # kind = \"kernel\" (backing, addr, port, nqn): see docs/BENCH.md
 
   [[workload]]
   name = \"4k-randrw\"                 # default: derived, e.g. randrw-4k-75r-qd64
@@ -186,7 +191,7 @@ enum Cmd {
     /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
-    /// Benchmark matrices against NVMe-oF targets: `plan` shows what `run` would do, `run` does it
+    /// Benchmark matrices against NVMe-oF targets: `plan` shows what `run` would do, `run` does it, `compare` sets two reports side by side
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
@@ -209,9 +214,35 @@ enum BenchCmd {
     /// Show the placement of each target and the expanded run list, without running anything
     #[command(after_help = BENCH_HELP)]
     Plan(BenchPlanArgs),
+    /// Compare two bench reports (bench.json) cell by cell: A and B side by side, ratio, verdict
+    #[command(after_help = BENCH_COMPARE_HELP)]
+    Compare(BenchCompareArgs),
     /// Run the matrix: start the targets, measure every cell, write JSON/CSV/Markdown/HTML
     #[command(after_help = BENCH_RUN_HELP)]
     Run(BenchRunArgs),
+}
+
+const BENCH_COMPARE_HELP: &str = "\
+Cells are matched by id (target/workload); cells in only one report are listed. Per cell:
+IOPS, MiB/s, p99 latency, target and initiator CPU per I/O as mean (min-max) over the rounds
+for A and B, the ratio B/A, and a verdict (\"B faster\", \"B slower\", \"B lower latency\", ...)
+only where the two min-max ranges do not overlap; otherwise \"no clear difference (ranges overlap)\".
+
+Examples:
+  nvmf bench compare before/bench.json after/bench.json
+  nvmf bench compare a.json b.json --html compare.html";
+
+#[derive(Args)]
+struct BenchCompareArgs {
+    /// The first report (A): a bench.json written by `nvmf bench run`
+    #[arg(value_name = "A.json")]
+    a: std::path::PathBuf,
+    /// The second report (B), compared with A
+    #[arg(value_name = "B.json")]
+    b: std::path::PathBuf,
+    /// Also write an HTML page with paired bar charts to this file
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -479,6 +510,24 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
             let spec = BenchSpec::load(&a.spec, &a.targets)?;
             let plan = Plan::new(spec, &Host::system(), Duration::from_millis(a.sample_ms));
             print!("{}", plan.render());
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Compare(a) => {
+            use nvmf_host::bench::{compare, html, output::load_report};
+            let ra = load_report(&a.a)?;
+            let rb = load_report(&a.b)?;
+            let c = compare::compare(
+                &ra,
+                &rb,
+                &a.a.display().to_string(),
+                &a.b.display().to_string(),
+            );
+            print!("{}", c.render());
+            if let Some(out) = &a.html {
+                std::fs::write(out, html::compare_html(&c))
+                    .with_context(|| format!("writing {}", out.display()))?;
+                println!("\nHTML: {}", out.display());
+            }
             Ok(ExitCode::SUCCESS)
         }
         BenchCmd::Run(a) => bench_run(a),

@@ -1,11 +1,13 @@
 //! bench/engines/mod.rs — the load generators `nvmf bench run` can use,
-//! one file each, and the choice of one for a spec (`for_spec`). So far:
-//! `perf.rs` (this crate's `nvmf perf`, in process).
+//! one file each, and the choice of one for a spec (`for_spec`):
+//! `perf.rs` (this crate's `nvmf perf`, in process) and `spdk_perf.rs`
+//! (SPDK's spdk_nvme_perf).
 
 pub mod perf;
+pub mod spdk_perf;
 
 use super::engine::Engine;
-use super::spec::BenchSpec;
+use super::spec::{BenchSpec, EngineKind};
 use std::time::Duration;
 
 /// Settings every engine may use (from the command line).
@@ -27,6 +29,13 @@ impl Default for EngineOptions {
 }
 
 /// The engine that runs `spec`'s workloads.
-pub fn for_spec(_spec: &BenchSpec, opts: &EngineOptions) -> anyhow::Result<Box<dyn Engine>> {
-    Ok(Box::new(perf::PerfEngine::new(opts.clone())))
+pub fn for_spec(spec: &BenchSpec, opts: &EngineOptions) -> anyhow::Result<Box<dyn Engine>> {
+    Ok(match spec.engine {
+        EngineKind::NvmfPerf => Box::new(perf::PerfEngine::new(opts.clone())),
+        EngineKind::SpdkPerf => Box::new(spdk_perf::SpdkPerfEngine::new(
+            spec.spdk_perf.as_deref(),
+            opts.host_nqn.clone(),
+        )?),
+        other => anyhow::bail!("engine {other:?} is not available in this build"),
+    })
 }

@@ -1,9 +1,12 @@
 //! bench/targets/mod.rs — the targets `nvmf bench run` measures, one file
-//! each, and the driver for a spec target (`for_target`). So far:
-//! `nvmfd.rs` (an nvmfd the harness starts from a config) and `trid.rs`
-//! (a target that is already running).
+//! each, and the driver for a spec target (`for_target`): `nvmfd.rs` (an
+//! nvmfd the harness starts from a config), `trid.rs` (a target that is
+//! already running), `spdk.rs` (SPDK nvmf_tgt started by the harness) and
+//! `kernel.rs` (the Linux kernel target set up through configfs).
 
+pub mod kernel;
 pub mod nvmfd;
+pub mod spdk;
 pub mod trid;
 
 use super::spec::{Target, TargetKind};
@@ -31,5 +34,16 @@ pub fn for_target(t: &Target, opts: &TargetOptions) -> anyhow::Result<Box<dyn Be
             Box::new(nvmfd::NvmfdTarget::new(&t.name, config, addr, opts))
         }
         TargetKind::Trid(trid) => Box::new(trid::TridTarget::new(trid.clone())),
+        TargetKind::Spdk(s) => {
+            // SPDK's reactors avoid the initiator's CPUs unless the spec
+            // names `cores`; --no-pin leaves it on its default mask.
+            let cpus = if opts.no_pin {
+                Vec::new()
+            } else {
+                spdk::target_cpus(&opts.node_cpus, &opts.initiator_cpus)
+            };
+            Box::new(spdk::SpdkTarget::new(&t.name, s, t.nsid, &cpus))
+        }
+        TargetKind::Kernel(k) => Box::new(kernel::KernelTarget::new(&t.name, k, t.nsid)),
     })
 }

@@ -1,0 +1,242 @@
+//! The SPDK pieces of `nvmf bench` against real processes: the spdk target
+//! driver (nvmf_tgt started from a spec's JSON config) measured with the
+//! spdk-perf engine (spdk_nvme_perf), the target's own counters read at
+//! the window's edges; and the spdk-perf engine against a test-started
+//! nvmfd (a mixed workload, then a long run stopped early as Ctrl-C does).
+//!
+//! Runs only where a built SPDK is: `NVMFD_SPDK_DIR` (an SPDK tree with
+//! build/bin/nvmf_tgt and spdk_nvme_perf; default /work/spdk/spdk when it
+//! has them, as crates/nvmfd/tests/spdk_host.rs). Without one each test
+//! prints `skipped: ...` and passes: SPDK is not in CI. Ports 4540-4559.
+//! SPDK busy-polls a core per reactor: the tests run one at a time.
+
+use nvmf_host::bench::engine::{EngineJob, Window};
+use nvmf_host::bench::engines::spdk_perf_engine;
+use nvmf_host::bench::spec::BenchSpec;
+use nvmf_host::bench::targets::spdk_kernel_target;
+use nvmf_host::TransportId;
+use nvmf_testkit::{bins::nvmfd_command, Process, TestDir};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn spdk_dir(test: &str) -> Option<PathBuf> {
+    let dir = std::env::var_os("NVMFD_SPDK_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/spdk/spdk"));
+    let ok = ["nvmf_tgt", "spdk_nvme_perf"]
+        .iter()
+        .all(|b| dir.join("build/bin").join(b).is_file());
+    if !ok {
+        println!(
+            "{test}: skipped: no SPDK build (nvmf_tgt, spdk_nvme_perf) at {}, set NVMFD_SPDK_DIR",
+            dir.display()
+        );
+    }
+    ok.then_some(dir)
+}
+
+/// A port of this file's range (4540-4559) free on 127.0.0.1 now.
+fn port() -> u16 {
+    (4540..4560)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 4540-4559")
+}
+
+/// CPUs: the target's reactor and the initiator's (two different ones
+/// where there are two).
+fn cpus() -> (usize, usize) {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (0, if n > 1 { 1 } else { 0 })
+}
+
+fn config(port: u16, nqn: &str) -> String {
+    format!(
+        r#"{{"subsystems":[
+{{"subsystem":"bdev","config":[{{"method":"bdev_null_create","params":{{"name":"Null0","num_blocks":262144,"block_size":4096}}}}]}},
+{{"subsystem":"nvmf","config":[{{"method":"nvmf_create_transport","params":{{"trtype":"TCP"}}}},
+{{"method":"nvmf_create_subsystem","params":{{"nqn":"{nqn}","allow_any_host":true,"serial_number":"BENCH0001"}}}},
+{{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{nqn}","namespace":{{"nsid":1,"bdev_name":"Null0"}}}}}},
+{{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{nqn}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#
+    )
+}
+
+fn alive(pid: u32) -> bool {
+    // SAFETY: signal 0 only checks that the process exists.
+    unsafe { libc::kill(pid as i32, 0) == 0 }
+}
+
+#[test]
+fn spdk_target_measured_with_spdk_perf() {
+    let Some(spdk) = spdk_dir("spdk_target_measured_with_spdk_perf") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TestDir::new("bench-spdk");
+    let port = port();
+    std::fs::write(
+        dir.join("spdk.json"),
+        config(port, "nqn.2016-06.io.spdk:bench"),
+    )
+    .unwrap();
+    let bin = spdk.join("build/bin");
+    let text = format!(
+        "engine = \"spdk-perf\"\nspdk_perf = \"{}\"\n\
+         [[target]]\nname = \"spdk\"\nkind = \"spdk\"\nbinary = \"{}\"\nconfig = \"spdk.json\"\n\
+         [[workload]]\nrw = \"randread\"\nqd = 8\nruntime = 2\nramp = 1\n",
+        bin.join("spdk_nvme_perf").display(),
+        bin.join("nvmf_tgt").display()
+    );
+    let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
+    let (tcpu, icpu) = cpus();
+    let mut target = spdk_kernel_target(&spec.targets[0], &[tcpu, icpu], &[icpu], false)
+        .expect("an spdk target");
+    let t0 = Instant::now();
+    let ep = target.start().expect("nvmf_tgt starts");
+    assert!(t0.elapsed() < Duration::from_secs(30));
+    assert_eq!(target.kind(), "spdk");
+    assert_eq!(ep.trid.trsvcid, port.to_string());
+    assert!(
+        target.version().starts_with("SPDK v"),
+        "{}",
+        target.version()
+    );
+    let pids = target.pids();
+    assert_eq!(pids.len(), 1);
+    if tcpu != icpu {
+        assert_eq!(target.cpus(), [tcpu]);
+    }
+    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    assert_eq!(engine.name(), "spdk-perf");
+    assert!(engine.version().contains("SPDK v"), "{}", engine.version());
+    let stop = AtomicBool::new(false);
+    let job = EngineJob {
+        trid: &ep.trid,
+        nsid: ep.nsid,
+        workload: &spec.workloads[0],
+        pin: &[icpu],
+        host_nqn: None,
+        stop: &stop,
+    };
+    let mut edges = Vec::new();
+    let r = engine
+        .run(&job, &mut |w| {
+            edges.push((w, Instant::now(), target.io_counters()));
+        })
+        .expect("spdk_nvme_perf runs");
+    assert_eq!(
+        edges.iter().map(|e| e.0).collect::<Vec<_>>(),
+        [Window::Start, Window::End]
+    );
+    let window = edges[1].1.duration_since(edges[0].1).as_secs_f64();
+    assert!((1.5..3.5).contains(&window), "window {window} s");
+    assert!((1.8..2.2).contains(&r.seconds), "{r:?}");
+    assert!(r.read.ios > 1000 && r.write.ios == 0, "{r:?}");
+    assert!(
+        r.all.p50_us > 0.0 && r.all.p99_us >= r.all.p50_us,
+        "{:?}",
+        r.all
+    );
+    assert!(r.command.contains("spdk_nvme_perf") && r.command.contains("-LL"));
+    assert_eq!(r.initiator_pids.len(), 1);
+    // The target counted about what perf measured in the window (its
+    // edges are perf's, taken from its output: a few % apart).
+    let (a, b) = (edges[0].2.unwrap(), edges[1].2.unwrap());
+    let counted = (b.0 - a.0) as f64;
+    assert_eq!(b.1, a.1, "no writes");
+    let ratio = counted / r.read.ios as f64;
+    assert!(
+        (0.75..1.25).contains(&ratio),
+        "target {counted} vs perf {}",
+        r.read.ios
+    );
+    target.stop();
+    assert!(!alive(pids[0]), "nvmf_tgt still running");
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "port {port} still open"
+    );
+    println!(
+        "spdk target: {:.0} IOPS over {:.2} s, target counted {counted} of {} reads (version {})",
+        r.read.ios as f64 / r.seconds,
+        r.seconds,
+        r.read.ios,
+        target.version()
+    );
+}
+
+#[test]
+fn spdk_perf_against_nvmfd_and_stopped_early() {
+    let Some(spdk) = spdk_dir("spdk_perf_against_nvmfd_and_stopped_early") else {
+        return;
+    };
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TestDir::new("bench-spdk-nvmfd");
+    let port = port();
+    let nqn = "nqn.2024-01.io.nvmfd:bench-spdk-perf";
+    let cfg = dir.join("nvmfd.json");
+    std::fs::write(&cfg, config(port, nqn)).unwrap();
+    let (tcpu, icpu) = cpus();
+    let mut nvmfd = Process::spawn(
+        nvmfd_command()
+            .args(["-c", cfg.to_str().unwrap(), "-m", &tcpu.to_string()])
+            .arg("-r")
+            .arg(dir.join("rpc.sock")),
+    );
+    assert!(
+        nvmfd.wait_ready("listening on", Duration::from_secs(20)),
+        "nvmfd did not start:\n{}",
+        nvmfd.logs()
+    );
+    let text = format!(
+        "engine = \"spdk-perf\"\nspdk_perf = \"{}\"\n\
+         [[target]]\nname = \"nvmfd\"\nkind = \"trid\"\ntrid = \"trtype:TCP traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}\"\n\
+         [[workload]]\nname = \"mixed\"\nrw = \"randrw\"\nmix = 70\nqd = 4\nruntime = 1\n\
+         [[workload]]\nname = \"long\"\nrw = \"randwrite\"\nqd = 4\nruntime = 60\n",
+        spdk.join("build/bin/spdk_nvme_perf").display()
+    );
+    let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
+    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    let trid = TransportId::tcp("127.0.0.1", &port.to_string(), nqn);
+    let stop = AtomicBool::new(false);
+    let pin = [icpu];
+    let job = |w| EngineJob {
+        trid: &trid,
+        nsid: 1,
+        workload: w,
+        pin: &pin,
+        host_nqn: None,
+        stop: &stop,
+    };
+    let r = engine
+        .run(&job(&spec.workloads[0]), &mut |_| {})
+        .expect("spdk_nvme_perf against nvmfd");
+    let ios = r.read.ios + r.write.ios;
+    assert!(ios > 100, "{r:?}");
+    let reads = r.read.ios as f64 / ios as f64;
+    assert!((reads - 0.7).abs() < 0.01, "{r:?}");
+    assert!(r.all.p99_us >= r.all.p50_us && r.all.p50_us > 0.0);
+    println!(
+        "nvmfd mixed: {:.0} IOPS, p50 {} us, p99 {} us",
+        ios as f64 / r.seconds,
+        r.all.p50_us,
+        r.all.p99_us
+    );
+
+    // A 60 s run stopped after about 1.5 s returns what it measured.
+    let t0 = Instant::now();
+    let r = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(1500));
+            stop.store(true, Ordering::Relaxed);
+        });
+        engine.run(&job(&spec.workloads[1]), &mut |_| {})
+    })
+    .expect("a stopped run still reports");
+    assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
+    assert!(r.write.ios > 0 && r.seconds < 10.0, "{r:?}");
+    assert!(nvmfd.running(), "nvmfd survived:\n{}", nvmfd.logs());
+}
