@@ -174,10 +174,29 @@ fn perf_usable() -> Result<(), String> {
 }
 
 struct Started {
-    target: Box<dyn BenchTarget>,
+    /// None when no driver could be made for it.
+    target: Option<Box<dyn BenchTarget>>,
     endpoint: Result<Endpoint, String>,
     /// Stopped while another target ran; started again before its next run.
     parked: bool,
+    /// Notes every run of this target carries (serious placement warnings).
+    notes: Vec<String>,
+}
+
+/// The `SHARED CPUS` warning when a started target's CPUs overlap the
+/// initiator's.
+fn shared_cpus_warning(target_cpus: &[usize], pinned: &[usize]) -> Option<String> {
+    let shared: Vec<usize> = target_cpus
+        .iter()
+        .copied()
+        .filter(|c| pinned.contains(c))
+        .collect();
+    (!shared.is_empty()).then(|| {
+        format!(
+            "SHARED CPUS: the target's reactors share CPUs {} with the initiator (not enough CPUs on the node for both)",
+            super::placement::format_cpulist(&shared)
+        )
+    })
 }
 
 /// Run the plan. Never fails for a run's or a target's sake (those are
@@ -239,15 +258,19 @@ pub fn run(
         for (i, st) in started.iter_mut().enumerate() {
             if let Some(st) = st.as_mut() {
                 if i != run.target && !st.parked {
-                    st.target.stop();
+                    if let Some(target) = st.target.as_mut() {
+                        target.stop();
+                    }
                     st.parked = true;
                 }
             }
         }
         if let Some(st) = started[run.target].as_mut() {
             if st.parked {
-                progress(Event::TargetStarting { target: &t.name });
-                st.endpoint = st.target.start().map_err(|e| format!("{e:#}"));
+                if let Some(target) = st.target.as_mut() {
+                    progress(Event::TargetStarting { target: &t.name });
+                    st.endpoint = target.start().map_err(|e| format!("{e:#}"));
+                }
                 st.parked = false;
             }
         }
@@ -259,35 +282,49 @@ pub fn run(
                 initiator_cpus: placement.pin.clone(),
                 no_pin: opts.no_pin,
             };
+            // OFF-NODE and BUSY CORE go with every run; the milder ones
+            // stay in the placement record.
+            let mut notes: Vec<String> = placement
+                .warnings
+                .iter()
+                .filter(|w| w.starts_with("OFF-NODE") || w.starts_with("BUSY CORE"))
+                .cloned()
+                .collect();
             started[run.target] = Some(match targets::for_target(t, &topts) {
                 Ok(mut target) => {
                     let endpoint = target.start().map_err(|e| format!("{e:#}"));
+                    let pinned = if opts.no_pin {
+                        &[][..]
+                    } else {
+                        &placement.pin[..]
+                    };
+                    notes.extend(shared_cpus_warning(&target.cpus(), pinned));
                     Started {
-                        target,
+                        target: Some(target),
                         endpoint,
                         parked: false,
+                        notes,
                     }
                 }
                 Err(e) => Started {
-                    target: Box::new(targets::trid::TridTarget::new(
-                        crate::TransportId::parse("traddr:127.0.0.1 subnqn:nqn.invalid")
-                            .expect("literal"),
-                    )),
+                    target: None,
                     endpoint: Err(format!("{e:#}")),
                     parked: false,
+                    notes,
                 },
             });
         }
         let st = started[run.target].as_mut().expect("set above");
         progress(Event::RunStarting { run, total, left_s });
         left_s = left_s.saturating_sub(w.ramp_s + w.runtime_s);
-        let result = match &st.endpoint {
-            Err(e) => Err(format!("target {} did not start: {e}", t.name)),
-            Ok(ep) => {
+        let result = match (&st.endpoint, st.target.as_mut()) {
+            (Err(e), _) => Err(format!("target {} did not start: {e}", t.name)),
+            (Ok(_), None) => Err(format!("target {} has no driver", t.name)),
+            (Ok(ep), Some(target)) => {
                 let ep = ep.clone();
                 measure_one(
                     &mut *engine,
-                    &mut *st.target,
+                    &mut **target,
                     &ep,
                     w,
                     &pin,
@@ -312,6 +349,7 @@ pub fn run(
                 derive(&r, &reads, w.qd as u64 * w.queues as u64, &mut m);
                 m.result = r;
                 m.notes.append(&mut notes);
+                m.notes.extend(st.notes.iter().cloned());
                 if stop.load(Ordering::Relaxed) {
                     let why = format!(
                         "interrupted (Ctrl-C) after {:.1} s of {} s measured",
@@ -360,24 +398,19 @@ pub fn run(
             target_cpus: Vec::new(),
             warnings: p.warnings.clone(),
         };
-        if let Some(st) = started[i].as_mut() {
-            rec.target_cpus = st.target.cpus();
-            let shared: Vec<usize> = rec
-                .target_cpus
-                .iter()
-                .copied()
-                .filter(|c| rec.pinned.contains(c))
-                .collect();
-            if !shared.is_empty() {
-                rec.warnings.push(format!(
-                    "SHARED CPUS: the target's reactors share CPUs {} with the initiator (not enough CPUs on the node for both)",
-                    super::placement::format_cpulist(&shared)
-                ));
+        if let Some(Started {
+            target: Some(target),
+            endpoint,
+            ..
+        }) = started[i].as_mut()
+        {
+            rec.target_cpus = target.cpus();
+            rec.warnings
+                .extend(shared_cpus_warning(&rec.target_cpus, &rec.pinned));
+            if endpoint.is_ok() {
+                versions.push((target.kind().to_string(), target.version()));
             }
-            if st.endpoint.is_ok() {
-                versions.push((st.target.kind().to_string(), st.target.version()));
-            }
-            st.target.stop();
+            target.stop();
         }
         report.placements.push(rec);
     }
@@ -495,6 +528,13 @@ fn measure_one(
 mod tests {
     use super::*;
     use crate::bench::results::DirFigures;
+
+    #[test]
+    fn shared_cpus() {
+        assert_eq!(shared_cpus_warning(&[1, 2], &[0]), None);
+        let w = shared_cpus_warning(&[0, 1], &[0, 1]).unwrap();
+        assert!(w.starts_with("SHARED CPUS") && w.contains("0-1"), "{w}");
+    }
 
     #[test]
     fn derived_figures() {
