@@ -83,6 +83,9 @@ pub struct Snapshot {
     pub initiator_cpu_s: Option<f64>,
     pub stat: Option<StatTotals>,
     pub io: Option<(u64, u64)>,
+    /// Seconds the target's counter read took (an RPC round trip): the
+    /// engine keeps doing I/O meanwhile, which the cross-check allows for.
+    pub io_read_s: f64,
 }
 
 /// What one window saw, beside the engine's own result.
@@ -152,11 +155,16 @@ pub fn derive(r: &EngineResult, w: &WindowReads, in_flight: u64, m: &mut Measure
     if let Some((tr, tw)) = m.target_ios {
         let theirs = tr + tw;
         let diff = theirs.abs_diff(ios);
-        let allowed = in_flight * 2;
+        // The I/Os in flight at either edge, plus what completes while each
+        // edge's counter read (an RPC round trip) is under way.
+        let read_s = w.start.io_read_s + w.end.io_read_s;
+        let allowed = in_flight * 2 + (m.iops * read_s).ceil() as u64;
         if diff > allowed {
             m.notes.push(format!(
                 "COUNTER MISMATCH: the target counted {theirs} I/Os in the window, the engine {ios} \
-                 (difference {diff} > {allowed}, the I/Os that can be in flight at the window edges)"
+                 (difference {diff} > {allowed}: the I/Os that can be in flight at the window edges \
+                 plus those done during the {:.1} ms the counter reads took)",
+                read_s * 1e3
             ));
         }
     }
@@ -454,8 +462,11 @@ fn measure_one(
     // The target's counters first: the engine counts from the edge on,
     // and every millisecond later lets more I/Os through uncounted.
     let take = |target: &mut dyn BenchTarget| {
+        let t0 = Instant::now();
         let io = target.io_counters();
+        let io_read_s = t0.elapsed().as_secs_f64();
         Snapshot {
+            io_read_s,
             unix: unix_now(),
             target_cpu_s: proc_.pids_cpu_s(&pids),
             initiator_cpu_s: proc_.self_cpu_s(),
@@ -562,6 +573,7 @@ mod tests {
                     steal: 10,
                 }),
                 io: Some((1000, 500)),
+                io_read_s: 0.0,
             },
             end: Snapshot {
                 unix: 102.0,
@@ -572,6 +584,7 @@ mod tests {
                     steal: 14,
                 }),
                 io: Some((151_000, 50_500)),
+                io_read_s: 0.0,
             },
             load1: Some(1.5),
             target_counts: Some(Counts {
@@ -629,5 +642,17 @@ mod tests {
         let mut m4 = Measurement::default();
         derive(&r, &w4, 64, &mut m4);
         assert!(m4.notes.is_empty(), "{:?}", m4.notes);
+        // Counter reads that took 1 ms each at 100K IOPS: 200 I/Os more
+        // are allowed (128 + 200 = 328).
+        let mut w6 = w.clone();
+        w6.start.io_read_s = 0.001;
+        w6.end.io_read_s = 0.001;
+        w6.end.io = Some((151_000, 50_828));
+        let mut m6 = Measurement::default();
+        derive(&r, &w6, 64, &mut m6);
+        assert!(m6.notes.is_empty(), "{:?}", m6.notes);
+        w6.end.io = Some((151_000, 50_829));
+        derive(&r, &w6, 64, &mut m6);
+        assert!(m6.notes[0].contains("COUNTER MISMATCH"), "{:?}", m6.notes);
     }
 }
