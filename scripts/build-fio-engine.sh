@@ -6,7 +6,8 @@
 # (struct layouts), so this fetches Debian's source package of the INSTALLED fio version
 # through a private apt configuration (the machine's apt sources and lists stay as they are),
 # runs fio's ./configure in it, and builds crates/nvmf-fio in release mode with FIO_SRC set.
-# Everything fetched stays under target/nvmf-fio/ (ignored by git); a second run reuses it.
+# Everything fetched stays under target/nvmf-fio/ (ignored by git; $CARGO_TARGET_DIR/nvmf-fio/
+# when that is set); a second run reuses it.
 #
 # env: FIO_SRC          use this configured fio tree instead of fetching one (its version must
 #                       match `fio --version`)
@@ -18,7 +19,8 @@ set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 root=$PWD
-out=$root/target/nvmf-fio
+target=${CARGO_TARGET_DIR:-$root/target}
+out=$target/nvmf-fio
 fail() { echo "build-fio-engine.sh: $*" >&2; exit 1; }
 note() { echo "build-fio-engine.sh: $*" >&2; }
 
@@ -92,7 +94,7 @@ fi
 
 note "building crates/nvmf-fio (release) against $src"
 FIO_SRC=$src cargo build --release -p nvmf-fio >&2 || fail "cargo build -p nvmf-fio failed"
-so=$root/target/release/libnvmf_fio.so
+so=$target/release/libnvmf_fio.so
 nm -D --defined-only "$so" | grep -qw get_ioengine || fail "$so has no get_ioengine (shim not built?)"
 mkdir -p "$out"
 cp -f "$so" "$out/libnvmf_fio.so.tmp" && mv -f "$out/libnvmf_fio.so.tmp" "$out/libnvmf_fio.so"

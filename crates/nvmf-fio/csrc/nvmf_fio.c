@@ -92,7 +92,11 @@ static int nvmf_setup(struct thread_data *td)
 static int nvmf_init(struct thread_data *td)
 {
 	struct nvmf_td *d;
-	unsigned long long min_bs = td_min_bs(td), max_bs = td_max_bs(td);
+	unsigned long long min_bs = td_min_bs(td), max_bs;
+
+	/* The slot buffers carry reads and writes; a trim only sends its range. */
+	max_bs = td->o.max_bs[DDIR_READ] > td->o.max_bs[DDIR_WRITE] ? td->o.max_bs[DDIR_READ]
+								      : td->o.max_bs[DDIR_WRITE];
 
 	if (max_bs > UINT32_MAX) {
 		nvmf_fail(td, EINVAL, "init", "block size above 4 GiB");

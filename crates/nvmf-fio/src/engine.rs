@@ -138,7 +138,7 @@ impl Job {
         if depth == 0 || depth > u16::MAX as u32 {
             return Err(format!("iodepth {depth} is out of range (1 to 65535)"));
         }
-        if min_bs == 0 || max_bs < min_bs {
+        if min_bs == 0 || max_bs == 0 {
             return Err(format!("block sizes {min_bs}..{max_bs} are not usable"));
         }
         Ok(Job {
@@ -152,7 +152,8 @@ impl Job {
     }
 
     /// Open one file: controller, Set Features Number of Queues, one I/O
-    /// queue of `iodepth` slots with `max_bs` byte buffers. Returns its index.
+    /// queue of `iodepth` slots with buffers of the job's largest read or
+    /// write (at most the controller's MDTS). Returns its index.
     pub fn open(&mut self, name: &str) -> Result<usize, String> {
         let t = filename::parse(name)?;
         let (ctrl, info) = connect(&t)?;
@@ -171,8 +172,11 @@ impl Job {
                 "iodepth {depth} exceeds the controller's largest queue ({max} entries)"
             ));
         }
+        // A job's largest block size may exceed MDTS when it only trims
+        // with it; a read or write that large fails alone (see `queue`).
+        let buf = self.max_bs.min(ctrl.max_transfer().unwrap_or(u32::MAX));
         let q = ctrl
-            .create_io_queue(1, depth, self.max_bs)
+            .create_io_queue(1, depth, buf)
             .map_err(|e| format!("create I/O queue: {e}"))?;
         let fq = FileQueue {
             pending: vec![NO_PENDING; q.depth()].into_boxed_slice(),
@@ -244,11 +248,14 @@ impl Job {
             return Ok(Queued::Failed(libc::EINVAL));
         }
         if (op == OP_READ || op == OP_WRITE) && len > f.q.buf_size() as u64 {
-            eprintln!(
-                "nvmf: {}: {len} byte transfer exceeds the {} byte buffers (bs)",
-                f.name,
-                f.q.buf_size()
-            );
+            if f.errors_printed < ERRORS_PRINTED {
+                f.errors_printed += 1;
+                eprintln!(
+                    "nvmf: {}: a {len} byte transfer exceeds the queue's {} bytes (the job's bs, or the controller's MDTS)",
+                    f.name,
+                    f.q.buf_size()
+                );
+            }
             return Ok(Queued::Failed(libc::EINVAL));
         }
         let Some(slot) = f.q.alloc() else {

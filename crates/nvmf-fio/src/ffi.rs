@@ -98,8 +98,9 @@ pub unsafe extern "C" fn nvmf_fio_probe(
     .0
 }
 
-/// State for one fio job: `depth` = iodepth, `min_bs`/`max_bs` = the
-/// smallest and largest block size of the job. NULL on failure.
+/// State for one fio job: `depth` = iodepth, `min_bs` = the smallest
+/// block size of the job, `max_bs` = its largest read or write (the size
+/// of the queue's data buffers). NULL on failure.
 ///
 /// # Safety
 /// `msg` has `msglen` bytes.
