@@ -19,11 +19,12 @@
 #include <string.h>
 
 #include "fio.h"
+#include "optgroup.h"
 
 /* The Rust side (src/ffi.rs). */
 int nvmf_fio_probe(const char *name, uint64_t *size, uint32_t *bs, char *msg, size_t msglen);
-void *nvmf_fio_job_new(uint32_t depth, uint32_t min_bs, uint32_t max_bs, char *msg,
-		       size_t msglen);
+void *nvmf_fio_job_new(uint32_t depth, uint32_t min_bs, uint32_t max_bs, uint32_t poll_us,
+		       char *msg, size_t msglen);
 void nvmf_fio_job_free(void *job);
 int nvmf_fio_open(void *job, const char *name, char *msg, size_t msglen);
 void nvmf_fio_close(void *job, int idx);
@@ -37,6 +38,31 @@ enum { NVMF_OP_READ = 0, NVMF_OP_WRITE = 1, NVMF_OP_TRIM = 2, NVMF_OP_FLUSH = 3 
 enum { NVMF_Q_QUEUED = 0, NVMF_Q_BUSY = 1, NVMF_Q_COMPLETED = 2 };
 
 #define MSG_LEN 512
+
+/* The engine's fio options (td->eo); fio wants the first member to be a pointer. */
+struct nvmf_options {
+	void *pad;
+	unsigned int poll_us;
+};
+
+static struct fio_option nvmf_fio_options[] = {
+	{
+		.name = "nvmf_poll_us",
+		.lname = "nvmf busy-poll time",
+		.type = FIO_OPT_INT,
+		.off1 = offsetof(struct nvmf_options, poll_us),
+		.def = "0",
+		.minval = 0,
+		.maxval = 1000000,
+		.help = "Busy-poll the sockets this many microseconds without a completion before "
+			"sleeping in poll(2) (0: sleep whenever idle)",
+		.category = FIO_OPT_C_ENGINE,
+		.group = FIO_OPT_G_INVALID,
+	},
+	{
+		.name = NULL,
+	},
+};
 
 struct nvmf_td {
 	void *job;
@@ -110,8 +136,12 @@ static int nvmf_init(struct thread_data *td)
 	d->errs = calloc(d->depth, sizeof(*d->errs));
 	if (!d->tags || !d->errs)
 		goto fail;
-	d->job = nvmf_fio_job_new(d->depth, (uint32_t)min_bs, (uint32_t)max_bs, d->msg,
-				  sizeof(d->msg));
+	{
+		struct nvmf_options *o = td->eo;
+
+		d->job = nvmf_fio_job_new(d->depth, (uint32_t)min_bs, (uint32_t)max_bs,
+					  o ? o->poll_us : 0, d->msg, sizeof(d->msg));
+	}
 	if (!d->job) {
 		nvmf_fail(td, EINVAL, "init", d->msg);
 		goto fail;
@@ -289,6 +319,8 @@ static struct ioengine_ops nvmf_ops = {
 	.open_file = nvmf_open_file,
 	.close_file = nvmf_close_file,
 	.get_file_size = nvmf_get_file_size,
+	.options = nvmf_fio_options,
+	.option_struct_size = sizeof(struct nvmf_options),
 };
 
 /* Called by get_ioengine (src/ffi.rs), which fio looks up. */

@@ -128,13 +128,17 @@ pub struct Job {
     pollfds: Vec<libc::pollfd>,
     /// File to reap first next time (fairness between files).
     next: usize,
+    /// Busy-poll this long without a completion before sleeping in poll(2).
+    spin: Duration,
 }
 
 /// How many NVMe errors per file are printed before going quiet.
 const ERRORS_PRINTED: u32 = 5;
 
 impl Job {
-    pub fn new(depth: u32, min_bs: u32, max_bs: u32) -> Result<Job, String> {
+    /// `poll_us`: busy-poll the job's sockets up to this many microseconds
+    /// without a completion before sleeping (0 = sleep whenever idle).
+    pub fn new(depth: u32, min_bs: u32, max_bs: u32, poll_us: u32) -> Result<Job, String> {
         if depth == 0 || depth > u16::MAX as u32 {
             return Err(format!("iodepth {depth} is out of range (1 to 65535)"));
         }
@@ -148,6 +152,7 @@ impl Job {
             files: Vec::new(),
             pollfds: Vec::new(),
             next: 0,
+            spin: Duration::from_micros(poll_us as u64),
         })
     }
 
@@ -329,7 +334,10 @@ impl Job {
         let deadline = timeout.map(|t| Instant::now() + t);
         let nfiles = self.files.len();
         let mut n = 0;
+        // Busy-poll until this instant (reset by every completion), then sleep.
+        let mut spin_until: Option<Instant> = None;
         loop {
+            let before = n;
             // Drive every queue without waiting and take what is done.
             for k in 0..nfiles {
                 let i = (self.next + k) % nfiles;
@@ -356,6 +364,16 @@ impl Job {
             }
             if n >= min || n == max {
                 return Ok(n);
+            }
+            if !self.spin.is_zero() {
+                let now = Instant::now();
+                if n > before {
+                    spin_until = None;
+                }
+                let until = *spin_until.get_or_insert(now + self.spin);
+                if now < until && deadline.is_none_or(|d| now < d) {
+                    continue;
+                }
             }
             let left = match deadline {
                 Some(d) => {

@@ -100,7 +100,8 @@ pub unsafe extern "C" fn nvmf_fio_probe(
 
 /// State for one fio job: `depth` = iodepth, `min_bs` = the smallest
 /// block size of the job, `max_bs` = its largest read or write (the size
-/// of the queue's data buffers). NULL on failure.
+/// of the queue's data buffers), `poll_us` = busy-poll time before
+/// sleeping (the `nvmf_poll_us` option). NULL on failure.
 ///
 /// # Safety
 /// `msg` has `msglen` bytes.
@@ -109,11 +110,12 @@ pub unsafe extern "C" fn nvmf_fio_job_new(
     depth: u32,
     min_bs: u32,
     max_bs: u32,
+    poll_us: u32,
     msg: *mut c_char,
     msglen: usize,
 ) -> *mut c_void {
     guard(msg, msglen, std::ptr::null_mut(), || {
-        let job = Job::new(depth, min_bs, max_bs)?;
+        let job = Job::new(depth, min_bs, max_bs, poll_us)?;
         Ok(Box::into_raw(Box::new(job)) as *mut c_void)
     })
     .0
