@@ -162,7 +162,7 @@ impl Job {
     pub fn open(&mut self, name: &str) -> Result<usize, String> {
         let t = filename::parse(name)?;
         let (ctrl, info) = connect(&t)?;
-        if self.min_bs % info.block_size != 0 {
+        if !self.min_bs.is_multiple_of(info.block_size) {
             return Err(format!(
                 "block size {} is not a multiple of namespace {}'s {} byte blocks",
                 self.min_bs, t.nsid, info.block_size

@@ -7,7 +7,7 @@
 //! engine .so (or fio) is missing; `NVMF_FIO_ENGINE` names another .so.
 
 use nvmf_testkit::{bins, run_bounded, text, Daemon};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -74,7 +74,7 @@ struct FioRun {
     stderr: String,
 }
 
-fn fio(engine: &PathBuf, file: &str, args: &[&str]) -> FioRun {
+fn fio(engine: &Path, file: &str, args: &[&str]) -> FioRun {
     let mut cmd = Command::new("fio");
     cmd.arg("--name=nvmf")
         .arg(format!("--ioengine=external:{}", engine.display()))
