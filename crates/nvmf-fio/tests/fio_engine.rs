@@ -79,6 +79,8 @@ fn fio(engine: &Path, file: &str, args: &[&str]) -> FioRun {
     cmd.arg("--name=nvmf")
         .arg(format!("--ioengine=external:{}", engine.display()))
         .arg(format!("--filename={file}"))
+        // no verify state files in the working directory
+        .arg("--verify_state_save=0")
         .args(args);
     let out = run_bounded(cmd, Duration::from_secs(60));
     FioRun {
@@ -148,7 +150,7 @@ fn verify_4k_randwrite_qd32_two_jobs() {
 }
 
 #[test]
-fn verify_128k_sequential_qd1_with_flush() {
+fn verify_128k_sequential_qd1_with_flush_and_busy_poll() {
     let Some(e) = engine() else { return };
     let d = daemon();
     let r = fio(
@@ -160,6 +162,8 @@ fn verify_128k_sequential_qd1_with_flush() {
             "--iodepth=1",
             "--size=8m",
             "--fsync=8",
+            // the engine's own option (busy-poll before sleeping)
+            "--nvmf_poll_us=50",
             "--verify=crc32c",
             "--do_verify=1",
             "--verify_fatal=1",
@@ -167,6 +171,8 @@ fn verify_128k_sequential_qd1_with_flush() {
         ],
     );
     assert!(r.ok, "fio failed:\n{}\n{}", r.stdout, r.stderr);
+    // fio only warns about an option it does not know
+    assert!(!r.stderr.contains("unrecognized option"), "{}", r.stderr);
     let jobs = job_counts(&json(&r));
     // 8 MiB / 128 KiB = 64 writes (a Flush after every 8th), 64 verify reads.
     assert_eq!(jobs.len(), 1);

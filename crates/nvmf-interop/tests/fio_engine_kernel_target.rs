@@ -115,6 +115,8 @@ fn fio_engine_against_kernel_target() {
                 "--do_verify=1",
                 "--verify_fatal=1",
                 "--output-format=json",
+                // no verify state files in the working directory
+                "--verify_state_save=0",
             ]);
         let r = run_bounded(&dir, tag, &mut cmd, FIO_TIMEOUT);
         if r.status != Some(0) {
