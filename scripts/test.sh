@@ -2,7 +2,8 @@
 # scripts/test.sh - THE test command: unit + loopback + kernel-host interop tests.
 #
 # On a fresh Debian 12 machine (as root) it installs what it needs (only what is missing),
-# prepares the QEMU testbed (testbed/nvmfd-testbed) and runs
+# builds the fio engine (scripts/build-fio-engine.sh), prepares the QEMU testbed
+# (testbed/nvmfd-testbed) and runs
 #   NVMFD_INTEROP=1 cargo test --workspace -- --test-threads=N
 # Exits non-zero on any failure.  Arguments replace `--workspace` as the package selection
 # of `cargo test`, e.g. `scripts/test.sh -p nvmf-interop`.
@@ -29,7 +30,7 @@ declare -A NEED=(
   [qemu-system-x86_64]=qemu-system-x86 [busybox]=busybox-static [modprobe]=kmod [cpio]=cpio
   [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
-  [python3]=python3
+  [python3]=python3 [dpkg-source]=dpkg-dev
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -86,6 +87,8 @@ note "$(cargo --version), $(rustc --version)"
 
 # ---- build, testbed ------------------------------------------------------------
 cargo build --workspace
+# the fio engine (crates/nvmf-fio) against the installed fio's Debian source, for its tests
+scripts/build-fio-engine.sh
 interop=1
 [ "${NVMFD_SKIP_INTEROP:-0}" = 1 ] && interop=0
 if [ "$interop" = 1 ]; then

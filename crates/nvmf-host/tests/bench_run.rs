@@ -26,6 +26,15 @@ fn config(port: u16) -> String {
     )
 }
 
+/// A port of this part's range (4500-4519) that nothing listens on now,
+/// searched from `from` (another run of these tests may hold some).
+fn port_from(from: u16) -> u16 {
+    (from..4520)
+        .chain(4500..from)
+        .find(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok())
+        .expect("a free port in 4500-4519")
+}
+
 /// The `nvmf bench run` command for `spec` with outputs in `out`.
 fn bench_cmd(spec: &Path, out: &Path) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_nvmf"));
@@ -52,7 +61,7 @@ fn close(a: f64, b: f64) -> bool {
 #[test]
 fn a_short_matrix_against_a_started_nvmfd() {
     let dir = TestDir::new("bench-run");
-    std::fs::write(dir.join("nvmfd.json"), config(4500)).unwrap();
+    std::fs::write(dir.join("nvmfd.json"), config(port_from(4500))).unwrap();
     let spec = dir.join("bench.toml");
     std::fs::write(
         &spec,
@@ -130,10 +139,11 @@ fn a_short_matrix_against_a_started_nvmfd() {
                 m.result.command
             );
             assert_eq!(tw, 0);
-            // With a ramp the edges fall amid the load: the counts agree
-            // up to what passes while the counters are read (a loaded
-            // 2-core machine: about a millisecond of I/O).
-            assert!(tr.abs_diff(ios) * 50 <= ios, "{tr} vs {ios}");
+            // With a ramp the start edge falls amid the load: the counts
+            // agree up to what passes while the counters are read (a few
+            // ms, tens on a loaded 2-core machine). Counting the 1 s ramp
+            // would double the target's count.
+            assert!(tr.abs_diff(ios) * 4 <= ios, "{tr} vs {ios}");
         }
     }
     assert_eq!(r.cells[0].efficiency, Some(1.0));
@@ -142,17 +152,21 @@ fn a_short_matrix_against_a_started_nvmfd() {
 #[test]
 fn failing_targets_are_recorded_and_the_matrix_goes_on() {
     let dir = TestDir::new("bench-run-fail");
-    // Port 4501 is taken: nvmfd cannot listen and exits.
-    let _taken = std::net::TcpListener::bind("127.0.0.1:4501").unwrap();
-    std::fs::write(dir.join("nvmfd.json"), config(4501)).unwrap();
+    // A port taken: nvmfd cannot listen and exits.
+    let taken_port = port_from(4505);
+    let _taken = std::net::TcpListener::bind(("127.0.0.1", taken_port)).unwrap();
+    std::fs::write(dir.join("nvmfd.json"), config(taken_port)).unwrap();
+    let nobody_port = port_from(4510);
     let spec = dir.join("bench.toml");
     std::fs::write(
         &spec,
-        "repetitions = 1\n\
+        format!(
+            "repetitions = 1\n\
          [[target]]\nname = \"busy\"\nkind = \"nvmfd\"\nconfig = \"nvmfd.json\"\n\
          [[target]]\nname = \"nobody\"\nkind = \"trid\"\n\
-         trid = \"trtype:TCP traddr:127.0.0.1 trsvcid:4502 subnqn:nqn.2024-01.io.nvmfd:none\"\n\
-         [[workload]]\nname = \"w\"\nruntime = 1\n",
+         trid = \"trtype:TCP traddr:127.0.0.1 trsvcid:{nobody_port} subnqn:nqn.2024-01.io.nvmfd:none\"\n\
+         [[workload]]\nname = \"w\"\nruntime = 1\n"
+        ),
     )
     .unwrap();
     let out = dir.join("out");
@@ -172,7 +186,9 @@ fn failing_targets_are_recorded_and_the_matrix_goes_on() {
     };
     let busy = why("busy/w");
     assert!(
-        busy.contains("did not start") && busy.contains("nvmfd exited") && busy.contains("4501"),
+        busy.contains("did not start")
+            && busy.contains("nvmfd exited")
+            && busy.contains(&taken_port.to_string()),
         "{busy}"
     );
     let nobody = why("nobody/w");
@@ -186,7 +202,8 @@ fn failing_targets_are_recorded_and_the_matrix_goes_on() {
 #[test]
 fn sigint_stops_cleanly_with_what_was_measured() {
     let dir = TestDir::new("bench-run-int");
-    std::fs::write(dir.join("nvmfd.json"), config(4503)).unwrap();
+    let port = port_from(4515);
+    std::fs::write(dir.join("nvmfd.json"), config(port)).unwrap();
     let spec = dir.join("bench.toml");
     std::fs::write(
         &spec,
@@ -244,7 +261,7 @@ fn sigint_stops_cleanly_with_what_was_measured() {
     );
     // The started nvmfd is gone.
     assert!(
-        std::net::TcpStream::connect("127.0.0.1:4503").is_err(),
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
         "nvmfd still listening"
     );
 }

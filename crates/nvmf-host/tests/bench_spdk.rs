@@ -11,9 +11,9 @@
 //! SPDK busy-polls a core per reactor: the tests run one at a time.
 
 use nvmf_host::bench::engine::{EngineJob, Window};
-use nvmf_host::bench::engines::spdk_perf_engine;
+use nvmf_host::bench::engines::{for_spec, EngineOptions};
 use nvmf_host::bench::spec::BenchSpec;
-use nvmf_host::bench::targets::spdk_kernel_target;
+use nvmf_host::bench::targets::{for_target, TargetOptions};
 use nvmf_host::TransportId;
 use nvmf_testkit::{bins::nvmfd_command, Process, TestDir};
 use std::path::PathBuf;
@@ -92,8 +92,12 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
     let (tcpu, icpu) = cpus();
-    let mut target = spdk_kernel_target(&spec.targets[0], &[tcpu, icpu], &[icpu], false)
-        .expect("an spdk target");
+    let topts = TargetOptions {
+        node_cpus: vec![tcpu, icpu],
+        initiator_cpus: vec![icpu],
+        ..Default::default()
+    };
+    let mut target = for_target(&spec.targets[0], &topts).expect("an spdk target");
     let t0 = Instant::now();
     let ep = target.start().expect("nvmf_tgt starts");
     assert!(t0.elapsed() < Duration::from_secs(30));
@@ -109,7 +113,7 @@ fn spdk_target_measured_with_spdk_perf() {
     if tcpu != icpu {
         assert_eq!(target.cpus(), [tcpu]);
     }
-    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    let mut engine = for_spec(&spec, &EngineOptions::default()).unwrap();
     assert_eq!(engine.name(), "spdk-perf");
     assert!(engine.version().contains("SPDK v"), "{}", engine.version());
     let stop = AtomicBool::new(false);
@@ -199,7 +203,7 @@ fn spdk_perf_against_nvmfd_and_stopped_early() {
         spdk.join("build/bin/spdk_nvme_perf").display()
     );
     let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
-    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    let mut engine = for_spec(&spec, &EngineOptions::default()).unwrap();
     let trid = TransportId::tcp("127.0.0.1", &port.to_string(), nqn);
     let stop = AtomicBool::new(false);
     let pin = [icpu];

@@ -284,7 +284,8 @@ fn curve_points(m: &Measurement) -> Vec<(f64, f64)> {
     };
     pts.into_iter()
         .filter(|(p, us)| (0.0..100.0).contains(p) && *us > 0.0 && us.is_finite())
-        .map(|(p, us)| (nines(p).min(6.0), us))
+        // At most 6 nines wide, at least 1 ns high: a bounded log axis.
+        .map(|(p, us)| (nines(p).min(6.0), us.max(0.001)))
         .collect()
 }
 
@@ -316,6 +317,10 @@ fn draw_latency(lines: &[(String, Vec<(f64, f64)>)]) -> Result<String, String> {
         ylo = ylo.min(*y);
         yhi = yhi.max(*y);
         xhi = xhi.max(*x);
+    }
+    // No finite point: plotters would search ticks of an infinite range.
+    if !(ylo.is_finite() && yhi.is_finite() && ylo > 0.0) {
+        return Err("no latency points".into());
     }
     let xhi = xhi.ceil();
     let (ylo, yhi) = (ylo * 0.8, (yhi * 1.25).max(ylo * 1.01));

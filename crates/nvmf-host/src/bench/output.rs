@@ -12,32 +12,42 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+/// Decimals that give a figure of magnitude `a` about four significant
+/// digits.
+fn decimals(a: f64) -> usize {
+    if a >= 1000.0 {
+        0
+    } else if a >= 100.0 {
+        1
+    } else if a >= 10.0 {
+        2
+    } else if a >= 0.01 || a == 0.0 {
+        3
+    } else {
+        6
+    }
+}
+
 /// A figure with about four significant digits (no exponent).
 pub fn num(x: f64) -> String {
     if !x.is_finite() {
         return x.to_string();
     }
-    let a = x.abs();
-    if a >= 1000.0 {
-        format!("{x:.0}")
-    } else if a >= 100.0 {
-        format!("{x:.1}")
-    } else if a >= 10.0 {
-        format!("{x:.2}")
-    } else if a >= 0.01 || a == 0.0 {
-        format!("{x:.3}")
-    } else {
-        format!("{x:.6}")
-    }
+    format!("{x:.*}", decimals(x.abs()))
 }
 
-/// `mean (min–max)`, or just `mean` when min = max.
+/// `mean (min–max)`, or just `mean` when min = max; all three with the
+/// decimals of the largest.
 pub fn range_text(r: &Range) -> String {
     if r.min == r.max {
-        num(r.mean)
-    } else {
-        format!("{} ({}–{})", num(r.mean), num(r.min), num(r.max))
+        return num(r.mean);
     }
+    let big = r.min.abs().max(r.max.abs());
+    if !big.is_finite() {
+        return format!("{} ({}–{})", num(r.mean), num(r.min), num(r.max));
+    }
+    let d = decimals(big);
+    format!("{:.d$} ({:.d$}–{:.d$})", r.mean, r.min, r.max)
 }
 
 /// `range_text` of an optional figure ("–" when absent).
@@ -252,11 +262,22 @@ pub fn csv_bytes(measurements: &[Measurement]) -> anyhow::Result<Vec<u8>> {
 
 // ---- Markdown --------------------------------------------------------------
 
-/// Text safe inside a Markdown table cell (no column breaks, one line).
+/// Text safe inside a Markdown table cell or list item: one line, no
+/// column break, no inline HTML or code span (names and notes come from
+/// user specs and tools). Backslash escapes, as CommonMark defines them.
 fn md_cell(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('|', "\\|")
-        .replace(['\n', '\r'], " ")
+    let mut o = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '\\' | '|' | '<' | '>' | '&' | '`' => {
+                o.push('\\');
+                o.push(c);
+            }
+            '\n' | '\r' => o.push(' '),
+            c => o.push(c),
+        }
+    }
+    o
 }
 
 /// A fenced code block that `text` cannot close early.
@@ -330,11 +351,7 @@ pub fn markdown(report: &BenchReport) -> String {
     let mut o = String::new();
     let cells = cells_of(report);
     let _ = writeln!(o, "# nvmf bench report\n");
-    let _ = writeln!(
-        o,
-        "- spec: `{}`",
-        md_cell(&report.spec_source).replace('`', "'")
-    );
+    let _ = writeln!(o, "- spec: {}", md_cell(&report.spec_source));
     let _ = writeln!(
         o,
         "- started (Unix time): {:.0}, took {:.0} s{}",
@@ -605,6 +622,21 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn number_formatting() {
+        let r = |min, mean, max| range_text(&Range { min, mean, max });
+        assert_eq!(num(123456.7), "123457");
+        assert_eq!(num(12.3456), "12.35");
+        assert_eq!(num(0.001234), "0.001234");
+        assert_eq!(num(0.0), "0.000");
+        // The decimals of the largest value, for all three.
+        assert_eq!(r(900.0, 1000.0, 1100.0), "1000 (900–1100)");
+        assert_eq!(r(1.5, 2.0, 12.25), "2.00 (1.50–12.25)");
+        assert_eq!(r(5.0, 5.0, 5.0), "5.000");
+        assert_eq!(opt_range_text(&None), "–");
+        assert_eq!(pct(Some(0.5)), "50.0%");
+    }
+
+    #[test]
     fn csv_has_header_and_quotes_fields() {
         let mut r = sample_report();
         r.measurements[0].result.command = "fio --name=\"a, b\"\nnext".into();
@@ -632,6 +664,7 @@ pub(crate) mod tests {
     fn markdown_shape() {
         let mut r = sample_report();
         r.placements[0].target = "evil|name".into();
+        r.placements[0].warnings = vec!["<img src=x>\nnext `x` & y".into()];
         let md = markdown(&r);
         for want in [
             "# nvmf bench report",
@@ -639,6 +672,8 @@ pub(crate) mod tests {
             "| host | box |",
             "## Placement",
             "| evil\\|name | lo |",
+            "| \\<img src=x\\> next \\`x\\` \\& y |",
+            "- evil\\|name: \\<img src=x\\> next \\`x\\` \\& y\n",
             "### 4k",
             "## Failures",
             "| spdk/4k | 3 | connect refused |",
@@ -692,7 +727,14 @@ pub(crate) mod tests {
 
     #[test]
     fn load_report_round_trip_and_errors() {
+        struct Gone(std::path::PathBuf);
+        impl Drop for Gone {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
         let dir = std::env::temp_dir().join(format!("nvmf-bench-out-{}", std::process::id()));
+        let _gone = Gone(dir.clone()); // removed also when an assertion fails
         let r = sample_report();
         let files = write_outputs(&r, &dir).unwrap();
         let names: Vec<_> = files
@@ -721,7 +763,6 @@ pub(crate) mod tests {
         }
         let e = format!("{:#}", load_report(&dir.join("missing.json")).unwrap_err());
         assert!(e.contains("reading") && e.contains("missing.json"), "{e}");
-        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

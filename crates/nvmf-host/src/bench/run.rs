@@ -83,6 +83,9 @@ pub struct Snapshot {
     pub initiator_cpu_s: Option<f64>,
     pub stat: Option<StatTotals>,
     pub io: Option<(u64, u64)>,
+    /// Seconds the target's counter read took (an RPC round trip): the
+    /// engine keeps doing I/O meanwhile, which the cross-check allows for.
+    pub io_read_s: f64,
 }
 
 /// What one window saw, beside the engine's own result.
@@ -152,11 +155,16 @@ pub fn derive(r: &EngineResult, w: &WindowReads, in_flight: u64, m: &mut Measure
     if let Some((tr, tw)) = m.target_ios {
         let theirs = tr + tw;
         let diff = theirs.abs_diff(ios);
-        let allowed = in_flight * 2;
+        // The I/Os in flight at either edge, plus what completes while each
+        // edge's counter read (an RPC round trip) is under way.
+        let read_s = w.start.io_read_s + w.end.io_read_s;
+        let allowed = in_flight * 2 + (m.iops * read_s).ceil() as u64;
         if diff > allowed {
             m.notes.push(format!(
                 "COUNTER MISMATCH: the target counted {theirs} I/Os in the window, the engine {ios} \
-                 (difference {diff} > {allowed}, the I/Os that can be in flight at the window edges)"
+                 (difference {diff} > {allowed}: the I/Os that can be in flight at the window edges \
+                 plus those done during the {:.1} ms the counter reads took)",
+                read_s * 1e3
             ));
         }
     }
@@ -174,10 +182,29 @@ fn perf_usable() -> Result<(), String> {
 }
 
 struct Started {
-    target: Box<dyn BenchTarget>,
+    /// None when no driver could be made for it.
+    target: Option<Box<dyn BenchTarget>>,
     endpoint: Result<Endpoint, String>,
     /// Stopped while another target ran; started again before its next run.
     parked: bool,
+    /// Notes every run of this target carries (serious placement warnings).
+    notes: Vec<String>,
+}
+
+/// The `SHARED CPUS` warning when a started target's CPUs overlap the
+/// initiator's.
+fn shared_cpus_warning(target_cpus: &[usize], pinned: &[usize]) -> Option<String> {
+    let shared: Vec<usize> = target_cpus
+        .iter()
+        .copied()
+        .filter(|c| pinned.contains(c))
+        .collect();
+    (!shared.is_empty()).then(|| {
+        format!(
+            "SHARED CPUS: the target's reactors share CPUs {} with the initiator (not enough CPUs on the node for both)",
+            super::placement::format_cpulist(&shared)
+        )
+    })
 }
 
 /// Run the plan. Never fails for a run's or a target's sake (those are
@@ -239,15 +266,19 @@ pub fn run(
         for (i, st) in started.iter_mut().enumerate() {
             if let Some(st) = st.as_mut() {
                 if i != run.target && !st.parked {
-                    st.target.stop();
+                    if let Some(target) = st.target.as_mut() {
+                        target.stop();
+                    }
                     st.parked = true;
                 }
             }
         }
         if let Some(st) = started[run.target].as_mut() {
             if st.parked {
-                progress(Event::TargetStarting { target: &t.name });
-                st.endpoint = st.target.start().map_err(|e| format!("{e:#}"));
+                if let Some(target) = st.target.as_mut() {
+                    progress(Event::TargetStarting { target: &t.name });
+                    st.endpoint = target.start().map_err(|e| format!("{e:#}"));
+                }
                 st.parked = false;
             }
         }
@@ -259,36 +290,50 @@ pub fn run(
                 initiator_cpus: placement.pin.clone(),
                 no_pin: opts.no_pin,
             };
+            // OFF-NODE and BUSY CORE go with every run; the milder ones
+            // stay in the placement record.
+            let mut notes: Vec<String> = placement
+                .warnings
+                .iter()
+                .filter(|w| w.starts_with("OFF-NODE") || w.starts_with("BUSY CORE"))
+                .cloned()
+                .collect();
             started[run.target] = Some(match targets::for_target(t, &topts) {
                 Ok(mut target) => {
                     let endpoint = target.start().map_err(|e| format!("{e:#}"));
+                    let pinned = if opts.no_pin {
+                        &[][..]
+                    } else {
+                        &placement.pin[..]
+                    };
+                    notes.extend(shared_cpus_warning(&target.cpus(), pinned));
                     Started {
-                        target,
+                        target: Some(target),
                         endpoint,
                         parked: false,
+                        notes,
                     }
                 }
                 Err(e) => Started {
-                    target: Box::new(targets::trid::TridTarget::new(
-                        crate::TransportId::parse("traddr:127.0.0.1 subnqn:nqn.invalid")
-                            .expect("literal"),
-                    )),
+                    target: None,
                     endpoint: Err(format!("{e:#}")),
                     parked: false,
+                    notes,
                 },
             });
         }
         let st = started[run.target].as_mut().expect("set above");
         progress(Event::RunStarting { run, total, left_s });
         left_s = left_s.saturating_sub(w.ramp_s + w.runtime_s);
-        let result = match &st.endpoint {
-            Err(e) => Err(format!("target {} did not start: {e}", t.name)),
-            Ok(ep) => {
+        let result = match (&st.endpoint, st.target.as_mut()) {
+            (Err(e), _) => Err(format!("target {} did not start: {e}", t.name)),
+            (Ok(_), None) => Err(format!("target {} has no driver", t.name)),
+            (Ok(ep), Some(target)) => {
                 let ep = ep.clone();
                 engine.for_target(t);
                 measure_one(
                     &mut *engine,
-                    &mut *st.target,
+                    &mut **target,
                     &ep,
                     w,
                     &pin,
@@ -313,6 +358,7 @@ pub fn run(
                 derive(&r, &reads, w.qd as u64 * w.queues as u64, &mut m);
                 m.result = r;
                 m.notes.append(&mut notes);
+                m.notes.extend(st.notes.iter().cloned());
                 if stop.load(Ordering::Relaxed) {
                     let why = format!(
                         "interrupted (Ctrl-C) after {:.1} s of {} s measured",
@@ -361,24 +407,19 @@ pub fn run(
             target_cpus: Vec::new(),
             warnings: p.warnings.clone(),
         };
-        if let Some(st) = started[i].as_mut() {
-            rec.target_cpus = st.target.cpus();
-            let shared: Vec<usize> = rec
-                .target_cpus
-                .iter()
-                .copied()
-                .filter(|c| rec.pinned.contains(c))
-                .collect();
-            if !shared.is_empty() {
-                rec.warnings.push(format!(
-                    "SHARED CPUS: the target's reactors share CPUs {} with the initiator (not enough CPUs on the node for both)",
-                    super::placement::format_cpulist(&shared)
-                ));
+        if let Some(Started {
+            target: Some(target),
+            endpoint,
+            ..
+        }) = started[i].as_mut()
+        {
+            rec.target_cpus = target.cpus();
+            rec.warnings
+                .extend(shared_cpus_warning(&rec.target_cpus, &rec.pinned));
+            if endpoint.is_ok() {
+                versions.push((target.kind().to_string(), target.version()));
             }
-            if st.endpoint.is_ok() {
-                versions.push((st.target.kind().to_string(), st.target.version()));
-            }
-            st.target.stop();
+            target.stop();
         }
         report.placements.push(rec);
     }
@@ -422,8 +463,11 @@ fn measure_one(
     // The target's counters first: the engine counts from the edge on,
     // and every millisecond later lets more I/Os through uncounted.
     let take = |target: &mut dyn BenchTarget| {
+        let t0 = Instant::now();
         let io = target.io_counters();
+        let io_read_s = t0.elapsed().as_secs_f64();
         Snapshot {
+            io_read_s,
             unix: unix_now(),
             target_cpu_s: proc_.pids_cpu_s(&pids),
             initiator_cpu_s: proc_.self_cpu_s(),
@@ -498,6 +542,13 @@ mod tests {
     use crate::bench::results::DirFigures;
 
     #[test]
+    fn shared_cpus() {
+        assert_eq!(shared_cpus_warning(&[1, 2], &[0]), None);
+        let w = shared_cpus_warning(&[0, 1], &[0, 1]).unwrap();
+        assert!(w.starts_with("SHARED CPUS") && w.contains("0-1"), "{w}");
+    }
+
+    #[test]
     fn derived_figures() {
         let r = EngineResult {
             seconds: 2.0,
@@ -523,6 +574,7 @@ mod tests {
                     steal: 10,
                 }),
                 io: Some((1000, 500)),
+                io_read_s: 0.0,
             },
             end: Snapshot {
                 unix: 102.0,
@@ -533,6 +585,7 @@ mod tests {
                     steal: 14,
                 }),
                 io: Some((151_000, 50_500)),
+                io_read_s: 0.0,
             },
             load1: Some(1.5),
             target_counts: Some(Counts {
@@ -590,5 +643,17 @@ mod tests {
         let mut m4 = Measurement::default();
         derive(&r, &w4, 64, &mut m4);
         assert!(m4.notes.is_empty(), "{:?}", m4.notes);
+        // Counter reads that took 1 ms each at 100K IOPS: 200 I/Os more
+        // are allowed (128 + 200 = 328).
+        let mut w6 = w.clone();
+        w6.start.io_read_s = 0.001;
+        w6.end.io_read_s = 0.001;
+        w6.end.io = Some((151_000, 50_828));
+        let mut m6 = Measurement::default();
+        derive(&r, &w6, 64, &mut m6);
+        assert!(m6.notes.is_empty(), "{:?}", m6.notes);
+        w6.end.io = Some((151_000, 50_829));
+        derive(&r, &w6, 64, &mut m6);
+        assert!(m6.notes[0].contains("COUNTER MISMATCH"), "{:?}", m6.notes);
     }
 }

@@ -146,8 +146,8 @@ of this one (/proc/PID/stat), /proc/stat steal, /proc/loadavg, the target's own 
 IOPS, MiB/s (2^20 bytes), Gbit/s (10^9 bits), latency percentiles, CPU us per I/O and cores,
 cycles and instructions per I/O; a failed run is recorded and the matrix goes on.
 
-Outputs in --out DIR: report.json (everything; `bench compare` reads it), measurements.csv,
-report.md, report.html; the summary table is printed at the end.
+Outputs in --out DIR: bench.json (everything; `bench compare` reads it), bench.csv, bench.md,
+bench.html; the summary table is printed at the end.
 
 Ctrl-C stops the current run cleanly, stops the targets and writes the outputs with what was
 measured (interrupted = true, exit status 130); a second Ctrl-C exits at once.
@@ -522,12 +522,14 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
                 &a.a.display().to_string(),
                 &a.b.display().to_string(),
             );
-            print!("{}", c.render());
+            let mut text = c.render();
             if let Some(out) = &a.html {
                 std::fs::write(out, html::compare_html(&c))
                     .with_context(|| format!("writing {}", out.display()))?;
-                println!("\nHTML: {}", out.display());
+                text += &format!("\nHTML: {}\n", out.display());
             }
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
             Ok(ExitCode::SUCCESS)
         }
         BenchCmd::Run(a) => bench_run(a),

@@ -1,0 +1,129 @@
+//! filename.rs — the fio `--filename` syntax of the nvmf engine: which
+//! subsystem and namespace one fio "file" is, and how to connect to it.
+//!
+//! ```text
+//! trtype=tcp traddr=127.0.0.1 trsvcid=4420 subnqn=nqn.2024-01.io.nvmfd\:default ns=1 [hostnqn=NQN] [hdgst=1] [ddgst=1]
+//! ```
+//!
+//! Words are separated by blanks; each is `key=value` (`key:value` also parses,
+//! but fio splits its filename option on ':' so a ':' must be written `\:`,
+//! which fio turns back into ':' before the engine sees the name). `traddr`
+//! and `subnqn` are required, `trsvcid` defaults to 4420, `ns` to 1,
+//! `trtype` (if given) must be tcp, `hdgst`/`ddgst` (0 or 1, default 0) ask
+//! for header/data digests. Everything but the digests is the transport ID
+//! syntax of nvmf-host (trid.rs), parsed there.
+
+use nvmf_host::{TransportId, DISCOVERY_NQN};
+
+/// One parsed fio filename.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    pub trid: TransportId,
+    pub nsid: u32,
+    pub hdr_digest: bool,
+    pub data_digest: bool,
+}
+
+/// The syntax, for error messages.
+pub const SYNTAX: &str =
+    "expected 'trtype=tcp traddr=ADDR trsvcid=PORT subnqn=NQN ns=N' (write each ':' in the NQN as '\\:')";
+
+fn digest_flag(key: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "0" | "false" | "no" => Ok(false),
+        "1" | "true" | "yes" => Ok(true),
+        _ => Err(format!("{key}={value}: expected 0 or 1")),
+    }
+}
+
+/// Parse a fio filename of the nvmf engine.
+pub fn parse(name: &str) -> Result<Target, String> {
+    let bad = |m: String| format!("filename '{name}': {m}; {SYNTAX}");
+    let mut rest: Vec<&str> = Vec::new();
+    let (mut hdr_digest, mut data_digest) = (false, false);
+    let mut has_subnqn = false;
+    for word in name.split_whitespace() {
+        let (key, value) = match word.find(['=', ':']) {
+            Some(i) => (&word[..i], &word[i + 1..]),
+            None => return Err(bad(format!("'{word}' is not key=value"))),
+        };
+        match key.to_ascii_lowercase().as_str() {
+            "hdgst" | "hdr_digest" => hdr_digest = digest_flag(key, value).map_err(bad)?,
+            "ddgst" | "data_digest" => data_digest = digest_flag(key, value).map_err(bad)?,
+            "trtype" if !value.eq_ignore_ascii_case("tcp") => {
+                return Err(bad(format!("trtype '{value}' is not supported (only tcp)")))
+            }
+            k => {
+                if k == "subnqn" {
+                    has_subnqn = true;
+                }
+                rest.push(word);
+            }
+        }
+    }
+    if rest.is_empty() {
+        return Err(bad("empty".into()));
+    }
+    let trid = TransportId::parse(&rest.join(" ")).map_err(|e| bad(e.to_string()))?;
+    if !has_subnqn || trid.subnqn == DISCOVERY_NQN {
+        return Err(bad(
+            "subnqn (the NQN of an NVM subsystem) is required".into()
+        ));
+    }
+    let nsid = trid.nsid.unwrap_or(1);
+    if nsid == 0 || nsid == u32::MAX {
+        return Err(bad(format!("ns={nsid} is not a namespace ID")));
+    }
+    Ok(Target {
+        trid,
+        nsid,
+        hdr_digest,
+        data_digest,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn full_name_parses() {
+        let t = parse(
+            "trtype=tcp adrfam=ipv4 traddr=127.0.0.1 trsvcid=4521 subnqn=nqn.2024-01.io.nvmfd:default ns=2 ddgst=1",
+        )
+        .unwrap();
+        assert_eq!(t.trid.traddr, "127.0.0.1");
+        assert_eq!(t.trid.trsvcid, "4521");
+        assert_eq!(t.trid.subnqn, "nqn.2024-01.io.nvmfd:default");
+        assert_eq!(t.nsid, 2);
+        assert!(t.data_digest && !t.hdr_digest);
+    }
+
+    #[test]
+    fn defaults_port_and_namespace() {
+        let t = parse("traddr=10.0.0.1 subnqn=nqn.x").unwrap();
+        assert_eq!(t.trid.trsvcid, "4420");
+        assert_eq!(t.nsid, 1);
+    }
+
+    #[test]
+    fn bad_names_say_what_is_wrong() {
+        for (name, want) in [
+            ("", "empty"),
+            ("/dev/nvme0n1", "is not key=value"),
+            ("traddr=127.0.0.1", "subnqn"),
+            ("traddr=127.0.0.1 subnqn=nqn.x trtype=rdma", "only tcp"),
+            ("traddr=127.0.0.1 subnqn=nqn.x ns=0", "not a namespace ID"),
+            ("traddr=127.0.0.1 subnqn=nqn.x ns=abc", "ns"),
+            ("traddr=127.0.0.1 subnqn=nqn.x hdgst=2", "expected 0 or 1"),
+            ("traddr=127.0.0.1 subnqn=nqn.x color=red", "color"),
+        ] {
+            let e = parse(name).unwrap_err();
+            assert!(e.contains(want), "{name:?}: {e}");
+            assert!(
+                e.contains("trtype=tcp traddr="),
+                "{name:?} lacks the syntax: {e}"
+            );
+        }
+    }
+}
