@@ -2,7 +2,8 @@
 //! the command line built for a workload, and end to end with the real fio
 //! on a plain file (the `fio-kernel` variant: a file is just a filename),
 //! locally and in client/server mode (fio servers on 127.0.0.1, ports
-//! 4562-4563), a Ctrl-C stop, the time limit and a failing job; the `fio`
+//! 4562-4563), a Ctrl-C stop, the time limit, a failing job and a
+//! panicking window callback (fio killed, scratch removed); the `fio`
 //! variant (our external ioengine) against a test-started nvmfd on port
 //! 4564; and `nvmf bench run` with engine fio-kernel, locally and with two
 //! fio clients (ports 4567-4568), and with engine fio against an nvmfd it
@@ -660,4 +661,36 @@ fn bench_run_with_the_fio_engine_against_nvmfd() {
         "target {t} vs fio {f}: {:?}",
         m.notes
     );
+}
+
+#[test]
+fn a_panicking_window_callback_leaves_no_fio_behind() {
+    if !have_fio() {
+        return;
+    }
+    let s = Scratch::new("panic");
+    let mut e = FioEngine::new(opts(&s, &s.data()));
+    let w = workload(Workload::RandRead, 30, 0);
+    let trid = TransportId::tcp("127.0.0.1", "4420", NQN);
+    let stop = AtomicBool::new(false);
+    let job = EngineJob {
+        trid: &trid,
+        nsid: 1,
+        workload: &w,
+        pin: &[],
+        host_nqn: None,
+        stop: &stop,
+    };
+    let t0 = Instant::now();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        e.run(&job, &mut |_| panic!("runner bug"))
+    }));
+    assert!(r.is_err());
+    assert!(t0.elapsed() < Duration::from_secs(10), "{:?}", t0.elapsed());
+    assert_eq!(child_state(), "", "fio left behind");
+    let left: Vec<_> = std::fs::read_dir(&s.0)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["data"]);
 }

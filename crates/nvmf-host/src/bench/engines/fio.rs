@@ -380,14 +380,15 @@ impl FioEngine {
         if !self.client_mode() {
             cmd.current_dir(dir);
         }
-        let mut child = cmd
-            .args(&args)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", self.opts.fio.display()))?;
-        let pid = child.id();
+        let mut child = Reaper(
+            cmd.args(&args)
+                .stdin(Stdio::null())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn()
+                .with_context(|| format!("starting {}", self.opts.fio.display()))?,
+        );
+        let pid = child.0.id();
         let t0 = Instant::now();
         let ramp = Duration::from_secs(w.ramp_s);
         let limit = ramp + Duration::from_secs(w.runtime_s + self.opts.margin_s);
@@ -404,7 +405,7 @@ impl FioEngine {
                 if started {
                     window(Window::End);
                 }
-                break child.wait()?;
+                break child.0.wait()?;
             }
             let now = t0.elapsed();
             if start_at.is_none() && marker.exists() {
@@ -421,8 +422,7 @@ impl FioEngine {
                 interrupted = true;
             }
             if now >= limit {
-                let _ = child.kill();
-                let _ = child.wait();
+                child.kill();
                 bail!(
                     "fio did not finish within {} s (ramp {} + runtime {} + margin {}); killed it. Output:\n{}",
                     limit.as_secs(),
@@ -480,6 +480,33 @@ impl FioEngine {
         r.command = command;
         r.initiator_pids = vec![pid];
         Ok(r)
+    }
+}
+
+/// fio's process: killed and reaped when dropped (a panicking window
+/// callback or an error must not leave fio running); both are no-ops
+/// once it has been waited for.
+struct Reaper(std::process::Child);
+
+impl Reaper {
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The run's scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -563,9 +590,7 @@ impl Engine for FioEngine {
         if matches!(self.opts.target, FioTarget::Kernel { .. }) && self.device().is_none() {
             bail!("engine fio-kernel: no device for this target (give the target device = \"/dev/nvmeXnY\")");
         }
-        let dir = self.scratch_dir()?;
-        let r = self.run_in(&dir, job, window);
-        let _ = std::fs::remove_dir_all(&dir);
-        r
+        let dir = Scratch(self.scratch_dir()?);
+        self.run_in(&dir.0, job, window)
     }
 }
