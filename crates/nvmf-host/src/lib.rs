@@ -16,7 +16,8 @@
 //! * error.rs: errors with NVMe status names.
 //! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //! * bench/: `nvmf bench` (spec.rs: TOML spec and presets; matrix.rs: the ordered
-//!   run list; placement.rs: route, NUMA node, CPUs, busy cores; mod.rs: the plan).
+//!   run list; placement.rs: route, NUMA node, CPUs, busy cores; mod.rs: the plan;
+//!   targets/spdk.rs, targets/kernel.rs: SPDK and kernel targets; engines/spdk_perf.rs).
 //!
 //! ```no_run
 //! use nvmf_host::{Controller, ConnectOptions, TransportId};

@@ -495,6 +495,7 @@ mod tests {
         let ios = r.read.ios + r.write.ios;
         // The histogram's counts add up to the I/Os; IOPS × seconds agrees.
         assert_eq!(ios, histogram(RANDRW).iter().map(|b| b.1).sum::<u64>());
+        assert_eq!(ios, 225600);
         assert!((ios as f64 / r.seconds - 112349.03).abs() < 0.01, "{r:?}");
         assert!((r.seconds - 2.0).abs() < 0.05, "{}", r.seconds);
         assert_eq!(r.read.ios, (ios as f64 * 0.75).round() as u64);
@@ -520,6 +521,8 @@ mod tests {
     fn parses_a_two_core_run_by_merging_histograms() {
         let r = parse_output(READ2, Workload::Read, 100, 131072, 99.0).unwrap();
         assert_eq!(r.write.ios, 0);
+        // Core 0's histogram counts 308 I/Os, core 1's 1585 (counted by hand).
+        assert_eq!(r.read.ios, 308 + 1585);
         assert!((r.read.ios as f64 / r.seconds - 1885.74).abs() < 0.01);
         assert_eq!(
             (r.all.mean_us, r.all.min_us, r.all.max_us),
