@@ -8,7 +8,8 @@
 //! build/bin/nvmf_tgt and spdk_nvme_perf; default /work/spdk/spdk when it
 //! has them, as crates/nvmfd/tests/spdk_host.rs). Without one each test
 //! prints `skipped: ...` and passes: SPDK is not in CI. Ports 4540-4559.
-//! SPDK busy-polls a core per reactor: the tests run one at a time.
+//! SPDK busy-polls a core per reactor, and the ports come from one small
+//! range: the tests run one at a time.
 
 use nvmf_host::bench::engine::{EngineJob, Window};
 use nvmf_host::bench::engines::spdk_perf_engine;
@@ -239,4 +240,51 @@ fn spdk_perf_against_nvmfd_and_stopped_early() {
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
     assert!(r.write.ios > 0 && r.seconds < 10.0, "{r:?}");
     assert!(nvmfd.running(), "nvmfd survived:\n{}", nvmfd.logs());
+}
+
+/// A namespace the config does not have: start fails naming it, and the
+/// nvmf_tgt it had started is gone. A port already taken: refused before
+/// anything starts (no SPDK needed for that part).
+#[test]
+fn spdk_target_refusals() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TestDir::new("bench-spdk-refuse");
+    let busy = std::net::TcpListener::bind(("127.0.0.1", port())).unwrap();
+    let taken = busy.local_addr().unwrap().port();
+    std::fs::write(
+        dir.join("busy.json"),
+        config(taken, "nqn.2016-06.io.spdk:busy"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("nvmf_tgt"), "").unwrap();
+    let text = "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"busy.json\"\n[[workload]]\n";
+    let spec = BenchSpec::from_toml(text, dir.path(), &[]).unwrap();
+    let mut t = spdk_kernel_target(&spec.targets[0], &[0], &[], false).unwrap();
+    let e = t.start().unwrap_err().to_string();
+    assert!(
+        e.contains("already listens on 127.0.0.1:") && e.contains("another target"),
+        "{e}"
+    );
+    drop(busy);
+
+    let Some(spdk) = spdk_dir("spdk_target_refusals") else {
+        return;
+    };
+    let port = port();
+    std::fs::write(
+        dir.join("spdk.json"),
+        config(port, "nqn.2016-06.io.spdk:ns"),
+    )
+    .unwrap();
+    let text = format!(
+        "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"{}\"\nconfig = \"spdk.json\"\nnsid = 2\n[[workload]]\n",
+        spdk.join("build/bin/nvmf_tgt").display()
+    );
+    let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
+    let mut t = spdk_kernel_target(&spec.targets[0], &[cpus().0], &[], false).unwrap();
+    let e = t.start().unwrap_err().to_string();
+    assert!(e.contains("has no namespace 2"), "{e}");
+    let pid = t.pids()[0];
+    assert!(!alive(pid), "nvmf_tgt {pid} left running");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }

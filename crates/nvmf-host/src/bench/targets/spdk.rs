@@ -257,6 +257,12 @@ impl SpdkTarget {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Its RPC server may come up just after the listener: wait for it
+        // (bounded, 50 × 200 ms).
+        let mut c = RpcClient::connect(&self.rpc_path, 50)
+            .with_context(|| format!("nvmf_tgt's RPC socket\n{}", self.log_tail()))?;
+        c.set_timeout(Some(Duration::from_secs(5)))?;
+        self.rpc = Some(c);
         self.version = self
             .call("spdk_get_version", None)
             .ok()
