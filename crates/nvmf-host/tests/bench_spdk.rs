@@ -12,9 +12,9 @@
 //! range: the tests run one at a time.
 
 use nvmf_host::bench::engine::{EngineJob, Window};
-use nvmf_host::bench::engines::spdk_perf_engine;
+use nvmf_host::bench::engines::{for_spec, EngineOptions};
 use nvmf_host::bench::spec::BenchSpec;
-use nvmf_host::bench::targets::spdk_kernel_target;
+use nvmf_host::bench::targets::{for_target, TargetOptions};
 use nvmf_host::TransportId;
 use nvmf_testkit::{bins::nvmfd_command, Process, TestDir};
 use std::path::PathBuf;
@@ -93,8 +93,12 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
     let (tcpu, icpu) = cpus();
-    let mut target = spdk_kernel_target(&spec.targets[0], &[tcpu, icpu], &[icpu], false)
-        .expect("an spdk target");
+    let topts = TargetOptions {
+        node_cpus: vec![tcpu, icpu],
+        initiator_cpus: vec![icpu],
+        ..Default::default()
+    };
+    let mut target = for_target(&spec.targets[0], &topts).expect("an spdk target");
     let t0 = Instant::now();
     let ep = target.start().expect("nvmf_tgt starts");
     assert!(t0.elapsed() < Duration::from_secs(30));
@@ -110,7 +114,7 @@ fn spdk_target_measured_with_spdk_perf() {
     if tcpu != icpu {
         assert_eq!(target.cpus(), [tcpu]);
     }
-    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    let mut engine = for_spec(&spec, &EngineOptions::default()).unwrap();
     assert_eq!(engine.name(), "spdk-perf");
     assert!(engine.version().contains("SPDK v"), "{}", engine.version());
     let stop = AtomicBool::new(false);
@@ -200,7 +204,7 @@ fn spdk_perf_against_nvmfd_and_stopped_early() {
         spdk.join("build/bin/spdk_nvme_perf").display()
     );
     let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
-    let mut engine = spdk_perf_engine(&spec, None).unwrap().unwrap();
+    let mut engine = for_spec(&spec, &EngineOptions::default()).unwrap();
     let trid = TransportId::tcp("127.0.0.1", &port.to_string(), nqn);
     let stop = AtomicBool::new(false);
     let pin = [icpu];
@@ -259,7 +263,11 @@ fn spdk_target_refusals() {
     std::fs::write(dir.join("nvmf_tgt"), "").unwrap();
     let text = "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"busy.json\"\n[[workload]]\n";
     let spec = BenchSpec::from_toml(text, dir.path(), &[]).unwrap();
-    let mut t = spdk_kernel_target(&spec.targets[0], &[0], &[], false).unwrap();
+    let opts = |cpu: usize| TargetOptions {
+        node_cpus: vec![cpu],
+        ..TargetOptions::default()
+    };
+    let mut t = for_target(&spec.targets[0], &opts(0)).unwrap();
     let e = t.start().unwrap_err().to_string();
     assert!(
         e.contains("already listens on 127.0.0.1:") && e.contains("another target"),
@@ -281,7 +289,7 @@ fn spdk_target_refusals() {
         spdk.join("build/bin/nvmf_tgt").display()
     );
     let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
-    let mut t = spdk_kernel_target(&spec.targets[0], &[cpus().0], &[], false).unwrap();
+    let mut t = for_target(&spec.targets[0], &opts(cpus().0)).unwrap();
     let e = t.start().unwrap_err().to_string();
     assert!(e.contains("has no namespace 2"), "{e}");
     let pid = t.pids()[0];

@@ -3,14 +3,26 @@
 //! run matrix (`matrix.rs`: targets × workloads × rounds, alternating and
 //! rotating), the initiator's placement (`placement.rs`: route, NUMA
 //! node, CPUs, busy cores), and here the plan that `nvmf bench plan`
-//! prints from them. The runner, engines and reports come later.
+//! prints from them; the reports of a run (`summary.rs`: per-cell
+//! figures; `output.rs`: JSON, CSV, Markdown, terminal table; `html.rs`:
+//! the HTML pages with charts) and `compare.rs` (`nvmf bench compare`);
+//! the runner (`run.rs`, with `cpu.rs` and `machine.rs`), the load
+//! generators behind `engine.rs` (`engines/`) and the targets behind
+//! `target.rs` (`targets/`).
 
+pub mod compare;
+pub mod cpu;
 pub mod engine;
 pub mod engines;
+pub mod html;
+pub mod machine;
 pub mod matrix;
+pub mod output;
 pub mod placement;
 pub mod results;
+pub mod run;
 pub mod spec;
+pub mod summary;
 pub mod target;
 pub mod targets;
 

@@ -19,7 +19,9 @@ pub trait BenchTarget {
     /// Kind name recorded in results (`nvmfd`, `trid`, `spdk`, `kernel`).
     fn kind(&self) -> &'static str;
     /// Start it if the harness owns it (a no-op for a running target) and
-    /// say where to connect. Called once, before its first run.
+    /// say where to connect. Called before its first run, and again after
+    /// `stop` when the matrix comes back to it (only one harness-started
+    /// target runs at a time), so it must start afresh after a stop.
     fn start(&mut self) -> anyhow::Result<Endpoint>;
     /// Local processes whose CPU time is the target's (empty: unknown or
     /// remote; the target's CPU figures are then left out).
@@ -36,7 +38,8 @@ pub trait BenchTarget {
     fn notes(&self) -> Vec<String> {
         Vec::new()
     }
-    /// Stop it if the harness started it. Called once at the end, also
-    /// after Ctrl-C or a failure; must not panic.
+    /// Stop it if the harness started it. Called when the matrix moves to
+    /// another target and at the end (also after Ctrl-C or a failure);
+    /// may be called when already stopped; must not panic.
     fn stop(&mut self);
 }

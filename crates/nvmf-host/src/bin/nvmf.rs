@@ -129,11 +129,33 @@ and each round starts at another target and workload, so drift hits all alike.
 `plan` prints, per target, the interface that routes to it, its NUMA node and CPUs, the CPUs
 the initiator would be pinned to (one per queue; free CPUs of the NIC's node first), warnings
 (OFF-NODE, BUSY CORE > 50 %, no NUMA information), then the run list and the estimated time.
-Running the matrix (`nvmf bench run`) is not built yet; see docs/BENCH.md.
+`run` runs the matrix (see `nvmf bench run --help` and docs/BENCH.md).
 
 Examples:
   nvmf bench plan quick --target 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default'
   nvmf bench plan bench.toml";
+
+const BENCH_RUN_HELP: &str = "\
+`run` starts each nvmfd target once (its config, a private RPC socket and log in a temp dir,
+reactors on the NIC node's CPUs the initiator does not use), runs every cell of the matrix with
+`nvmf perf` in process (pinned as `plan` shows), and stops the targets at the end.
+
+Around each measured window (ramp excluded) it reads the CPU time of the target's processes and
+of this one (/proc/PID/stat), /proc/stat steal, /proc/loadavg, the target's own I/O counters
+(nvmfd: nvmf_get_stats) and, where perf can count, `perf stat` cycles and instructions. Per run:
+IOPS, MiB/s (2^20 bytes), Gbit/s (10^9 bits), latency percentiles, CPU us per I/O and cores,
+cycles and instructions per I/O; a failed run is recorded and the matrix goes on.
+
+Outputs in --out DIR: bench.json (everything; `bench compare` reads it), bench.csv, bench.md,
+bench.html; the summary table is printed at the end.
+
+Ctrl-C stops the current run cleanly, stops the targets and writes the outputs with what was
+measured (interrupted = true, exit status 130); a second Ctrl-C exits at once.
+Exit status: 0 all runs measured, 1 a run failed or an error, 130 interrupted.
+
+Examples:
+  nvmf bench run bench.toml --out results/
+  nvmf bench run quick --target 'trtype:TCP traddr:10.0.0.2 trsvcid:4420 subnqn:nqn.2016-06.io.spdk:cnode1'";
 
 const DISCOVER_HELP: &str = "\
 Examples:
@@ -169,7 +191,7 @@ enum Cmd {
     /// Live per-path view of a running nvmfd: IOPS, MiB/s, latency per listener, path, host, namespace
     #[command(after_help = TOP_HELP)]
     Top(TopArgs),
-    /// Benchmark matrices against NVMe-oF targets (so far: `plan`, what a run would do)
+    /// Benchmark matrices against NVMe-oF targets: `plan` shows what `run` would do, `run` does it, `compare` sets two reports side by side
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
@@ -192,6 +214,57 @@ enum BenchCmd {
     /// Show the placement of each target and the expanded run list, without running anything
     #[command(after_help = BENCH_HELP)]
     Plan(BenchPlanArgs),
+    /// Compare two bench reports (bench.json) cell by cell: A and B side by side, ratio, verdict
+    #[command(after_help = BENCH_COMPARE_HELP)]
+    Compare(BenchCompareArgs),
+    /// Run the matrix: start the targets, measure every cell, write JSON/CSV/Markdown/HTML
+    #[command(after_help = BENCH_RUN_HELP)]
+    Run(BenchRunArgs),
+}
+
+const BENCH_COMPARE_HELP: &str = "\
+Cells are matched by id (target/workload); cells in only one report are listed. Per cell:
+IOPS, MiB/s, p99 latency, target and initiator CPU per I/O as mean (min-max) over the rounds
+for A and B, the ratio B/A, and a verdict (\"B faster\", \"B slower\", \"B lower latency\", ...)
+only where the two min-max ranges do not overlap; otherwise \"no clear difference (ranges overlap)\".
+
+Examples:
+  nvmf bench compare before/bench.json after/bench.json
+  nvmf bench compare a.json b.json --html compare.html";
+
+#[derive(Args)]
+struct BenchCompareArgs {
+    /// The first report (A): a bench.json written by `nvmf bench run`
+    #[arg(value_name = "A.json")]
+    a: std::path::PathBuf,
+    /// The second report (B), compared with A
+    #[arg(value_name = "B.json")]
+    b: std::path::PathBuf,
+    /// Also write an HTML page with paired bar charts to this file
+    #[arg(long, value_name = "OUT.html")]
+    html: Option<std::path::PathBuf>,
+}
+
+#[derive(Args)]
+struct BenchRunArgs {
+    /// A spec file (TOML) or a preset: quick, seed-4k-randrw, latency, throughput
+    #[arg(value_name = "SPEC")]
+    spec: String,
+    /// Add a running target by transport ID (repeatable; required with a preset)
+    #[arg(long = "target", value_name = "TRID")]
+    targets: Vec<String>,
+    /// Directory for the outputs (default: nvmf-bench-YYYYMMDD-HHMMSS in the current directory)
+    #[arg(long = "out", value_name = "DIR")]
+    out: Option<std::path::PathBuf>,
+    /// The nvmfd binary for nvmfd targets (default: next to this nvmf, else on PATH)
+    #[arg(long = "nvmfd", value_name = "PATH")]
+    nvmfd: Option<std::path::PathBuf>,
+    /// Pin nothing: neither the initiator's threads nor a started nvmfd's reactors
+    #[arg(long = "no-pin")]
+    no_pin: bool,
+    /// Milliseconds of /proc/stat sampling to find busy cores before placing (0 = skip)
+    #[arg(long = "sample-ms", default_value_t = 250, value_name = "MS")]
+    sample_ms: u64,
 }
 
 #[derive(Args)]
@@ -338,6 +411,9 @@ struct PerfArgs {
         value_name = "SECONDS"
     )]
     time: u64,
+    /// Seconds of load before the measured time (statistics start after it)
+    #[arg(long = "ramp", default_value_t = 0, value_name = "SECONDS")]
+    ramp: u64,
     /// Number of I/O queues (TCP connections)
     #[arg(long, default_value_t = 1)]
     queues: u16,
@@ -436,7 +512,166 @@ fn bench(b: BenchArgs) -> Result<ExitCode> {
             print!("{}", plan.render());
             Ok(ExitCode::SUCCESS)
         }
+        BenchCmd::Compare(a) => {
+            use nvmf_host::bench::{compare, html, output::load_report};
+            let ra = load_report(&a.a)?;
+            let rb = load_report(&a.b)?;
+            let c = compare::compare(
+                &ra,
+                &rb,
+                &a.a.display().to_string(),
+                &a.b.display().to_string(),
+            );
+            let mut text = c.render();
+            if let Some(out) = &a.html {
+                std::fs::write(out, html::compare_html(&c))
+                    .with_context(|| format!("writing {}", out.display()))?;
+                text += &format!("\nHTML: {}\n", out.display());
+            }
+            // A closed pipe (`| head`) is not an error worth a panic.
+            let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), text.as_bytes());
+            Ok(ExitCode::SUCCESS)
+        }
+        BenchCmd::Run(a) => bench_run(a),
     }
+}
+
+/// `nvmf-bench-YYYYMMDD-HHMMSS` (UTC) for a default output directory.
+fn default_out_dir() -> std::path::PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil date from days since 1970-01-01 (proleptic Gregorian).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    std::path::PathBuf::from(format!(
+        "nvmf-bench-{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    ))
+}
+
+fn bench_run(a: BenchRunArgs) -> Result<ExitCode> {
+    use nvmf_host::bench::run::{self as brun, Event, RunOptions};
+    use nvmf_host::bench::{placement::Host, spec, spec::BenchSpec, Plan};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let bench_spec = BenchSpec::load(&a.spec, &a.targets)?;
+    let spec_text = if std::path::Path::new(&a.spec).exists() {
+        std::fs::read_to_string(&a.spec).unwrap_or_default()
+    } else {
+        spec::preset_toml(&a.spec).unwrap_or_default().to_string()
+    };
+    // Ctrl-C: the first stops the current run cleanly and ends the bench
+    // with what was measured; a second one exits at once (status 130).
+    let stop = Arc::new(AtomicBool::new(false));
+    signal_hook::flag::register_conditional_shutdown(
+        signal_hook::consts::SIGINT,
+        130,
+        Arc::clone(&stop),
+    )?;
+    signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(&stop))?;
+    let plan = Plan::new(
+        bench_spec,
+        &Host::system(),
+        Duration::from_millis(a.sample_ms),
+    );
+    for (t, p) in plan.spec.targets.iter().zip(&plan.placements) {
+        for w in &p.warnings {
+            eprintln!("nvmf bench: {}: {w}", t.name);
+        }
+    }
+    let out = a.out.clone().unwrap_or_else(default_out_dir);
+    let opts = RunOptions {
+        out: out.clone(),
+        nvmfd: a.nvmfd.clone(),
+        no_pin: a.no_pin,
+        engine: Default::default(),
+        spec_source: a.spec.clone(),
+        spec_text,
+        command: std::env::args()
+            .map(|x| if x.contains(' ') { format!("'{x}'") } else { x })
+            .collect::<Vec<_>>()
+            .join(" "),
+    };
+    let tty = std::io::stdout().is_terminal();
+    let bar = tty.then(|| {
+        let b = indicatif::ProgressBar::new(plan.runs.len() as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{bar:30} {pos}/{len} runs, ~{msg} left  {prefix}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut on_event = |e: Event<'_>| match e {
+        Event::TargetStarting { target } => match &bar {
+            Some(b) => b.set_prefix(format!("starting {target}")),
+            None => println!("starting target {target}"),
+        },
+        Event::RunStarting { run, left_s, .. } => {
+            if let Some(b) = &bar {
+                b.set_message(format!("{}m{:02}s", left_s / 60, left_s % 60));
+                b.set_prefix(format!("{} round {}", run.cell, run.round + 1));
+            }
+        }
+        Event::RunDone {
+            run,
+            total,
+            outcome,
+        } => {
+            let line = match outcome {
+                Ok(m) => format!(
+                    "[{}/{total}] {} round {}: {:.0} IOPS, {:.2} MiB/s, p99 {:.1} us",
+                    run.index + 1,
+                    run.cell,
+                    run.round + 1,
+                    m.iops,
+                    m.mibps,
+                    m.result.all.p99_us
+                ),
+                Err(why) => format!(
+                    "[{}/{total}] {} round {}: FAILED: {why}",
+                    run.index + 1,
+                    run.cell,
+                    run.round + 1
+                ),
+            };
+            match &bar {
+                Some(b) => {
+                    b.println(line);
+                    b.inc(1);
+                }
+                None => println!("{line}"),
+            }
+        }
+    };
+    let outcome = brun::run(&plan, &opts, &stop, &mut on_event)?;
+    if let Some(b) = &bar {
+        b.finish_and_clear();
+    }
+    print!("\n{}", brun::text_summary(&outcome.report));
+    for f in &outcome.files {
+        println!("wrote {}", f.display());
+    }
+    if outcome.report.interrupted || stop.load(Ordering::Relaxed) {
+        return Ok(ExitCode::from(130));
+    }
+    Ok(if outcome.report.failures.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 fn top(a: TopArgs) -> Result<ExitCode> {
@@ -632,6 +867,7 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     cfg.workload = a.workload;
     cfg.read_pct = a.read_pct;
     cfg.duration = Duration::from_secs(a.time);
+    cfg.ramp = Duration::from_secs(a.ramp);
     cfg.queues = a.queues;
     cfg.cores = a.cores.map(|c| c.0);
     cfg.verify = a.verify;

@@ -722,6 +722,25 @@ impl Worker {
         done
     }
 
+    /// Forget the statistics gathered so far (end of the ramp): counts,
+    /// latencies and errors start again; commands in flight are kept and
+    /// count when they complete. Called once per run, not per I/O.
+    pub fn reset_stats(&mut self) {
+        self.read.reset();
+        self.write.reset();
+        for ps in &mut self.pstats {
+            ps.read.reset();
+            ps.write.reset();
+            ps.failed_over = 0;
+            ps.retried = 0;
+            ps.errors = 0;
+            ps.first_ns = 0;
+            ps.last_ns = 0;
+        }
+        self.errors = 0;
+        self.first_error = None;
+    }
+
     pub fn report(self) -> (QueueReport, Vec<PathStats>) {
         let lost = self.outstanding() as u64;
         (
@@ -829,6 +848,8 @@ fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
 }
 
 /// Run one thread's workers until `deadline`, drain, then (verify) read back.
+/// At `ramp_end` (if any) every worker's statistics restart (the ramp).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_thread(
     qs: &mut [Worker],
     tix: usize,
@@ -837,6 +858,7 @@ pub(crate) fn run_thread(
     deadline: Instant,
     drain: Duration,
     spin: Duration,
+    mut ramp_end: Option<Instant>,
 ) -> Result<()> {
     let mut last_progress = Instant::now();
     let nfds: usize = qs.iter().map(|w| w.paths.len()).sum();
@@ -863,6 +885,11 @@ pub(crate) fn run_thread(
         }
         loop {
             let now = Instant::now();
+            // End of the ramp: one check per loop turn, not per I/O.
+            if ramp_end.is_some_and(|r| now >= r) {
+                ramp_end = None;
+                qs.iter_mut().for_each(Worker::reset_stats);
+            }
             if running && (now >= deadline || shared.stop.load(Ordering::Relaxed)) && phase == 0 {
                 running = false;
             }

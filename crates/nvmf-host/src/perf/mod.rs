@@ -51,6 +51,9 @@ pub struct PerfConfig {
     /// Reads in percent for the mixed workloads.
     pub read_pct: u32,
     pub duration: Duration,
+    /// Load run before the measured `duration` (statistics restart when
+    /// it ends; zero = measure from the first I/O).
+    pub ramp: Duration,
     pub queues: u16,
     /// Pin one thread per listed CPU (queues spread round-robin); None: one
     /// unpinned thread per queue.
@@ -81,6 +84,7 @@ impl PerfConfig {
             workload: Workload::RandRead,
             read_pct: 50,
             duration: Duration::from_secs(10),
+            ramp: Duration::ZERO,
             queues: 1,
             cores: None,
             verify: false,
@@ -152,8 +156,34 @@ fn connect_paths(cfg: &PerfConfig, trids: &[TransportId]) -> Result<(Vec<Path>, 
     Ok((paths, nsze, bs))
 }
 
+/// The measured window's edges, as `Hooks::window` is told them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Edge {
+    /// The ramp is over (with no ramp: every queue is connected and no
+    /// I/O has been sent yet).
+    Start,
+    /// Every I/O has completed (or was given up); the connections are
+    /// still open.
+    End,
+}
+
+/// What a caller embedding the load generator (`nvmf bench`) can hook in;
+/// both are looked at by the main thread only, never on the I/O path.
+#[derive(Default)]
+pub struct Hooks<'a> {
+    /// Called at the measured window's edges.
+    pub window: Option<&'a mut dyn FnMut(Edge)>,
+    /// When set, stop submitting, drain and report what was measured.
+    pub stop: Option<&'a AtomicBool>,
+}
+
 /// Connect, run the workload, and collect the report.
 pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
+    run_hooked(cfg, Hooks::default())
+}
+
+/// `run` with window edges reported and an external stop flag.
+pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> {
     if cfg.queues == 0 || cfg.queue_depth == 0 {
         return Err(Error::InvalidArg(
             "queues and queue depth must be at least 1".into(),
@@ -288,7 +318,8 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
         let shared = Arc::clone(&shared);
         let barrier = Arc::clone(&barrier);
         let core = cfg.cores.as_ref().and_then(|c| c.get(t).copied());
-        let duration = cfg.duration;
+        let duration = cfg.ramp + cfg.duration;
+        let ramp = cfg.ramp;
         let spin = cfg.poll;
         let h = std::thread::Builder::new()
             .name(format!("nvmf-perf-{t}"))
@@ -310,20 +341,45 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
                     start + duration,
                     Duration::from_secs(10),
                     spin,
+                    (!ramp.is_zero()).then(|| start + ramp),
                 );
                 (qs, r.err().map(|e| e.to_string()))
             })
             .expect("spawn perf thread");
         handles.push(h);
     }
+    // No ramp: the window opens before the first I/O is sent.
+    let mut window_open = cfg.ramp.is_zero();
+    if window_open {
+        if let Some(w) = hooks.window.as_mut() {
+            w(Edge::Start);
+        }
+    }
     barrier.wait();
     let start = Instant::now();
+    let measured_from = start + cfg.ramp;
 
     // Progress once a second while the threads run.
     let mut last = (0u64, 0u64, start);
     let mut printed = false;
     while handles.iter().any(|h| !h.is_finished()) {
-        std::thread::sleep(Duration::from_millis(50));
+        let nap = if window_open {
+            Duration::from_millis(50)
+        } else {
+            measured_from
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(50))
+        };
+        std::thread::sleep(nap);
+        if !window_open && Instant::now() >= measured_from {
+            window_open = true;
+            if let Some(w) = hooks.window.as_mut() {
+                w(Edge::Start);
+            }
+        }
+        if hooks.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            shared.stop.store(true, Ordering::Relaxed);
+        }
         if cfg.progress && last.2.elapsed() >= Duration::from_secs(1) {
             let ios: u64 = shared.ios.iter().map(|c| c.0.load(Ordering::Relaxed)).sum();
             let bytes: u64 = shared
@@ -348,8 +404,14 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
     if printed {
         println!();
     }
-    let runtime = start
-        .elapsed()
+    let stopped_in_ramp = !window_open;
+    if let Some(w) = hooks.window.as_mut() {
+        if window_open {
+            w(Edge::End);
+        }
+    }
+    let runtime = Instant::now()
+        .saturating_duration_since(measured_from)
         .min(cfg.duration.max(Duration::from_millis(1)));
     let paths = monitor.finish();
     let mut queues = Vec::new();
@@ -426,6 +488,9 @@ pub fn run(cfg: &PerfConfig) -> Result<PerfReport> {
         Some(n) => n.min(first.ctrl.in_capsule_size()),
         None => first.ctrl.in_capsule_size(),
     };
+    if stopped_in_ramp {
+        failures.push("stopped during the ramp: nothing was measured".into());
+    }
     Ok(PerfReport {
         workload: cfg.workload,
         io_size: cfg.io_size,

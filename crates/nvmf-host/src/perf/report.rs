@@ -33,6 +33,15 @@ impl DirStats {
             hist: Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds"),
         }
     }
+    /// Back to empty (the histogram keeps its allocation).
+    pub(crate) fn reset(&mut self) {
+        self.ios = 0;
+        self.bytes = 0;
+        self.sum_ns = 0;
+        self.min_ns = u64::MAX;
+        self.max_ns = 0;
+        self.hist.reset();
+    }
     #[inline]
     pub(crate) fn record(&mut self, bytes: u32, ns: u64) {
         self.ios += 1;

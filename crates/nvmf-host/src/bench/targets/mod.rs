@@ -1,36 +1,49 @@
 //! bench/targets/mod.rs — the targets `nvmf bench run` measures, one file
-//! each. Here so far: `spdk.rs` (SPDK nvmf_tgt started by the harness) and
-//! `kernel.rs` (the Linux kernel target set up through configfs), and
-//! `spdk_kernel_target`, the driver choice for those two kinds (to be
-//! folded into the runner's `for_target`).
+//! each, and the driver for a spec target (`for_target`): `nvmfd.rs` (an
+//! nvmfd the harness starts from a config), `trid.rs` (a target that is
+//! already running), `spdk.rs` (SPDK nvmf_tgt started by the harness) and
+//! `kernel.rs` (the Linux kernel target set up through configfs).
 
 pub mod kernel;
+pub mod nvmfd;
 pub mod spdk;
+pub mod trid;
 
 use super::spec::{Target, TargetKind};
 use super::target::BenchTarget;
+use std::path::PathBuf;
 
-/// The driver for a `kind = "spdk"` or `kind = "kernel"` target (None for
-/// other kinds). `node_cpus`: CPUs of the NIC's NUMA node;
-/// `initiator_cpus`: CPUs the initiator is pinned to (SPDK's reactors avoid
-/// them unless the spec names `cores`); `no_pin`: leave SPDK on its default
-/// core mask.
-pub fn spdk_kernel_target(
-    t: &Target,
-    node_cpus: &[usize],
-    initiator_cpus: &[usize],
-    no_pin: bool,
-) -> Option<Box<dyn BenchTarget>> {
-    Some(match &t.kind {
+/// What the harness knows when it sets a target up.
+#[derive(Debug, Clone, Default)]
+pub struct TargetOptions {
+    /// The nvmfd binary (`--nvmfd`); None: next to the running `nvmf`,
+    /// else on PATH.
+    pub nvmfd: Option<PathBuf>,
+    /// CPUs of the NIC's NUMA node (all online CPUs without NUMA information).
+    pub node_cpus: Vec<usize>,
+    /// CPUs the initiator is pinned to (a started target avoids them).
+    pub initiator_cpus: Vec<usize>,
+    /// Leave the target's threads unpinned (`--no-pin`).
+    pub no_pin: bool,
+}
+
+/// The driver for spec target `t`.
+pub fn for_target(t: &Target, opts: &TargetOptions) -> anyhow::Result<Box<dyn BenchTarget>> {
+    Ok(match &t.kind {
+        TargetKind::Nvmfd { config, addr } => {
+            Box::new(nvmfd::NvmfdTarget::new(&t.name, config, addr, opts))
+        }
+        TargetKind::Trid(trid) => Box::new(trid::TridTarget::new(trid.clone())),
         TargetKind::Spdk(s) => {
-            let cpus = if no_pin {
+            // SPDK's reactors avoid the initiator's CPUs unless the spec
+            // names `cores`; --no-pin leaves it on its default mask.
+            let cpus = if opts.no_pin {
                 Vec::new()
             } else {
-                spdk::target_cpus(node_cpus, initiator_cpus)
+                spdk::target_cpus(&opts.node_cpus, &opts.initiator_cpus)
             };
             Box::new(spdk::SpdkTarget::new(&t.name, s, t.nsid, &cpus))
         }
         TargetKind::Kernel(k) => Box::new(kernel::KernelTarget::new(&t.name, k, t.nsid)),
-        _ => return None,
     })
 }
