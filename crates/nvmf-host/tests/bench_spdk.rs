@@ -138,7 +138,7 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     let window = edges[1].1.duration_since(edges[0].1).as_secs_f64();
     assert!((1.5..3.5).contains(&window), "window {window} s");
-    assert!((1.8..2.2).contains(&r.seconds), "{r:?}");
+    assert!((1.8..3.0).contains(&r.seconds), "{r:?}");
     assert!(r.read.ios > 1000 && r.write.ios == 0, "{r:?}");
     assert!(
         r.all.p50_us > 0.0 && r.all.p99_us >= r.all.p50_us,
@@ -147,6 +147,13 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     assert!(r.command.contains("spdk_nvme_perf") && r.command.contains("-LL"));
     assert_eq!(r.initiator_pids.len(), 1);
+    // perf busy-polls its one core through the window (less of it when
+    // the machine is shared), never more than that one core.
+    let cpu = r.initiator_cpu_s.expect("perf's CPU time");
+    assert!(
+        cpu > 0.05 * window && cpu < 1.2 * window,
+        "{cpu} s of CPU in {window} s"
+    );
     // The target counted about what perf measured in the window (its
     // edges are perf's, taken from its output: a few % apart).
     let (a, b) = (edges[0].2.unwrap(), edges[1].2.unwrap());
