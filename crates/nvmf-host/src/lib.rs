@@ -17,7 +17,8 @@
 //! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //! * bench/: `nvmf bench` (spec.rs: TOML spec and presets; matrix.rs: the ordered
 //!   run list; placement.rs: route, NUMA node, CPUs, busy cores; mod.rs: the plan;
-//!   engines/fio.rs + fio_json.rs: the fio engines and fio's JSON).
+//!   engines/fio.rs + fio_json.rs: the fio engines and fio's JSON;
+//!   targets/spdk.rs, targets/kernel.rs: SPDK and kernel targets; engines/spdk_perf.rs).
 //!
 //! ```no_run
 //! use nvmf_host::{Controller, ConnectOptions, TransportId};

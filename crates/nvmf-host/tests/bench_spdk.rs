@@ -8,7 +8,8 @@
 //! build/bin/nvmf_tgt and spdk_nvme_perf; default /work/spdk/spdk when it
 //! has them, as crates/nvmfd/tests/spdk_host.rs). Without one each test
 //! prints `skipped: ...` and passes: SPDK is not in CI. Ports 4540-4559.
-//! SPDK busy-polls a core per reactor: the tests run one at a time.
+//! SPDK busy-polls a core per reactor, and the ports come from one small
+//! range: the tests run one at a time.
 
 use nvmf_host::bench::engine::{EngineJob, Window};
 use nvmf_host::bench::engines::{for_spec, EngineOptions};
@@ -137,7 +138,7 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     let window = edges[1].1.duration_since(edges[0].1).as_secs_f64();
     assert!((1.5..3.5).contains(&window), "window {window} s");
-    assert!((1.8..2.2).contains(&r.seconds), "{r:?}");
+    assert!((1.8..3.0).contains(&r.seconds), "{r:?}");
     assert!(r.read.ios > 1000 && r.write.ios == 0, "{r:?}");
     assert!(
         r.all.p50_us > 0.0 && r.all.p99_us >= r.all.p50_us,
@@ -146,6 +147,13 @@ fn spdk_target_measured_with_spdk_perf() {
     );
     assert!(r.command.contains("spdk_nvme_perf") && r.command.contains("-LL"));
     assert_eq!(r.initiator_pids.len(), 1);
+    // perf busy-polls its one core through the window (less of it when
+    // the machine is shared), never more than that one core.
+    let cpu = r.initiator_cpu_s.expect("perf's CPU time");
+    assert!(
+        cpu > 0.05 * window && cpu < 1.2 * window,
+        "{cpu} s of CPU in {window} s"
+    );
     // The target counted about what perf measured in the window (its
     // edges are perf's, taken from its output: a few % apart).
     let (a, b) = (edges[0].2.unwrap(), edges[1].2.unwrap());
@@ -243,4 +251,55 @@ fn spdk_perf_against_nvmfd_and_stopped_early() {
     assert!(t0.elapsed() < Duration::from_secs(15), "{:?}", t0.elapsed());
     assert!(r.write.ios > 0 && r.seconds < 10.0, "{r:?}");
     assert!(nvmfd.running(), "nvmfd survived:\n{}", nvmfd.logs());
+}
+
+/// A namespace the config does not have: start fails naming it, and the
+/// nvmf_tgt it had started is gone. A port already taken: refused before
+/// anything starts (no SPDK needed for that part).
+#[test]
+fn spdk_target_refusals() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = TestDir::new("bench-spdk-refuse");
+    let busy = std::net::TcpListener::bind(("127.0.0.1", port())).unwrap();
+    let taken = busy.local_addr().unwrap().port();
+    std::fs::write(
+        dir.join("busy.json"),
+        config(taken, "nqn.2016-06.io.spdk:busy"),
+    )
+    .unwrap();
+    std::fs::write(dir.join("nvmf_tgt"), "").unwrap();
+    let text = "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"busy.json\"\n[[workload]]\n";
+    let spec = BenchSpec::from_toml(text, dir.path(), &[]).unwrap();
+    let opts = |cpu: usize| TargetOptions {
+        node_cpus: vec![cpu],
+        ..TargetOptions::default()
+    };
+    let mut t = for_target(&spec.targets[0], &opts(0)).unwrap();
+    let e = t.start().unwrap_err().to_string();
+    assert!(
+        e.contains("already listens on 127.0.0.1:") && e.contains("another target"),
+        "{e}"
+    );
+    drop(busy);
+
+    let Some(spdk) = spdk_dir("spdk_target_refusals") else {
+        return;
+    };
+    let port = port();
+    std::fs::write(
+        dir.join("spdk.json"),
+        config(port, "nqn.2016-06.io.spdk:ns"),
+    )
+    .unwrap();
+    let text = format!(
+        "[[target]]\nname = \"s\"\nkind = \"spdk\"\nbinary = \"{}\"\nconfig = \"spdk.json\"\nnsid = 2\n[[workload]]\n",
+        spdk.join("build/bin/nvmf_tgt").display()
+    );
+    let spec = BenchSpec::from_toml(&text, dir.path(), &[]).unwrap();
+    let mut t = for_target(&spec.targets[0], &opts(cpus().0)).unwrap();
+    let e = t.start().unwrap_err().to_string();
+    assert!(e.contains("has no namespace 2"), "{e}");
+    let pid = t.pids()[0];
+    assert!(!alive(pid), "nvmf_tgt {pid} left running");
+    assert!(std::net::TcpStream::connect(("127.0.0.1", port)).is_err());
 }

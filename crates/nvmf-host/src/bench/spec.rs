@@ -1237,6 +1237,7 @@ mod tests {
         let text = "engine = \"spdk-perf\"\nspdk_perf = \"perf\"\n\
             [[target]]\nname = \"spdk\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"spdk.json\"\ncores = \"0x5\"\nrpc_socket = \"/tmp/s.sock\"\nnsid = 2\n\
             [[target]]\nname = \"wild\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"wild.json\"\naddr = \"127.0.0.2\"\ncores = [1, 3]\n\
+            [[target]]\nname = \"list\"\nkind = \"spdk\"\nbinary = \"nvmf_tgt\"\nconfig = \"spdk.json\"\ncores = \"1-2,5\"\n\
             [[target]]\nname = \"linux\"\nkind = \"kernel\"\nbacking = \"backing.img\"\n\
             [[target]]\nname = \"linux2\"\nkind = \"kernel\"\nbacking = \"backing.img\"\naddr = \"::1\"\nport = 4542\nnqn = \"nqn.2024-01.x:y\"\n\
             [[workload]]\n";
@@ -1264,7 +1265,11 @@ mod tests {
             ("127.0.0.2", Some(vec![1, 3]))
         );
         assert_eq!(s.targets[1].nsid, 1);
-        let TargetKind::Kernel(k) = &s.targets[2].kind else {
+        let TargetKind::Spdk(l) = &s.targets[2].kind else {
+            panic!()
+        };
+        assert_eq!(l.cores, Some(vec![1, 2, 5]));
+        let TargetKind::Kernel(k) = &s.targets[3].kind else {
             panic!()
         };
         assert_eq!(
@@ -1276,7 +1281,7 @@ mod tests {
                 &d.0.join("backing.img")
             )
         );
-        let TargetKind::Kernel(k) = &s.targets[3].kind else {
+        let TargetKind::Kernel(k) = &s.targets[4].kind else {
             panic!()
         };
         assert_eq!(

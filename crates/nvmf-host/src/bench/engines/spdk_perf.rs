@@ -20,9 +20,14 @@
 //! workload the I/O count is split by the mix and the per-direction latency
 //! is left empty (only `all` is filled).
 //!
+//! CPU: perf's own utime + stime (/proc/PID/stat) read at the two edges
+//! is the run's `initiator_cpu_s` (perf busy-polls: about one core per
+//! perf core).
+//!
 //! Memory: perf needs hugepages, or `--no-huge -s MB` (plain memory), which
 //! is used when fewer than the needed MiB of hugepages are free.
 
+use crate::bench::cpu::Proc;
 use crate::bench::engine::{Engine, EngineJob, Window};
 use crate::bench::results::{DirFigures, EngineResult, Latency};
 use crate::bench::targets::spdk::{
@@ -219,7 +224,7 @@ impl Engine for SpdkPerfEngine {
         let deadline = Instant::now() + Duration::from_secs(w.ramp_s + w.runtime_s) + SLACK;
         let ramp = Duration::from_secs(w.ramp_s);
         let mut start_at = stdbuf.is_none().then(|| spawned + ramp);
-        let mut edges = Edges::default();
+        let mut edges = Edges::new(pid);
         let (mut stopping, mut timed_out) = (false, false);
         let mut output = String::new();
         loop {
@@ -281,21 +286,37 @@ impl Engine for SpdkPerfEngine {
         })?;
         r.command = command;
         r.initiator_pids = vec![pid];
+        r.initiator_cpu_s = edges.cpu_s();
         Ok(r)
     }
 }
 
-/// The measured window's edges, each reported once and in order.
-#[derive(Default)]
+/// The measured window's edges, each reported once and in order, with
+/// perf's CPU time (utime + stime from /proc) read at each.
 struct Edges {
-    start: Option<Instant>,
-    end: Option<Instant>,
+    pid: u32,
+    proc_: Proc,
+    start: Option<(Instant, Option<f64>)>,
+    end: Option<(Instant, Option<f64>)>,
 }
 
 impl Edges {
+    fn new(pid: u32) -> Edges {
+        Edges {
+            pid,
+            proc_: Proc::system(),
+            start: None,
+            end: None,
+        }
+    }
+
+    fn cpu(&self) -> Option<f64> {
+        self.proc_.process_cpu_s(&self.pid.to_string())
+    }
+
     fn start(&mut self, window: &mut dyn FnMut(Window)) {
         if self.start.is_none() {
-            self.start = Some(Instant::now());
+            self.start = Some((Instant::now(), self.cpu()));
             window(Window::Start);
         }
     }
@@ -303,13 +324,18 @@ impl Edges {
     fn end(&mut self, window: &mut dyn FnMut(Window)) {
         self.start(window);
         if self.end.is_none() {
-            self.end = Some(Instant::now());
             window(Window::End);
+            self.end = Some((Instant::now(), self.cpu()));
         }
     }
 
     fn seconds(&self) -> Option<f64> {
-        Some(self.end?.duration_since(self.start?).as_secs_f64())
+        Some(self.end?.0.duration_since(self.start?.0).as_secs_f64())
+    }
+
+    /// CPU seconds perf used between the edges.
+    fn cpu_s(&self) -> Option<f64> {
+        Some((self.end?.1? - self.start?.1?).max(0.0))
     }
 }
 
@@ -495,6 +521,7 @@ mod tests {
         let ios = r.read.ios + r.write.ios;
         // The histogram's counts add up to the I/Os; IOPS × seconds agrees.
         assert_eq!(ios, histogram(RANDRW).iter().map(|b| b.1).sum::<u64>());
+        assert_eq!(ios, 225600);
         assert!((ios as f64 / r.seconds - 112349.03).abs() < 0.01, "{r:?}");
         assert!((r.seconds - 2.0).abs() < 0.05, "{}", r.seconds);
         assert_eq!(r.read.ios, (ios as f64 * 0.75).round() as u64);
@@ -520,6 +547,8 @@ mod tests {
     fn parses_a_two_core_run_by_merging_histograms() {
         let r = parse_output(READ2, Workload::Read, 100, 131072, 99.0).unwrap();
         assert_eq!(r.write.ios, 0);
+        // Core 0's histogram counts 308 I/Os, core 1's 1585 (counted by hand).
+        assert_eq!(r.read.ios, 308 + 1585);
         assert!((r.read.ios as f64 / r.seconds - 1885.74).abs() < 0.01);
         assert_eq!(
             (r.all.mean_us, r.all.min_us, r.all.max_us),

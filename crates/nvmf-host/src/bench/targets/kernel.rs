@@ -463,6 +463,33 @@ mod tests {
         assert!(e.contains("configfs is not mounted"), "{e}");
     }
 
+    /// On a host without nvmet (this development host), start refuses
+    /// with modprobe's reason. Runs only where `modprobe -n nvmet-tcp`
+    /// fails, so it never loads a module or touches a real configfs.
+    #[test]
+    fn refused_where_the_kernel_has_no_nvmet() {
+        let dry = std::process::Command::new("modprobe")
+            .args(["-n", "nvmet-tcp"])
+            .output();
+        if modules_present(Path::new("/sys/module")).is_ok()
+            || dry.is_ok_and(|o| o.status.success())
+        {
+            println!("refused_where_the_kernel_has_no_nvmet: skipped: this kernel has nvmet-tcp");
+            return;
+        }
+        let mut t = KernelTarget::new("k", &spec("nqn.2024-01.io.nvmfd:bench-k", 4547), 1);
+        let e = t.start().unwrap_err().to_string();
+        for w in [
+            "nvmet and nvmet-tcp",
+            "modprobe nvmet-tcp",
+            "QEMU",
+            &kernel_release(),
+        ] {
+            assert!(e.contains(w), "{e} lacks {w}");
+        }
+        println!("{e}");
+    }
+
     #[test]
     fn missing_modules_are_named() {
         let d = tmp("mods");

@@ -10,7 +10,7 @@
 //!
 //! Memory: with at least [`TARGET_MEM_MIB`] of free hugepages it runs on
 //! them (`-s 1024`); otherwise on plain memory (`--no-huge -s 1024`), which
-//! is said in its notes (hugepages: `echo 1024 > /proc/sys/vm/nr_hugepages`).
+//! is said in its notes (hugepages: `echo 512 > /proc/sys/vm/nr_hugepages`).
 
 use crate::bench::spec::SpdkSpec;
 use crate::bench::target::{BenchTarget, Endpoint};
@@ -32,17 +32,21 @@ const STOP_GRACE: Duration = Duration::from_secs(10);
 /// Free hugepage memory in MiB from /proc/meminfo's text
 /// (HugePages_Free × Hugepagesize); 0 when the lines are missing.
 pub fn free_hugepage_mib(meminfo: &str) -> u64 {
-    let field = |name: &str| {
-        meminfo
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse::<u64>().ok())
-    };
-    match (field("HugePages_Free:"), field("Hugepagesize:")) {
+    match (
+        meminfo_field(meminfo, "HugePages_Free:"),
+        meminfo_field(meminfo, "Hugepagesize:"),
+    ) {
         (Some(n), Some(kb)) => n * kb / 1024,
         _ => 0,
     }
+}
+
+fn meminfo_field(meminfo: &str, name: &str) -> Option<u64> {
+    meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok())
 }
 
 /// DPDK leaves /var/run/dpdk/spdk_pid<PID> behind; remove it for a process
@@ -92,6 +96,9 @@ pub fn target_cpus(node_cpus: &[usize], initiator_cpus: &[usize]) -> Vec<usize> 
 pub fn memory_args(meminfo: &str) -> (Vec<String>, Option<String>) {
     let free = free_hugepage_mib(meminfo);
     let s = TARGET_MEM_MIB.to_string();
+    let page_kb = meminfo_field(meminfo, "Hugepagesize:")
+        .unwrap_or(2048)
+        .max(1);
     if free >= TARGET_MEM_MIB {
         (vec!["-s".into(), s], None)
     } else {
@@ -100,7 +107,7 @@ pub fn memory_args(meminfo: &str) -> (Vec<String>, Option<String>) {
             Some(format!(
                 "nvmf_tgt ran on plain memory (--no-huge -s {TARGET_MEM_MIB}): {free} MiB of hugepages free, {TARGET_MEM_MIB} needed \
                  (for hugepages: echo {} > /proc/sys/vm/nr_hugepages)",
-                TARGET_MEM_MIB / 2
+                (TARGET_MEM_MIB * 1024).div_ceil(page_kb)
             )),
         )
     }
@@ -250,6 +257,12 @@ impl SpdkTarget {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+        // Its RPC server may come up just after the listener: wait for it
+        // (bounded, 50 × 200 ms).
+        let mut c = RpcClient::connect(&self.rpc_path, 50)
+            .with_context(|| format!("nvmf_tgt's RPC socket\n{}", self.log_tail()))?;
+        c.set_timeout(Some(Duration::from_secs(5)))?;
+        self.rpc = Some(c);
         self.version = self
             .call("spdk_get_version", None)
             .ok()
@@ -407,7 +420,7 @@ mod tests {
         assert_eq!(a, ["--no-huge", "-s", "1024"]);
         let note = note.unwrap();
         assert!(
-            note.contains("600 MiB") && note.contains("nr_hugepages"),
+            note.contains("600 MiB") && note.contains("echo 512 > /proc/sys/vm/nr_hugepages"),
             "{note}"
         );
         let (a, note) = memory_args(&MEMINFO.replace("Free:      300", "Free:      512"));
