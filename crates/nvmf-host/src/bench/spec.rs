@@ -550,9 +550,45 @@ const FIELD_KINDS: &[(&str, &[&str])] = &[
     ("nqn", &["kernel"]),
 ];
 
-/// `base_dir/p`, which must be a file.
+/// `p` with every `${NAME}` replaced by the environment variable NAME
+/// (so a spec can name tools that live in different places on different
+/// machines, e.g. `"${NVMFD_SPDK_DIR}/build/bin/nvmf_tgt"`); an unset or
+/// empty variable, or an unclosed `${`, is an error naming it.
+pub fn expand_env(ctx: &str, p: &str) -> Result<String, SpecError> {
+    expand_env_with(ctx, p, |k| std::env::var(k).ok())
+}
+
+fn expand_env_with(
+    ctx: &str,
+    p: &str,
+    get: impl Fn(&str) -> Option<String>,
+) -> Result<String, SpecError> {
+    let mut out = String::new();
+    let mut rest = p;
+    while let Some(i) = rest.find("${") {
+        out.push_str(&rest[..i]);
+        let after = &rest[i + 2..];
+        let Some(j) = after.find('}') else {
+            return err(format!("{ctx} \"{p}\": '${{' without a closing '}}'"));
+        };
+        let name = &after[..j];
+        match get(name).filter(|v| !v.is_empty()) {
+            Some(v) => out.push_str(&v),
+            None => {
+                return err(format!(
+                    "{ctx} \"{p}\": environment variable {name} is not set"
+                ))
+            }
+        }
+        rest = &after[j + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// `base_dir/p` (after `${NAME}` expansion), which must be a file.
 fn existing_file(ctx: &str, base_dir: &Path, p: &str) -> Result<PathBuf, SpecError> {
-    let path = base_dir.join(p);
+    let path = base_dir.join(expand_env(ctx, p)?);
     if !path.is_file() {
         return err(format!("{ctx} \"{}\" is not a file", path.display()));
     }
@@ -1382,5 +1418,25 @@ mod tests {
             .unwrap_err()
             .contains("subsystems"));
         assert!(spdk_config_listener("[").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn env_expansion_in_paths() {
+        let get = |k: &str| match k {
+            "SPDK" => Some("/opt/spdk".to_string()),
+            "EMPTY" => Some(String::new()),
+            _ => None,
+        };
+        let x = |p: &str| expand_env_with("binary", p, get);
+        assert_eq!(
+            x("${SPDK}/build/bin/nvmf_tgt").unwrap(),
+            "/opt/spdk/build/bin/nvmf_tgt"
+        );
+        assert_eq!(x("a${SPDK}b${SPDK}").unwrap(), "a/opt/spdkb/opt/spdk");
+        assert_eq!(x("plain/$path").unwrap(), "plain/$path");
+        let e = x("${NOPE}/x").unwrap_err().0;
+        assert!(e.contains("environment variable NOPE is not set"), "{e}");
+        assert!(x("${EMPTY}/x").unwrap_err().0.contains("EMPTY is not set"));
+        assert!(x("${SPDK").unwrap_err().0.contains("without a closing"));
     }
 }
