@@ -361,7 +361,9 @@ pub fn run(
                 m.notes.extend(st.notes.iter().cloned());
                 // What the target itself says about this start (SPDK on
                 // plain memory, a kernel target without counters, ...).
-                m.notes.extend(st.target.notes());
+                if let Some(tg) = st.target.as_ref() {
+                    m.notes.extend(tg.notes());
+                }
                 if stop.load(Ordering::Relaxed) {
                     let why = format!(
                         "interrupted (Ctrl-C) after {:.1} s of {} s measured",
