@@ -32,7 +32,7 @@ use nvmf_wire::status::Status;
 
 use crate::admin::{self, AdminCtx, AdminResult};
 use crate::auth::session::{Peer, Session, Step};
-use crate::backend::{CompletionSink, Submitted};
+use crate::backend::{CompletionSink, IoTag, Submitted};
 use crate::controller::{
     CloseReason, Controller, QueueStats, AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR,
 };
@@ -458,17 +458,17 @@ impl QueuePair {
         }
         let sub = ctrl.subsystem();
         let session = self.auth.get_or_insert_with(|| Box::new(Session::new()));
+        let peer = Peer {
+            policy: self.target.auth_policy(),
+            hostnqn: ctrl.hostnqn(),
+            subnqn: sub.nqn(),
+            keys: sub.host_keys(ctrl.hostnqn()),
+        };
         let step = if cmd.fctype() == FabricsType::AuthSend as u8 {
-            let peer = Peer {
-                policy: self.target.auth_policy(),
-                hostnqn: ctrl.hostnqn(),
-                subnqn: sub.nqn(),
-                keys: sub.host_keys(ctrl.hostnqn()),
-            };
             session.send(&peer, data)
         } else {
             let mut out = Vec::with_capacity(16 + 2 * 64 + 1024);
-            let mut step = session.recv(&mut out);
+            let mut step = session.recv(&peer, &mut out);
             if out.len() > data.len() {
                 // The host's buffer cannot take the message.
                 out.clear();
@@ -484,6 +484,23 @@ impl QueuePair {
         };
         match step {
             Step::Continue => {}
+            Step::Offload(work) => {
+                // FFDHE arithmetic: milliseconds, never on a reactor. The
+                // Send completes when the helper thread is done.
+                let tag = IoTag {
+                    cid: cmd.cid(),
+                    bytes: 0,
+                    write: true,
+                };
+                let run = move || {
+                    work();
+                    Status::SUCCESS
+                };
+                return match crate::backend::helper::run(&self.sink, tag, run) {
+                    Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
+                    _ => Exec::Pending,
+                };
+            }
             Step::Authenticated => {
                 let (hash_id, dhgroup) = session.negotiated();
                 self.auth_pending = false;

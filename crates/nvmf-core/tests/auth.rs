@@ -4,8 +4,9 @@
 //! values are checked against independent vectors in the unit tests).
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvmf_config::{
     AddressFamily, ListenerConfig, SubsystemConfig, TargetConfig, TransportConfig, TransportType,
@@ -86,8 +87,31 @@ fn connect(t: &Arc<Target>, qid: u16, cntlid: u16, host: &str) -> (QueuePair, Co
     (qp, c)
 }
 
+/// Sends that went to the helper pool (FFDHE work off the reactor).
+static OFFLOADED: AtomicUsize = AtomicUsize::new(0);
+
 fn send(qp: &mut QueuePair, mut msg: Vec<u8>) {
-    let c = done(qp.execute(&Command::auth_send(3, msg.len() as u32), &mut msg));
+    let c = match qp.execute(&Command::auth_send(3, msg.len() as u32), &mut msg) {
+        Exec::Complete(c) => c,
+        Exec::Pending => {
+            OFFLOADED.fetch_add(1, Ordering::Relaxed);
+            let start = Instant::now();
+            loop {
+                let mut got = None;
+                let _ = qp.poll(Instant::now(), &mut |c| got = Some(c));
+                if let Some(c) = got {
+                    break c;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(20),
+                    "offloaded Send never completed"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(c.cid(), 3);
     assert_eq!(c.status(), Status::SUCCESS, "Authentication Send");
 }
 
@@ -264,6 +288,7 @@ fn bidirectional_ffdhe2048_and_io_queue() {
         AuthPolicy::from_names(None, Some(&["null".into(), "ffdhe2048".into()])).unwrap(),
     );
     let (mut admin, _) = connect(&t, 0, 0xffff, HOST);
+    let before = OFFLOADED.load(Ordering::Relaxed);
     let h = HostSide {
         key: KEY,
         ckey: Some(CKEY),
@@ -271,6 +296,8 @@ fn bidirectional_ffdhe2048_and_io_queue() {
         dhgroups: &[w::DHGROUP_NULL, w::DHGROUP_FFDHE2048, w::DHGROUP_FFDHE8192],
     };
     assert_eq!(authenticate(&mut admin, &h), Outcome::Ok);
+    // Negotiate (key pair) and Reply (shared secret) ran off the reactor.
+    assert!(OFFLOADED.load(Ordering::Relaxed) >= before + 2);
     assert_eq!(cc_enable(&mut admin), Status::SUCCESS);
     let cntlid = admin.controller().unwrap().cntlid();
     let (mut io, c) = connect(&t, 1, cntlid, HOST);
@@ -291,19 +318,22 @@ fn bidirectional_ffdhe2048_and_io_queue() {
 fn wrong_host_key_fails_and_closes() {
     let t = target();
     t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
-    let (mut qp, _) = connect(&t, 0, 0xffff, HOST);
-    let out = authenticate(
-        &mut qp,
-        &HostSide {
-            key: KEY2,
-            ckey: None,
-            hashes: ALL_HASHES,
-            dhgroups: &[w::DHGROUP_NULL],
-        },
-    );
-    assert_eq!(out, Outcome::Failure1(w::FAILURE_FAILED));
-    assert!(qp.auth_pending());
-    assert!(matches!(polled(&mut qp), QueueState::Close { .. }));
+    for g in [w::DHGROUP_NULL, w::DHGROUP_FFDHE2048] {
+        let (mut qp, _) = connect(&t, 0, 0xffff, HOST);
+        let out = authenticate(
+            &mut qp,
+            &HostSide {
+                key: KEY2,
+                ckey: None,
+                hashes: ALL_HASHES,
+                dhgroups: &[g],
+            },
+        );
+        assert_eq!(out, Outcome::Failure1(w::FAILURE_FAILED), "group {g}");
+        assert!(qp.auth_pending());
+        assert!(matches!(polled(&mut qp), QueueState::Close { .. }));
+        assert_eq!(cc_enable(&mut qp), Status::AUTH_REQUIRED.with_dnr());
+    }
 }
 
 #[test]

@@ -173,3 +173,37 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod cost {
+    use super::*;
+
+    /// The cost of one DH transaction on the target (key generation +
+    /// shared secret), per group. Run: `cargo test -p nvmf-core --release
+    /// --lib auth::ffdhe::cost -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "measurement"]
+    fn modexp_cost() {
+        for g in [
+            DHGROUP_FFDHE2048,
+            DHGROUP_FFDHE3072,
+            DHGROUP_FFDHE4096,
+            DHGROUP_FFDHE6144,
+            DHGROUP_FFDHE8192,
+        ] {
+            let peer = DhKey::generate(g).unwrap();
+            let n = 20;
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                let k = DhKey::generate(g).unwrap();
+                std::hint::black_box(k.shared_secret(peer.public()).unwrap());
+            }
+            let per = t.elapsed() / n;
+            println!(
+                "ffdhe{}: {:?} per transaction (2 modexps)",
+                dhgroup_len(g) * 8,
+                per
+            );
+        }
+    }
+}

@@ -8,6 +8,14 @@
 //! check R1) → Success1 (we return it, with R2 when the host asked us to
 //! authenticate) → [Success2 from the host when bidirectional] → done.
 //!
+//! The two modular exponentiations of an FFDHE group (our key pair at
+//! Negotiate, the shared secret at Reply) cost milliseconds to tens of
+//! milliseconds (ffdhe8192), so they never run on a reactor: `send` hands
+//! them out as [`Step::Offload`] work (the queue pair runs it on the
+//! backend helper pool and completes the Send when it is done) and the
+//! result waits in the session's mailbox for the next Receive, which
+//! finishes the (cheap) HMAC work.
+//!
 //! A bad message or response moves to Failure1: the Send still completes
 //! successfully, the next Receive returns AUTH_Failure1 and the queue is
 //! closed after it (as the spec and SPDK's target do). A host's
@@ -23,7 +31,8 @@ use nvmf_wire::auth::{
 
 use super::chap::{ct_eq, response, ResponseInput, Side};
 use super::ffdhe::DhKey;
-use super::{AuthPolicy, HostKeys};
+use super::{AuthError, AuthPolicy, HostKeys};
+use std::sync::{Arc, Mutex};
 
 /// Strongest first (as SPDK's target picks).
 const DIGESTS: [u8; 3] = [HASH_SHA512, HASH_SHA384, HASH_SHA256];
@@ -44,6 +53,9 @@ enum State {
     Challenge,
     /// Challenge sent; waiting for the host's Reply.
     Reply,
+    /// Reply received; its check waits for the shared secret (mailbox):
+    /// the next Receive finishes it and returns Success1 or Failure1.
+    Verify,
     /// Reply accepted; the next Receive returns Success1.
     Success1,
     /// Success1 with R2 sent; waiting for the host's Success2.
@@ -56,9 +68,28 @@ enum State {
     Failed,
 }
 
+/// Result of offloaded DH work.
+enum DhOutput {
+    Key(DhKey),
+    Secret(Vec<u8>),
+}
+
+type Mailbox = Arc<Mutex<Option<Result<DhOutput, AuthError>>>>;
+
+/// Work to run off the reactor; it leaves its result in the session's
+/// mailbox.
+pub(crate) type Work = Box<dyn FnOnce() + Send>;
+
+/// A Reply waiting for its shared secret.
+struct PendingReply {
+    response: Vec<u8>,
+    host_challenge: Option<(u32, Vec<u8>)>,
+}
+
 /// What the queue pair does after a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Step {
+    /// Run this off the reactor, then complete the command.
+    Offload(Work),
     /// Keep going.
     Continue,
     /// The host is authenticated on this queue.
@@ -87,6 +118,8 @@ pub(crate) struct Session {
     dh: Option<DhKey>,
     /// R2, when the host asked the controller to authenticate.
     ctrl_response: Option<Vec<u8>>,
+    mailbox: Mailbox,
+    reply: Option<PendingReply>,
     /// Why the transaction failed (logged by the queue pair).
     pub failure: &'static str,
 }
@@ -117,6 +150,8 @@ impl Session {
             challenge: Vec::new(),
             dh: None,
             ctrl_response: None,
+            mailbox: Arc::new(Mutex::new(None)),
+            reply: None,
             failure: "",
         }
     }
@@ -184,7 +219,14 @@ impl Session {
                 self.hash_id = h;
                 self.dhgroup = g;
                 self.state = State::Challenge;
-                Step::Continue
+                if g == DHGROUP_NULL {
+                    return Step::Continue;
+                }
+                let mailbox = self.mailbox.clone();
+                Step::Offload(Box::new(move || {
+                    let r = DhKey::generate(g).map(DhOutput::Key);
+                    *mailbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                }))
             }
             HostMsg::Reply {
                 t_id,
@@ -202,66 +244,31 @@ impl Session {
                         "Reply does not match the transaction",
                     );
                 }
-                let shared = match (&self.dh, self.dhgroup) {
-                    (None, _) => {
-                        if !dh_value.is_empty() {
-                            return self
-                                .fail(FAILURE_INCORRECT_PAYLOAD, "DH value with the null group");
-                        }
-                        None
+                let reply = PendingReply {
+                    response: r1.to_vec(),
+                    host_challenge: host_challenge.map(|(s2, c2)| (s2, c2.to_vec())),
+                };
+                let Some(dh) = self.dh.take() else {
+                    if !dh_value.is_empty() {
+                        return self
+                            .fail(FAILURE_INCORRECT_PAYLOAD, "DH value with the null group");
                     }
-                    (Some(dh), g) => {
-                        if dh_value.len() != dhgroup_len(g) {
-                            return self
-                                .fail(FAILURE_INCORRECT_PAYLOAD, "DH value of the wrong size");
-                        }
-                        match dh.shared_secret(dh_value) {
-                            Ok(k) => Some(k),
-                            Err(_) => return self.fail(FAILURE_FAILED, "invalid DH value"),
-                        }
-                    }
-                };
-                self.dh = None;
-                let Some(keys) = &peer.keys else {
-                    return self.fail(FAILURE_FAILED, "no DH-HMAC-CHAP key for this host");
-                };
-                let key = keys.key.transform(peer.hostnqn);
-                let input = ResponseInput {
-                    hash_id: self.hash_id,
-                    transformed_key: &key,
-                    challenge: &self.challenge,
-                    seqnum: self.seqnum,
-                    t_id: self.t_id,
-                    sc_c: 0,
-                    hostnqn: peer.hostnqn,
-                    subnqn: peer.subnqn,
-                    shared_secret: shared.as_deref(),
-                };
-                let ok = response(Side::Host, &input).is_ok_and(|want| ct_eq(&want, r1));
-                if !ok {
-                    return self.fail(FAILURE_FAILED, "wrong response (host key mismatch)");
-                }
-                if let Some((s2, c2)) = host_challenge {
-                    let Some(ck) = &keys.ctrlr_key else {
-                        return self.fail(
-                            FAILURE_FAILED,
-                            "host asks the controller to authenticate but it has no controller key",
-                        );
+                    return match self.verify(peer, &reply, None) {
+                        Ok(()) => Step::Continue,
+                        Err((reason, why)) => self.fail(reason, why),
                     };
-                    let ckey = ck.transform(peer.subnqn);
-                    let input = ResponseInput {
-                        transformed_key: &ckey,
-                        challenge: c2,
-                        seqnum: s2,
-                        ..input
-                    };
-                    match response(Side::Controller, &input) {
-                        Ok(r2) => self.ctrl_response = Some(r2),
-                        Err(_) => return self.fail(FAILURE_FAILED, "controller response"),
-                    }
+                };
+                if dh_value.len() != dhgroup_len(self.dhgroup) {
+                    return self.fail(FAILURE_INCORRECT_PAYLOAD, "DH value of the wrong size");
                 }
-                self.state = State::Success1;
-                Step::Continue
+                self.reply = Some(reply);
+                self.state = State::Verify;
+                let mailbox = self.mailbox.clone();
+                let peer_value = dh_value.to_vec();
+                Step::Offload(Box::new(move || {
+                    let r = dh.shared_secret(&peer_value).map(DhOutput::Secret);
+                    *mailbox.lock().unwrap_or_else(|e| e.into_inner()) = Some(r);
+                }))
             }
             HostMsg::Success2 { t_id } => {
                 if self.state != State::Success2 {
@@ -284,8 +291,85 @@ impl Session {
         }
     }
 
+    fn take_mailbox(&mut self) -> Option<Result<DhOutput, AuthError>> {
+        self.mailbox
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+    }
+
+    /// Check the host's response (and compute ours when asked) with the
+    /// shared secret, if any. Cheap: HMACs only.
+    fn verify(
+        &mut self,
+        peer: &Peer<'_>,
+        reply: &PendingReply,
+        shared: Option<&[u8]>,
+    ) -> Result<(), (u8, &'static str)> {
+        let Some(keys) = &peer.keys else {
+            return Err((FAILURE_FAILED, "no DH-HMAC-CHAP key for this host"));
+        };
+        let key = keys.key.transform(peer.hostnqn);
+        let input = ResponseInput {
+            hash_id: self.hash_id,
+            transformed_key: &key,
+            challenge: &self.challenge,
+            seqnum: self.seqnum,
+            t_id: self.t_id,
+            sc_c: 0,
+            hostnqn: peer.hostnqn,
+            subnqn: peer.subnqn,
+            shared_secret: shared,
+        };
+        let ok = response(Side::Host, &input).is_ok_and(|want| ct_eq(&want, &reply.response));
+        if !ok {
+            return Err((FAILURE_FAILED, "wrong response (host key mismatch)"));
+        }
+        if let Some((s2, c2)) = &reply.host_challenge {
+            let Some(ck) = &keys.ctrlr_key else {
+                return Err((
+                    FAILURE_FAILED,
+                    "host asks the controller to authenticate but it has no controller key",
+                ));
+            };
+            let ckey = ck.transform(peer.subnqn);
+            let input = ResponseInput {
+                transformed_key: &ckey,
+                challenge: c2,
+                seqnum: *s2,
+                ..input
+            };
+            match response(Side::Controller, &input) {
+                Ok(r2) => self.ctrl_response = Some(r2),
+                Err(_) => return Err((FAILURE_FAILED, "controller response")),
+            }
+        }
+        self.state = State::Success1;
+        Ok(())
+    }
+
     /// An Authentication Receive: the message is appended to `out`.
-    pub fn recv(&mut self, out: &mut Vec<u8>) -> Step {
+    pub fn recv(&mut self, peer: &Peer<'_>, out: &mut Vec<u8>) -> Step {
+        if self.state == State::Verify {
+            let reply = self.reply.take();
+            let shared = match self.take_mailbox() {
+                Some(Ok(DhOutput::Secret(k))) => k,
+                Some(Ok(DhOutput::Key(_))) | None => {
+                    return self.recv_failure(
+                        out,
+                        FAILURE_INCORRECT_PROTOCOL_MESSAGE,
+                        "Authentication Receive before the Reply completed",
+                    )
+                }
+                Some(Err(_)) => return self.recv_failure(out, FAILURE_FAILED, "invalid DH value"),
+            };
+            let Some(reply) = reply else {
+                return self.recv_failure(out, FAILURE_FAILED, "lost reply");
+            };
+            if let Err((reason, why)) = self.verify(peer, &reply, Some(&shared)) {
+                return self.recv_failure(out, reason, why);
+            }
+        }
         match self.state {
             State::Challenge => {
                 let hl = hash_len(self.hash_id);
@@ -296,11 +380,16 @@ impl Session {
                 }
                 self.seqnum = u32::from_le_bytes(s).max(1);
                 if self.dhgroup != DHGROUP_NULL {
-                    match DhKey::generate(self.dhgroup) {
-                        Ok(k) => self.dh = Some(k),
-                        Err(_) => {
-                            return self.recv_failure(out, FAILURE_FAILED, "DH key generation")
+                    match self.take_mailbox() {
+                        Some(Ok(DhOutput::Key(k))) => self.dh = Some(k),
+                        None => {
+                            return self.recv_failure(
+                                out,
+                                FAILURE_INCORRECT_PROTOCOL_MESSAGE,
+                                "Authentication Receive before the Negotiate completed",
+                            )
                         }
+                        _ => return self.recv_failure(out, FAILURE_FAILED, "DH key generation"),
                     }
                 }
                 let dhv = self.dh.as_ref().map_or(&[][..], |k| k.public());
