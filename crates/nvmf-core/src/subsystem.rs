@@ -273,6 +273,11 @@ impl Subsystem {
             .cloned()
     }
 
+    /// Replace every host's DH-HMAC-CHAP keys.
+    pub fn replace_host_keys(&self, keys: HashMap<String, HostKeys>) {
+        *self.host_keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+    }
+
     /// Set or clear the DH-HMAC-CHAP keys of `hostnqn`.
     pub fn set_host_keys(&self, hostnqn: &str, keys: Option<HostKeys>) {
         let mut m = self.host_keys.write().unwrap_or_else(|e| e.into_inner());

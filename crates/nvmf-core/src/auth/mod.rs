@@ -3,16 +3,18 @@
 //! Owns the cryptography and the per-queue protocol: secrets in the NVMe
 //! representation and their transformation (`secret.rs`), the HMAC
 //! responses and augmented challenges (`chap.rs`), FFDHE key agreement
-//! (`ffdhe.rs`), the target's policy (digests and DH groups it offers,
+//! (`ffdhe.rs`), keys from the configuration's key files (`config.rs`), the target's policy (digests and DH groups it offers,
 //! `AuthPolicy`) and the per-queue state machine (`session.rs`) the queue
 //! pair drives with Authentication Send / Receive. Secrets never appear in
 //! `Debug` output or logs.
 
 pub mod chap;
+pub mod config;
 pub mod ffdhe;
 pub mod secret;
 pub(crate) mod session;
 
+pub use config::{load_keys, LoadedKeys};
 pub use secret::DhchapSecret;
 
 use nvmf_wire::auth::{
