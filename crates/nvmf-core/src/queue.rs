@@ -505,6 +505,9 @@ impl QueuePair {
                 let (hash_id, dhgroup) = session.negotiated();
                 self.auth_pending = false;
                 self.auth_deadline = None;
+                if let Role::Admin(aq) = &mut self.role {
+                    aq.last_activity = Instant::now();
+                }
                 tracing::debug!(
                     cntlid = ctrl.cntlid(),
                     qid = self.qid,
@@ -692,9 +695,12 @@ impl QueuePair {
             return QueueState::Open;
         };
 
-        // Keep-alive: KATO rounded up to whole seconds, as nvmet does.
+        // Keep-alive: KATO rounded up to whole seconds, as nvmet does. Not
+        // while the host authenticates (its own deadline, AUTH_TIMEOUT,
+        // applies: FFDHE on a slow host takes longer than a short KATO,
+        // and a host sends no Keep Alive before it is connected).
         let kato_ms = ctrl.kato_ms();
-        if kato_ms != 0 {
+        if kato_ms != 0 && !self.auth_pending {
             let limit = Duration::from_secs(u64::from(kato_ms).div_ceil(1000));
             if now.saturating_duration_since(aq.last_activity) >= limit {
                 ctrl.kill(CloseReason::KeepAliveTimeout);

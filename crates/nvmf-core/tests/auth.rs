@@ -420,3 +420,31 @@ fn malformed_messages_get_failure1() {
     let c = done(qp.execute(&cmd, &mut [0u8; 8]));
     assert_eq!(c.status(), Status::INVALID_FIELD.with_dnr());
 }
+
+#[test]
+fn keep_alive_waits_for_authentication_which_has_its_own_deadline() {
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    let mut qp = QueuePair::new(t.clone(), port());
+    let mut data = ConnectData::new([7; 16], 0xffff, NQN, HOST)
+        .as_bytes()
+        .to_vec();
+    let c = done(qp.execute(&Command::connect(1, 0, 31, 0, 1000), &mut data));
+    assert_eq!(c.status(), Status::SUCCESS);
+    let now = Instant::now();
+    // KATO (1 s) does not run while the host authenticates ...
+    assert_eq!(
+        qp.poll(now + Duration::from_secs(5), &mut |_| {}),
+        QueueState::Open
+    );
+    // ... the authentication deadline does.
+    assert!(matches!(
+        qp.poll(
+            now + nvmf_core::queue::AUTH_TIMEOUT + Duration::from_secs(1),
+            &mut |_| {}
+        ),
+        QueueState::Close {
+            reason: "authentication timeout"
+        }
+    ));
+}
