@@ -280,6 +280,7 @@ impl Live {
             let mut x = s.clone();
             x.namespaces.clear();
             x.hosts.clear();
+            x.host_keys.clear(); // keys change live (nvmf_subsystem_set_keys)
             x.listeners.clear();
             x.allow_any_host = false;
             x.ana_states.clear();
