@@ -49,7 +49,7 @@ fn prng_cases() {
         let n = (next(&mut s) % 400) as usize;
         let mut b: Vec<u8> = (0..n).map(|_| next(&mut s) as u8).collect();
         // Half the cases start with a well-formed Negotiate.
-        if next(&mut s) % 2 == 0 {
+        if next(&mut s).is_multiple_of(2) {
             let mut neg = Vec::new();
             w::encode_negotiate(&mut neg, 7, &[1, 2, 3], &[0, 1]);
             let mut c = Vec::new();
