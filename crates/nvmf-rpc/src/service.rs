@@ -277,8 +277,9 @@ impl RpcService {
             "framework_get_subsystems" => {
                 Params::new(method, params)?.finish()?;
                 Ok(json!([
+                    { "subsystem": "keyring", "depends_on": [] },
                     { "subsystem": "bdev", "depends_on": [] },
-                    { "subsystem": "nvmf", "depends_on": ["bdev"] },
+                    { "subsystem": "nvmf", "depends_on": ["bdev", "keyring"] },
                 ]))
             }
             "framework_get_config" => {
@@ -287,9 +288,13 @@ impl RpcService {
                 p.opt_bool("with_batches")?;
                 p.finish()?;
                 let doc = self.lock().config.to_json_value();
+                if name == "keyring" {
+                    // Written only when it has keys: names and paths, never a key.
+                    return Ok(section(&doc, name).cloned().unwrap_or_else(|| json!([])));
+                }
                 section(&doc, name).cloned().ok_or_else(|| {
                     RpcError::invalid_params(format!(
-                        "{method}: parameter \"name\": no subsystem \"{name}\" (nvmfd has \"bdev\" and \"nvmf\")"
+                        "{method}: parameter \"name\": no subsystem \"{name}\" (nvmfd has \"keyring\", \"bdev\" and \"nvmf\")"
                     ))
                 })
             }
