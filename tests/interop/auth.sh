@@ -47,6 +47,18 @@ for mode in uni bi; do
   checkpoint "after-$mode" "no controllers expected"
 done
 
+for d in sha384 sha512; do
+  checkpoint "digest-$d" "$d only, null DH group"
+  step "connect, $d, null DH, bidirectional"
+  connect "$NQN" "${H[@]}" --dhchap-secret="$KEY" --dhchap-ctrl-secret="$CKEY"
+  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  run dd if="$D" of=/dev/null bs=128k count=32 iflag=direct
+  disconnect "$NQN"
+  ok "authenticated with $d"
+  checkpoint "after-$d" "no controllers expected"
+done
+checkpoint "dh-null-again" "back to SHA-256, null DH group"
+
 step "wrong controller secret: the host refuses the controller"
 refused "wrong controller secret" "${H[@]}" --dhchap-secret="$KEY" --dhchap-ctrl-secret="$KEY2"
 ok "refused"

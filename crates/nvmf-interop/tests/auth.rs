@@ -1,6 +1,7 @@
 //! DH-HMAC-CHAP with the Linux kernel host (6.12; Debian 12's 6.1 kernel has no
 //! CONFIG_NVME_AUTH): refused without a secret and with a wrong one (logged with the host
-//! NQN), unidirectional and bidirectional with SHA-256 and the null DH group, ffdhe2048
+//! NQN), unidirectional and bidirectional with SHA-256 and the null DH group, SHA-384 and
+//! SHA-512 (bidirectional, null group), ffdhe2048
 //! with one I/O queue (TCG makes the big groups slow), a wrong controller secret refused by
 //! the host, key rotation over RPC followed by the host's re-authentication, fio verify.
 //! Opt-in with NVMFD_INTEROP=1 (tests/interop/auth.sh runs in the guest).
@@ -105,7 +106,16 @@ fn kernel_host_612_dhchap() {
                         Err("no 'authentication failed' line naming the host".to_string())
                     }
                 }
-                "dh-null" => nvmfd
+                "digest-sha384" | "digest-sha512" => nvmfd
+                    .rpc(&[
+                        "nvmf_set_config",
+                        "--dhchap-digests",
+                        &cp["digest-".len()..],
+                        "--dhchap-dhgroups",
+                        "null",
+                    ])
+                    .map(|_| ()),
+                "dh-null" | "dh-null-again" => nvmfd
                     .rpc(&[
                         "nvmf_set_config",
                         "--dhchap-digests",
@@ -115,7 +125,13 @@ fn kernel_host_612_dhchap() {
                     ])
                     .map(|_| ()),
                 "dh-ffdhe" => nvmfd
-                    .rpc(&["nvmf_set_config", "--dhchap-dhgroups", "ffdhe2048"])
+                    .rpc(&[
+                        "nvmf_set_config",
+                        "--dhchap-digests",
+                        "sha256",
+                        "--dhchap-dhgroups",
+                        "ffdhe2048",
+                    ])
                     .map(|_| ()),
                 "rotate" => nvmfd
                     .rpc(&[
