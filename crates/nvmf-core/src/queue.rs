@@ -486,17 +486,13 @@ impl QueuePair {
             Step::Continue => {}
             Step::Offload(work) => {
                 // FFDHE arithmetic: milliseconds, never on a reactor. The
-                // Send completes when the helper thread is done.
+                // Send completes when the authentication thread is done.
                 let tag = IoTag {
                     cid: cmd.cid(),
                     bytes: 0,
                     write: true,
                 };
-                let run = move || {
-                    work();
-                    Status::SUCCESS
-                };
-                return match crate::backend::helper::run(&self.sink, tag, run) {
+                return match crate::auth::pool::run(&self.sink, tag, work) {
                     Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
                     _ => Exec::Pending,
                 };

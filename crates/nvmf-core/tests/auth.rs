@@ -87,7 +87,7 @@ fn connect(t: &Arc<Target>, qid: u16, cntlid: u16, host: &str) -> (QueuePair, Co
     (qp, c)
 }
 
-/// Sends that went to the helper pool (FFDHE work off the reactor).
+/// Sends that went to the nvmfd-auth thread (FFDHE work off the reactor).
 static OFFLOADED: AtomicUsize = AtomicUsize::new(0);
 
 fn send(qp: &mut QueuePair, mut msg: Vec<u8>) {
@@ -447,4 +447,32 @@ fn keep_alive_waits_for_authentication_which_has_its_own_deadline() {
             reason: "authentication timeout"
         }
     ));
+}
+
+#[test]
+fn ffdhe_runs_on_the_auth_thread() {
+    // The key pair of a Negotiate is made on `nvmfd-auth-*`, not here.
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    t.set_auth_policy(AuthPolicy::from_names(None, Some(&["ffdhe2048".into()])).unwrap());
+    let (mut qp, _) = connect(&t, 0, 0xffff, HOST);
+    let mut m = Vec::new();
+    w::encode_negotiate(&mut m, 1, &[w::HASH_SHA256], &[w::DHGROUP_FFDHE2048]);
+    let e = qp.execute(&Command::auth_send(3, m.len() as u32), &mut m);
+    assert_eq!(e, Exec::Pending, "the Send waits for the FFDHE work");
+    // The Send completes once the thread has done the work.
+    let start = Instant::now();
+    let mut done = None;
+    while done.is_none() && start.elapsed() < Duration::from_secs(20) {
+        let _ = qp.poll(Instant::now(), &mut |c| done = Some(c));
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(done.expect("Send completed").status(), Status::SUCCESS);
+    let names: Vec<String> = std::fs::read_dir("/proc/self/task")
+        .unwrap()
+        .flatten()
+        .filter_map(|d| std::fs::read_to_string(d.path().join("comm")).ok())
+        .collect();
+    let has_auth_thread = names.iter().any(|c| c.starts_with("nvmfd-auth"));
+    assert!(has_auth_thread, "no nvmfd-auth thread: {names:?}");
 }

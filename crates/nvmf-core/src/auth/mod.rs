@@ -3,7 +3,7 @@
 //! Owns the cryptography and the per-queue protocol: secrets in the NVMe
 //! representation and their transformation (`secret.rs`), the HMAC
 //! responses and augmented challenges (`chap.rs`), FFDHE key agreement
-//! (`ffdhe.rs`), keys from the configuration's key files (`config.rs`), the target's policy (digests and DH groups it offers,
+//! (`ffdhe.rs`) on the `nvmfd-auth` thread (`pool.rs`), keys from the configuration's key files (`config.rs`), the target's policy (digests and DH groups it offers,
 //! `AuthPolicy`) and the per-queue state machine (`session.rs`) the queue
 //! pair drives with Authentication Send / Receive. Secrets never appear in
 //! `Debug` output or logs.
@@ -11,6 +11,7 @@
 pub mod chap;
 pub mod config;
 pub mod ffdhe;
+pub(crate) mod pool;
 pub mod secret;
 pub(crate) mod session;
 

@@ -12,7 +12,7 @@
 //! Negotiate, the shared secret at Reply) cost milliseconds to tens of
 //! milliseconds (ffdhe8192), so they never run on a reactor: `send` hands
 //! them out as [`Step::Offload`] work (the queue pair runs it on the
-//! backend helper pool and completes the Send when it is done) and the
+//! `nvmfd-auth` thread, `pool.rs`, and completes the Send when it is done) and the
 //! result waits in the session's mailbox for the next Receive, which
 //! finishes the (cheap) HMAC work.
 //!
