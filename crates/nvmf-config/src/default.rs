@@ -48,5 +48,8 @@ pub(crate) fn embedded_default() -> TargetConfig {
         discovery_listeners: vec![listener],
         skipped: Vec::new(),
         ignored_params: Vec::new(),
+        keyring: Vec::new(),
+        dhchap_digests: None,
+        dhchap_dhgroups: None,
     }
 }

@@ -26,6 +26,7 @@ mod default;
 mod error;
 mod file_bdev;
 mod ids;
+mod keyring;
 mod nqn;
 mod params;
 mod parse;
@@ -42,6 +43,7 @@ pub use ids::{
     derive_namespace_ids, format_eui64, format_nguid, format_uuid, parse_eui64, parse_nguid,
     parse_uuid, random_namespace_ids, NamespaceIds, Uuid16,
 };
+pub use keyring::{read_key_file, HostDhchapKeys, KeyringKey, DHCHAP_DHGROUPS, DHCHAP_DIGESTS};
 pub use nqn::{validate_nqn, DISCOVERY_NQN, NQN_MAX_LEN};
 pub use parse::{ignored_param_names, SKIPPED_METHODS};
 pub use rbd_bdev::{
@@ -85,6 +87,15 @@ pub struct TargetConfig {
     /// SPDK parameters that were present and accepted but that nvmfd does not
     /// act on, as `"<method>.<parameter>"`, each listed once, in first-seen order.
     pub ignored_params: Vec<String>,
+    /// The file keyring (`keyring_file_add_key`): names and paths, never
+    /// the keys themselves.
+    pub keyring: Vec<KeyringKey>,
+    /// DH-HMAC-CHAP digests the target allows (`nvmf_set_config
+    /// dhchap_digests`); `None`: all.
+    pub dhchap_digests: Option<Vec<String>>,
+    /// DH-HMAC-CHAP DH groups the target allows (`nvmf_set_config
+    /// dhchap_dhgroups`); `None`: all.
+    pub dhchap_dhgroups: Option<Vec<String>>,
 }
 
 /// A block device (SPDK bdev) that namespaces are backed by.
@@ -296,6 +307,9 @@ pub struct SubsystemConfig {
     pub allow_any_host: bool,
     /// Allowed host NQNs (`nvmf_subsystem_add_host`), in order, unique.
     pub hosts: Vec<String>,
+    /// DH-HMAC-CHAP key names of hosts that must authenticate (a subset of
+    /// `hosts`; `nvmf_subsystem_add_host dhchap_key`, `nvmf_subsystem_set_keys`).
+    pub host_keys: std::collections::BTreeMap<String, HostDhchapKeys>,
     /// Highest NSID (and Identify Controller NN); never 0 after load.
     pub max_namespaces: u32,
     /// Asymmetric Namespace Access reporting (`-r/--ana-reporting`): CMIC
@@ -322,6 +336,7 @@ impl SubsystemConfig {
             model_number: DEFAULT_MODEL_NUMBER.to_string(),
             allow_any_host: false,
             hosts: Vec::new(),
+            host_keys: std::collections::BTreeMap::new(),
             max_namespaces: DEFAULT_MAX_NAMESPACES,
             ana_reporting: false,
             ana_states: Vec::new(),

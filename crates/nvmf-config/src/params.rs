@@ -127,6 +127,11 @@ impl<'a> Params<'a> {
         self.err(name, "missing required parameter")
     }
 
+    /// Any JSON value (the caller checks its shape).
+    pub(crate) fn opt_any(&mut self, name: &'a str) -> Result<Option<&'a Value>, ConfigError> {
+        self.get(name, Kind::Any)
+    }
+
     pub(crate) fn opt_str(&mut self, name: &'a str) -> Result<Option<&'a str>, ConfigError> {
         Ok(self.get(name, Kind::Str)?.and_then(Value::as_str))
     }

@@ -41,9 +41,8 @@ pub const SKIPPED_METHODS: &[&str] = &[
     "vmd_enable",
     // scheduler / framework
     "framework_set_scheduler",
-    // keyring (keys are only used by TLS/DH-HMAC-CHAP, which nvmfd rejects)
+    // keyring tuning (keyring_file_add_key/remove_key are modelled)
     "keyring_set_options",
-    "keyring_file_add_key",
     "keyring_linux_set_options",
     // vfio_user_target
     "vfu_tgt_set_base_path",
@@ -306,6 +305,16 @@ fn apply(
     method: &str,
     params: Option<&Value>,
 ) -> Result<(), ConfigError> {
+    if method == "nvmf_set_config" {
+        // Its DH-HMAC-CHAP lists are modelled; the rest tunes SPDK internals.
+        let only_dhchap = params
+            .and_then(Value::as_object)
+            .is_some_and(|m| !m.is_empty() && m.keys().all(|k| k.starts_with("dhchap_")));
+        crate::keyring::set_config_dhchap(cfg, params)?;
+        if only_dhchap {
+            return Ok(());
+        }
+    }
     if SKIPPED_METHODS.contains(&method) {
         // Still must be shaped like params, but contents are SPDK's business.
         if let Some(p) = params {
@@ -323,7 +332,7 @@ fn apply(
         });
         return Ok(());
     }
-    let p = Params::new(method, params)?;
+    let mut p = Params::new(method, params)?;
     match method {
         "bdev_malloc_create" => bdev_create(cfg, p, BdevKind::Malloc),
         "bdev_null_create" => bdev_create(cfg, p, BdevKind::Null),
@@ -336,6 +345,13 @@ fn apply(
         "nvmf_subsystem_add_ns" => add_ns(cfg, p),
         "nvmf_subsystem_add_listener" => add_listener(cfg, p),
         "nvmf_subsystem_add_host" => add_host(cfg, p),
+        "nvmf_subsystem_set_keys" => {
+            let nqn = p.req_str("nqn")?;
+            let si = find_subsystem(cfg, &p, nqn)?;
+            crate::keyring::set_keys(cfg, si, p)
+        }
+        "keyring_file_add_key" => crate::keyring::add_key(cfg, p),
+        "keyring_file_remove_key" => crate::keyring::remove_key(cfg, p),
         "nvmf_subsystem_allow_any_host" => allow_any_host(cfg, p),
         "nvmf_subsystem_listener_set_ana_state" => listener_set_ana_state(cfg, p),
         "nvmf_subsystem_set_ns_ana_group" => set_ns_ana_group(cfg, p),
@@ -344,7 +360,8 @@ fn apply(
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
              bdev_uring_create, bdev_aio_create, bdev_rbd_register_cluster, bdev_rbd_create, \
              nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns/add_listener/\
-             add_host/allow_any_host, nvmf_subsystem_listener_set_ana_state and \
+             add_host/allow_any_host/set_keys, keyring_file_add_key/remove_key, \
+             nvmf_subsystem_listener_set_ana_state and \
              nvmf_subsystem_set_ns_ana_group, and skips SPDK-internal tuning methods)",
         )),
     }
@@ -961,19 +978,18 @@ fn add_host(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError
             format!("host \"{host}\" is already allowed on subsystem \"{nqn}\""),
         ));
     }
-    for key in ["psk", "dhchap_key", "dhchap_ctrlr_key"] {
-        if p.opt_str(key)?.is_some() {
-            return Err(p.err(
-                key,
-                "TLS and DH-HMAC-CHAP authentication are not supported by nvmfd",
-            ));
-        }
+    if p.opt_str("psk")?.is_some() {
+        return Err(p.err("psk", "TLS is not supported by nvmfd yet"));
     }
+    let keys = crate::keyring::host_keys_param(cfg, &mut p)?;
     let mut ign = cfg.ignored_params.clone();
     p.ignore(TGT_NAME_IGNORED, &mut ign)?;
     p.finish()?;
     cfg.ignored_params = ign;
     cfg.subsystems[si].hosts.push(host.to_string());
+    if let Some(k) = keys {
+        cfg.subsystems[si].host_keys.insert(host.to_string(), k);
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! Owns writing a `TargetConfig` back as SPDK `save_config`-shaped JSON: a
+//! `keyring` section (key names and file paths only, never a key), a
 //! `bdev` section (registered Ceph clusters, then bdevs) then an `nvmf`
-//! section, entries in SPDK's order (transports,
+//! section, entries in SPDK's order (nvmf_set_config's DH-HMAC-CHAP lists, transports,
 //! subsystems, hosts, namespaces, listeners), namespace identifiers explicit,
 //! so loading the output yields the same `TargetConfig`.
 
@@ -61,6 +62,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         .collect();
 
     let mut nvmf = Vec::new();
+    if let Some(e) = crate::keyring::set_config_entry(cfg) {
+        nvmf.push(e);
+    }
     for t in &cfg.transports {
         nvmf.push(entry(
             "nvmf_create_transport",
@@ -94,10 +98,14 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
     }
     for s in &cfg.subsystems {
         for h in &s.hosts {
-            nvmf.push(entry(
-                "nvmf_subsystem_add_host",
-                json!({ "nqn": s.nqn, "host": h }),
-            ));
+            let mut params = json!({ "nqn": s.nqn, "host": h });
+            if let Some(k) = s.host_keys.get(h) {
+                params["dhchap_key"] = json!(k.dhchap_key);
+                if let Some(c) = &k.dhchap_ctrlr_key {
+                    params["dhchap_ctrlr_key"] = json!(c);
+                }
+            }
+            nvmf.push(entry("nvmf_subsystem_add_host", params));
         }
     }
     for s in &cfg.subsystems {
@@ -147,12 +155,15 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         }
     }
 
-    json!({
-        "subsystems": [
-            { "subsystem": "bdev", "config": bdevs },
-            { "subsystem": "nvmf", "config": nvmf },
-        ]
-    })
+    let mut sections = Vec::new();
+    if !cfg.keyring.is_empty() {
+        sections.push(
+            json!({ "subsystem": "keyring", "config": crate::keyring::keyring_entries(cfg) }),
+        );
+    }
+    sections.push(json!({ "subsystem": "bdev", "config": bdevs }));
+    sections.push(json!({ "subsystem": "nvmf", "config": nvmf }));
+    json!({ "subsystems": sections })
 }
 
 /// Keys written first (in this order); all others follow alphabetically.

@@ -14,6 +14,7 @@
 //! | `controller.rs` | [`Controller`]: registers, features, events, keep-alive value, stats |
 //! | `queue.rs` | [`QueuePair`], [`PortInfo`], [`Exec`], [`QueueState`] |
 //! | `fabrics.rs` | Connect, Property Get/Set |
+//! | `auth/` | DH-HMAC-CHAP: secrets, responses, FFDHE, policy, per-queue authentication state machine |
 //! | `admin.rs` | admin dispatch, features, AER, Keep Alive, Abort |
 //! | `identify.rs` | Identify pages |
 //! | `logpage.rs` | Get Log Page |
@@ -24,6 +25,7 @@
 
 pub mod admin;
 pub mod ana;
+pub mod auth;
 /// The block backends live in their own crate (`nvmf-backend`).
 pub use nvmf_backend as backend;
 pub mod controller;

@@ -7,7 +7,12 @@
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
 //! outstanding Asynchronous Event Requests and keep-alive clock, caches the
 //! subsystem's namespace table for the lock-free I/O path, and tears the
-//! controller down when the admin queue is dropped. Teardown never waits
+//! controller down when the admin queue is dropped. A host with a
+//! DH-HMAC-CHAP key on the subsystem must authenticate each queue after its
+//! Connect (Connect dword 0 AUTHREQ.ATR set; until then every command but
+//! Authentication Send/Receive gets Authentication Required; a failure
+//! closes the queue after the AUTH_Failure1 went out, with a log line
+//! naming the host); the transaction itself is `auth::session`. Teardown never waits
 //! for backend I/O in flight: the transport hands its buffers over
 //! ([`QueuePair::hand_over`]) and they are freed once the I/O is done
 //! (`backend::parked`).
@@ -17,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_config::{AddressFamily, TransportType};
+use nvmf_wire::auth::{AUTHREQ_ATR, FAILURE_INCORRECT_PAYLOAD};
 use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
@@ -25,16 +31,20 @@ use nvmf_wire::pdu::FES_PDU_SEQUENCE_ERROR;
 use nvmf_wire::status::Status;
 
 use crate::admin::{self, AdminCtx, AdminResult};
-use crate::backend::{CompletionSink, Submitted};
+use crate::auth::session::{Peer, Session, Step};
+use crate::backend::{CompletionSink, IoTag, Submitted};
 use crate::controller::{
     CloseReason, Controller, QueueStats, AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR,
 };
-use crate::error::{Outcome, INVALID_OPCODE};
+use crate::error::{Outcome, INVALID_FIELD, INVALID_OPCODE};
 use crate::fabrics::{self, Connected};
 use crate::io;
 use crate::namespace::NamespaceTable;
 use crate::stats::NsTable;
 use crate::target::Target;
+
+/// Time a queue has to authenticate after its Connect before it is closed.
+pub const AUTH_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Outstanding Asynchronous Event Requests a controller accepts (AERL + 1).
 pub const AER_LIMIT: usize = 4;
@@ -121,6 +131,16 @@ pub struct QueuePair {
     /// The transport handed its buffers over (`hand_over`): dropping with
     /// I/O in flight need not wait.
     handed_over: bool,
+    /// The DH-HMAC-CHAP transaction (first authentication or a host's
+    /// re-authentication); `None` before any.
+    auth: Option<Box<Session>>,
+    /// The host must still authenticate: commands other than
+    /// Authentication Send/Receive get Authentication Required.
+    auth_pending: bool,
+    /// Authentication failed: the queue closes once the answer is out.
+    auth_close: Option<&'static str>,
+    /// An unauthenticated queue closes at this time.
+    auth_deadline: Option<Instant>,
 }
 
 impl QueuePair {
@@ -145,7 +165,16 @@ impl QueuePair {
             ns_stats: NsTable::default(),
             sink: CompletionSink::new(),
             handed_over: false,
+            auth: None,
+            auth_pending: false,
+            auth_close: None,
+            auth_deadline: None,
         }
+    }
+
+    /// The host still has to authenticate on this queue (DH-HMAC-CHAP).
+    pub fn auth_pending(&self) -> bool {
+        self.auth_pending
     }
 
     /// A Connect succeeded on this queue.
@@ -376,13 +405,14 @@ impl QueuePair {
                     active_controllers = active,
                     "controller created"
                 );
+                let authreq = self.require_auth(&ctrl);
                 self.ctrl = Some(ctrl);
                 self.role = Role::Admin(AdminQueue {
                     aers: Vec::with_capacity(AER_LIMIT),
                     aborted: Vec::with_capacity(AER_LIMIT),
                     last_activity: Instant::now(),
                 });
-                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
+                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
             }
             Ok(Connected::Io { ctrl, qid, depth }) => {
                 self.sq_flow_disabled = sq_flow_disabled;
@@ -394,9 +424,10 @@ impl QueuePair {
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
                 tracing::debug!(cntlid, qid, depth, peer = %self.port.peer, "I/O queue connected");
+                let authreq = self.require_auth(&ctrl);
                 self.ctrl = Some(ctrl);
                 self.role = Role::Io;
-                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32))
+                self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
             }
             Err(out) => {
                 // The queue stays unconnected; answer on the queue the host named.
@@ -405,6 +436,100 @@ impl QueuePair {
                 Exec::Complete(c)
             }
         }
+    }
+
+    /// After a Connect: when the host has a DH-HMAC-CHAP key on the
+    /// subsystem, the queue must authenticate. Returns the Connect dword 0
+    /// AUTHREQ bits.
+    fn require_auth(&mut self, ctrl: &Controller) -> u32 {
+        if ctrl.subsystem().host_keys(ctrl.hostnqn()).is_none() {
+            return 0;
+        }
+        self.auth_pending = true;
+        self.auth_deadline = Some(Instant::now() + AUTH_TIMEOUT);
+        AUTHREQ_ATR
+    }
+
+    /// Authentication Send / Receive (any connected queue; control path).
+    #[cold]
+    fn execute_auth(&mut self, ctrl: &Controller, cmd: &Command, data: &mut [u8]) -> Exec {
+        if !cmd.is_dhchap_auth() || cmd.auth_len() as usize != data.len() {
+            return self.complete(cmd.cid(), Outcome::err(INVALID_FIELD));
+        }
+        let sub = ctrl.subsystem();
+        let session = self.auth.get_or_insert_with(|| Box::new(Session::new()));
+        let peer = Peer {
+            policy: self.target.auth_policy(),
+            hostnqn: ctrl.hostnqn(),
+            subnqn: sub.nqn(),
+            keys: sub.host_keys(ctrl.hostnqn()),
+        };
+        let step = if cmd.fctype() == FabricsType::AuthSend as u8 {
+            session.send(&peer, data)
+        } else {
+            let mut out = Vec::with_capacity(16 + 2 * 64 + 1024);
+            let mut step = session.recv(&peer, &mut out);
+            if out.len() > data.len() {
+                // The host's buffer cannot take the message.
+                out.clear();
+                nvmf_wire::auth::encode_failure1(&mut out, 0, FAILURE_INCORRECT_PAYLOAD);
+                step = Step::Failed("Authentication Receive buffer too small");
+                if out.len() > data.len() {
+                    out.clear();
+                }
+            }
+            data[..out.len()].copy_from_slice(&out);
+            data[out.len()..].fill(0);
+            step
+        };
+        match step {
+            Step::Continue => {}
+            Step::Offload(work) => {
+                // FFDHE arithmetic: milliseconds, never on a reactor. The
+                // Send completes when the authentication thread is done.
+                let tag = IoTag {
+                    cid: cmd.cid(),
+                    bytes: 0,
+                    write: true,
+                };
+                return match crate::auth::pool::run(&self.sink, tag, work) {
+                    Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
+                    _ => Exec::Pending,
+                };
+            }
+            Step::Authenticated => {
+                let (hash_id, dhgroup) = session.negotiated();
+                self.auth_pending = false;
+                self.auth_deadline = None;
+                if let Role::Admin(aq) = &mut self.role {
+                    aq.last_activity = Instant::now();
+                }
+                tracing::debug!(
+                    cntlid = ctrl.cntlid(),
+                    qid = self.qid,
+                    hostnqn = %ctrl.hostnqn(),
+                    hash_id,
+                    dhgroup,
+                    "host authenticated"
+                );
+            }
+            Step::Failed(why) => {
+                self.auth_close = Some("authentication failed");
+                let (qid, peer) = (self.qid, self.port.peer);
+                self.target.refusal_log(|| {
+                    tracing::warn!(
+                        cntlid = ctrl.cntlid(),
+                        qid,
+                        subnqn = %sub.nqn(),
+                        hostnqn = %ctrl.hostnqn(),
+                        peer = %peer,
+                        reason = why,
+                        "DH-HMAC-CHAP authentication failed, closing the queue"
+                    )
+                });
+            }
+        }
+        self.complete(cmd.cid(), Outcome::ok())
     }
 
     // ---- admin queue ----
@@ -427,6 +552,16 @@ impl QueuePair {
             unreachable!("execute_admin on a non-admin queue")
         };
         aq.last_activity = Instant::now();
+
+        if is_auth_command(cmd) {
+            return self.execute_auth(&ctrl, cmd, data);
+        }
+        if self.auth_pending {
+            return self.complete(cmd.cid(), Outcome::err(Status::AUTH_REQUIRED.with_dnr()));
+        }
+        let Role::Admin(aq) = &mut self.role else {
+            unreachable!("execute_admin on a non-admin queue")
+        };
 
         if cmd.opcode() == AdminOpcode::FabricsCommand as u8 {
             let out = fabrics::admin_fabrics(&self.target, &ctrl, cmd);
@@ -451,7 +586,16 @@ impl QueuePair {
 
     #[inline]
     fn execute_io(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        if self.auth_pending {
+            return self.io_auth_pending(cmd, data);
+        }
         if cmd.opcode() == AdminOpcode::FabricsCommand as u8 {
+            if is_auth_command(cmd) {
+                // Re-authentication on a live I/O queue.
+                if let Some(ctrl) = self.ctrl.clone() {
+                    return self.execute_auth(&ctrl, cmd, data);
+                }
+            }
             let status = if cmd.fctype() == FabricsType::Connect as u8 {
                 Status::COMMAND_SEQUENCE_ERROR.with_dnr()
             } else {
@@ -498,6 +642,15 @@ impl QueuePair {
         }
     }
 
+    /// A command on an I/O queue that has not authenticated yet.
+    #[cold]
+    fn io_auth_pending(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        match self.ctrl.clone() {
+            Some(ctrl) if is_auth_command(cmd) => self.execute_auth(&ctrl, cmd, data),
+            _ => self.complete(cmd.cid(), Outcome::err(Status::AUTH_REQUIRED.with_dnr())),
+        }
+    }
+
     #[cold]
     fn refresh_namespaces(&mut self) {
         if let Some(ctrl) = &self.ctrl {
@@ -511,6 +664,11 @@ impl QueuePair {
     /// asynchronous backend completions) and say whether the queue must close
     /// (keep-alive expired, controller torn down).
     pub fn poll(&mut self, now: Instant, out: &mut dyn FnMut(Completion)) -> QueueState {
+        if self.auth_close.is_some() || self.auth_deadline.is_some() {
+            if let Some(state) = self.poll_auth(now) {
+                return state;
+            }
+        }
         let Some(ctrl) = self.ctrl.clone() else {
             return QueueState::Open;
         };
@@ -533,9 +691,12 @@ impl QueuePair {
             return QueueState::Open;
         };
 
-        // Keep-alive: KATO rounded up to whole seconds, as nvmet does.
+        // Keep-alive: KATO rounded up to whole seconds, as nvmet does. Not
+        // while the host authenticates (its own deadline, AUTH_TIMEOUT,
+        // applies: FFDHE on a slow host takes longer than a short KATO,
+        // and a host sends no Keep Alive before it is connected).
         let kato_ms = ctrl.kato_ms();
-        if kato_ms != 0 {
+        if kato_ms != 0 && !self.auth_pending {
             let limit = Duration::from_secs(u64::from(kato_ms).div_ceil(1000));
             if now.saturating_duration_since(aq.last_activity) >= limit {
                 ctrl.kill(CloseReason::KeepAliveTimeout);
@@ -572,6 +733,30 @@ impl QueuePair {
         QueueState::Open
     }
 
+    /// A failed authentication closes the queue; so does one not finished
+    /// within [`AUTH_TIMEOUT`] of the Connect.
+    #[cold]
+    fn poll_auth(&mut self, now: Instant) -> Option<QueueState> {
+        if let Some(reason) = self.auth_close {
+            return Some(QueueState::Close { reason });
+        }
+        if self.auth_deadline.is_some_and(|d| now >= d) {
+            if let Some(ctrl) = &self.ctrl {
+                tracing::warn!(
+                    cntlid = ctrl.cntlid(),
+                    qid = self.qid,
+                    hostnqn = %ctrl.hostnqn(),
+                    "DH-HMAC-CHAP authentication not completed in time, closing the queue"
+                );
+            }
+            self.auth_close = Some("authentication timeout");
+            return Some(QueueState::Close {
+                reason: "authentication timeout",
+            });
+        }
+        None
+    }
+
     #[cold]
     fn deliver_backend_completions(&mut self, out: &mut dyn FnMut(Completion)) {
         let qid = self.qid;
@@ -590,6 +775,14 @@ impl QueuePair {
             out(Completion::new(tag.cid, qid, sqhd, status, 0));
         });
     }
+}
+
+/// Authentication Send or Receive.
+#[inline]
+fn is_auth_command(cmd: &Command) -> bool {
+    cmd.opcode() == AdminOpcode::FabricsCommand as u8
+        && (cmd.fctype() == FabricsType::AuthSend as u8
+            || cmd.fctype() == FabricsType::AuthRecv as u8)
 }
 
 /// Completion dword 0 of an Asynchronous Event Request for an event bit:

@@ -1,6 +1,6 @@
 //! NVM subsystems and the discovery subsystem.
 //!
-//! Owns [`Subsystem`]: identity (NQN, serial, model), host access list,
+//! Owns [`Subsystem`]: identity (NQN, serial, model), host access list and the hosts' DH-HMAC-CHAP keys,
 //! listeners, the namespace table (copy-on-write snapshot + generation
 //! counter that queue pairs check with one atomic load), and the registry of
 //! live controllers with dynamic controller ID allocation (within the
@@ -12,13 +12,14 @@
 //! ANA changes to the controllers of the paths they touch.
 
 use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
 use nvmf_config::{ListenerConfig, SubsystemConfig, DISCOVERY_NQN};
 
 use crate::ana::{PathAna, SubsystemAna};
+use crate::auth::HostKeys;
 use crate::backend::Backend;
 use crate::controller::{CloseReason, Controller, AEN_ANA_CHANGE};
 use crate::error::CoreError;
@@ -54,6 +55,9 @@ pub struct Subsystem {
     /// and for the discovery log only, never per I/O.
     allow_any_host: AtomicBool,
     hosts: RwLock<Vec<String>>,
+    /// DH-HMAC-CHAP keys by host NQN (read at Connect and authentication
+    /// messages only).
+    host_keys: RwLock<HashMap<String, HostKeys>>,
     max_namespaces: u32,
     min_cntlid: u16,
     max_cntlid: u16,
@@ -76,6 +80,7 @@ impl Subsystem {
             model: cfg.model_number.clone(),
             allow_any_host: AtomicBool::new(cfg.allow_any_host),
             hosts: RwLock::new(cfg.hosts.clone()),
+            host_keys: RwLock::new(HashMap::new()),
             max_namespaces: cfg.max_namespaces.max(1),
             min_cntlid,
             max_cntlid,
@@ -101,6 +106,7 @@ impl Subsystem {
             model: "nvmfd discovery".to_string(),
             allow_any_host: AtomicBool::new(true),
             hosts: RwLock::new(Vec::new()),
+            host_keys: RwLock::new(HashMap::new()),
             max_namespaces: 0,
             min_cntlid: 1,
             max_cntlid: 0xFFEF,
@@ -255,6 +261,34 @@ impl Subsystem {
 
     pub fn allow_any_host(&self) -> bool {
         self.allow_any_host.load(Ordering::Acquire)
+    }
+
+    /// The DH-HMAC-CHAP keys of `hostnqn` (`None`: the host does not
+    /// authenticate).
+    pub fn host_keys(&self, hostnqn: &str) -> Option<HostKeys> {
+        self.host_keys
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(hostnqn)
+            .cloned()
+    }
+
+    /// Replace every host's DH-HMAC-CHAP keys.
+    pub fn replace_host_keys(&self, keys: HashMap<String, HostKeys>) {
+        *self.host_keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+    }
+
+    /// Set or clear the DH-HMAC-CHAP keys of `hostnqn`.
+    pub fn set_host_keys(&self, hostnqn: &str, keys: Option<HostKeys>) {
+        let mut m = self.host_keys.write().unwrap_or_else(|e| e.into_inner());
+        match keys {
+            Some(k) => {
+                m.insert(hostnqn.to_string(), k);
+            }
+            None => {
+                m.remove(hostnqn);
+            }
+        }
     }
 
     /// Allowed host NQNs (ignored when `allow_any_host`).

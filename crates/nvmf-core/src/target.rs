@@ -202,6 +202,10 @@ pub struct SizeChange {
     pub num_blocks: u64,
 }
 
+fn policy_bits(p: crate::auth::AuthPolicy) -> u32 {
+    u32::from(p.digests) | (u32::from(p.dhgroups) << 8)
+}
+
 /// The whole target. Shared by all reactors as `Arc<Target>`.
 #[derive(Debug)]
 pub struct Target {
@@ -221,6 +225,9 @@ pub struct Target {
     admission: Mutex<Admission>,
     discovery_kato_ms: AtomicU32,
     refusal_log: Mutex<RefusalLog>,
+    /// DH-HMAC-CHAP digests (low byte) and DH groups (high byte) allowed
+    /// (`nvmf_set_config`).
+    auth_policy: AtomicU32,
 }
 
 impl Target {
@@ -307,6 +314,7 @@ impl Target {
                 used: 0,
                 suppressed: 0,
             }),
+            auth_policy: AtomicU32::new(policy_bits(crate::auth::AuthPolicy::default())),
         }))
     }
 
@@ -358,6 +366,34 @@ impl Target {
 
     pub fn discovery_kato_ms(&self) -> u32 {
         self.discovery_kato_ms.load(Ordering::Acquire)
+    }
+
+    /// The DH-HMAC-CHAP digests and DH groups the target accepts from now
+    /// on (transactions already past negotiation keep theirs).
+    pub fn set_auth_policy(&self, p: crate::auth::AuthPolicy) {
+        self.auth_policy.store(policy_bits(p), Ordering::Release);
+    }
+
+    /// The DH-HMAC-CHAP digests and DH groups the target accepts.
+    pub fn auth_policy(&self) -> crate::auth::AuthPolicy {
+        let v = self.auth_policy.load(Ordering::Acquire);
+        crate::auth::AuthPolicy {
+            digests: v as u8,
+            dhgroups: (v >> 8) as u8,
+        }
+    }
+
+    /// Set (or with `None` clear) the DH-HMAC-CHAP keys of `host` on
+    /// subsystem `nqn`. New Connects and re-authentications use them;
+    /// queues already authenticated stay connected.
+    pub fn set_host_keys(
+        &self,
+        nqn: &str,
+        host: &str,
+        keys: Option<crate::auth::HostKeys>,
+    ) -> Result<(), CoreError> {
+        self.nvm_subsystem(nqn)?.set_host_keys(host, keys);
+        Ok(())
     }
 
     /// Lines about refused Connects and unsupported CC values logged per

@@ -14,7 +14,9 @@
 //! | `harness.rs` | the target, the fake host, playing a case, the invariants |
 //! | `shadow.rs` | the data-integrity model of the RAM namespace |
 //! | `seeds.rs` | an encoder for hand-made inputs, and the seed sessions |
+//! | `auth.rs` | DH-HMAC-CHAP messages: parsers and one queue's authentication ([`auth::run_auth_bytes`]) |
 
+pub mod auth;
 pub mod harness;
 pub mod input;
 pub mod seeds;

@@ -92,6 +92,11 @@ pub enum Change {
     AnaChange {
         nqn: String,
     },
+    /// DH-HMAC-CHAP keys or policy changed (`keyring_file_add_key`,
+    /// `keyring_file_remove_key`, `nvmf_subsystem_set_keys`,
+    /// `nvmf_set_config dhchap_*`): the target reloads the hosts' keys
+    /// from their files; the next (re-)authentication uses them.
+    AuthKeys,
     /// The whole configuration was replaced (`load_config`): `new_config` is
     /// the complete target to converge to.
     LoadConfig,
@@ -117,6 +122,7 @@ impl Change {
             Change::RemoveHost { .. } => "RemoveHost",
             Change::AllowAnyHost { .. } => "AllowAnyHost",
             Change::AnaChange { .. } => "AnaChange",
+            Change::AuthKeys => "AuthKeys",
             Change::LoadConfig => "LoadConfig",
         }
     }

@@ -61,6 +61,11 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_add_host",
     "nvmf_subsystem_remove_host",
     "nvmf_subsystem_allow_any_host",
+    "nvmf_subsystem_set_keys",
+    "keyring_file_add_key",
+    "keyring_file_remove_key",
+    "keyring_get_keys",
+    "nvmf_set_config",
     "nvmf_subsystem_get_controllers",
     "nvmf_subsystem_get_qpairs",
     "nvmf_subsystem_get_listeners",
@@ -97,6 +102,10 @@ pub const STATE_CHANGING_METHODS: &[&str] = &[
     "nvmf_subsystem_add_host",
     "nvmf_subsystem_remove_host",
     "nvmf_subsystem_allow_any_host",
+    "nvmf_subsystem_set_keys",
+    "keyring_file_add_key",
+    "keyring_file_remove_key",
+    "nvmf_set_config",
 ];
 
 /// `spdk_get_version`'s `version` string.
@@ -268,8 +277,9 @@ impl RpcService {
             "framework_get_subsystems" => {
                 Params::new(method, params)?.finish()?;
                 Ok(json!([
+                    { "subsystem": "keyring", "depends_on": [] },
                     { "subsystem": "bdev", "depends_on": [] },
-                    { "subsystem": "nvmf", "depends_on": ["bdev"] },
+                    { "subsystem": "nvmf", "depends_on": ["bdev", "keyring"] },
                 ]))
             }
             "framework_get_config" => {
@@ -278,9 +288,13 @@ impl RpcService {
                 p.opt_bool("with_batches")?;
                 p.finish()?;
                 let doc = self.lock().config.to_json_value();
+                if name == "keyring" {
+                    // Written only when it has keys: names and paths, never a key.
+                    return Ok(section(&doc, name).cloned().unwrap_or_else(|| json!([])));
+                }
                 section(&doc, name).cloned().ok_or_else(|| {
                     RpcError::invalid_params(format!(
-                        "{method}: parameter \"name\": no subsystem \"{name}\" (nvmfd has \"bdev\" and \"nvmf\")"
+                        "{method}: parameter \"name\": no subsystem \"{name}\" (nvmfd has \"keyring\", \"bdev\" and \"nvmf\")"
                     ))
                 })
             }
@@ -372,6 +386,45 @@ impl RpcService {
                     json!(true),
                 )
             }),
+            "nvmf_subsystem_set_keys" | "keyring_file_add_key" | "keyring_file_remove_key" => {
+                self.apply_config_method(method, params, |_, _| (Change::AuthKeys, json!(true)))
+            }
+            "nvmf_set_config"
+                if params
+                    .and_then(Value::as_object)
+                    .is_some_and(|m| m.keys().any(|k| k.starts_with("dhchap_"))) =>
+            {
+                self.apply_config_method(method, params, |_, _| (Change::AuthKeys, json!(true)))
+            }
+            "keyring_get_keys" => {
+                Params::new(method, params)?.finish()?;
+                // Names and files only: a key never leaves nvmfd.
+                let cfg = &self.lock().config;
+                Ok(Value::Array(
+                    cfg.keyring
+                        .iter()
+                        .map(|k| {
+                            let refcnt = cfg
+                                .subsystems
+                                .iter()
+                                .flat_map(|s| s.host_keys.values())
+                                .filter(|h| {
+                                    h.dhchap_key == k.name
+                                        || h.dhchap_ctrlr_key.as_deref() == Some(&k.name)
+                                })
+                                .count();
+                            json!({
+                                "name": k.name,
+                                "path": k.path,
+                                "module": "keyring_file",
+                                "removed": false,
+                                "probed": false,
+                                "refcnt": refcnt,
+                            })
+                        })
+                        .collect(),
+                ))
+            }
             "nvmf_subsystem_allow_any_host" => {
                 self.apply_config_method(method, params, |new, nqn| {
                     let allow = new.subsystem(nqn).expect("validated").allow_any_host;
@@ -810,6 +863,7 @@ impl RpcService {
         p.finish()?;
         let mut new = st.config.clone();
         new.subsystems[si].hosts.retain(|h| h != host);
+        new.subsystems[si].host_keys.remove(host);
         let change = Change::RemoveHost {
             nqn: nqn.to_string(),
             host: host.to_string(),

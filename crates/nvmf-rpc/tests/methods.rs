@@ -72,7 +72,7 @@ fn meta_methods() {
 
     assert_eq!(
         call(&mut c, "framework_get_subsystems", Value::Null).unwrap(),
-        json!([{"subsystem": "bdev", "depends_on": []}, {"subsystem": "nvmf", "depends_on": ["bdev"]}])
+        json!([{"subsystem": "keyring", "depends_on": []}, {"subsystem": "bdev", "depends_on": []}, {"subsystem": "nvmf", "depends_on": ["bdev", "keyring"]}])
     );
     assert_eq!(
         call(&mut c, "framework_get_config", json!({"name": "bdev"})).unwrap(),
@@ -1173,4 +1173,104 @@ fn ana_states_and_groups() {
             vec!["optimized", "optimized"]
         ]
     );
+}
+
+#[test]
+fn keyring_and_dhchap_methods() {
+    use std::os::unix::fs::PermissionsExt;
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    let host = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-000000000001";
+    let secret = "DHHC-1:01:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:";
+    let file = |name: &str, mode: u32| {
+        let p = h.dir.path().join(name);
+        std::fs::write(&p, secret).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode)).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let (k0, loose) = (file("key0", 0o600), file("loose", 0o640));
+    fails(
+        &h,
+        &mut c,
+        "keyring_file_add_key",
+        json!({"name": "key0", "path": loose}),
+        INVALID_PARAMS,
+        "accessible by group or others",
+    );
+    call(
+        &mut c,
+        "keyring_file_add_key",
+        json!({"name": "key0", "path": k0}),
+    )
+    .unwrap();
+    assert!(matches!(h.live.changes().last(), Some(Change::AuthKeys)));
+    let keys = call(&mut c, "keyring_get_keys", Value::Null).unwrap();
+    assert_eq!(keys[0]["name"], "key0");
+    assert_eq!(keys[0]["path"], k0.as_str());
+    assert!(!keys.to_string().contains("DHHC-1"), "{keys}");
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": CNODE1, "host": host, "dhchap_key": "nokey"}),
+        INVALID_PARAMS,
+        "no key named \"nokey\"",
+    );
+    call(
+        &mut c,
+        "nvmf_subsystem_add_host",
+        json!({"nqn": CNODE1, "host": host, "dhchap_key": "key0"}),
+    )
+    .unwrap();
+    assert_eq!(keys_refcnt(&mut c), 1);
+    fails(
+        &h,
+        &mut c,
+        "keyring_file_remove_key",
+        json!({"name": "key0"}),
+        INVALID_PARAMS,
+        "in use",
+    );
+    call(
+        &mut c,
+        "nvmf_set_config",
+        json!({"dhchap_digests": ["sha256", "sha512"], "dhchap_dhgroups": ["null"]}),
+    )
+    .unwrap();
+    assert!(matches!(h.live.changes().last(), Some(Change::AuthKeys)));
+    fails(
+        &h,
+        &mut c,
+        "nvmf_set_config",
+        json!({"dhchap_dhgroups": ["ffdhe1024"]}),
+        INVALID_PARAMS,
+        "ffdhe1024",
+    );
+    let saved = call(&mut c, "save_config", Value::Null)
+        .unwrap()
+        .to_string();
+    assert!(saved.contains("\"dhchap_key\":\"key0\"") && saved.contains(&k0));
+    assert!(!saved.contains("DHHC-1"), "{saved}");
+    let kr = call(&mut c, "framework_get_config", json!({"name": "keyring"})).unwrap();
+    assert_eq!(kr[0]["method"], "keyring_file_add_key");
+    // Keys off for the host, then the key can go.
+    call(
+        &mut c,
+        "nvmf_subsystem_set_keys",
+        json!({"nqn": CNODE1, "host": host}),
+    )
+    .unwrap();
+    assert_eq!(keys_refcnt(&mut c), 0);
+    call(&mut c, "keyring_file_remove_key", json!({"name": "key0"})).unwrap();
+    assert_eq!(
+        call(&mut c, "keyring_get_keys", Value::Null).unwrap(),
+        json!([])
+    );
+}
+
+fn keys_refcnt(c: &mut RpcClient) -> u64 {
+    call(c, "keyring_get_keys", Value::Null).unwrap()[0]["refcnt"]
+        .as_u64()
+        .unwrap()
 }

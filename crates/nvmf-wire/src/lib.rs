@@ -10,6 +10,7 @@
 //! struct can be viewed in place over a byte buffer with zerocopy
 //! (`T::ref_from_bytes(buf)`, `t.as_bytes()`).
 
+pub mod auth;
 pub mod command;
 pub mod completion;
 pub mod digest;

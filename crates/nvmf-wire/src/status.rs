@@ -123,8 +123,12 @@ codes! {
     /// Fabrics Connect: the host is not allowed to connect.
     CONNECT_INVALID_HOST = (sct::COMMAND_SPECIFIC, 0x84);
     INVALID_QUEUE_TYPE = (sct::COMMAND_SPECIFIC, 0x90);
-    DISCOVER_RESTART = (sct::COMMAND_SPECIFIC, 0x91);
-    AUTH_REQUIRED = (sct::COMMAND_SPECIFIC, 0x92);
+    /// Fabrics: Discover Restart (the same code as `INVALID_QUEUE_TYPE`;
+    /// which one applies depends on the command).
+    DISCOVER_RESTART = (sct::COMMAND_SPECIFIC, 0x90);
+    /// Fabrics: the queue must finish in-band authentication (DH-HMAC-CHAP)
+    /// before this command (the Linux host's `NVME_SC_AUTH_REQUIRED` 0x191).
+    AUTH_REQUIRED = (sct::COMMAND_SPECIFIC, 0x91);
 
     WRITE_FAULT = (sct::MEDIA, 0x80);
     UNRECOVERED_READ_ERROR = (sct::MEDIA, 0x81);
@@ -265,9 +269,8 @@ impl Status {
                 0x82 => "Attempted Write to Read Only Range / Connect Invalid Parameters",
                 0x83 => "Connect Restart Discovery",
                 0x84 => "Connect Invalid Host",
-                0x90 => "Invalid Queue Type",
-                0x91 => "Discover Restart",
-                0x92 => "Authentication Required",
+                0x90 => "Invalid Queue Type / Discover Restart",
+                0x91 => "Authentication Required",
                 _ => "Unknown Command Specific Status",
             },
             (sct::MEDIA, sc) => match sc {

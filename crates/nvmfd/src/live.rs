@@ -280,6 +280,7 @@ impl Live {
             let mut x = s.clone();
             x.namespaces.clear();
             x.hosts.clear();
+            x.host_keys.clear(); // keys change live (nvmf_subsystem_set_keys)
             x.listeners.clear();
             x.allow_any_host = false;
             x.ana_states.clear();
@@ -471,7 +472,15 @@ impl LiveTarget for Live {
                 }
             };
         }
+        // Keys are read and checked before anything changes: a bad key
+        // file refuses the whole change.
+        let keys = nvmf_core::auth::load_keys(new_config).inspect_err(|e| {
+            warn!("rpc: {} refused: DH-HMAC-CHAP keys: {e}", change.kind());
+        })?;
         let r = self.converge(&mut st, new_config);
+        if r.is_ok() {
+            keys.install(&self.target);
+        }
         match &r {
             Ok(()) => info!("rpc: {} applied", change.kind()),
             Err(e) => warn!("rpc: {} refused: {e}", change.kind()),

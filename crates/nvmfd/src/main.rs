@@ -147,6 +147,12 @@ fn run(cli: Cli) -> Result<()> {
         rbd_clusters::register(c).map_err(|e| anyhow!("rbd cluster {}: {e}", c.name))?;
     }
     let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
+    // DH-HMAC-CHAP keys from the keyring's files (docs/AUTH.md).
+    let keys = nvmf_core::auth::load_keys(&cfg).map_err(|e| anyhow!("DH-HMAC-CHAP keys: {e}"))?;
+    if keys.hosts() > 0 {
+        info!("DH-HMAC-CHAP: {} host(s) must authenticate", keys.hosts());
+    }
+    keys.install(&target);
     resize::spawn(&target).context("spawning the resize thread")?;
     let mut params = TcpParams::new(target.limits(), tcp.c2h_success);
     params.h2c_timeout = std::time::Duration::from_millis(cli.h2c_timeout_ms);
