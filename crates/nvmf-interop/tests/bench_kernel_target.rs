@@ -83,7 +83,12 @@ fn bench_run_against_kernel_target_in_guest() {
     check_report(&job.join("bench/bench.json"), &release).unwrap_or_else(|e| {
         panic!("bench.json: {e}\n{}", report());
     });
-    // teardown left configfs as it found it (empty)
+    // teardown left configfs as it found it (empty), and did not warn
+    assert!(
+        !out.contains("teardown could not remove"),
+        "the kernel target's teardown warned\n{}",
+        report()
+    );
     for run in ["good", "bad"] {
         let want = format!("configfs-after {run}: subsystems=[] ports=[]");
         assert!(
