@@ -37,7 +37,7 @@ impl PskHash {
         }
     }
     /// Key and digest length of this hash.
-    pub fn len(self) -> usize {
+    pub fn key_len(self) -> usize {
         match self {
             PskHash::Sha256 => 32,
             PskHash::Sha384 => 48,
@@ -160,7 +160,7 @@ impl ConfiguredPsk {
         check_nqn("host NQN", hostnqn)?;
         match self.transform {
             None => Ok(self.key.clone()),
-            Some(h) => hkdf_expand_label(h, &self.key, "HostNQN", hostnqn.as_bytes(), h.len()),
+            Some(h) => hkdf_expand_label(h, &self.key, "HostNQN", hostnqn.as_bytes(), h.key_len()),
         }
     }
 
@@ -176,7 +176,7 @@ impl ConfiguredPsk {
             &retained,
             "nvme-tls-psk",
             context.as_bytes(),
-            hash.len(),
+            hash.key_len(),
         )?;
         Ok(TlsPsk {
             hash,
@@ -301,10 +301,10 @@ fn check_len(transform: Option<PskHash>, len: usize) -> Result<(), PskError> {
     match transform {
         None if len == 32 || len == 48 => Ok(()),
         None => Err(PskError::BadLength(len + 4)),
-        Some(h) if h.len() == len => Ok(()),
+        Some(h) if h.key_len() == len => Ok(()),
         Some(h) => Err(PskError::HashLengthMismatch {
             hash: h.id(),
-            need: h.len(),
+            need: h.key_len(),
             got: len,
         }),
     }
