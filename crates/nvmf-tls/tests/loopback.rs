@@ -1,5 +1,6 @@
 //! TLS 1.3 external-PSK handshake on loopback between our server and client contexts: identity and
-//! cipher checked, data exchanged both ways, a wrong PSK and an unknown identity refused.
+//! cipher checked (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM), data exchanged both ways, a wrong
+//! PSK and an unknown identity refused.
 
 use nvmf_core::tls::psk::{ConfiguredPsk, TlsPsk};
 use openssl::ssl::Ssl;
@@ -10,14 +11,16 @@ use std::time::Duration;
 
 const KEY: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:f81d4fae-7dec-11d0-a765-00a0c91e6bf6";
+const KEY384: &str =
+    "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
 const SUB: &str = "nqn.2024-01.io.nvmfd:tls1";
 
 /// One handshake on 127.0.0.1:`port`; returns (client result, identity the server saw).
-fn run(port: u16, client_psk: TlsPsk) -> (Result<String, String>, Option<String>) {
-    let server_psk = ConfiguredPsk::parse(KEY)
-        .unwrap()
-        .tls_psk_v1(HOST, SUB)
-        .unwrap();
+fn run(
+    port: u16,
+    server_psk: TlsPsk,
+    client_psk: TlsPsk,
+) -> (Result<String, String>, Option<String>) {
     let seen = Arc::new(Mutex::new(None));
     let seen2 = seen.clone();
     let ctx = nvmf_tls::server_context(move |id| {
@@ -68,14 +71,14 @@ fn psk_handshake_and_refusals() {
         .unwrap()
         .tls_psk_v1(HOST, SUB)
         .unwrap();
-    let (r, seen) = run(4630, good.clone());
+    let (r, seen) = run(4630, good.clone(), good.clone());
     assert_eq!(r.unwrap(), "TLS_AES_128_GCM_SHA256");
     assert_eq!(seen.as_deref(), Some(good.identity.as_str()));
 
     // Same identity, one key byte wrong: the binder does not verify.
     let mut wrong = good.clone();
     wrong.key[0] ^= 1;
-    let (r, _) = run(4631, wrong);
+    let (r, _) = run(4631, good.clone(), wrong);
     assert!(r.is_err(), "wrong PSK accepted");
 
     // Unknown identity (another host NQN) offered with the right key bytes: the identity alone
@@ -86,7 +89,25 @@ fn psk_handshake_and_refusals() {
             .replace(HOST, "nqn.2014-08.org.nvmexpress:uuid:other"),
         ..good.clone()
     };
-    let (r, seen) = run(4632, other.clone());
+    let (r, seen) = run(4632, good.clone(), other.clone());
     assert!(r.is_err(), "unknown identity accepted");
     assert_eq!(seen.as_deref(), Some(other.identity.as_str()));
+}
+
+#[test]
+fn sha384_psk_uses_aes256() {
+    let k = ConfiguredPsk::parse(KEY384)
+        .unwrap()
+        .tls_psk_v1(HOST, SUB)
+        .unwrap();
+    let (r, seen) = run(4633, k.clone(), k.clone());
+    assert_eq!(r.unwrap(), "TLS_AES_256_GCM_SHA384");
+    assert_eq!(seen.as_deref(), Some(k.identity.as_str()));
+    // Version-0 identity, SHA-256 key.
+    let v0 = ConfiguredPsk::parse(KEY)
+        .unwrap()
+        .tls_psk_v0(HOST, SUB)
+        .unwrap();
+    let (r, _) = run(4634, v0.clone(), v0);
+    assert_eq!(r.unwrap(), "TLS_AES_128_GCM_SHA256");
 }
