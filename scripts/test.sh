@@ -29,7 +29,7 @@ declare -A NEED=(
   [qemu-system-x86_64]=qemu-system-x86 [busybox]=busybox-static [modprobe]=kmod [cpio]=cpio
   [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
-  [python3]=python3
+  [python3]=python3 [openssl]=openssl
 )
 missing=()
 for cmd in "${!NEED[@]}"; do

@@ -111,3 +111,55 @@ fn sha384_psk_uses_aes256() {
     let (r, _) = run(4634, v0.clone(), v0);
     assert_eq!(r.unwrap(), "TLS_AES_128_GCM_SHA256");
 }
+
+/// Independent client: `openssl s_client` (OpenSSL's own PSK code path) against our server context.
+#[test]
+fn openssl_s_client_against_our_server() {
+    use std::process::{Command, Stdio};
+    let psk = ConfiguredPsk::parse(KEY)
+        .unwrap()
+        .tls_psk_v1(HOST, SUB)
+        .unwrap();
+    let hex: String = psk.key.iter().map(|b| format!("{b:02x}")).collect();
+    let expected = psk.identity.clone();
+    let ctx =
+        nvmf_tls::server_context(move |id| (id == psk.identity).then(|| psk.clone())).unwrap();
+    let listener = TcpListener::bind(("127.0.0.1", 4635)).unwrap();
+    let server = std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut s = Ssl::new(&ctx)
+            .unwrap()
+            .accept(sock)
+            .map_err(|e| e.to_string())?;
+        let mut buf = [0u8; 5];
+        s.read_exact(&mut buf).map_err(|e| e.to_string())?;
+        s.write_all(b"pong\n").map_err(|e| e.to_string())?;
+        let _ = s.shutdown();
+        Ok::<_, String>((buf, s.ssl().current_cipher().unwrap().name().to_string()))
+    });
+    let mut child = Command::new("timeout")
+        .args([
+            "10",
+            "openssl",
+            "s_client",
+            "-tls1_3",
+            "-quiet",
+            "-connect",
+            "127.0.0.1:4635",
+        ])
+        .args(["-psk", &hex, "-psk_identity", &expected])
+        .args(["-ciphersuites", "TLS_AES_128_GCM_SHA256"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("openssl binary (package openssl)");
+    child.stdin.as_mut().unwrap().write_all(b"hello").unwrap();
+    let (buf, cipher) = server.join().unwrap().unwrap();
+    drop(child.stdin.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(&buf, b"hello");
+    assert_eq!(cipher, "TLS_AES_128_GCM_SHA256");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("pong"));
+}
