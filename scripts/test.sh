@@ -30,7 +30,7 @@ declare -A NEED=(
   [qemu-system-x86_64]=qemu-system-x86 [busybox]=busybox-static [modprobe]=kmod [cpio]=cpio
   [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
-  [python3]=python3 [dpkg-source]=dpkg-dev
+  [python3]=python3 [dpkg-source]=dpkg-dev [openssl]=openssl
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -38,6 +38,9 @@ for cmd in "${!NEED[@]}"; do
 done
 # linking needs libc's headers and start files, which gcc only recommends
 [ -e /usr/include/stdio.h ] || missing+=(build-essential)
+# nvmf-tls links the system OpenSSL (openssl-sys): headers and pkg-config at build time
+command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
+[ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
 # the guest needs the static busybox, not just any busybox
 if [ -x /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then missing+=(busybox-static); fi
 # Ceph (issue 10): the one-node test cluster (testbed/ceph-cluster) and the librbd/librados

@@ -40,6 +40,7 @@ pub mod queue;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
+pub mod tls;
 
 pub use backend::{Backend, BlockOp, CompletionSink, IoTag, MallocBackend, NullBackend, Submitted};
 pub use controller::{CloseReason, Controller, QueueStats};

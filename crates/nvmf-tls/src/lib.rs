@@ -1,0 +1,161 @@
+//! NVMe/TCP TLS 1.3 external-PSK handshake contexts over OpenSSL: a server context that looks the
+//! client's PSK identity up and a client context (tests, `nvmf` host) that offers one identity.
+//! Keys and identities come from `nvmf_core::tls::psk`; docs/TLS.md says why OpenSSL. The TLS 1.3
+//! PSK session callbacks (`SSL_CTX_set_psk_find_session_callback` / `..._use_session_callback`) are
+//! not wrapped by the `openssl` crate, so the few declarations they need live in `ffi` below; they
+//! let the PSK's hash pick the cipher suite (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM).
+
+use foreign_types::ForeignTypeRef;
+use nvmf_core::tls::psk::{PskHash, TlsPsk};
+use openssl::ex_data::Index;
+use openssl::ssl::{SslContext, SslContextBuilder, SslMethod, SslRef, SslVersion};
+use std::os::raw::{c_int, c_uchar};
+use std::sync::OnceLock;
+
+/// Why a context could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("OpenSSL: {0}")]
+pub struct TlsError(#[from] openssl::error::ErrorStack);
+
+/// Cipher suites offered (the PSK's hash decides which one a handshake uses).
+pub const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
+
+mod ffi {
+    use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
+    use std::os::raw::{c_int, c_uchar};
+    pub type FindCb =
+        unsafe extern "C" fn(*mut SSL, *const c_uchar, usize, *mut *mut SSL_SESSION) -> c_int;
+    pub type UseCb = unsafe extern "C" fn(
+        *mut SSL,
+        *const EVP_MD,
+        *mut *const c_uchar,
+        *mut usize,
+        *mut *mut SSL_SESSION,
+    ) -> c_int;
+    extern "C" {
+        pub fn SSL_CTX_set_psk_find_session_callback(ctx: *mut SSL_CTX, cb: Option<FindCb>);
+        pub fn SSL_CTX_set_psk_use_session_callback(ctx: *mut SSL_CTX, cb: Option<UseCb>);
+        pub fn SSL_SESSION_new() -> *mut SSL_SESSION;
+        pub fn SSL_SESSION_free(s: *mut SSL_SESSION);
+        pub fn SSL_SESSION_set1_master_key(
+            s: *mut SSL_SESSION,
+            k: *const c_uchar,
+            l: usize,
+        ) -> c_int;
+        pub fn SSL_SESSION_set_cipher(s: *mut SSL_SESSION, c: *const SSL_CIPHER) -> c_int;
+        pub fn SSL_SESSION_set_protocol_version(s: *mut SSL_SESSION, v: c_int) -> c_int;
+        pub fn SSL_CIPHER_find(ssl: *mut SSL, id: *const c_uchar) -> *const SSL_CIPHER;
+    }
+}
+
+type Lookup = Box<dyn Fn(&str) -> Option<TlsPsk> + Send + Sync>;
+
+fn lookup_index() -> Index<SslContext, Lookup> {
+    static I: OnceLock<Index<SslContext, Lookup>> = OnceLock::new();
+    *I.get_or_init(|| SslContext::new_ex_index().expect("OpenSSL ex_data index"))
+}
+fn client_index() -> Index<SslContext, TlsPsk> {
+    static I: OnceLock<Index<SslContext, TlsPsk>> = OnceLock::new();
+    *I.get_or_init(|| SslContext::new_ex_index().expect("OpenSSL ex_data index"))
+}
+
+/// An `SSL_SESSION` carrying `psk` for TLS 1.3 with the suite of its hash; null on failure.
+unsafe fn psk_session(ssl: *mut openssl_sys::SSL, psk: &TlsPsk) -> *mut openssl_sys::SSL_SESSION {
+    let id: [c_uchar; 2] = match psk.hash {
+        PskHash::Sha256 => [0x13, 0x01],
+        PskHash::Sha384 => [0x13, 0x02],
+    };
+    let cipher = ffi::SSL_CIPHER_find(ssl, id.as_ptr());
+    if cipher.is_null() {
+        return std::ptr::null_mut();
+    }
+    let s = ffi::SSL_SESSION_new();
+    if s.is_null() {
+        return s;
+    }
+    if ffi::SSL_SESSION_set1_master_key(s, psk.key.as_ptr(), psk.key.len()) != 1
+        || ffi::SSL_SESSION_set_cipher(s, cipher) != 1
+        || ffi::SSL_SESSION_set_protocol_version(s, 0x0304) != 1
+    {
+        ffi::SSL_SESSION_free(s);
+        return std::ptr::null_mut();
+    }
+    s
+}
+
+unsafe extern "C" fn find_cb(
+    ssl: *mut openssl_sys::SSL,
+    id: *const c_uchar,
+    id_len: usize,
+    sess: *mut *mut openssl_sys::SSL_SESSION,
+) -> c_int {
+    *sess = std::ptr::null_mut(); // unknown identity: no session, the handshake is refused
+    let ssl_ref = SslRef::from_ptr(ssl);
+    let Some(lookup) = ssl_ref.ssl_context().ex_data(lookup_index()) else {
+        return 0;
+    };
+    let Ok(identity) = std::str::from_utf8(std::slice::from_raw_parts(id, id_len)) else {
+        return 1;
+    };
+    if let Some(psk) = lookup(identity) {
+        let s = psk_session(ssl, &psk);
+        if s.is_null() {
+            return 0;
+        }
+        *sess = s;
+    }
+    1
+}
+
+unsafe extern "C" fn use_cb(
+    ssl: *mut openssl_sys::SSL,
+    _md: *const openssl_sys::EVP_MD,
+    id: *mut *const c_uchar,
+    id_len: *mut usize,
+    sess: *mut *mut openssl_sys::SSL_SESSION,
+) -> c_int {
+    let ssl_ref = SslRef::from_ptr(ssl);
+    let Some(psk) = ssl_ref.ssl_context().ex_data(client_index()) else {
+        return 0;
+    };
+    let s = psk_session(ssl, psk);
+    if s.is_null() {
+        return 0;
+    }
+    *id = psk.identity.as_ptr();
+    *id_len = psk.identity.len();
+    *sess = s;
+    1
+}
+
+fn base(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
+    let mut b = SslContext::builder(method)?;
+    b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
+    b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
+    b.set_ciphersuites(SUITES)?;
+    Ok(b)
+}
+
+/// Server context: `lookup(identity)` returns the TLS PSK for a known identity, None refuses it.
+pub fn server_context<F>(lookup: F) -> Result<SslContext, TlsError>
+where
+    F: Fn(&str) -> Option<TlsPsk> + Send + Sync + 'static,
+{
+    let mut b = base(SslMethod::tls_server())?;
+    b.set_ex_data(lookup_index(), Box::new(lookup) as Lookup);
+    // SAFETY: the callback only reads the context's ex_data set above, which lives as long as the context.
+    unsafe { ffi::SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_cb)) };
+    Ok(b.build())
+}
+
+/// Client context offering one PSK identity.
+pub fn client_context(psk: TlsPsk) -> Result<SslContext, TlsError> {
+    let mut b = base(SslMethod::tls_client())?;
+    // Offer only the suite of the PSK's hash: OpenSSL's server picks the suite before it looks the
+    // PSK up, and ignores a PSK whose hash differs from the suite's.
+    b.set_ciphersuites(psk.hash.cipher_suite())?;
+    b.set_ex_data(client_index(), psk);
+    // SAFETY: as above; the identity pointer handed to OpenSSL points into the context's ex_data.
+    unsafe { ffi::SSL_CTX_set_psk_use_session_callback(b.as_ptr(), Some(use_cb)) };
+    Ok(b.build())
+}
