@@ -311,23 +311,44 @@ pub fn workloads(cells: &[CellSummary]) -> Vec<&str> {
 /// Every warning of the report: placement warnings and run notes
 /// (deduplicated, in order).
 pub fn warnings(report: &BenchReport) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let mut add = |s: String| {
-        if !out.contains(&s) {
-            out.push(s);
+    // The same text for several targets or runs (a perf that cannot count
+    // here, no NUMA information on lo) is one line naming them all.
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |who: String, text: &str| match groups.iter_mut().find(|g| g.0 == text) {
+        Some(g) => {
+            if !g.1.contains(&who) {
+                g.1.push(who)
+            }
         }
+        None => groups.push((text.to_string(), vec![who])),
     };
     for p in &report.placements {
         for w in &p.warnings {
-            add(format!("{}: {w}", p.target));
+            add(p.target.clone(), w);
         }
     }
     for m in &report.measurements {
         for n in &m.notes {
-            add(format!("{} round {}: {n}", m.cell, m.round + 1));
+            add(format!("{} round {}", m.cell, m.round + 1), n);
         }
     }
-    out
+    let runs = report.measurements.len();
+    groups
+        .into_iter()
+        .map(|(text, who)| {
+            let whom = if who.len() > 1
+                && who.len() == runs
+                && who.iter().all(|w| w.contains(" round "))
+            {
+                format!("every run ({runs})")
+            } else if who.len() > 4 {
+                format!("{} runs ({}, ...)", who.len(), who[..3].join(", "))
+            } else {
+                who.join(", ")
+            };
+            format!("{whom}: {text}")
+        })
+        .collect()
 }
 
 /// The distinct commands of the runs, in order.
@@ -560,6 +581,48 @@ pub(crate) mod tests {
     use crate::bench::results::*;
 
     /// A small report: two targets on one workload, two rounds each.
+    #[test]
+    fn identical_notes_are_one_line_naming_the_runs() {
+        let mut r = BenchReport::default();
+        for (i, cell) in ["a/w", "b/w", "a/w", "b/w", "a/w", "b/w"]
+            .iter()
+            .enumerate()
+        {
+            let mut notes = vec!["perf cannot count".to_string()];
+            if i == 3 {
+                notes.push("COUNTER MISMATCH".to_string());
+            }
+            r.measurements.push(Measurement {
+                cell: cell.to_string(),
+                round: (i / 2) as u32,
+                notes,
+                ..Default::default()
+            });
+        }
+        for t in ["a", "b"] {
+            r.placements.push(PlacementRecord {
+                target: t.into(),
+                warnings: vec!["no NUMA information".into()],
+                ..Default::default()
+            });
+        }
+        let w = warnings(&r);
+        assert_eq!(
+            w,
+            [
+                "a, b: no NUMA information",
+                "every run (6): perf cannot count",
+                "b/w round 2: COUNTER MISMATCH",
+            ],
+            "{w:?}"
+        );
+        r.measurements[5].notes.clear();
+        assert_eq!(
+            warnings(&r)[1],
+            "5 runs (a/w round 1, b/w round 1, a/w round 2, ...): perf cannot count"
+        );
+    }
+
     pub(crate) fn sample_report() -> BenchReport {
         let mut ms = Vec::new();
         for (t, base) in [("nvmfd", 1000.0), ("spdk", 2000.0)] {
