@@ -393,9 +393,9 @@ pub fn report_html(report: &BenchReport) -> String {
     page_start(&mut o, "nvmf bench report");
     let _ = writeln!(
         o,
-        "<p>Spec <code>{}</code>; started at Unix time {:.0}, took {:.0} s.</p>",
+        "<p>Spec <code>{}</code>; started {}, took {:.0} s.</p>",
         escape(&report.spec_source),
-        report.started_unix,
+        super::output::utc_time(report.started_unix),
         (report.finished_unix - report.started_unix).max(0.0)
     );
     if report.interrupted {

@@ -351,6 +351,12 @@ pub fn warnings(report: &BenchReport) -> Vec<String> {
         .collect()
 }
 
+/// Seconds since the Unix epoch as `2026-11-23T20:50:27Z`.
+pub fn utc_time(unix: f64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0.0) as u64);
+    humantime::format_rfc3339_seconds(t).to_string()
+}
+
 /// The distinct commands of the runs, in order.
 pub fn commands(report: &BenchReport) -> Vec<&str> {
     let mut out: Vec<&str> = Vec::new();
@@ -375,8 +381,8 @@ pub fn markdown(report: &BenchReport) -> String {
     let _ = writeln!(o, "- spec: {}", md_cell(&report.spec_source));
     let _ = writeln!(
         o,
-        "- started (Unix time): {:.0}, took {:.0} s{}",
-        report.started_unix,
+        "- started {}, took {:.0} s{}",
+        utc_time(report.started_unix),
         (report.finished_unix - report.started_unix).max(0.0),
         if report.interrupted {
             " — INTERRUPTED: the matrix did not finish; the figures cover the runs done"
@@ -581,6 +587,12 @@ pub(crate) mod tests {
     use crate::bench::results::*;
 
     /// A small report: two targets on one workload, two rounds each.
+    #[test]
+    fn times_are_utc() {
+        assert_eq!(utc_time(1795467028.4), "2026-11-23T20:50:28Z");
+        assert_eq!(utc_time(0.0), "1970-01-01T00:00:00Z");
+    }
+
     #[test]
     fn identical_notes_are_one_line_naming_the_runs() {
         let mut r = BenchReport::default();
