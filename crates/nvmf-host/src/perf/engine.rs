@@ -64,6 +64,12 @@ pub(crate) struct Shared {
     pub ios: Vec<PaddedCounter>,
     pub bytes: Vec<PaddedCounter>,
     pub stop: AtomicBool,
+    /// Set by the main thread when the ramp is over (after the runner has
+    /// read the target's counters at the window's start): every worker
+    /// restarts its statistics at its next loop turn, so the engine counts
+    /// from just after that read, not from a clock edge the runner's read
+    /// may lag by milliseconds.
+    pub ramp_over: AtomicBool,
 }
 
 #[repr(align(64))]
@@ -848,7 +854,8 @@ fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
 }
 
 /// Run one thread's workers until `deadline`, drain, then (verify) read back.
-/// At `ramp_end` (if any) every worker's statistics restart (the ramp).
+/// With `ramp_pending`, every worker's statistics restart when the main
+/// thread sets `shared.ramp_over` (the end of the ramp).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_thread(
     qs: &mut [Worker],
@@ -858,7 +865,7 @@ pub(crate) fn run_thread(
     deadline: Instant,
     drain: Duration,
     spin: Duration,
-    mut ramp_end: Option<Instant>,
+    mut ramp_pending: bool,
 ) -> Result<()> {
     let mut last_progress = Instant::now();
     let nfds: usize = qs.iter().map(|w| w.paths.len()).sum();
@@ -886,8 +893,8 @@ pub(crate) fn run_thread(
         loop {
             let now = Instant::now();
             // End of the ramp: one check per loop turn, not per I/O.
-            if ramp_end.is_some_and(|r| now >= r) {
-                ramp_end = None;
+            if ramp_pending && shared.ramp_over.load(Ordering::Acquire) {
+                ramp_pending = false;
                 qs.iter_mut().for_each(Worker::reset_stats);
             }
             if running && (now >= deadline || shared.stop.load(Ordering::Relaxed)) && phase == 0 {

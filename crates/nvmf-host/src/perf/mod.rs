@@ -302,6 +302,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
             .map(|_| PaddedCounter(AtomicU64::new(0)))
             .collect(),
         stop: AtomicBool::new(false),
+        ramp_over: AtomicBool::new(false),
     });
     let barrier = Arc::new(Barrier::new(nthreads + 1));
     let base = Instant::now();
@@ -341,7 +342,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
                     start + duration,
                     Duration::from_secs(10),
                     spin,
-                    (!ramp.is_zero()).then(|| start + ramp),
+                    !ramp.is_zero(),
                 );
                 (qs, r.err().map(|e| e.to_string()))
             })
@@ -357,7 +358,9 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
     }
     barrier.wait();
     let start = Instant::now();
-    let measured_from = start + cfg.ramp;
+    let ramp_end = start + cfg.ramp;
+    // When the measured window began (the workers' statistics restart).
+    let mut measured_from = ramp_end;
 
     // Progress once a second while the threads run.
     let mut last = (0u64, 0u64, start);
@@ -366,16 +369,21 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
         let nap = if window_open {
             Duration::from_millis(50)
         } else {
-            measured_from
+            ramp_end
                 .saturating_duration_since(Instant::now())
                 .min(Duration::from_millis(50))
         };
         std::thread::sleep(nap);
-        if !window_open && Instant::now() >= measured_from {
+        if !window_open && Instant::now() >= ramp_end {
             window_open = true;
+            // The runner reads the target's counters first; the workers
+            // restart their statistics only after that, so the two counts
+            // start together (up to the I/O done while that read ran).
             if let Some(w) = hooks.window.as_mut() {
                 w(Edge::Start);
             }
+            measured_from = Instant::now();
+            shared.ramp_over.store(true, Ordering::Release);
         }
         if hooks.stop.is_some_and(|s| s.load(Ordering::Relaxed)) {
             shared.stop.store(true, Ordering::Relaxed);
