@@ -6,7 +6,9 @@
 //! Owns the threads (started on first use, [`HELPER_THREADS`] of them, named
 //! `nvmf-helper-N`, living for the rest of the process), the job queue, and
 //! posting each job's status to its queue pair's [`CompletionSink`] with a
-//! wake-up of the owning reactor ([`CompletionSink::post_and_wake`]).
+//! wake-up of the owning reactor ([`CompletionSink::post_and_wake`]); and
+//! [`JobPool`], the same machinery for other named pools (nvmf-core's
+//! `nvmfd-auth`).
 //!
 //! Bounds: the thread count is fixed; the queue holds at most one job per
 //! command the hosts have outstanding (every job is a command that
@@ -15,6 +17,7 @@
 //! allocation per job, which only the rare, expensive commands that use
 //! this pool pay (small ones stay inline).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -22,7 +25,7 @@ use nvmf_wire::status::Status;
 
 use super::{CompletionSink, IoTag, Submitted};
 
-/// Threads in the pool.
+/// Threads in the helper pool.
 pub const HELPER_THREADS: usize = 2;
 
 type Work = Box<dyn FnOnce() -> Status + Send>;
@@ -33,27 +36,76 @@ struct Job {
     tag: IoTag,
 }
 
-struct Pool {
-    tx: Mutex<Sender<Job>>,
+/// A named, fixed set of threads (started on first use, living for the
+/// rest of the process) running jobs whose status is posted to a queue
+/// pair's sink with a wake-up of its reactor. The backend helpers are one;
+/// nvmf-core's `nvmfd-auth` threads (DH-HMAC-CHAP arithmetic) are another,
+/// so that one kind of slow work never queues behind the other.
+pub struct JobPool {
+    name: &'static str,
+    threads: usize,
+    tx: OnceLock<Option<Mutex<Sender<Job>>>>,
+    warned: AtomicBool,
 }
 
-static POOL: OnceLock<Option<Pool>> = OnceLock::new();
-
-fn start() -> Option<Pool> {
-    let (tx, rx) = channel::<Job>();
-    let rx = Arc::new(Mutex::new(rx));
-    let mut started = 0;
-    for i in 0..HELPER_THREADS {
-        let rx = rx.clone();
-        match std::thread::Builder::new()
-            .name(format!("nvmf-helper-{i}"))
-            .spawn(move || worker(&rx))
-        {
-            Ok(_) => started += 1,
-            Err(e) => tracing::warn!("cannot start backend helper thread: {e}"),
+impl JobPool {
+    /// A pool of `threads` threads named `NAME-N` (none started yet).
+    pub const fn new(name: &'static str, threads: usize) -> JobPool {
+        JobPool {
+            name,
+            threads,
+            tx: OnceLock::new(),
+            warned: AtomicBool::new(false),
         }
     }
-    (started > 0).then(|| Pool { tx: Mutex::new(tx) })
+
+    fn start(&self) -> Option<Mutex<Sender<Job>>> {
+        let (tx, rx) = channel::<Job>();
+        let rx = Arc::new(Mutex::new(rx));
+        let mut started = 0;
+        for i in 0..self.threads {
+            let rx = rx.clone();
+            match std::thread::Builder::new()
+                .name(format!("{}-{i}", self.name))
+                .spawn(move || worker(&rx))
+            {
+                Ok(_) => started += 1,
+                Err(e) => tracing::warn!("cannot start a {} thread: {e}", self.name),
+            }
+        }
+        (started > 0).then(|| Mutex::new(tx))
+    }
+
+    /// Runs `work` on one of the pool's threads; its status is posted to
+    /// `sink` under `tag` (the command completes through the queue pair's
+    /// `poll`). If no thread can be started the work runs here, inline
+    /// (logged once per pool).
+    pub fn run(
+        &self,
+        sink: &Arc<CompletionSink>,
+        tag: IoTag,
+        work: impl FnOnce() -> Status + Send + 'static,
+    ) -> Submitted {
+        let job = Job {
+            work: Box::new(work),
+            sink: sink.clone(),
+            tag,
+        };
+        if let Some(tx) = self.tx.get_or_init(|| self.start()) {
+            let tx = tx.lock().unwrap_or_else(|e| e.into_inner());
+            match tx.send(job) {
+                Ok(()) => return Submitted::Pending,
+                Err(e) => return Submitted::Done((e.0.work)()),
+            }
+        }
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "no {} thread could be started: its work runs inline, on the caller's thread",
+                self.name
+            );
+        }
+        Submitted::Done((job.work)())
+    }
 }
 
 fn worker(rx: &Mutex<Receiver<Job>>) {
@@ -72,29 +124,18 @@ fn worker(rx: &Mutex<Receiver<Job>>) {
     }
 }
 
-/// Runs `work` on a helper thread; its status is posted to `sink` under
-/// `tag` (the command completes through the queue pair's `poll`). If no
-/// helper thread can be started the work runs here, inline (logged once).
+/// The backend helper pool (`nvmf-helper-N`).
+static HELPERS: JobPool = JobPool::new("nvmf-helper", HELPER_THREADS);
+
+/// Runs `work` on a backend helper thread; its status is posted to `sink`
+/// under `tag` (the command completes through the queue pair's `poll`). If
+/// no helper thread can be started the work runs here, inline.
 pub fn run(
     sink: &Arc<CompletionSink>,
     tag: IoTag,
     work: impl FnOnce() -> Status + Send + 'static,
 ) -> Submitted {
-    let job = Job {
-        work: Box::new(work),
-        sink: sink.clone(),
-        tag,
-    };
-    if let Some(pool) = POOL.get_or_init(start) {
-        let tx = pool.tx.lock().unwrap_or_else(|e| e.into_inner());
-        match tx.send(job) {
-            Ok(()) => return Submitted::Pending,
-            Err(e) => return Submitted::Done((e.0.work)()),
-        }
-    }
-    static WARNED: std::sync::Once = std::sync::Once::new();
-    WARNED.call_once(|| tracing::warn!("no backend helper thread: slow operations run inline"));
-    Submitted::Done((job.work)())
+    HELPERS.run(sink, tag, work)
 }
 
 #[cfg(test)]

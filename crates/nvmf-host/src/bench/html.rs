@@ -596,25 +596,10 @@ pub fn report_html(report: &BenchReport) -> String {
     // Machine and placement.
     let m = &report.machine;
     o.push_str("<h2>Machine</h2>\n");
-    let versions: Vec<String> = m.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    let rows: Vec<Vec<String>> = [
-        ("host", m.hostname.clone()),
-        ("CPU", m.cpu_model.clone()),
-        ("online CPUs", m.cpus.to_string()),
-        ("NUMA nodes", m.numa_nodes.to_string()),
-        ("kernel", m.kernel.clone()),
-        ("memory", format!("{:.1} GiB", m.memory_gib)),
-        ("NICs", m.nics.join(", ")),
-        ("versions", versions.join(", ")),
-        ("load (1 min) before", format!("{:.2}", m.load1_before)),
-        (
-            "virtualized",
-            if m.virtualized { "yes" } else { "no" }.into(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| vec![k.to_string(), escape(&v)])
-    .collect();
+    let rows: Vec<Vec<String>> = super::output::machine_rows(m)
+        .into_iter()
+        .map(|(k, v)| vec![k.to_string(), escape(&v)])
+        .collect();
     html_table(&mut o, &["", ""], &rows);
     if !report.placements.is_empty() {
         o.push_str("<h2>Placement</h2>\n");

@@ -351,6 +351,27 @@ pub fn warnings(report: &BenchReport) -> Vec<String> {
         .collect()
 }
 
+/// The machine context as (label, value) rows, for the Markdown and HTML
+/// tables.
+pub fn machine_rows(m: &crate::bench::results::MachineContext) -> Vec<(&'static str, String)> {
+    let versions: Vec<String> = m.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    vec![
+        ("host", m.hostname.clone()),
+        ("CPU", m.cpu_model.clone()),
+        ("online CPUs", m.cpus.to_string()),
+        ("NUMA nodes", m.numa_nodes.to_string()),
+        ("kernel", m.kernel.clone()),
+        ("memory", format!("{:.1} GiB", m.memory_gib)),
+        ("NICs", m.nics.join(", ")),
+        ("versions", versions.join(", ")),
+        ("load (1 min) before", format!("{:.2}", m.load1_before)),
+        (
+            "virtualized",
+            if m.virtualized { "yes" } else { "no" }.into(),
+        ),
+    ]
+}
+
 /// Seconds since the Unix epoch as `2026-11-23T20:50:27Z`.
 pub fn utc_time(unix: f64) -> String {
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(unix.max(0.0) as u64);
@@ -398,22 +419,7 @@ pub fn markdown(report: &BenchReport) -> String {
     }
     let m = &report.machine;
     let _ = writeln!(o, "\n## Machine\n\n| | |\n|---|---|");
-    let versions: Vec<String> = m.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
-    for (k, v) in [
-        ("host", m.hostname.clone()),
-        ("CPU", m.cpu_model.clone()),
-        ("online CPUs", m.cpus.to_string()),
-        ("NUMA nodes", m.numa_nodes.to_string()),
-        ("kernel", m.kernel.clone()),
-        ("memory", format!("{:.1} GiB", m.memory_gib)),
-        ("NICs", m.nics.join(", ")),
-        ("versions", versions.join(", ")),
-        ("load (1 min) before", format!("{:.2}", m.load1_before)),
-        (
-            "virtualized",
-            if m.virtualized { "yes" } else { "no" }.into(),
-        ),
-    ] {
+    for (k, v) in machine_rows(m) {
         let _ = writeln!(o, "| {k} | {} |", md_cell(&v));
     }
     if !report.placements.is_empty() {
