@@ -75,31 +75,59 @@ fn gateway_kill9_failover() {
 fn path_cut_failover() {
     let test = "path_cut_failover";
     let Some(_serial) = begin(test) else { return };
-    let dir = work_dir("mp_cut");
-    let file = shared_file(&dir.join("shared.img"), SHARED_MB);
-    let (pa, pb) = (free_port(), free_port());
-    let g = Gateway::new(NQN, &file, 0, &[pa, pb]);
-    let mut d = g.start(&gateway_dir(&dir, "gw", 0));
-    let fwd = Forwarder::start(pb);
-    let mut failures = Vec::new();
-    let env = guest_env(&[pa, fwd.port], &[]);
-    let run = run_guest(
-        &dir,
-        "mp-failover.sh",
-        &[pa, fwd.port],
-        &env,
-        GUEST_TIMEOUT,
-        |cp, _| match cp {
-            "fail-path" => format!("ok forwarder cut ({} connection(s))", fwd.cut()),
-            "restore-path" => {
-                fwd.restore();
-                "ok forwarder restored".into()
-            }
-            other => format!("fail: unknown checkpoint {other}"),
-        },
-    );
-    report_pause(test, &run, &mut failures);
-    finish(test, &run, &mut d, &failures);
+    // Debian 12's 6.1 host can crash in nvme_tcp_recv_skb (a NULL request
+    // after error recovery raced with receive work: "unsupported pdu type",
+    // then an Oops in the kworker) when a connection is cut while data is
+    // in flight; its other controller then stalls too. That is the judge
+    // failing, not nvmfd: the scenario is run once more on a fresh guest,
+    // loudly, and a second crash fails the test.
+    for attempt in 1..=2 {
+        let dir = work_dir(&format!("mp_cut{attempt}"));
+        let file = shared_file(&dir.join("shared.img"), SHARED_MB);
+        let (pa, pb) = (free_port(), free_port());
+        let g = Gateway::new(NQN, &file, 0, &[pa, pb]);
+        let mut d = g.start(&gateway_dir(&dir, "gw", 0));
+        let fwd = Forwarder::start(pb);
+        let mut failures = Vec::new();
+        let env = guest_env(&[pa, fwd.port], &[]);
+        let run = run_guest(
+            &dir,
+            "mp-failover.sh",
+            &[pa, fwd.port],
+            &env,
+            GUEST_TIMEOUT,
+            |cp, _| match cp {
+                "fail-path" => format!("ok forwarder cut ({} connection(s))", fwd.cut()),
+                "restore-path" => {
+                    fwd.restore();
+                    "ok forwarder restored".into()
+                }
+                other => format!("fail: unknown checkpoint {other}"),
+            },
+        );
+        if attempt == 1 && run.status != 0 && host_nvme_tcp_oops(&run.dmesg) {
+            say(&format!(
+                "interop {test}: THE GUEST KERNEL CRASHED in nvme_tcp (Linux 6.1 host bug under a \
+                 mid-stream cut; dmesg below): running the scenario once more\n{}",
+                run.dmesg
+                    .lines()
+                    .filter(|l| l.contains("nvme") || l.contains("BUG") || l.contains("RIP"))
+                    .take(8)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+            d.kill_hard();
+            continue;
+        }
+        report_pause(test, &run, &mut failures);
+        finish(test, &run, &mut d, &failures);
+        return;
+    }
+}
+
+/// Whether the guest kernel log shows the 6.1 nvme-tcp receive Oops.
+fn host_nvme_tcp_oops(dmesg: &str) -> bool {
+    dmesg.contains("BUG: kernel NULL pointer dereference") && dmesg.contains("nvme_tcp_recv_skb")
 }
 
 /// Test 4b: `cycles` teardown/re-creation cycles under fio on `kernel`; with `two_paths`,
@@ -179,4 +207,18 @@ fn teardown_cycles_one_path_6_12() {
 #[test]
 fn teardown_cycles_two_paths_6_12() {
     teardown_cycles("teardown_cycles_two_paths_6_12", Kernel::Backports612, true);
+}
+
+#[test]
+fn the_6_1_nvme_tcp_oops_is_recognised() {
+    let oops = "[    9.235621] nvme nvme1: unsupported pdu type (50)\n\
+                [    9.236940] BUG: kernel NULL pointer dereference, address: 0000000000000190\n\
+                [    9.238195] RIP: 0010:nvme_tcp_recv_skb+0x399/0xae0 [nvme_tcp]\n";
+    assert!(host_nvme_tcp_oops(oops));
+    assert!(!host_nvme_tcp_oops(
+        "[    9.235294] nvme nvme1: starting error recovery\n"
+    ));
+    assert!(!host_nvme_tcp_oops(
+        "BUG: kernel NULL pointer dereference\nRIP: 0010:ext4_readdir"
+    ));
 }
