@@ -28,14 +28,30 @@ pub use ceph::CephCluster;
 pub use daemon::{Daemon, DaemonBuilder};
 pub use process::{die_with_parent, nvmf, run_bounded, stop_child, Process};
 
-/// A port that was free on 127.0.0.1 when asked (a parallel test may take it before the
-/// daemon binds it).
+/// A port that was free on 127.0.0.1 when asked (another process may still take it before
+/// the daemon binds it). Never the same port twice in one test process, and never from the
+/// kernel's ephemeral range: asking the kernel for port 0 twice can return the same port
+/// (seen in CI: two listeners of one daemon on one port), and an outgoing connection of a
+/// parallel test can take an ephemeral port at any time. Ports come from 20000..32000,
+/// starting at an offset derived from the process ID so that concurrent test processes
+/// start far apart.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .expect("bind 127.0.0.1:0")
-        .local_addr()
-        .unwrap()
-        .port()
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
+    let start = (std::process::id().wrapping_mul(2_654_435_761) % SPAN) as usize;
+    let _ = NEXT.compare_exchange(usize::MAX, start, Ordering::SeqCst, Ordering::SeqCst);
+    for _ in 0..SPAN {
+        let n = NEXT.fetch_add(1, Ordering::SeqCst);
+        let port = (LOW + (n as u32 % SPAN)) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!(
+        "free_port: no free port on 127.0.0.1 in {LOW}..{}",
+        LOW + SPAN
+    );
 }
 
 /// The transport ID string `nvmf perf`/`nvmf identify` take for `nqn` on 127.0.0.1:`port`.
@@ -128,5 +144,15 @@ mod tests {
             trid(4420, "nqn.x"),
             "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.x"
         );
+    }
+
+    #[test]
+    fn free_ports_are_distinct_and_outside_the_ephemeral_range() {
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let p = free_port();
+            assert!((20_000..32_000).contains(&p), "{p}");
+            assert!(seen.insert(p), "port {p} handed out twice");
+        }
     }
 }
