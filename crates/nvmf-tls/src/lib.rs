@@ -5,10 +5,14 @@
 //! not wrapped by the `openssl` crate, so the few declarations they need live in `ffi` below; they
 //! let the PSK's hash pick the cipher suite (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM).
 
+pub mod stream;
+
+pub use stream::{accept, connect, FdIo, Handshake, ServerHandshake, TlsStream};
+
 use foreign_types::ForeignTypeRef;
 use nvmf_core::tls::psk::{PskHash, TlsPsk};
 use openssl::ex_data::Index;
-use openssl::ssl::{SslContext, SslContextBuilder, SslMethod, SslRef, SslVersion};
+use openssl::ssl::{Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslRef, SslVersion};
 use std::os::raw::{c_int, c_uchar};
 use std::sync::OnceLock;
 
@@ -54,6 +58,11 @@ fn lookup_index() -> Index<SslContext, Lookup> {
     static I: OnceLock<Index<SslContext, Lookup>> = OnceLock::new();
     *I.get_or_init(|| SslContext::new_ex_index().expect("OpenSSL ex_data index"))
 }
+/// The PSK identity a server handshake accepted (set by the find-session callback).
+pub(crate) fn identity_index() -> Index<Ssl, String> {
+    static I: OnceLock<Index<Ssl, String>> = OnceLock::new();
+    *I.get_or_init(|| Ssl::new_ex_index().expect("OpenSSL ex_data index"))
+}
 fn client_index() -> Index<SslContext, TlsPsk> {
     static I: OnceLock<Index<SslContext, TlsPsk>> = OnceLock::new();
     *I.get_or_init(|| SslContext::new_ex_index().expect("OpenSSL ex_data index"))
@@ -90,7 +99,7 @@ unsafe extern "C" fn find_cb(
     sess: *mut *mut openssl_sys::SSL_SESSION,
 ) -> c_int {
     *sess = std::ptr::null_mut(); // unknown identity: no session, the handshake is refused
-    let ssl_ref = SslRef::from_ptr(ssl);
+    let ssl_ref = SslRef::from_ptr_mut(ssl);
     let Some(lookup) = ssl_ref.ssl_context().ex_data(lookup_index()) else {
         return 0;
     };
@@ -102,6 +111,7 @@ unsafe extern "C" fn find_cb(
         if s.is_null() {
             return 0;
         }
+        ssl_ref.set_ex_data(identity_index(), identity.to_string());
         *sess = s;
     }
     1
@@ -133,6 +143,11 @@ fn base(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
     b.set_min_proto_version(Some(SslVersion::TLS1_3))?;
     b.set_max_proto_version(Some(SslVersion::TLS1_3))?;
     b.set_ciphersuites(SUITES)?;
+    // Key exchange (psk_dhe_ke) only with cheap elliptic groups: a handshake runs on a reactor, and
+    // a finite-field group (ffdhe8192) would cost it milliseconds per connection attempt.
+    b.set_groups_list("X25519:P-256:P-384")?;
+    // EOF without close_notify reads as a close, as a clear-text EOF does.
+    b.set_options(SslOptions::IGNORE_UNEXPECTED_EOF);
     Ok(b)
 }
 

@@ -1,0 +1,246 @@
+//! TLS record layer around a socket someone else owns: the server handshake driven step by step on a
+//! non-blocking socket (a reactor calls [`accept`] / [`ServerHandshake::resume`] whenever the socket
+//! is ready, never blocks), the client handshake on a socket with timeouts ([`connect`]), and
+//! afterwards [`TlsStream`]: decrypt straight into the caller's receive buffer, encrypt gathered
+//! output through one preallocated staging buffer (no allocation per I/O).
+//!
+//! The socket is borrowed by file descriptor ([`FdIo`]): the reactor keeps its own `TcpStream` for
+//! epoll registration and moving the connection between threads; this layer never closes the fd.
+
+use openssl::ssl::{ErrorCode, HandshakeError, MidHandshakeSslStream, Ssl, SslContext, SslStream};
+use std::io::{self, IoSlice, Read, Write};
+use std::os::fd::RawFd;
+
+/// Plaintext bytes staged per `ssl_write`: several 16 KiB records leave in one call.
+pub const STAGE_LEN: usize = 64 * 1024;
+
+/// Read/Write on a socket file descriptor owned elsewhere (never closed here). `send` uses
+/// MSG_NOSIGNAL, so a peer that went away gives EPIPE, not SIGPIPE.
+#[derive(Debug)]
+pub struct FdIo(pub RawFd);
+
+impl Read for FdIo {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // SAFETY: buf is valid for buf.len() bytes; the fd is a socket owned by the caller.
+        let n = unsafe { libc::recv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+}
+
+impl Write for FdIo {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        // SAFETY: as above.
+        let n = unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(n as usize)
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Where a server handshake stands.
+pub enum Handshake {
+    /// Done: the connection speaks TLS from now on.
+    Done(TlsStream),
+    /// Waiting for the socket: call [`ServerHandshake::resume`] when it is readable (or
+    /// writable, if [`ServerHandshake::wants_write`]).
+    Pending(ServerHandshake),
+    /// Refused or broken; the text says why (for the log; no key material in it).
+    Failed(String),
+}
+
+/// A server handshake waiting for the socket.
+pub struct ServerHandshake(MidHandshakeSslStream<FdIo>);
+
+impl ServerHandshake {
+    /// Continues after the socket became ready.
+    pub fn resume(self) -> Handshake {
+        step(self.0.handshake())
+    }
+
+    /// The handshake waits to write (the socket's send buffer was full), not to read.
+    pub fn wants_write(&self) -> bool {
+        self.0.error().code() == ErrorCode::WANT_WRITE
+    }
+}
+
+fn step(r: Result<SslStream<FdIo>, HandshakeError<FdIo>>) -> Handshake {
+    match r {
+        Ok(s) => Handshake::Done(TlsStream::new(s)),
+        Err(HandshakeError::WouldBlock(mid)) => Handshake::Pending(ServerHandshake(mid)),
+        Err(HandshakeError::SetupFailure(e)) => Handshake::Failed(format!("TLS setup: {e}")),
+        Err(HandshakeError::Failure(mid)) => Handshake::Failed(describe(mid.error())),
+    }
+}
+
+/// A handshake error in words: the OpenSSL reason (e.g. "binder does not verify", "no suitable
+/// key share", "wrong version number" for a clear-text peer) or the socket error.
+fn describe(e: &openssl::ssl::Error) -> String {
+    if let Some(io) = e.io_error() {
+        return format!("TLS handshake: {io}");
+    }
+    if let Some(stack) = e.ssl_error() {
+        let reasons: Vec<String> = stack
+            .errors()
+            .iter()
+            .map(|x| x.reason().unwrap_or("?").to_string())
+            .collect();
+        if !reasons.is_empty() {
+            return format!("TLS handshake: {}", reasons.join("; "));
+        }
+    }
+    if e.code() == ErrorCode::SYSCALL {
+        return "TLS handshake: peer closed the connection".into();
+    }
+    format!("TLS handshake: {e}")
+}
+
+/// Starts the server side of a TLS handshake on the non-blocking socket `fd` with `ctx` (from
+/// [`crate::server_context`]).
+pub fn accept(ctx: &SslContext, fd: RawFd) -> Handshake {
+    match Ssl::new(ctx) {
+        Ok(ssl) => step(ssl.accept(FdIo(fd))),
+        Err(e) => Handshake::Failed(format!("TLS setup: {e}")),
+    }
+}
+
+/// Runs the client side of a TLS handshake on `fd`, a blocking socket whose receive timeout bounds
+/// the handshake (a timeout is reported as an error).
+pub fn connect(ctx: &SslContext, fd: RawFd) -> Result<TlsStream, String> {
+    let ssl = Ssl::new(ctx).map_err(|e| format!("TLS setup: {e}"))?;
+    match ssl.connect(FdIo(fd)) {
+        Ok(s) => Ok(TlsStream::new(s)),
+        Err(HandshakeError::WouldBlock(_)) => {
+            Err("TLS handshake: timed out waiting for the target".into())
+        }
+        Err(HandshakeError::SetupFailure(e)) => Err(format!("TLS setup: {e}")),
+        Err(HandshakeError::Failure(mid)) => Err(describe(mid.error())),
+    }
+}
+
+/// An established TLS 1.3 session on a borrowed socket.
+pub struct TlsStream {
+    ssl: SslStream<FdIo>,
+    /// Plaintext being written: OpenSSL wants a retried write with the same bytes, so what was
+    /// staged stays until it is written in full.
+    stage: Box<[u8]>,
+    staged: usize,
+}
+
+impl TlsStream {
+    fn new(ssl: SslStream<FdIo>) -> TlsStream {
+        TlsStream {
+            ssl,
+            stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
+            staged: 0,
+        }
+    }
+
+    /// The PSK identity the handshake used (server side: the one the client offered and our
+    /// lookup accepted).
+    pub fn psk_identity(&self) -> Option<&str> {
+        self.ssl
+            .ssl()
+            .ex_data(crate::identity_index())
+            .map(|s| s.as_str())
+    }
+
+    /// The negotiated cipher suite, e.g. `TLS_AES_128_GCM_SHA256`.
+    pub fn cipher(&self) -> &'static str {
+        self.ssl
+            .ssl()
+            .current_cipher()
+            .map(|c| c.name())
+            .unwrap_or("?")
+    }
+
+    /// Decrypts into `buf`: Ok(0) when the peer closed (close_notify or EOF), WouldBlock when
+    /// nothing is there. One call returns at most one record's data; call again until WouldBlock.
+    pub fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        match self.ssl.ssl_read(buf) {
+            Ok(n) => Ok(n),
+            // close_notify, or EOF without it (IGNORE_UNEXPECTED_EOF makes that a clean close too).
+            Err(e) if e.code() == ErrorCode::ZERO_RETURN => Ok(0),
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    /// Decrypted bytes OpenSSL holds beyond what was read (the socket may show no new event).
+    pub fn pending(&self) -> usize {
+        self.ssl.ssl().pending()
+    }
+
+    /// Encrypts and sends the front of `iov` (up to [`STAGE_LEN`] bytes); Ok(n) = the first n bytes
+    /// of `iov` left. WouldBlock: call again with output starting with the same bytes (the staged
+    /// copy is resent; `iov` may have grown at its end meanwhile).
+    pub fn write_gather(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.staged == 0 {
+            for s in iov {
+                let room = STAGE_LEN - self.staged;
+                if room == 0 {
+                    break;
+                }
+                let n = s.len().min(room);
+                self.stage[self.staged..self.staged + n].copy_from_slice(&s[..n]);
+                self.staged += n;
+            }
+            if self.staged == 0 {
+                return Ok(0);
+            }
+        }
+        match self.ssl.ssl_write(&self.stage[..self.staged]) {
+            Ok(n) => {
+                debug_assert_eq!(n, self.staged);
+                self.staged = 0;
+                Ok(n)
+            }
+            Err(e) => Err(to_io(e)),
+        }
+    }
+
+    /// Bytes staged and not yet accepted by the socket.
+    pub fn staged(&self) -> usize {
+        self.staged
+    }
+
+    /// Sends close_notify (best effort, non-blocking).
+    pub fn shutdown(&mut self) {
+        let _ = self.ssl.shutdown();
+    }
+}
+
+fn to_io(e: openssl::ssl::Error) -> io::Error {
+    match e.code() {
+        ErrorCode::WANT_READ | ErrorCode::WANT_WRITE => io::Error::from(io::ErrorKind::WouldBlock),
+        _ => match e.into_io_error() {
+            Ok(io) => io,
+            Err(e) => io::Error::other(describe_record(&e)),
+        },
+    }
+}
+
+fn describe_record(e: &openssl::ssl::Error) -> String {
+    match e.ssl_error() {
+        Some(stack) => {
+            let reasons: Vec<&str> = stack
+                .errors()
+                .iter()
+                .map(|x| x.reason().unwrap_or("?"))
+                .collect();
+            format!("TLS: {}", reasons.join("; "))
+        }
+        None if e.code() == ErrorCode::SYSCALL => "TLS: peer closed the connection".into(),
+        None => format!("TLS: {e}"),
+    }
+}
