@@ -2,14 +2,20 @@
 //! the retained PSK (HKDF with the host NQN), the PSK digest, the TLS PSK identities (`NVMe0R0x` and
 //! `NVMe1R0x` forms) and the TLS PSK handed to the handshake. Hash crates only; no TLS library here.
 //!
-//! Derivations (NVMe/TCP transport spec, secure channel; the Linux host's libnvme/keyring use the same):
-//! - retained PSK = HKDF-Expand-Label(HKDF-Extract(0, configured PSK), "HostNQN", host NQN, L)
-//!   (interchange hash 00: the configured PSK is used as the retained PSK unchanged);
+//! Derivations, as the Linux host's userland (libnvme 1.13 / nvme-cli 2.13, checked in a 6.12 guest by
+//! crates/nvmf-interop/tests/tls.rs) computes them; a peer must match these bytes, not the spec's text:
+//! - retained PSK = HKDF-Expand(HKDF-Extract(0, configured PSK), info, L) with
+//!   info = u16 L little-endian || "tls13 HostNQN" || host NQN (interchange hash 00: the configured PSK
+//!   is used as the retained PSK unchanged);
 //! - PSK digest = base64(HMAC(retained PSK, "<hostnqn> <subnqn> NVMe-over-Fabrics"));
-//! - TLS PSK = HKDF-Expand-Label(HKDF-Extract(0, retained PSK), "nvme-tls-psk", context, L) where the
-//!   context is `"0x <digest>"` (x = hash id) for the version-1 identity.
+//! - TLS PSK = HKDF-Expand(HKDF-Extract(0, retained PSK), info, L) with
+//!   info = u16 L little-endian || "tls13 nvme-tls-psk" || context, where the context is
+//!   `"0x <digest>"` (x = hash id) for the version-1 identity and the whole version-0 identity string
+//!   (`NVMe0R0x <hostnqn> <subnqn>`) for version 0.
 //!
-//! HKDF-Expand-Label is TLS 1.3's: info = u16 L || u8 len || "tls13 " label || u8 len || context.
+//! That "info" is not RFC 8446's HKDF-Expand-Label encoding (big-endian length and a length byte
+//! before label and context): libnvme concatenates the pieces without length bytes and writes the
+//! length in host (little-endian) order. [`hkdf_expand_label`] keeps the RFC form for reference.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -160,7 +166,13 @@ impl ConfiguredPsk {
         check_nqn("host NQN", hostnqn)?;
         match self.transform {
             None => Ok(self.key.clone()),
-            Some(h) => hkdf_expand_label(h, &self.key, "HostNQN", hostnqn.as_bytes(), h.key_len()),
+            Some(h) => Ok(nvme_expand(
+                h,
+                &self.key,
+                "HostNQN",
+                &[hostnqn.as_bytes()],
+                h.key_len(),
+            )),
         }
     }
 
@@ -170,14 +182,14 @@ impl ConfiguredPsk {
         let retained = self.retained(hostnqn)?;
         let digest = psk_digest(hash, &retained, hostnqn, subnqn)?;
         let identity = identity_v1(hash, hostnqn, subnqn, &digest)?;
-        let context = format!("{:02} {digest}", hash.id());
-        let key = hkdf_expand_label(
+        let hash_id = format!("{:02} ", hash.id());
+        let key = nvme_expand(
             hash,
             &retained,
             "nvme-tls-psk",
-            context.as_bytes(),
+            &[hash_id.as_bytes(), digest.as_bytes()],
             hash.key_len(),
-        )?;
+        );
         Ok(TlsPsk {
             hash,
             identity,
@@ -185,14 +197,24 @@ impl ConfiguredPsk {
         })
     }
 
-    /// Version-0 identity (`NVMe0R0x host sub`): the Linux host's compatibility form, where the
-    /// retained PSK is used as the TLS PSK (libnvme's behaviour for version 0; see docs/TLS.md).
+    /// Version-0 identity (`NVMe0R0x host sub`, NVMe/TCP 1.0c): the TLS PSK is derived from the
+    /// retained PSK with the identity string itself as the context (what libnvme inserts for
+    /// `--identity=0`; see docs/TLS.md).
     pub fn tls_psk_v0(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk, PskError> {
         let hash = self.hash();
+        let identity = identity_v0(hash, hostnqn, subnqn)?;
+        let retained = self.retained(hostnqn)?;
+        let key = nvme_expand(
+            hash,
+            &retained,
+            "nvme-tls-psk",
+            &[identity.as_bytes()],
+            hash.key_len(),
+        );
         Ok(TlsPsk {
             hash,
-            identity: identity_v0(hash, hostnqn, subnqn)?,
-            key: self.retained(hostnqn)?,
+            identity,
+            key,
         })
     }
 }
@@ -264,7 +286,30 @@ pub fn psk_digest(
     Ok(B64.encode(mac))
 }
 
-/// HKDF-Extract (no salt) then TLS 1.3 HKDF-Expand-Label.
+/// HKDF-Extract (no salt) then HKDF-Expand with the info the Linux userland builds (see the top
+/// comment): u16 `len` little-endian || "tls13 " || label || the context pieces, no length bytes.
+fn nvme_expand(hash: PskHash, ikm: &[u8], label: &str, context: &[&[u8]], len: usize) -> Vec<u8> {
+    let mut info = Vec::with_capacity(128);
+    info.extend_from_slice(&(len as u16).to_le_bytes());
+    info.extend_from_slice(b"tls13 ");
+    info.extend_from_slice(label.as_bytes());
+    for c in context {
+        info.extend_from_slice(c);
+    }
+    let mut out = vec![0u8; len];
+    match hash {
+        PskHash::Sha256 => Hkdf::<Sha256>::new(None, ikm)
+            .expand(&info, &mut out)
+            .expect("length ≤ 255 × hash"),
+        PskHash::Sha384 => Hkdf::<Sha384>::new(None, ikm)
+            .expand(&info, &mut out)
+            .expect("length ≤ 255 × hash"),
+    }
+    out
+}
+
+/// HKDF-Extract (no salt) then TLS 1.3 HKDF-Expand-Label as RFC 8446 §7.1 encodes it. Not what the
+/// NVMe/TCP derivations above use (the Linux userland's encoding differs; see the top comment).
 pub fn hkdf_expand_label(
     hash: PskHash,
     ikm: &[u8],
@@ -280,7 +325,7 @@ pub fn hkdf_expand_label(
         });
     }
     let mut info = Vec::with_capacity(4 + full.len() + context.len());
-    info.extend_from_slice(&(len as u16).to_be_bytes());
+    info.extend_from_slice(&(len as u16).to_le_bytes());
     info.push(full.len() as u8);
     info.extend_from_slice(full.as_bytes());
     info.push(context.len() as u8);
@@ -326,7 +371,9 @@ fn check_nqn(what: &'static str, nqn: &str) -> Result<(), PskError> {
 #[cfg(test)]
 mod tests {
     // Expected values were computed independently with Python's hmac/hashlib (HKDF-Extract/Expand
-    // written out by hand from RFC 5869 / RFC 8446 §7.1, zlib.crc32, base64); see docs/TLS.md.
+    // written out by hand from RFC 5869 with libnvme's info encoding, zlib.crc32, base64), and
+    // `linux_612_vectors` holds what nvme-cli 2.13 / libnvme 1.13 put into a 6.12 guest's .nvme
+    // keyring; see docs/TLS.md.
     use super::*;
 
     /// Example PSK printed in the Linux/nvme-cli documentation (its CRC checks out).
@@ -392,20 +439,23 @@ mod tests {
         let k = ConfiguredPsk::parse(EXAMPLE).unwrap();
         assert_eq!(
             hex(&k.retained(HOST).unwrap()),
-            "f0af1bc718d4f23bdd7c1683a3d79bd953ea789d106a0f5207bb574bbe5446ce"
+            "c8304c516f121bc4cd37c9d434635c70ed18c8809004448c3d7ff17b8265ac5e"
         );
         let t = k.tls_psk_v1(HOST, SUB).unwrap();
         assert_eq!(
             t.identity,
-            format!("NVMe1R01 {HOST} {SUB} D8KxRam10GjHGSoTiKxD8KYob8CvGws5Syt/kONDl3Y=")
+            format!("NVMe1R01 {HOST} {SUB} OTZoyzPNylRZQXcv6cV706nolb9wKoYQxJSQwUEQzIk=")
         );
         assert_eq!(
             hex(&t.key),
-            "69b67c0ca20646816b6df9c9df6947041f1334b11f3ff7a1c96b450c720258cc"
+            "c16d9b7995f45d91ffb25a1decdfb8600eac8e73dcd031168cffd5989619a99c"
         );
         let v0 = k.tls_psk_v0(HOST, SUB).unwrap();
         assert_eq!(v0.identity, format!("NVMe0R01 {HOST} {SUB}"));
-        assert_eq!(v0.key, k.retained(HOST).unwrap());
+        assert_eq!(
+            hex(&v0.key),
+            "711176a2a435098c943812fe7dc5e523fe4bf36e5f857b194558d657e502152b"
+        );
         assert_eq!(t.hash.cipher_suite(), "TLS_AES_128_GCM_SHA256");
     }
 
@@ -414,17 +464,55 @@ mod tests {
         let k = ConfiguredPsk::parse(SHA384_KEY).unwrap();
         assert_eq!(
             hex(&k.retained(HOST).unwrap()),
-            "9199e9844a95310712a6436350cb36769e36bb02461989493acb7f9419f9d1ca81374a176479e87994f6c7c17c5f2800"
+            "ea105ee8428afdba7ac84740c2acc77a9d5d3226b0b0908931dc92d917dfda80e102f0052555c88af7116d40da771a70"
         );
         let t = k.tls_psk_v1(HOST, SUB).unwrap();
         assert!(t
             .identity
-            .ends_with(" urSuSitCoxBcxpk6A1vYtN24/I5uNUZTjxBUa5n6iiO9D5LWJQISr0bo4wvB0VuE"));
+            .ends_with(" OwMaSm+w9NH4EucRiy0HoX5yHBaJ8UFGQqXtgwDz7Zx0zv9EXch6BQ/37IWWt0S0"));
         assert!(t.identity.starts_with("NVMe1R02 "));
         assert_eq!(
             hex(&t.key),
-            "6649c7a1bd147854e152850f9362b53bd928bc356978074f53a91687ee76a359f9d32bd990f1b1de4ec85c628faebc35"
+            "ecf481b52ea52e6478aa7966f1570705ec5b2bc366c7b84917562099cd8756bcfeb079ac9010a728fa7303a916baff59"
         );
+        assert_eq!(
+            hex(&k.tls_psk_v0(HOST, SUB).unwrap().key),
+            "622cfda9d49d5e3a78d9819523e6f27e8a7564f85e941aa257d47fc92d7c9855d204a859839dcca6a8f7a4c481e018e1"
+        );
+    }
+
+    /// Identity (key description) and payload of the keys `nvme check-tls-key --insert
+    /// --identity=0|1` (nvme-cli 2.13, libnvme 1.13) put into a Linux 6.12 guest's `.nvme` keyring.
+    #[test]
+    fn linux_612_vectors() {
+        const H: &str = "nqn.2014-08.org.nvmexpress:uuid:6f1b1f3c-0c52-4c6e-9d1e-6e7666d00001";
+        const S: &str = "nqn.2016-06.io.nvmfd:tls";
+        let k = ConfiguredPsk::parse(EXAMPLE).unwrap();
+        let v1 = k.tls_psk_v1(H, S).unwrap();
+        assert_eq!(
+            v1.identity,
+            format!("NVMe1R01 {H} {S} kgnpirqSGMPKX/RMPODGt2hyFvA3VIcx+QVVgrzBkfw=")
+        );
+        assert_eq!(
+            hex(&v1.key),
+            "903c56e271f736a3d380acf773e297a8b223b3b17624af2019e0fbb2f2703b05"
+        );
+        let v0 = k.tls_psk_v0(H, S).unwrap();
+        assert_eq!(v0.identity, format!("NVMe0R01 {H} {S}"));
+        assert_eq!(
+            hex(&v0.key),
+            "d9123c26b2fb82996001978e941500bb3d971ee76272bdd653414767200adc52"
+        );
+        let k = ConfiguredPsk::parse(SHA384_KEY).unwrap();
+        let v1 = k.tls_psk_v1(H, S).unwrap();
+        assert_eq!(
+            v1.identity,
+            format!(
+                "NVMe1R02 {H} {S} F1bIK7+ZWHfO/QnHzEZhQYlXUYfA8SWoLXkocW96Rdhu29Y9wI+vsadY6rI0lQhm"
+            )
+        );
+        assert_eq!(hex(&v1.key), "2252fb9c78086e4c999f84a1c7db1e0599d120eb0af63d775d4c7c75bcdb0449fd7fdc92e69abca9efb9e3cd9acc8d43");
+        assert_eq!(hex(&k.tls_psk_v0(H, S).unwrap().key), "2d8271244a0bf57b08e9de874ae64f6a341659d0c8a5f04cfd9e7b78267e2d6d147d0e0426c7e139dd57ab2d9464fb07");
     }
 
     #[test]
