@@ -6,7 +6,8 @@
 //! from this workspace's target directory with an SPDK `save_config`-shaped JSON file.
 //!
 //! Guests boot Debian 12's 6.1 kernel unless a test asks for another one
-//! ([`run_guest_on`] with a [`Kernel`]); [`multipath`] holds the multipath/HA pieces
+//! ([`run_guest_on`] with a [`Kernel`]); [`run_guest_tls`] boots the 6.12 kernel with the trixie
+//! TLS userland (nvme-cli 2.13, keyctl, tlshd under `/opt/trixie`); [`multipath`] holds the multipath/HA pieces
 //! (several gateways on a shared file, a TCP forwarder a test can cut).
 //!
 //! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
@@ -106,6 +107,47 @@ pub fn prepare_kernel(k: Kernel) {
     });
     if let Err(e) = res {
         panic!("{SWITCH}=1 but the testbed is not usable: {e}");
+    }
+}
+
+/// Kernel modules the TLS guest image carries beyond the defaults (kTLS and AES-GCM for tlshd,
+/// nvmet-tcp for testbed/selftest-tls.sh). One list for every TLS guest, so they all share one
+/// cached image (`initrd-tls-*`; building another variant would evict it).
+pub const TLS_GUEST_MODULES: &str = "tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic";
+
+/// The testbed's environment for a TLS guest (`NVMFD_TESTBED_TLS=1`, 6.12, [`TLS_GUEST_MODULES`]).
+pub fn tls_testbed_env() -> [(&'static str, &'static str); 3] {
+    [
+        ("NVMFD_TESTBED_TLS", "1"),
+        ("NVMFD_TESTBED_KERNEL", Kernel::Backports612.series()),
+        ("NVMFD_TESTBED_EXTRA_MODULES", TLS_GUEST_MODULES),
+    ]
+}
+
+/// Prepares (once per process) the 6.12 kernel with the TLS userland image; panics if it cannot.
+pub fn prepare_tls() {
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
+    let res = DONE.get_or_init(|| {
+        let out = Command::new("bash")
+            .envs(tls_testbed_env())
+            .arg(testbed())
+            .arg("prepare")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", testbed().display()))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`NVMFD_TESTBED_TLS=1 testbed/nvmfd-testbed prepare` failed ({}):\n{}{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ))
+        }
+    });
+    if let Err(e) = res {
+        panic!("{SWITCH}=1 but the TLS testbed is not usable: {e}");
     }
 }
 
@@ -436,14 +478,58 @@ pub fn run_guest_on(
     host_ports: &[u16],
     env: &[(&str, String)],
     timeout: Duration,
-    mut on_checkpoint: impl FnMut(&str, &str) -> String,
+    on_checkpoint: impl FnMut(&str, &str) -> String,
 ) -> GuestRun {
     prepare_kernel(kernel);
+    let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
+    guest(
+        &tb_env,
+        dir,
+        script,
+        host_ports,
+        env,
+        timeout,
+        on_checkpoint,
+    )
+}
+
+/// [`run_guest`] on the 6.12 kernel with the trixie TLS userland (`NVMFD_TESTBED_TLS=1`,
+/// [`TLS_GUEST_MODULES`]): `/opt/trixie/bin/{nvme,keyctl,tlshd}` in the guest.
+pub fn run_guest_tls(
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
+    on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
+    prepare_tls();
+    guest(
+        &tls_testbed_env(),
+        dir,
+        script,
+        host_ports,
+        env,
+        timeout,
+        on_checkpoint,
+    )
+}
+
+/// One `nvmfd-testbed run` with `tb_env` in the testbed's environment.
+fn guest(
+    tb_env: &[(&str, &str)],
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    timeout: Duration,
+    mut on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
     let root = repo_root();
     let job = dir.join("guest");
     fs::create_dir_all(&job).unwrap();
     let mut cmd = Command::new("bash");
-    cmd.env("NVMFD_TESTBED_KERNEL", kernel.series())
+    cmd.envs(tb_env.iter().copied())
         .arg(testbed())
         .arg("run")
         .arg("--timeout")
@@ -771,6 +857,18 @@ pub fn expect_no_controllers(nvmfd: &Nvmfd) -> String {
 /// the kernel host as `HOST_ID` against subsystem `nqn` of `nvmfd` on `port`; the daemon
 /// must be back to zero controllers after each disconnect. Ends with [`finish`].
 pub fn fio_verify_scenario(test: &str, dir: &Path, port: u16, nqn: &str, nvmfd: &mut Nvmfd) {
+    fio_verify_scenario_on(Kernel::from_env(), test, dir, port, nqn, nvmfd)
+}
+
+/// [`fio_verify_scenario`] on the guest kernel `kernel`.
+pub fn fio_verify_scenario_on(
+    kernel: Kernel,
+    test: &str,
+    dir: &Path,
+    port: u16,
+    nqn: &str,
+    nvmfd: &mut Nvmfd,
+) {
     let env = vec![
         ("PORT", port.to_string()),
         ("NQN", nqn.to_string()),
@@ -781,7 +879,8 @@ pub fn fio_verify_scenario(test: &str, dir: &Path, port: u16, nqn: &str, nvmfd: 
         ("HOSTNQN", host_nqn(HOST_ID)),
         ("HOSTID", HOST_ID.to_string()),
     ];
-    let run = run_guest(
+    let run = run_guest_on(
+        kernel,
         dir,
         "fio-verify.sh",
         &[port],

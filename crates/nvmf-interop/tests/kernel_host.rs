@@ -1,4 +1,6 @@
-//! Kernel NVMe/TCP host (nvme-cli, fio in a QEMU guest) against nvmfd on the host.
+//! Kernel NVMe/TCP host (nvme-cli, fio in a QEMU guest) against nvmfd on the host: the core
+//! interop set (discovery/identify/allow list, fio verify plain + digest, keep-alive/reconnect),
+//! each on Debian 12's 6.1 kernel and on the bookworm-backports 6.12 kernel (`..._612`).
 //! Opt-in with NVMFD_INTEROP=1; see crates/nvmf-interop/src/lib.rs and testbed/README.md.
 
 use std::io::Write;
@@ -117,10 +119,27 @@ fn testbed_network_is_restricted() {
 /// subsystem whose allow list refuses an unknown host NQN.
 #[test]
 fn discovery_identify_and_allow_list() {
-    let Some(_serial) = begin("discovery_identify_and_allow_list") else {
+    identify_scenario(
+        Kernel::from_env(),
+        "discovery_identify_and_allow_list",
+        "identify",
+    );
+}
+
+#[test]
+fn discovery_identify_and_allow_list_612() {
+    identify_scenario(
+        Kernel::Backports612,
+        "discovery_identify_and_allow_list_612",
+        "identify-612",
+    );
+}
+
+fn identify_scenario(kernel: Kernel, test: &str, work: &str) {
+    let Some(_serial) = begin(test) else {
         return;
     };
-    let dir = work_dir("identify");
+    let dir = work_dir(work);
     let port = free_port();
     let cfg = spdk_config(
         port,
@@ -174,44 +193,75 @@ fn discovery_identify_and_allow_list() {
         ("OTHER_HOSTID", OTHER_HOST_ID.to_string()),
     ];
     env.extend(host_env());
-    let run = run_guest(&dir, "identify.sh", &[port], &env, GUEST_TIMEOUT, |_, _| {
-        "ok".into()
-    });
+    let run = run_guest_on(
+        kernel,
+        &dir,
+        "identify.sh",
+        &[port],
+        &env,
+        GUEST_TIMEOUT,
+        |_, _| "ok".into(),
+    );
     let mut host_failures = Vec::new();
     if let Err(e) = nvmfd.wait_active_controllers(0, Duration::from_secs(10)) {
         host_failures.push(format!(
             "controllers left after the guest disconnected everything: {e}"
         ));
     }
-    finish(
-        "discovery_identify_and_allow_list",
-        &run,
-        &mut nvmfd,
-        &host_failures,
-    );
+    finish(test, &run, &mut nvmfd, &host_failures);
 }
 
 /// fio 4k randrw 75/25 and 128k sequential write+read with crc32c verification, first
 /// without, then with header and data digests.
 #[test]
 fn fio_verify_plain_and_digest() {
-    let Some(_serial) = begin("fio_verify_plain_and_digest") else {
+    fio_scenario(Kernel::from_env(), "fio_verify_plain_and_digest", "fio");
+}
+
+#[test]
+fn fio_verify_plain_and_digest_612() {
+    fio_scenario(
+        Kernel::Backports612,
+        "fio_verify_plain_and_digest_612",
+        "fio-612",
+    );
+}
+
+fn fio_scenario(kernel: Kernel, test: &str, work: &str) {
+    let Some(_serial) = begin(test) else {
         return;
     };
-    let dir = work_dir("fio");
+    let dir = work_dir(work);
     let port = free_port();
     let mut nvmfd = Nvmfd::start(&dir, &single_ns_config(port), port);
-    fio_verify_scenario("fio_verify_plain_and_digest", &dir, port, NQN1, &mut nvmfd);
+    fio_verify_scenario_on(kernel, test, &dir, port, NQN1, &mut nvmfd);
 }
 
 /// An idle connection (--keep-alive-tmo=5) survives 12 s; disconnect frees the controller
 /// (active_controllers=0); a new connection reads back the data written before.
 #[test]
 fn keepalive_disconnect_reconnect() {
-    let Some(_serial) = begin("keepalive_disconnect_reconnect") else {
+    keepalive_scenario(
+        Kernel::from_env(),
+        "keepalive_disconnect_reconnect",
+        "keepalive",
+    );
+}
+
+#[test]
+fn keepalive_disconnect_reconnect_612() {
+    keepalive_scenario(
+        Kernel::Backports612,
+        "keepalive_disconnect_reconnect_612",
+        "keepalive-612",
+    );
+}
+
+fn keepalive_scenario(kernel: Kernel, test: &str, work: &str) {
+    let Some(_serial) = begin(test) else {
         return;
     };
-    let dir = work_dir("keepalive");
+    let dir = work_dir(work);
     let port = free_port();
     let mut nvmfd = Nvmfd::start(&dir, &single_ns_config(port), port);
     let mut env = vec![
@@ -222,7 +272,8 @@ fn keepalive_disconnect_reconnect() {
     env.extend(host_env());
     let mut lines_at_idle_start = None;
     let mut host_failures = Vec::new();
-    let run = run_guest(
+    let run = run_guest_on(
+        kernel,
         &dir,
         "keepalive.sh",
         &[port],
@@ -256,12 +307,7 @@ fn keepalive_disconnect_reconnect() {
             _ => expect_no_controllers(&nvmfd),
         },
     );
-    finish(
-        "keepalive_disconnect_reconnect",
-        &run,
-        &mut nvmfd,
-        &host_failures,
-    );
+    finish(test, &run, &mut nvmfd, &host_failures);
 }
 
 /// The testbed's kernel-target mode: nvmet in a guest answers an ICReq on the forwarded
