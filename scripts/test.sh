@@ -100,6 +100,12 @@ if [ "$interop" = 1 ]; then
   # the multipath teardown tests (crates/nvmf-interop/tests/multipath.rs) also run on
   # Debian's bookworm-backports 6.12 kernel (fetched through a private apt config)
   NVMFD_TESTBED_KERNEL=6.12 testbed/nvmfd-testbed prepare
+  # the TLS tests (crates/nvmf-interop/tests/tls.rs, testbed/selftest-tls.sh) boot 6.12 with
+  # Debian 13's nvme-cli/keyutils/tlshd (testbed/trixie-tls-userland, private apt config) and
+  # the kTLS/AES-GCM modules; the module list is nvmf_interop::TLS_GUEST_MODULES (one image)
+  NVMFD_TESTBED_TLS=1 NVMFD_TESTBED_KERNEL=6.12 \
+    NVMFD_TESTBED_EXTRA_MODULES="tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic" \
+    testbed/nvmfd-testbed prepare
 fi
 
 # ---- tests ---------------------------------------------------------------------
