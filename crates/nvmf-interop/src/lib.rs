@@ -484,6 +484,7 @@ pub fn run_guest_on(
     let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
     guest(
         &tb_env,
+        &[],
         dir,
         script,
         host_ports,
@@ -494,7 +495,8 @@ pub fn run_guest_on(
 }
 
 /// [`run_guest`] on the 6.12 kernel with the trixie TLS userland (`NVMFD_TESTBED_TLS=1`,
-/// [`TLS_GUEST_MODULES`]): `/opt/trixie/bin/{nvme,keyctl,tlshd}` in the guest.
+/// [`TLS_GUEST_MODULES`]): `/opt/trixie/bin/{nvme,keyctl,tlshd}` in the guest, and
+/// `tests/interop/tls-lib.sh` (TLS helpers) next to `lib.sh`.
 pub fn run_guest_tls(
     dir: &Path,
     script: &str,
@@ -506,6 +508,7 @@ pub fn run_guest_tls(
     prepare_tls();
     guest(
         &tls_testbed_env(),
+        &["tls-lib.sh"],
         dir,
         script,
         host_ports,
@@ -515,9 +518,12 @@ pub fn run_guest_tls(
     )
 }
 
-/// One `nvmfd-testbed run` with `tb_env` in the testbed's environment.
+/// One `nvmfd-testbed run` with `tb_env` in the testbed's environment; `puts` are more files of
+/// `tests/interop` for `/job`.
+#[allow(clippy::too_many_arguments)]
 fn guest(
     tb_env: &[(&str, &str)],
+    puts: &[&str],
     dir: &Path,
     script: &str,
     host_ports: &[u16],
@@ -542,6 +548,9 @@ fn guest(
         .arg(root.join("tests/interop/mp-lib.sh"))
         .arg("--env")
         .arg("CHECKPOINTS=1");
+    for f in puts {
+        cmd.arg("--put").arg(root.join("tests/interop").join(f));
+    }
     for p in host_ports {
         cmd.arg("--host-port").arg(p.to_string());
     }

@@ -1,0 +1,367 @@
+//! NVMe/TCP TLS with the Linux 6.12 host (issue 12): the TLS userland of the guest (nvme-cli 2.13,
+//! libnvme 1.13, keyutils, tlshd from Debian 13; `run_guest_tls`) is the judge.
+//!
+//! - `psk_derivation_matches_linux_612`: the TLS PSKs and identities nvme-cli puts into the
+//!   kernel's `.nvme` keyring (identity versions 0 and 1, keys with hash 01, 02 and 00) equal
+//!   `nvmf_core::tls::psk`'s; and what `nvme connect --tls` (kernel + tlshd) offers in its
+//!   ClientHello (PSK identities, cipher suites), captured by a listener on the host.
+//!
+//! Opt-in with NVMFD_INTEROP=1 (tests/interop/tls-*.sh run in the guest).
+
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use nvmf_core::tls::psk::{ConfiguredPsk, TlsPsk};
+use nvmf_interop::*;
+
+const SUB: &str = "nqn.2016-06.io.nvmfd:tls";
+/// The example key of the Linux/nvme-cli documentation (hash 01, SHA-256).
+const PSK01: &str = "NVMeTLSkey-1:01:VRLbtnN9AQb2WXW3c9+wEf/DRLz0QuLdbYvEhwtdWwNf9LrZ:";
+/// Bytes 00..2f (hash 02, SHA-384).
+const PSK02: &str =
+    "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:";
+/// Bytes 20..3f, used untransformed (hash 00).
+const PSK00: &str = "NVMeTLSkey-1:00:ICEiIyQlJicoKSorLC0uLzAxMjM0NTY3ODk6Ozw9Pj/jBqb2:";
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn suite_name(id: u16) -> String {
+    match id {
+        0x1301 => "TLS_AES_128_GCM_SHA256".into(),
+        0x1302 => "TLS_AES_256_GCM_SHA384".into(),
+        0x1303 => "TLS_CHACHA20_POLY1305_SHA256".into(),
+        0x1304 => "TLS_AES_128_CCM_SHA256".into(),
+        0x1305 => "TLS_AES_128_CCM_8_SHA256".into(),
+        // TLS 1.2 PSK suites GnuTLS also lists
+        0x00aa => "TLS_DHE_PSK_WITH_AES_128_GCM_SHA256".into(),
+        0x00ab => "TLS_DHE_PSK_WITH_AES_256_GCM_SHA384".into(),
+        0xc0a6 => "TLS_DHE_PSK_WITH_AES_128_CCM".into(),
+        0xccac => "TLS_ECDHE_PSK_WITH_CHACHA20_POLY1305_SHA256".into(),
+        0xccad => "TLS_DHE_PSK_WITH_CHACHA20_POLY1305_SHA256".into(),
+        other => format!("{other:#06x}"),
+    }
+}
+
+/// What a TLS 1.3 ClientHello offered.
+#[derive(Debug, Clone)]
+struct Hello {
+    suites: Vec<u16>,
+    identities: Vec<String>,
+}
+
+/// Parses the ClientHello in `rec` (one TLS record: 5-byte header then the handshake message).
+fn parse_client_hello(rec: &[u8]) -> Result<Hello, String> {
+    struct Cur<'a>(&'a [u8]);
+    impl<'a> Cur<'a> {
+        fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+            if self.0.len() < n {
+                return Err(format!("truncated: need {n} bytes, {} left", self.0.len()));
+            }
+            let (a, b) = self.0.split_at(n);
+            self.0 = b;
+            Ok(a)
+        }
+        fn u8(&mut self) -> Result<usize, String> {
+            Ok(self.take(1)?[0] as usize)
+        }
+        fn u16(&mut self) -> Result<usize, String> {
+            let b = self.take(2)?;
+            Ok(u16::from_be_bytes([b[0], b[1]]) as usize)
+        }
+        fn u24(&mut self) -> Result<usize, String> {
+            let b = self.take(3)?;
+            Ok(((b[0] as usize) << 16) | ((b[1] as usize) << 8) | b[2] as usize)
+        }
+    }
+    let mut c = Cur(rec);
+    let ctype = c.u8()?;
+    if ctype != 22 {
+        return Err(format!(
+            "record type {ctype}, not a handshake (first bytes {:02x?})",
+            &rec[..rec.len().min(8)]
+        ));
+    }
+    c.take(2)?;
+    let len = c.u16()?;
+    let mut c = Cur(c.take(len)?);
+    let htype = c.u8()?;
+    if htype != 1 {
+        return Err(format!("handshake type {htype}, not ClientHello"));
+    }
+    let hlen = c.u24()?;
+    let mut c = Cur(c.take(hlen)?);
+    c.take(2 + 32)?; // legacy version, random
+    let n = c.u8()?;
+    c.take(n)?; // session id
+    let n = c.u16()?;
+    let mut s = Cur(c.take(n)?);
+    let mut suites = Vec::new();
+    while !s.0.is_empty() {
+        suites.push(s.u16()? as u16);
+    }
+    let n = c.u8()?;
+    c.take(n)?; // compression methods
+    let mut identities = Vec::new();
+    if !c.0.is_empty() {
+        let n = c.u16()?;
+        let mut e = Cur(c.take(n)?);
+        while !e.0.is_empty() {
+            let ty = e.u16()?;
+            let n = e.u16()?;
+            let mut body = Cur(e.take(n)?);
+            if ty == 41 {
+                // pre_shared_key: identities<7..2^16-1> of (identity<1..2^16-1>, u32 age)
+                let n = body.u16()?;
+                let mut ids = Cur(body.take(n)?);
+                while !ids.0.is_empty() {
+                    let n = ids.u16()?;
+                    identities.push(String::from_utf8_lossy(ids.take(n)?).into_owned());
+                    ids.take(4)?;
+                }
+            }
+        }
+    }
+    Ok(Hello { suites, identities })
+}
+
+/// A listener on the host that takes one TLS record from every connection, parses it as a
+/// ClientHello and closes the connection (the handshake never completes). Stopped on drop.
+struct HelloCapture {
+    port: u16,
+    hellos: Arc<Mutex<Vec<Result<Hello, String>>>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl HelloCapture {
+    fn start() -> HelloCapture {
+        let port = free_port();
+        let l = TcpListener::bind(("127.0.0.1", port)).expect("bind capture listener");
+        l.set_nonblocking(true).unwrap();
+        let hellos = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (h, st) = (hellos.clone(), stop.clone());
+        let thread = thread::spawn(move || {
+            while !st.load(Ordering::Relaxed) {
+                match l.accept() {
+                    Ok((s, _)) => {
+                        let r = read_record(s);
+                        h.lock()
+                            .unwrap()
+                            .push(r.and_then(|rec| parse_client_hello(&rec)));
+                    }
+                    Err(_) => thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        });
+        HelloCapture {
+            port,
+            hellos,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// The ClientHellos (or parse errors) captured since the last call.
+    fn take(&self) -> Vec<Result<Hello, String>> {
+        std::mem::take(&mut *self.hellos.lock().unwrap())
+    }
+}
+
+impl Drop for HelloCapture {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One TLS record (header + body), read within 10 s.
+fn read_record(mut s: TcpStream) -> Result<Vec<u8>, String> {
+    s.set_nonblocking(false).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    let mut hdr = [0u8; 5];
+    s.read_exact(&mut hdr)
+        .map_err(|e| format!("reading the record header: {e}"))?;
+    let len = u16::from_be_bytes([hdr[3], hdr[4]]) as usize;
+    let mut rec = hdr.to_vec();
+    rec.resize(5 + len, 0);
+    s.read_exact(&mut rec[5..])
+        .map_err(|e| format!("reading a {len}-byte record: {e}"))?;
+    Ok(rec)
+}
+
+/// Both derivations of `key` for (host, SUB).
+fn ours(key: &str, host: &str) -> [TlsPsk; 2] {
+    let k = ConfiguredPsk::parse(key).unwrap();
+    [
+        k.tls_psk_v0(host, SUB).unwrap(),
+        k.tls_psk_v1(host, SUB).unwrap(),
+    ]
+}
+
+/// Compares the guest's `CONFIGURED|key` / `PSK|identity|hex` lines with our derivations.
+fn compare_keys(stdout: &str, host: &str, keys: &[&str]) -> Vec<String> {
+    let mut problems = Vec::new();
+    let mut seen: Vec<(String, String, String)> = Vec::new(); // (configured, identity, hex)
+    let mut current = String::new();
+    for l in stdout.lines() {
+        if let Some(k) = l.strip_prefix("CONFIGURED|") {
+            current = k.to_string();
+        } else if let Some(rest) = l.strip_prefix("PSK|") {
+            match rest.rsplit_once('|') {
+                Some((id, hx)) => seen.push((current.clone(), id.to_string(), hx.to_string())),
+                None => problems.push(format!("unparsable guest line {l:?}")),
+            }
+        }
+    }
+    for key in keys {
+        for t in ours(key, host) {
+            let got: Vec<&(String, String, String)> = seen
+                .iter()
+                .filter(|(c, id, _)| c == key && id.starts_with(&t.identity[..5]))
+                .collect();
+            match got.as_slice() {
+                [(_, id, hx)] => {
+                    if *id != t.identity {
+                        problems.push(format!(
+                            "{key}: Linux identity {id:?}, ours {:?}",
+                            t.identity
+                        ));
+                    } else if *hx != hex(&t.key) {
+                        problems.push(format!(
+                            "{key} {}: Linux TLS PSK {hx}, ours {}",
+                            &t.identity[..8],
+                            hex(&t.key)
+                        ));
+                    } else {
+                        say(&format!(
+                            "interop tls: {key} {}: identity and TLS PSK equal ({})",
+                            &t.identity[..8],
+                            &hx[..16]
+                        ));
+                    }
+                }
+                other => problems.push(format!(
+                    "{key}: expected one {} key in the guest's keyring, found {}",
+                    &t.identity[..5],
+                    other.len()
+                )),
+            }
+        }
+    }
+    problems
+}
+
+#[test]
+fn psk_derivation_matches_linux_612() {
+    let Some(_serial) = begin("psk_derivation_matches_linux_612") else {
+        return;
+    };
+    let dir = work_dir("tls-psk");
+    let host = host_nqn(HOST_ID);
+    let cap = HelloCapture::start();
+    let hello_keys = [PSK01, PSK02];
+    let env = vec![
+        ("PORT", cap.port.to_string()),
+        ("HOSTNQN", host.clone()),
+        ("HOSTID", HOST_ID.to_string()),
+        ("SUBNQN", SUB.to_string()),
+        ("PSKS", [PSK01, PSK02, PSK00].join(" ")),
+        ("HELLO_PSKS", hello_keys.join(" ")),
+    ];
+    let mut problems = Vec::new();
+    let run = run_guest_tls(
+        &dir,
+        "tls-psk.sh",
+        &[cap.port],
+        &env,
+        Duration::from_secs(240),
+        |cp, detail| {
+            // detail: "<key> both|0" (which identity versions are in the guest's keyring)
+            let (Some(_), Some((key, versions))) =
+                (cp.strip_prefix("hello-"), detail.split_once(' '))
+            else {
+                return format!("fail: unknown checkpoint {cp} {detail:?}");
+            };
+            let key = key.to_string();
+            // the connect has failed by now; give a late ClientHello a moment
+            let t0 = Instant::now();
+            let mut hellos = cap.take();
+            while hellos.is_empty() && t0.elapsed() < Duration::from_secs(5) {
+                thread::sleep(Duration::from_millis(100));
+                hellos = cap.take();
+            }
+            let [v0, v1] = ours(&key, &host);
+            let mut lines = Vec::new();
+            for h in &hellos {
+                match h {
+                    Ok(h) => {
+                        let suites: Vec<String> = h.suites.iter().map(|s| suite_name(*s)).collect();
+                        let line = format!(
+                            "{key} (keyring: identity versions {versions}): ClientHello identities {:?}, cipher suites {}",
+                            h.identities,
+                            suites.join(",")
+                        );
+                        say(&format!("interop tls: {line}"));
+                        lines.push(line);
+                        if !h
+                            .identities
+                            .iter()
+                            .any(|i| *i == v0.identity || *i == v1.identity)
+                        {
+                            problems.push(format!(
+                                "{key}: the host offered {:?}, none of our identities ({:?}, {:?})",
+                                h.identities, v0.identity, v1.identity
+                            ));
+                        }
+                        let want = match v1.hash.cipher_suite() {
+                            "TLS_AES_256_GCM_SHA384" => 0x1302,
+                            _ => 0x1301,
+                        };
+                        if !h.suites.contains(&want) {
+                            problems.push(format!(
+                                "{key}: the host does not offer {}",
+                                suite_name(want)
+                            ));
+                        }
+                    }
+                    Err(e) => problems.push(format!("{key}: bad ClientHello: {e}")),
+                }
+            }
+            if hellos.is_empty() {
+                problems.push(format!("{key}: no ClientHello reached the host"));
+                return "fail: no ClientHello reached the host".into();
+            }
+            format!("ok {}", lines.join("; "))
+        },
+    );
+    drop(cap);
+    println!("{}", run.report(None));
+    problems.extend(compare_keys(&run.stdout, &host, &[PSK01, PSK02, PSK00]));
+    say(&format!(
+        "interop psk_derivation_matches_linux_612: guest status {}, {:.1} s",
+        run.status,
+        run.wall.as_secs_f64()
+    ));
+    assert_eq!(
+        run.status,
+        0,
+        "guest scenario failed:\n{}",
+        run.report(None)
+    );
+    assert!(
+        problems.is_empty(),
+        "the Linux host and nvmf_core::tls::psk disagree:\n  {}\n\n{}",
+        problems.join("\n  "),
+        run.report(None)
+    );
+}
