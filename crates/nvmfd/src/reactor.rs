@@ -1156,6 +1156,8 @@ fn tls_step(
             });
             c.sm = Connection::new(target.clone(), port, params);
             c.tls = ConnTls::Up(Box::new(t));
+            // The host's first records (ICReq) may already be buffered.
+            c.rx_ready = true;
             Outcome::Keep
         }
     }
