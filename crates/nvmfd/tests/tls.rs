@@ -8,7 +8,9 @@
 //! - a wrong key, and the right key under another host's identity, fail the handshake;
 //! - the discovery log (clear listener) marks the secure listener TLS 1.3 / required;
 //! - `save_config` keeps `secure_channel` and `psk` (the key name, never the key);
-//! - a listener on the same address without TLS for another subsystem is refused.
+//! - a listener on the same address without TLS for another subsystem is refused;
+//! - hostile peers: a handshake that stops half-way is closed by the ICReq timeout, garbage after a
+//!   TLS record header fails the handshake, and the daemon keeps serving TLS hosts throughout.
 
 use nvmf_core::tls::psk::{ConfiguredPsk, TlsPsk};
 use nvmf_host::{ConnectOptions, Controller, TransportId};
@@ -41,6 +43,10 @@ fn key_file(dir: &TestDir, name: &str, text: &str) -> String {
 }
 
 fn start() -> Tls {
+    start_with(&[])
+}
+
+fn start_with(extra: &[&str]) -> Tls {
     let dir = TestDir::new("tls");
     let k0 = key_file(&dir, "k0", KEY);
     let k1 = key_file(&dir, "k1", KEY384);
@@ -59,8 +65,10 @@ fn start() -> Tls {
  {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","secure_channel":true,"listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{secure}"}}}}}},
  {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"nqn.2014-08.org.nvmexpress.discovery","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{clear}"}}}}}}]}}]}}"#
     );
+    let mut args = vec!["-m", "0"];
+    args.extend_from_slice(extra);
     let d = nvmf_testkit::Daemon::builder(cfg)
-        .args(["-m", "0"])
+        .args(args)
         .listening(&[secure, clear])
         .start();
     Tls {
@@ -209,4 +217,41 @@ fn discovery_marks_the_secure_listener_and_config_round_trips() {
     ]);
     let err = r.expect_err("clear listener on a TLS address accepted");
     assert!(err.contains("secure_channel"), "{err}");
+}
+
+#[test]
+fn stalled_and_garbage_handshakes_are_closed() {
+    let t = start_with(&["--icreq-timeout-ms", "700"]);
+    // A record header announcing a ClientHello, then silence.
+    let mut stalled = TcpStream::connect(("127.0.0.1", t.secure)).unwrap();
+    stalled
+        .write_all(&[0x16, 0x03, 0x01, 0x00, 0x80, 0x01])
+        .unwrap();
+    // A handshake record full of garbage.
+    let mut garbage = TcpStream::connect(("127.0.0.1", t.secure)).unwrap();
+    let mut junk = vec![0x16, 0x03, 0x01, 0x00, 0x40];
+    junk.extend((0..0x40u32).map(|i| (i * 37) as u8));
+    garbage.write_all(&junk).unwrap();
+    for (what, s) in [("garbage", &mut garbage), ("stalled", &mut stalled)] {
+        s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut b = [0u8; 256];
+        let t0 = std::time::Instant::now();
+        loop {
+            match s.read(&mut b) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {} // an alert record
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "{what}: never closed"
+            );
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(4),
+            "{what}: closed too late"
+        );
+    }
+    t.d.wait_log_for("no ICReq within", Duration::from_secs(5));
+    let k = ConfiguredPsk::parse(KEY).unwrap();
+    tls_icreq(t.secure, k.tls_psk_v1(HOST, NQN).unwrap()).unwrap();
 }
