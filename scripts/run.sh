@@ -37,6 +37,19 @@ NQN=${NVMFD_CHECK_NQN:-nqn.2024-01.io.nvmfd:default}
 PORT=${NVMFD_CHECK_PORT:-4420}
 say() { echo "run.sh: $*" >&2; }
 
+# nvmfd links the system OpenSSL (TLS, crate nvmf-tls): headers and pkg-config to build
+build_deps=()
+command -v pkg-config >/dev/null 2>&1 || build_deps+=(pkg-config)
+[ -e /usr/include/openssl/ssl.h ] || build_deps+=(libssl-dev)
+if [ ${#build_deps[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    say "missing build packages: ${build_deps[*]} (run as root, or apt-get install them)"; exit 1
+  fi
+  say "installing: ${build_deps[*]}"
+  DEBIAN_FRONTEND=noninteractive apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${build_deps[@]}"
+fi
+
 say "building nvmfd and nvmf (release)"
 cargo build --release -p nvmfd
 BIN=target/release/nvmfd

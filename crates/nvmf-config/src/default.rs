@@ -46,6 +46,7 @@ pub(crate) fn embedded_default() -> TargetConfig {
         transports: vec![TransportConfig::tcp_default()],
         subsystems: vec![sub],
         discovery_listeners: vec![listener],
+        secure_discovery_listeners: Vec::new(),
         skipped: Vec::new(),
         ignored_params: Vec::new(),
         keyring: Vec::new(),

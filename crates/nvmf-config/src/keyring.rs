@@ -110,21 +110,50 @@ pub(crate) fn remove_key(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<()
         return Err(p.err("name", format!("no key named \"{name}\"")));
     }
     for s in &cfg.subsystems {
-        for (host, k) in &s.host_keys {
-            if k.dhchap_key == name || k.dhchap_ctrlr_key.as_deref() == Some(name) {
-                return Err(p.err(
-                    "name",
-                    format!(
-                        "key \"{name}\" is in use by host {host} on subsystem {} \
-                         (nvmf_subsystem_set_keys or remove the host first)",
-                        s.nqn
-                    ),
-                ));
-            }
+        let dhchap = s
+            .host_keys
+            .iter()
+            .filter(|(_, k)| k.dhchap_key == name || k.dhchap_ctrlr_key.as_deref() == Some(name))
+            .map(|(h, _)| h);
+        let psk = s
+            .host_psks
+            .iter()
+            .filter(|(_, k)| *k == name)
+            .map(|(h, _)| h);
+        if let Some(host) = dhchap.chain(psk).next() {
+            return Err(p.err(
+                "name",
+                format!(
+                    "key \"{name}\" is in use by host {host} on subsystem {} \
+                     (nvmf_subsystem_set_keys or remove the host first)",
+                    s.nqn
+                ),
+            ));
         }
     }
     cfg.keyring.retain(|k| k.name != name);
     Ok(())
+}
+
+/// The optional `psk` of `nvmf_subsystem_add_host`: the name of a keyring key
+/// holding the host's TLS PSK (SPDK's keyring form; a file path, which old
+/// SPDK versions took, is refused with a hint).
+pub(crate) fn psk_param(
+    cfg: &TargetConfig,
+    p: &mut Params<'_>,
+) -> Result<Option<String>, ConfigError> {
+    let Some(k) = p.opt_str("psk")? else {
+        return Ok(None);
+    };
+    if cfg.key(k).is_none() {
+        let hint = if k.starts_with('/') {
+            " (psk names a key: keyring_file_add_key -n NAME PATH first, then --psk NAME)"
+        } else {
+            " (add it with keyring_file_add_key first)"
+        };
+        return Err(p.err("psk", format!("no key named \"{k}\"{hint}")));
+    }
+    Ok(Some(k.to_string()))
 }
 
 /// The optional `dhchap_key` / `dhchap_ctrlr_key` of `nvmf_subsystem_add_host`

@@ -81,6 +81,8 @@ pub struct TargetConfig {
     pub subsystems: Vec<SubsystemConfig>,
     /// Listeners added to the well-known discovery NQN.
     pub discovery_listeners: Vec<ListenerConfig>,
+    /// Discovery listeners added with `secure_channel` (a subset).
+    pub secure_discovery_listeners: Vec<ListenerConfig>,
     /// Entries skipped because they only tune SPDK internals, one per entry, as
     /// `"<subsystem section>/<method>"`, e.g. `"sock/sock_impl_set_options"`.
     pub skipped: Vec<String>,
@@ -310,6 +312,9 @@ pub struct SubsystemConfig {
     /// DH-HMAC-CHAP key names of hosts that must authenticate (a subset of
     /// `hosts`; `nvmf_subsystem_add_host dhchap_key`, `nvmf_subsystem_set_keys`).
     pub host_keys: std::collections::BTreeMap<String, HostDhchapKeys>,
+    /// TLS PSK key names of hosts (`nvmf_subsystem_add_host psk`): host NQN →
+    /// keyring key holding a `NVMeTLSkey-1:xx:...:` PSK (a subset of `hosts`).
+    pub host_psks: std::collections::BTreeMap<String, String>,
     /// Highest NSID (and Identify Controller NN); never 0 after load.
     pub max_namespaces: u32,
     /// Asymmetric Namespace Access reporting (`-r/--ana-reporting`): CMIC
@@ -325,6 +330,9 @@ pub struct SubsystemConfig {
     /// Namespaces, in the order they were added.
     pub namespaces: Vec<NamespaceConfig>,
     pub listeners: Vec<ListenerConfig>,
+    /// Listeners added with `secure_channel` (a subset of `listeners`): a
+    /// host must speak TLS 1.3 there.
+    pub secure_listeners: Vec<ListenerConfig>,
 }
 
 impl SubsystemConfig {
@@ -337,6 +345,7 @@ impl SubsystemConfig {
             allow_any_host: false,
             hosts: Vec::new(),
             host_keys: std::collections::BTreeMap::new(),
+            host_psks: std::collections::BTreeMap::new(),
             max_namespaces: DEFAULT_MAX_NAMESPACES,
             ana_reporting: false,
             ana_states: Vec::new(),
@@ -344,6 +353,7 @@ impl SubsystemConfig {
             max_cntlid: DEFAULT_MAX_CNTLID,
             namespaces: Vec::new(),
             listeners: Vec::new(),
+            secure_listeners: Vec::new(),
         }
     }
 
@@ -623,6 +633,54 @@ impl TargetConfig {
                 .as_ref()
                 .is_some_and(|r| r.cluster_name.as_deref() == Some(name))
         })
+    }
+
+    /// Whether the listen address `traddr:trsvcid` requires TLS: some
+    /// subsystem (or the discovery NQN) added a listener there with
+    /// `secure_channel`. One socket serves every subsystem on an address, so
+    /// all of them agree (`nvmf_subsystem_add_listener` refuses a mix).
+    pub fn listener_secure(&self, traddr: &str, trsvcid: &str) -> bool {
+        self.secure_listener_users(traddr, trsvcid).next().is_some()
+    }
+
+    /// Subsystems (NQN) with a secure listener on `traddr:trsvcid`.
+    pub(crate) fn secure_listener_users<'a>(
+        &'a self,
+        traddr: &'a str,
+        trsvcid: &'a str,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        let at = move |l: &&ListenerConfig| l.traddr == traddr && l.trsvcid == trsvcid;
+        self.secure_discovery_listeners
+            .iter()
+            .filter(at)
+            .map(|_| DISCOVERY_NQN)
+            .chain(self.subsystems.iter().flat_map(move |s| {
+                s.secure_listeners
+                    .iter()
+                    .filter(at)
+                    .map(move |_| s.nqn.as_str())
+            }))
+    }
+
+    /// Subsystems (NQN) listening on `traddr:trsvcid` in clear text.
+    pub(crate) fn clear_listener_users<'a>(
+        &'a self,
+        traddr: &'a str,
+        trsvcid: &'a str,
+    ) -> impl Iterator<Item = &'a str> + 'a {
+        let at = move |l: &&ListenerConfig| l.traddr == traddr && l.trsvcid == trsvcid;
+        self.discovery_listeners
+            .iter()
+            .filter(at)
+            .filter(|l| !self.secure_discovery_listeners.contains(l))
+            .map(|_| DISCOVERY_NQN)
+            .chain(self.subsystems.iter().flat_map(move |s| {
+                s.listeners
+                    .iter()
+                    .filter(at)
+                    .filter(|l| !s.secure_listeners.contains(l))
+                    .map(move |_| s.nqn.as_str())
+            }))
     }
 
     /// The NVM subsystem with this NQN.

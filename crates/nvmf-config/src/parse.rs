@@ -836,8 +836,26 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
         }
     }
     a.finish()?;
-    if p.opt_bool("secure_channel")? == Some(true) {
-        return Err(p.err("secure_channel", "TLS is not supported by nvmfd"));
+    let secure = p.opt_bool("secure_channel")?.unwrap_or(false);
+    // One socket serves every subsystem on an address: all of them must
+    // agree on TLS.
+    let conflict = if secure {
+        cfg.clear_listener_users(traddr, trsvcid)
+            .find(|n| *n != nqn)
+            .map(|n| (n.to_string(), "in clear text"))
+    } else {
+        cfg.secure_listener_users(traddr, trsvcid)
+            .find(|n| *n != nqn)
+            .map(|n| (n.to_string(), "with TLS (secure_channel)"))
+    };
+    if let Some((other, how)) = conflict {
+        return Err(p.err(
+            "secure_channel",
+            format!(
+                "subsystem \"{other}\" already listens on {traddr}:{trsvcid} {how}; \
+                 every subsystem on one address must use the same secure_channel setting"
+            ),
+        ));
     }
     let ana_state = match p.opt_str("ana_state")? {
         Some(st) => Some(parse_ana_state(st).map_err(|e| p.err("ana_state", e))?),
@@ -865,6 +883,12 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
         ));
     }
     list.push(l.clone());
+    if secure {
+        match si {
+            Some(i) => cfg.subsystems[i].secure_listeners.push(l.clone()),
+            None => cfg.secure_discovery_listeners.push(l.clone()),
+        }
+    }
     if let (Some(i), Some(st)) = (si, ana_state) {
         cfg.subsystems[i].set_ana_state(&l, None, st);
     }
@@ -978,9 +1002,7 @@ fn add_host(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError
             format!("host \"{host}\" is already allowed on subsystem \"{nqn}\""),
         ));
     }
-    if p.opt_str("psk")?.is_some() {
-        return Err(p.err("psk", "TLS is not supported by nvmfd yet"));
-    }
+    let psk = crate::keyring::psk_param(cfg, &mut p)?;
     let keys = crate::keyring::host_keys_param(cfg, &mut p)?;
     let mut ign = cfg.ignored_params.clone();
     p.ignore(TGT_NAME_IGNORED, &mut ign)?;
@@ -989,6 +1011,9 @@ fn add_host(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError
     cfg.subsystems[si].hosts.push(host.to_string());
     if let Some(k) = keys {
         cfg.subsystems[si].host_keys.insert(host.to_string(), k);
+    }
+    if let Some(k) = psk {
+        cfg.subsystems[si].host_psks.insert(host.to_string(), k);
     }
     Ok(())
 }

@@ -26,8 +26,11 @@ fn listen_address(l: &ListenerConfig) -> Value {
 
 /// `nvmf_subsystem_add_listener`, with the listener's all-groups ANA state
 /// (`ana_state`) when one was set.
-fn listener(nqn: &str, l: &ListenerConfig, ana_state: Option<AnaState>) -> Value {
+fn listener(nqn: &str, l: &ListenerConfig, ana_state: Option<AnaState>, secure: bool) -> Value {
     let mut params = json!({ "nqn": nqn, "listen_address": listen_address(l) });
+    if secure {
+        params["secure_channel"] = json!(true);
+    }
     if let Some(st) = ana_state {
         params["ana_state"] = json!(st.as_str());
     }
@@ -105,6 +108,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
                     params["dhchap_ctrlr_key"] = json!(c);
                 }
             }
+            if let Some(k) = s.host_psks.get(h) {
+                params["psk"] = json!(k);
+            }
             nvmf.push(entry("nvmf_subsystem_add_host", params));
         }
     }
@@ -128,7 +134,12 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         }
     }
     for l in &cfg.discovery_listeners {
-        nvmf.push(listener(DISCOVERY_NQN, l, None));
+        nvmf.push(listener(
+            DISCOVERY_NQN,
+            l,
+            None,
+            cfg.secure_discovery_listeners.contains(l),
+        ));
     }
     for s in &cfg.subsystems {
         for l in &s.listeners {
@@ -137,7 +148,7 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
                 .iter()
                 .find(|e| &e.listener == l && e.anagrpid.is_none())
                 .map(|e| e.state);
-            nvmf.push(listener(&s.nqn, l, all));
+            nvmf.push(listener(&s.nqn, l, all, s.secure_listeners.contains(l)));
             // Per-group states (SPDK's save_config drops them; nvmfd keeps them).
             for e in s.ana_states.iter().filter(|e| &e.listener == l) {
                 if let Some(g) = e.anagrpid {

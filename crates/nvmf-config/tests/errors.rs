@@ -686,12 +686,12 @@ fn unsupported_security_and_visibility() {
             .extend(extra.as_object().unwrap().clone());
         json!({"method":"nvmf_subsystem_add_listener","params":p})
     };
-    let e = nvmf_err(&[l(json!({"secure_channel":true}))]);
+    let e = nvmf_err(&[l(json!({"secure_channel":"yes"}))]);
     check(
         &e,
         "nvmf_subsystem_add_listener",
         Some("secure_channel"),
-        "TLS is not supported",
+        "boolean",
         N2,
     );
     load(
@@ -701,9 +701,9 @@ fn unsupported_security_and_visibility() {
         )],
     )
     .unwrap();
-    // TLS is not supported yet; DH-HMAC-CHAP key names must be in the keyring.
+    // TLS PSK and DH-HMAC-CHAP key names must be in the keyring.
     for (key, msg) in [
-        ("psk", "not supported"),
+        ("psk", "no key named \"key0\""),
         ("dhchap_key", "no key named \"key0\""),
         ("dhchap_ctrlr_key", "no key named \"key0\""),
     ] {

@@ -171,3 +171,82 @@ fn bad_key_files_and_names_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("not allowed"), "{e}");
 }
+
+/// TLS in the model: `add_host psk` names a keyring key (unknown names and file paths refused),
+/// `secure_channel` listeners, one TLS setting per address across subsystems, keys in use by a
+/// PSK host cannot be removed, and `save_config` loads back to the same model.
+#[test]
+fn tls_psk_hosts_and_secure_listeners() {
+    let dir = Dir::new("keyring-tls");
+    let k0 = key_file(&dir, "k0", 0o600);
+    let mut c = base();
+    c.apply_method("nvmf_create_transport", Some(&json!({"trtype": "TCP"})))
+        .unwrap();
+    c.apply_method(
+        "keyring_file_add_key",
+        Some(&json!({"name": "key0", "path": k0})),
+    )
+    .unwrap();
+    let e = c
+        .apply_method(
+            "nvmf_subsystem_add_host",
+            Some(&json!({"nqn": NQN, "host": HOST, "psk": "/etc/key"})),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("psk") && e.contains("keyring_file_add_key -n"),
+        "{e}"
+    );
+    c.apply_method(
+        "nvmf_subsystem_add_host",
+        Some(&json!({"nqn": NQN, "host": HOST, "psk": "key0"})),
+    )
+    .unwrap();
+    assert_eq!(
+        c.subsystems[0].host_psks.get(HOST).map(String::as_str),
+        Some("key0")
+    );
+    let la = json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"});
+    c.apply_method(
+        "nvmf_subsystem_add_listener",
+        Some(&json!({"nqn": NQN, "listen_address": la, "secure_channel": true})),
+    )
+    .unwrap();
+    assert!(c.listener_secure("127.0.0.1", "4420"));
+    assert!(!c.listener_secure("127.0.0.1", "4421"));
+    // Another subsystem, same address, clear text: refused; with TLS: fine.
+    c.apply_method(
+        "nvmf_create_subsystem",
+        Some(&json!({"nqn": "nqn.2016-06.io.spdk:cnode2"})),
+    )
+    .unwrap();
+    let e = c
+        .apply_method(
+            "nvmf_subsystem_add_listener",
+            Some(&json!({"nqn": "nqn.2016-06.io.spdk:cnode2", "listen_address": la})),
+        )
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("secure_channel") && e.contains(NQN), "{e}");
+    c.apply_method(
+        "nvmf_subsystem_add_listener",
+        Some(&json!({"nqn": "nqn.2016-06.io.spdk:cnode2", "listen_address": la, "secure_channel": true})),
+    )
+    .unwrap();
+    // The key is in use.
+    let e = c
+        .apply_method("keyring_file_remove_key", Some(&json!({"name": "key0"})))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("in use"), "{e}");
+    // Round trip.
+    let saved = c.to_json_value();
+    let text = saved.to_string();
+    assert!(
+        !text.contains("DHHC-1") && text.contains("\"psk\":\"key0\""),
+        "{text}"
+    );
+    let back = TargetConfig::from_json_value(&saved).unwrap();
+    assert_eq!(back, c);
+}

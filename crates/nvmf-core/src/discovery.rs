@@ -9,7 +9,8 @@
 use nvmf_config::{AddressFamily, ListenerConfig, TransportType, DISCOVERY_NQN};
 use nvmf_wire::log::{
     DiscoveryLogEntry, DiscoveryLogHeader, ADRFAM_IPV4, ADRFAM_IPV6, SUBTYPE_CURRENT_DISCOVERY,
-    SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TREQ_SECURE_CHANNEL_NOT_SPECIFIED, TRTYPE_TCP,
+    SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TREQ_SECURE_CHANNEL_NOT_SPECIFIED,
+    TREQ_SECURE_CHANNEL_REQUIRED, TRTYPE_TCP, TSAS_TCP_SECTYPE_TLS13,
 };
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
@@ -19,10 +20,22 @@ use crate::target::Target;
 /// Size of the header and of each record.
 pub const RECORD: usize = 1024;
 
-/// TREQ of every record: secure channel "not specified" (no TLS today) and
-/// the host may disable SQ flow control. The kernel target sends the same
-/// value, and nvme-cli 2.3 cannot name the "not required" variant.
+/// TREQ of a clear-text listener's record: secure channel "not specified"
+/// and the host may disable SQ flow control. The kernel target sends the
+/// same value, and nvme-cli 2.3 cannot name the "not required" variant.
 pub const TREQ: u8 = TREQ_SECURE_CHANNEL_NOT_SPECIFIED | TREQ_DISABLE_SQFLOW;
+/// TREQ of a listener that requires TLS (`secure_channel`): "required".
+pub const TREQ_TLS: u8 = TREQ_SECURE_CHANNEL_REQUIRED | TREQ_DISABLE_SQFLOW;
+
+/// A record for a listener that requires TLS: TREQ "required", TSAS
+/// security type TLS 1.3 (as nvmet's `addr_tsas=tls1.3`, `addr_treq=required`).
+fn secure(mut e: DiscoveryLogEntry, on: bool) -> DiscoveryLogEntry {
+    if on {
+        e.treq = TREQ_TLS;
+        e.tsas[0] = TSAS_TCP_SECTYPE_TLS13;
+    }
+    e
+}
 
 fn trtype_code(t: TransportType) -> u8 {
     match t {
@@ -62,29 +75,36 @@ pub fn discovery_log(target: &Target, hostnqn: &str, port: &PortInfo) -> Vec<u8>
             continue;
         }
         for l in sub.listeners() {
-            entries.push(DiscoveryLogEntry::new(
-                trtype_code(l.trtype),
-                adrfam_code(l.adrfam),
-                SUBTYPE_NVM,
-                TREQ,
-                target.port_id(&l.trsvcid, &l.traddr),
-                asqsz,
-                &l.trsvcid,
-                sub.nqn(),
-                report_addr(&l, port),
+            let tls = target.tls().is_secure(&l.traddr, &l.trsvcid);
+            entries.push(secure(
+                DiscoveryLogEntry::new(
+                    trtype_code(l.trtype),
+                    adrfam_code(l.adrfam),
+                    SUBTYPE_NVM,
+                    TREQ,
+                    target.port_id(&l.trsvcid, &l.traddr),
+                    asqsz,
+                    &l.trsvcid,
+                    sub.nqn(),
+                    report_addr(&l, port),
+                ),
+                tls,
             ));
         }
     }
-    entries.push(DiscoveryLogEntry::new(
-        trtype_code(port.trtype),
-        adrfam_code(port.adrfam),
-        SUBTYPE_CURRENT_DISCOVERY,
-        TREQ,
-        target.port_id(&port.trsvcid, &port.traddr),
-        asqsz,
-        &port.trsvcid,
-        DISCOVERY_NQN,
-        &port.traddr,
+    entries.push(secure(
+        DiscoveryLogEntry::new(
+            trtype_code(port.trtype),
+            adrfam_code(port.adrfam),
+            SUBTYPE_CURRENT_DISCOVERY,
+            TREQ,
+            target.port_id(&port.trsvcid, &port.traddr),
+            asqsz,
+            &port.trsvcid,
+            DISCOVERY_NQN,
+            &port.traddr,
+        ),
+        port.tls.is_some(),
     ));
 
     let mut hdr = DiscoveryLogHeader::new_zeroed();

@@ -158,6 +158,28 @@ pub(crate) fn connect(
             dw1: 0,
         });
     }
+    // Over TLS, the PSK identity the handshake accepted names the host (and
+    // the subsystem): Connect must match it, or one host's key would open
+    // another host's controllers.
+    if let Some(id) = &port.tls {
+        if id.hostnqn != hostnqn || (id.subnqn != subnqn && !subsys.is_discovery()) {
+            target.refusal_log(|| {
+                tracing::warn!(
+                    subnqn,
+                    hostnqn,
+                    peer = %port.peer,
+                    tls_host = %id.hostnqn,
+                    tls_subsystem = %id.subnqn,
+                    "connect refused: the TLS PSK identity names another host or subsystem"
+                )
+            });
+            return Err(Outcome {
+                status: Status::CONNECT_INVALID_HOST,
+                dw0: connect_ipo_iattr(true, ipo::HOSTNQN),
+                dw1: 0,
+            });
+        }
+    }
     let limits = target.limits();
     let qid = cmd.qid();
     let sqsize = cmd.sqsize();

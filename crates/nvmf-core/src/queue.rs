@@ -59,6 +59,9 @@ pub struct PortInfo {
     pub traddr: String,
     pub trsvcid: String,
     pub peer: SocketAddr,
+    /// The PSK identity the connection's TLS handshake accepted (None: clear
+    /// text). Connect must name the same host (and subsystem).
+    pub tls: Option<crate::tls::Identity>,
 }
 
 /// What the transport does with a command after `execute`.

@@ -228,6 +228,9 @@ pub struct Target {
     /// DH-HMAC-CHAP digests (low byte) and DH groups (high byte) allowed
     /// (`nvmf_set_config`).
     auth_policy: AtomicU32,
+    /// TLS: secure listen addresses and hosts' PSKs (replaced whole on
+    /// every configuration change).
+    tls: RwLock<Arc<crate::tls::TlsTable>>,
 }
 
 impl Target {
@@ -315,6 +318,7 @@ impl Target {
                 suppressed: 0,
             }),
             auth_policy: AtomicU32::new(policy_bits(crate::auth::AuthPolicy::default())),
+            tls: RwLock::new(Arc::new(crate::tls::TlsTable::default())),
         }))
     }
 
@@ -372,6 +376,16 @@ impl Target {
     /// on (transactions already past negotiation keep theirs).
     pub fn set_auth_policy(&self, p: crate::auth::AuthPolicy) {
         self.auth_policy.store(policy_bits(p), Ordering::Release);
+    }
+
+    /// Installs the TLS state of a configuration (`tls::load_tls`).
+    pub fn set_tls(&self, t: Arc<crate::tls::TlsTable>) {
+        *self.tls.write().unwrap_or_else(|e| e.into_inner()) = t;
+    }
+
+    /// The TLS state now in force.
+    pub fn tls(&self) -> Arc<crate::tls::TlsTable> {
+        self.tls.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The DH-HMAC-CHAP digests and DH groups the target accepts.

@@ -68,6 +68,7 @@ fn port() -> Arc<PortInfo> {
         traddr: "127.0.0.1".to_string(),
         trsvcid: "4420".to_string(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().unwrap(),
+        tls: None,
     })
 }
 

@@ -97,6 +97,7 @@ fn port() -> Arc<PortInfo> {
         traddr: "127.0.0.1".to_string(),
         trsvcid: "4420".to_string(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().unwrap(),
+        tls: None,
     })
 }
 
@@ -293,6 +294,38 @@ fn connect_host_not_allowed() {
     let mut ok = QueuePair::new(t.clone(), restricted_port());
     let c = connect_raw(&mut ok, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
     assert_eq!(status(&c), Status::SUCCESS);
+}
+
+/// Over TLS the PSK identity names the host and the subsystem: a Connect
+/// naming another host or subsystem is Connect Invalid Host; the matching
+/// one connects, and so does a discovery Connect of the same host.
+#[test]
+fn connect_over_tls_must_match_the_psk_identity() {
+    let t = target();
+    let tls_port = |host: &str, sub: &str| {
+        Arc::new(PortInfo {
+            tls: nvmf_core::tls::parse_identity(&format!("NVMe0R01 {host} {sub}")),
+            ..(*restricted_port()).clone()
+        })
+    };
+    let mut qp = QueuePair::new(t.clone(), tls_port(HOST_B, NQN_RESTRICTED));
+    let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
+    let s = status(&c);
+    assert_eq!((s.sct, s.sc), (1, 0x84), "identity of another host");
+    let mut qp = QueuePair::new(t.clone(), tls_port(HOST_A, NQN));
+    let c = connect_raw(&mut qp, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
+    let s = status(&c);
+    assert_eq!((s.sct, s.sc), (1, 0x84), "identity of another subsystem");
+    let mut ok = QueuePair::new(t.clone(), tls_port(HOST_A, NQN_RESTRICTED));
+    let c = connect_raw(&mut ok, 0, 31, 0, 0xFFFF, NQN_RESTRICTED, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+    let mut disc = QueuePair::new(t.clone(), tls_port(HOST_A, NQN_RESTRICTED));
+    let c = connect_raw(&mut disc, 0, 31, 0, 0xFFFF, DISCOVERY_NQN, HOST_A);
+    assert_eq!(
+        status(&c),
+        Status::SUCCESS,
+        "discovery with the host's identity"
+    );
 }
 
 /// An empty host NQN (SPDK's host default) connects where any host may,

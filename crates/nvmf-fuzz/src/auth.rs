@@ -79,6 +79,7 @@ fn port() -> Arc<PortInfo> {
         traddr: "127.0.0.1".into(),
         trsvcid: "4420".into(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().expect("addr"),
+        tls: None,
     })
 }
 

@@ -465,7 +465,7 @@ static COMMANDS: &[Cmd] = &[
             TGT_P,
             o("-f", "--adrfam", "adrfam", Str, "Address family: ipv4, ipv6"),
             o("-s", "--trsvcid", "trsvcid", Str, "Transport service id: the TCP port"),
-            o("-k", "--secure-channel", "secure_channel", True, "Require TLS (not supported by nvmfd)"),
+            o("-k", "--secure-channel", "secure_channel", True, "Require TLS 1.3 with a PSK on this address (hosts need --psk keys)"),
             choices(o("-n", "--ana-state", "ana_state", Str, "ANA state of every group through this listener (default optimized)"), &["optimized", "non_optimized", "inaccessible", "persistent_loss", "change"]),
             o("-S", "--sock-impl", "sock_impl", Str, "(accepted, ignored)"),
             o("", "--numa-id", "numa_id", Int, "(accepted, ignored)"),
@@ -543,7 +543,7 @@ static COMMANDS: &[Cmd] = &[
         pos: &[NQN, p("host", Str, "Host NQN to allow")],
         opts: &[
             TGT_T,
-            o("", "--psk", "psk", Str, "TLS PSK (not supported by nvmfd yet)"),
+            o("", "--psk", "psk", Str, "Keyring key (keyring_file_add_key) holding the host's TLS PSK, NVMeTLSkey-1:xx:...:"),
             o("", "--dhchap-key", "dhchap_key", Str, "Name of the DH-HMAC-CHAP key (keyring) the host must authenticate with"),
             o("", "--dhchap-ctrlr-key", "dhchap_ctrlr_key", Str, "Name of the DH-HMAC-CHAP controller key (keyring): bidirectional authentication"),
         ],

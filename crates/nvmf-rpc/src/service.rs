@@ -835,9 +835,12 @@ impl RpcService {
             )));
         };
         let listener = list.remove(pos);
+        new.secure_discovery_listeners
+            .retain(|l| nqn != DISCOVERY_NQN || l != &listener);
         if let Some(s) = new.subsystems.iter_mut().find(|s| s.nqn == nqn) {
             // As SPDK: a listener added again starts from its add_listener state.
             s.forget_ana_states(&listener);
+            s.secure_listeners.retain(|l| l != &listener);
         }
         let change = Change::RemoveListener {
             nqn: nqn.to_string(),
@@ -864,6 +867,7 @@ impl RpcService {
         let mut new = st.config.clone();
         new.subsystems[si].hosts.retain(|h| h != host);
         new.subsystems[si].host_keys.remove(host);
+        new.subsystems[si].host_psks.remove(host);
         let change = Change::RemoveHost {
             nqn: nqn.to_string(),
             host: host.to_string(),

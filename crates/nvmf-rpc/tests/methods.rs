@@ -661,7 +661,7 @@ fn subsystems_namespaces_listeners_hosts() {
         "nvmf_subsystem_add_host",
         json!({"nqn": cnode2, "host": "nqn.2016-06.io.spdk:h", "psk": "key0"}),
         INVALID_PARAMS,
-        "not supported",
+        "no key named \"key0\"",
     );
     let subs = call(&mut c, "nvmf_get_subsystems", json!({"nqn": cnode2})).unwrap();
     assert_eq!(subs[0]["hosts"], json!([{"nqn": host}]));

@@ -477,9 +477,18 @@ impl LiveTarget for Live {
         let keys = nvmf_core::auth::load_keys(new_config).inspect_err(|e| {
             warn!("rpc: {} refused: DH-HMAC-CHAP keys: {e}", change.kind());
         })?;
+        let tls = nvmf_core::tls::load_tls(new_config).inspect_err(|e| {
+            warn!("rpc: {} refused: TLS PSKs: {e}", change.kind());
+        })?;
+        // The TLS table goes in before listeners are bound: a connection
+        // on a new secure listener is never taken for clear text.
+        let old_tls = self.target.tls();
+        self.target.set_tls(Arc::new(tls));
         let r = self.converge(&mut st, new_config);
         if r.is_ok() {
             keys.install(&self.target);
+        } else {
+            self.target.set_tls(old_tls);
         }
         match &r {
             Ok(()) => info!("rpc: {} applied", change.kind()),

@@ -153,6 +153,20 @@ fn run(cli: Cli) -> Result<()> {
         info!("DH-HMAC-CHAP: {} host(s) must authenticate", keys.hosts());
     }
     keys.install(&target);
+    // TLS PSKs from the keyring's files and the listeners that require TLS
+    // (docs/TLS.md).
+    let tls = nvmf_core::tls::load_tls(&cfg).map_err(|e| anyhow!("TLS PSKs: {e}"))?;
+    if tls.hosts() > 0 {
+        info!("TLS: {} host(s) have a PSK", tls.hosts());
+    }
+    target.set_tls(Arc::new(tls));
+    let tls_ctx = {
+        let t = target.clone();
+        Arc::new(
+            nvmf_tls::server_context(move |identity| t.tls().lookup(identity))
+                .map_err(|e| anyhow!("TLS server context: {e}"))?,
+        )
+    };
     resize::spawn(&target).context("spawning the resize thread")?;
     let mut params = TcpParams::new(target.limits(), tcp.c2h_success);
     params.h2c_timeout = std::time::Duration::from_millis(cli.h2c_timeout_ms);
@@ -283,6 +297,7 @@ fn run(cli: Cli) -> Result<()> {
             placement: placement.clone(),
             peers: Arc::new(Vec::new()),
             nic_nodes: Default::default(),
+            tls: tls_ctx.clone(),
         });
     }
     // Every reactor can hand a queue to every other one.

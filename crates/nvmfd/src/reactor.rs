@@ -62,6 +62,8 @@ use nvmf_core::controller::QueueStats;
 use nvmf_core::queue::PortInfo;
 use nvmf_core::target::Target;
 use nvmf_tcp::{Connection, TcpParams};
+use nvmf_tls::{Handshake, ServerHandshake, TlsStream};
+use openssl::ssl::SslContext;
 use slab::Slab;
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
@@ -145,6 +147,9 @@ pub struct Reactor {
     /// NUMA node of the network device of each local address seen
     /// (sysfs is read once per address).
     pub nic_nodes: HashMap<IpAddr, Option<u32>>,
+    /// TLS 1.3 PSK server context (identity lookup in the target's TLS
+    /// table) for connections on listeners that require TLS.
+    pub tls: Arc<SslContext>,
 }
 
 /// Where a reactor's time goes, as SPDK's `thread_get_stats` reports it:
@@ -277,7 +282,29 @@ struct Conn {
     /// Its place in the queue placement (I/O queues under `balanced`;
     /// given back on drop).
     placed: Option<Placed>,
+    /// Clear text, or where its TLS session stands.
+    tls: ConnTls,
 }
+
+/// The TLS side of a connection (docs/TLS.md). A listener that requires
+/// TLS starts its connections in `Await`: the first byte must open a TLS
+/// handshake record, anything else (a clear-text ICReq) closes the
+/// connection with that reason. The handshake is stepped on this reactor
+/// as the socket becomes ready (PSK binder check plus at most one X25519 /
+/// P-256 / P-384 key exchange: tens of microseconds, no finite-field
+/// groups); then the session decrypts into the connection's receive buffer
+/// and encrypts its output through a staging buffer.
+enum ConnTls {
+    Clear,
+    Await,
+    Handshake(ServerHandshake),
+    /// Taken out while a handshake step runs.
+    Stepping,
+    Up(Box<TlsStream>),
+}
+
+/// First byte of a TLS handshake record (ContentType handshake).
+const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
 enum Outcome {
     Keep,
@@ -551,12 +578,17 @@ impl Reactor {
             if let Err(e) = self.keepalive.apply(&sock) {
                 debug!("TCP keepalive setup failed for {peer}: {e}");
             }
+            let secure = self
+                .target
+                .tls()
+                .is_secure(&laddr.cfg.traddr, &laddr.cfg.trsvcid);
             let port = Arc::new(PortInfo {
                 trtype: laddr.cfg.trtype,
                 adrfam: laddr.cfg.adrfam,
                 traddr: laddr.cfg.traddr.clone(),
                 trsvcid: laddr.cfg.trsvcid.clone(),
                 peer,
+                tls: None,
             });
             let sm = Connection::new(self.target.clone(), port, &self.params);
             let entry = conns.vacant_entry();
@@ -573,7 +605,9 @@ impl Reactor {
             self.conn_log(|| {
                 info!(
                     reactor = id,
-                    "connection accepted from {peer} on {} (tcp)", laddr.addr
+                    "connection accepted from {peer} on {} ({})",
+                    laddr.addr,
+                    if secure { "tcp, TLS required" } else { "tcp" }
                 )
             });
             entry.insert(Conn {
@@ -590,6 +624,11 @@ impl Reactor {
                 connected: false,
                 _ticket: ticket,
                 placed: None,
+                tls: if secure {
+                    ConnTls::Await
+                } else {
+                    ConnTls::Clear
+                },
             });
         }
         Accepted::More
@@ -625,10 +664,19 @@ impl Reactor {
 
     fn service_key(&mut self, key: usize, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
         let Some(c) = conns.get_mut(key) else { return };
+        let id = self.id;
+        let ctx = &self.tls;
+        let target = &self.target;
+        let params = &self.params;
         // A bug must cost one connection, not the reactor and all of its
         // connections: a panic closes just this one.
-        let outcome = catch_unwind(AssertUnwindSafe(|| service(c)))
-            .unwrap_or_else(|_| Outcome::Close("internal error (panic) while serving".into()));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            match tls_step(c, ctx, target, params, id) {
+                Outcome::Keep if matches!(c.tls, ConnTls::Clear | ConnTls::Up(_)) => service(c),
+                other => other,
+            }
+        }))
+        .unwrap_or_else(|_| Outcome::Close("internal error (panic) while serving".into()));
         match outcome {
             Outcome::Keep => {
                 if !c.connected && c.sm.queue().is_connected() {
@@ -1013,6 +1061,108 @@ fn handshake_expired(
     None
 }
 
+/// Moves a connection on a TLS listener through its handshake as far as the
+/// socket allows. Keep with `c.tls` Clear or Up: serve it; Keep otherwise:
+/// wait for the socket.
+fn tls_step(
+    c: &mut Conn,
+    ctx: &SslContext,
+    target: &Arc<Target>,
+    params: &TcpParams,
+    reactor: usize,
+) -> Outcome {
+    use std::os::fd::AsRawFd;
+    let fd = c.sock.as_raw_fd();
+    let hs = match std::mem::replace(&mut c.tls, ConnTls::Stepping) {
+        ConnTls::Await => {
+            let mut b = [0u8; 1];
+            // SAFETY: one byte into a valid buffer; the fd is this connection's socket.
+            let n = unsafe {
+                libc::recv(
+                    fd,
+                    b.as_mut_ptr().cast(),
+                    1,
+                    libc::MSG_PEEK | libc::MSG_DONTWAIT,
+                )
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                c.tls = ConnTls::Await;
+                if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted {
+                    c.rx_ready = false;
+                    return Outcome::Keep;
+                }
+                return Outcome::Close(format!("read error before the TLS handshake: {e}"));
+            }
+            if n == 0 {
+                return Outcome::Close(
+                    "peer closed the connection before the TLS handshake".into(),
+                );
+            }
+            if b[0] != TLS_HANDSHAKE_RECORD {
+                let what = if b[0] == 0 {
+                    "a clear-text ICReq"
+                } else {
+                    "not a TLS handshake"
+                };
+                return Outcome::Close(format!(
+                    "refused: {what} (first byte {:#04x}) on a listener that requires TLS \
+                     (secure_channel); the host must connect with TLS (nvme connect --tls)",
+                    b[0]
+                ));
+            }
+            nvmf_tls::accept(ctx, fd)
+        }
+        ConnTls::Handshake(p) => p.resume(),
+        other => {
+            c.tls = other;
+            return Outcome::Keep;
+        }
+    };
+    match hs {
+        Handshake::Pending(p) => {
+            if p.wants_write() {
+                c.tx_ready = false;
+            } else {
+                c.rx_ready = false;
+            }
+            c.tls = ConnTls::Handshake(p);
+            Outcome::Keep
+        }
+        Handshake::Failed(why) => Outcome::Close(format!("TLS handshake refused or failed: {why}")),
+        Handshake::Done(t) => {
+            let identity = t.psk_identity().and_then(nvmf_core::tls::parse_identity);
+            let Some(identity) = identity else {
+                return Outcome::Close("TLS handshake without a PSK identity".into());
+            };
+            info!(
+                reactor,
+                peer = %c.peer,
+                hostnqn = %identity.hostnqn,
+                subnqn = %identity.subnqn,
+                "TLS 1.3 session established ({}, identity version {})",
+                t.cipher(),
+                identity.version
+            );
+            // A fresh state machine whose port carries the identity
+            // (Connect is checked against it); nothing was received yet.
+            let port = Arc::new(PortInfo {
+                trtype: c.laddr.cfg.trtype,
+                adrfam: c.laddr.cfg.adrfam,
+                traddr: c.laddr.cfg.traddr.clone(),
+                trsvcid: c.laddr.cfg.trsvcid.clone(),
+                peer: c.peer,
+                tls: Some(identity),
+            });
+            c.sm = Connection::new(target.clone(), port, params);
+            c.tls = ConnTls::Up(Box::new(t));
+            // The host's first records (ICReq) may already be buffered.
+            c.rx_ready = true;
+            Outcome::Keep
+        }
+    }
+}
+
 /// Reads, processes and writes until the socket has nothing more for us (or
 /// the round budget is used up). Never blocks.
 fn service(c: &mut Conn) -> Outcome {
@@ -1024,7 +1174,11 @@ fn service(c: &mut Conn) -> Outcome {
         while c.rx_ready && c.sm.wants_read() {
             let buf = c.sm.recv_buf();
             let want = buf.len();
-            match c.sock.read(buf) {
+            let (res, tls) = match &mut c.tls {
+                ConnTls::Up(t) => (t.read(buf), true),
+                _ => (c.sock.read(buf), false),
+            };
+            match res {
                 Ok(0) => {
                     let why = if c.sm.close_reason().is_some() {
                         c.sm.close_reason().unwrap_or("closed").to_string()
@@ -1039,8 +1193,9 @@ fn service(c: &mut Conn) -> Outcome {
                     c.sm.on_recv(n);
                     read_any = true;
                     // A short read drained the socket (epoll(7)): no need
-                    // for another read() that returns EAGAIN.
-                    if n < want && !c.read_closed {
+                    // for another read() that returns EAGAIN. (Not so over
+                    // TLS: one read returns at most one record.)
+                    if n < want && !c.read_closed && !tls {
                         c.rx_ready = false;
                     }
                 }
@@ -1059,7 +1214,10 @@ fn service(c: &mut Conn) -> Outcome {
             let res = {
                 let mut iov = [IoSlice::new(&[]); IOV_BATCH];
                 let n = c.sm.output(&mut iov);
-                c.sock.write_vectored(&iov[..n])
+                match &mut c.tls {
+                    ConnTls::Up(t) => t.write_gather(&iov[..n]),
+                    _ => c.sock.write_vectored(&iov[..n]),
+                }
             };
             match res {
                 Ok(0) => return Outcome::Close("socket accepted no bytes".into()),
