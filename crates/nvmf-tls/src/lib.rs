@@ -161,6 +161,10 @@ where
     // record). Safe for the reactor: it reads until WouldBlock, and OpenSSL only says
     // WouldBlock when what it holds is no complete record.
     b.set_read_ahead(true);
+    // No NewSessionTicket after the handshake (OpenSSL sends two by default): the Linux host hands
+    // the socket to kTLS right after tlshd's handshake and fails the queue on any post-handshake
+    // handshake record ("nvme_tcp: queue 0: unhandled TLS record 22"); NVMe/TCP has no resumption.
+    b.set_num_tickets(0)?;
     b.set_ex_data(lookup_index(), Box::new(lookup) as Lookup);
     // SAFETY: the callback only reads the context's ex_data set above, which lives as long as the context.
     unsafe { ffi::SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_cb)) };
