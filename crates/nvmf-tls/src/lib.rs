@@ -68,9 +68,14 @@ fn client_index() -> Index<SslContext, TlsPsk> {
     *I.get_or_init(|| SslContext::new_ex_index().expect("OpenSSL ex_data index"))
 }
 
-/// An `SSL_SESSION` carrying `psk` for TLS 1.3 with the suite of its hash; null on failure.
-unsafe fn psk_session(ssl: *mut openssl_sys::SSL, psk: &TlsPsk) -> *mut openssl_sys::SSL_SESSION {
-    let id: [c_uchar; 2] = match psk.hash {
+/// An `SSL_SESSION` carrying `psk` for TLS 1.3 with a suite of `hash` (normally the PSK's own; see
+/// `binder_hash_cb`); null on failure.
+unsafe fn psk_session(
+    ssl: *mut openssl_sys::SSL,
+    psk: &TlsPsk,
+    hash: PskHash,
+) -> *mut openssl_sys::SSL_SESSION {
+    let id: [c_uchar; 2] = match hash {
         PskHash::Sha256 => [0x13, 0x01],
         PskHash::Sha384 => [0x13, 0x02],
     };
@@ -107,7 +112,11 @@ unsafe extern "C" fn find_cb(
         return 1;
     };
     if let Some(psk) = lookup(identity) {
-        let s = psk_session(ssl, &psk);
+        let hash = ssl_ref
+            .ex_data(binder_hash_index())
+            .copied()
+            .unwrap_or(psk.hash);
+        let s = psk_session(ssl, &psk, hash);
         if s.is_null() {
             return 0;
         }
@@ -128,7 +137,7 @@ unsafe extern "C" fn use_cb(
     let Some(psk) = ssl_ref.ssl_context().ex_data(client_index()) else {
         return 0;
     };
-    let s = psk_session(ssl, psk);
+    let s = psk_session(ssl, psk, psk.hash);
     if s.is_null() {
         return 0;
     }
@@ -136,6 +145,56 @@ unsafe extern "C" fn use_cb(
     *id_len = psk.identity.len();
     *sess = s;
     1
+}
+
+/// The hash of the PSK binder the client sent (server side, set by `binder_hash_cb`).
+fn binder_hash_index() -> Index<Ssl, PskHash> {
+    static I: OnceLock<Index<Ssl, PskHash>> = OnceLock::new();
+    *I.get_or_init(|| Ssl::new_ex_index().expect("OpenSSL ex_data index"))
+}
+
+/// Length of the first binder in a ClientHello `pre_shared_key` extension body
+/// (`identities<..>` then `binders<..>`, each binder u8-length-prefixed); None if malformed.
+fn first_binder_len(ext: &[u8]) -> Option<usize> {
+    let ids = u16::from_be_bytes([*ext.first()?, *ext.get(1)?]) as usize;
+    let binders = ext.get(2 + ids..)?;
+    binders.get(2).map(|&n| n as usize)
+}
+
+/// Client-hello callback: the Linux host (tlshd/GnuTLS) computes the binder of a SHA-384 (`R02`)
+/// PSK with SHA-256 and offers TLS_AES_256_GCM_SHA384 and TLS_CHACHA20_POLY1305_SHA256. TLS 1.3
+/// ties a PSK to one hash, so the session must follow the binder's hash, not the identity's:
+/// a 32-byte binder → a SHA-256 session and the SHA-256 suites (AES-128-GCM, or ChaCha20-Poly1305,
+/// the only one such a host offers), a 48-byte binder → SHA-384 and AES-256-GCM. docs/TLS.md.
+fn binder_hash_cb(
+    ssl: &mut SslRef,
+    _alert: &mut openssl::ssl::SslAlert,
+) -> Result<openssl::ssl::ClientHelloResponse, openssl::error::ErrorStack> {
+    let mut p: *const c_uchar = std::ptr::null();
+    let mut len = 0usize;
+    // SAFETY: called inside the client-hello callback, where the extension data (owned by the SSL)
+    // stays valid for the callback's duration; 41 = pre_shared_key.
+    let ext = unsafe {
+        if openssl_sys::SSL_client_hello_get0_ext(ssl.as_ptr(), 41, &mut p, &mut len) == 1
+            && !p.is_null()
+        {
+            Some(std::slice::from_raw_parts(p, len))
+        } else {
+            None
+        }
+    };
+    match ext.and_then(first_binder_len) {
+        Some(32) => {
+            ssl.set_ciphersuites("TLS_AES_128_GCM_SHA256:TLS_CHACHA20_POLY1305_SHA256")?;
+            ssl.set_ex_data(binder_hash_index(), PskHash::Sha256);
+        }
+        Some(48) => {
+            ssl.set_ciphersuites("TLS_AES_256_GCM_SHA384")?;
+            ssl.set_ex_data(binder_hash_index(), PskHash::Sha384);
+        }
+        _ => {}
+    }
+    Ok(openssl::ssl::ClientHelloResponse::SUCCESS)
 }
 
 fn base(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
@@ -165,6 +224,7 @@ where
     // the socket to kTLS right after tlshd's handshake and fails the queue on any post-handshake
     // handshake record ("nvme_tcp: queue 0: unhandled TLS record 22"); NVMe/TCP has no resumption.
     b.set_num_tickets(0)?;
+    b.set_client_hello_callback(binder_hash_cb);
     b.set_ex_data(lookup_index(), Box::new(lookup) as Lookup);
     // SAFETY: the callback only reads the context's ex_data set above, which lives as long as the context.
     unsafe { ffi::SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_cb)) };
@@ -181,4 +241,22 @@ pub fn client_context(psk: TlsPsk) -> Result<SslContext, TlsError> {
     // SAFETY: as above; the identity pointer handed to OpenSSL points into the context's ex_data.
     unsafe { ffi::SSL_CTX_set_psk_use_session_callback(b.as_ptr(), Some(use_cb)) };
     Ok(b.build())
+}
+
+#[cfg(test)]
+mod binder_tests {
+    use super::first_binder_len;
+
+    #[test]
+    fn first_binder_length_of_a_pre_shared_key_extension() {
+        // identities: one 3-byte identity + 4-byte age; binders: one 32-byte binder
+        let mut ext = vec![0, 9, 0, 3, b'a', b'b', b'c', 0, 0, 0, 0, 0, 33, 32];
+        ext.extend_from_slice(&[7u8; 32]);
+        assert_eq!(first_binder_len(&ext), Some(32));
+        ext[13] = 48;
+        assert_eq!(first_binder_len(&ext), Some(48));
+        assert_eq!(first_binder_len(&ext[..12]), None);
+        assert_eq!(first_binder_len(&[0xff, 0xff, 1]), None);
+        assert_eq!(first_binder_len(&[]), None);
+    }
 }
