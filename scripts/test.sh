@@ -104,7 +104,7 @@ if [ "$interop" = 1 ]; then
   # Debian 13's nvme-cli/keyutils/tlshd (testbed/trixie-tls-userland, private apt config) and
   # the kTLS/AES-GCM modules; the module list is nvmf_interop::TLS_GUEST_MODULES (one image)
   NVMFD_TESTBED_TLS=1 NVMFD_TESTBED_KERNEL=6.12 \
-    NVMFD_TESTBED_EXTRA_MODULES="tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic" \
+    NVMFD_TESTBED_EXTRA_MODULES="tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic chacha20poly1305 chacha-x86_64 poly1305-x86_64" \
     testbed/nvmfd-testbed prepare
 fi
 

@@ -8,7 +8,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 if [ "${1:-}" != --guest ]; then
   export NVMFD_TESTBED_TLS=1 NVMFD_TESTBED_KERNEL=6.12
-  export NVMFD_TESTBED_EXTRA_MODULES="tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic"
+  export NVMFD_TESTBED_EXTRA_MODULES="tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic chacha20poly1305 chacha-x86_64 poly1305-x86_64"
   exec timeout 240 "$here/nvmfd-testbed" run --timeout 180 --put "$here/selftest-tls.sh" "$here/selftest-tls.sh" --guest
 fi
 T=/opt/trixie/bin

@@ -31,7 +31,7 @@ tls_dump() {
 # kTLS + AES-GCM modules and tlshd (the kernel's handshake agent) serving the .nvme keyring
 tls_init() {
   local m
-  for m in tls gcm aesni-intel aes-generic ghash-generic; do modprobe "$m" 2>/dev/null || true; done
+  for m in tls gcm aesni-intel aes-generic ghash-generic chacha20poly1305 chacha-x86_64 poly1305-x86_64; do modprobe "$m" 2>/dev/null || true; done
   printf '[authenticate]\nkeyrings=.nvme\n[debug]\nloglevel=1\n' > /etc/tlshd.conf
   timeout "${TLSHD_S:-240}" "$T/tlshd" -s -c /etc/tlshd.conf >/tmp/tlshd.log 2>&1 &
   TLSHD_PID=$!

@@ -110,10 +110,10 @@ pub fn prepare_kernel(k: Kernel) {
     }
 }
 
-/// Kernel modules the TLS guest image carries beyond the defaults (kTLS and AES-GCM for tlshd,
+/// Kernel modules the TLS guest image carries beyond the defaults (kTLS, AES-GCM and ChaCha20-Poly1305 for tlshd,
 /// nvmet-tcp for testbed/selftest-tls.sh). One list for every TLS guest, so they all share one
 /// cached image (`initrd-tls-*`; building another variant would evict it).
-pub const TLS_GUEST_MODULES: &str = "tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic";
+pub const TLS_GUEST_MODULES: &str = "tls nvmet-tcp gcm aesni-intel ghash-generic aes-generic chacha20poly1305 chacha-x86_64 poly1305-x86_64";
 
 /// The testbed's environment for a TLS guest (`NVMFD_TESTBED_TLS=1`, 6.12, [`TLS_GUEST_MODULES`]).
 pub fn tls_testbed_env() -> [(&'static str, &'static str); 3] {
