@@ -3,7 +3,9 @@
 //! Keys and identities come from `nvmf_core::tls::psk`; docs/TLS.md says why OpenSSL. The TLS 1.3
 //! PSK session callbacks (`SSL_CTX_set_psk_find_session_callback` / `..._use_session_callback`) are
 //! not wrapped by the `openssl` crate, so the few declarations they need live in `ffi` below; they
-//! let the PSK's hash pick the cipher suite (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM).
+//! let the PSK's hash pick the cipher suite (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM); on the
+//! server the hash the client binds the PSK with wins (a client-hello callback reads it: the Linux
+//! host binds SHA-384 keys with SHA-256, which ends in ChaCha20-Poly1305; docs/TLS.md).
 
 pub mod stream;
 
