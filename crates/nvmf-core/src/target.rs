@@ -422,7 +422,7 @@ impl Target {
 
     /// Runs `log` (a refused Connect, an unsupported CC value) unless this second's budget is
     /// spent (control path: one small lock).
-    pub(crate) fn refusal_log(&self, log: impl FnOnce()) {
+    pub fn refusal_log(&self, log: impl FnOnce()) {
         let mut r = self.refusal_log.lock().unwrap_or_else(|e| e.into_inner());
         if r.per_sec == 0 {
             drop(r);

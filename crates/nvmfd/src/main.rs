@@ -163,7 +163,21 @@ fn run(cli: Cli) -> Result<()> {
     let tls_ctx = {
         let t = target.clone();
         Arc::new(
-            nvmf_tls::server_context(move |identity| t.tls().lookup(identity))
+            nvmf_tls::server_context(move |identity| {
+                let psk = t.tls().lookup(identity);
+                if psk.is_none() {
+                    // OpenSSL then reports an unrelated reason (it falls back to
+                    // certificates): say what really happened. The identity names
+                    // the host and subsystem; it holds no key material.
+                    t.refusal_log(|| {
+                        tracing::warn!(
+                            identity,
+                            "TLS: no PSK for this identity (unknown host or subsystem,                              or another key's digest); handshake refused"
+                        )
+                    });
+                }
+                psk
+            })
                 .map_err(|e| anyhow!("TLS server context: {e}"))?,
         )
     };
