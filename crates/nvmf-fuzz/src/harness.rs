@@ -1321,11 +1321,10 @@ impl Harness {
             r.sent += len.min(r.end - r.sent);
             n += 1;
         }
-        if let Some(e) = first_end {
-            if mangle_pdu(&mut bytes[..e], mangle) {
-                c.tracked = false;
-            }
-        }
+        let mangled = match first_end {
+            Some(e) => mangle_pdu(&mut bytes[..e], mangle),
+            None => false,
+        };
         if let Some(i) = idx {
             if faulty || r.sent >= r.end {
                 c.r2ts.remove(i);
@@ -1333,15 +1332,27 @@ impl Harness {
                 c.r2ts[i] = r;
             }
         }
+        if mangled {
+            self.untrack(s);
+        }
         self.emit(s, bytes, split, Mangle::None);
+    }
+
+    /// A corrupted PDU went to connection `s`: its CIDs are no longer
+    /// followed, and the data model stops at once, before the answers to the
+    /// corrupted command arrive (a flipped byte may turn a read of an unwritten
+    /// block into a read of a written one: found by the fuzzer in CI).
+    fn untrack(&mut self, s: usize) {
+        self.conn(s).tracked = false;
+        self.shadow.valid = false;
     }
 
     /// Queues `bytes` (one or more PDUs) for the target and delivers them.
     fn emit(&mut self, s: usize, mut bytes: Vec<u8>, split: Split, mangle: Mangle) {
-        let c = self.conn(s);
         if mangle_pdu(&mut bytes, mangle) {
-            c.tracked = false;
+            self.untrack(s);
         }
+        let c = self.conn(s);
         let hold = match split {
             Split::Hold(n) => usize::from(n) % (bytes.len() + 1),
             _ => 0,
