@@ -15,6 +15,7 @@ use crate::error::{Error, NvmeError, Result};
 use crate::queue::{IoCompletion, IoQueue, QueueParams, Slot};
 use crate::transport::TransportParams;
 use crate::trid::{TransportId, DISCOVERY_NQN};
+use nvmf_core::tls::psk::{ConfiguredPsk, TlsPsk};
 use nvmf_wire::fabrics::{self, CC_EN, CC_IOCQES_SHIFT, CC_IOSQES_SHIFT, CSTS_CFS, CSTS_RDY};
 use nvmf_wire::identify::{IdentifyController, IdentifyNamespace, CMIC_ANA, CNTRLTYPE_DISCOVERY};
 use nvmf_wire::zerocopy::FromBytes;
@@ -59,6 +60,28 @@ pub struct ConnectOptions {
     /// with its last C2HData PDU (SUCCESS flag) instead of a response
     /// capsule: one PDU less per read.
     pub disable_sqflow: bool,
+    /// TLS 1.3 with a PSK (`--tls-key`): every queue's TCP connection runs a
+    /// TLS handshake before its ICReq.
+    pub tls: Option<TlsKey>,
+}
+
+/// The configured PSK a host connects with and the identity version it offers.
+#[derive(Debug, Clone)]
+pub struct TlsKey {
+    pub key: Arc<ConfiguredPsk>,
+    /// 1: `NVMe1R0x <hostnqn> <subnqn> <digest>` (default), 0: `NVMe0R0x <hostnqn> <subnqn>`.
+    pub identity_version: u8,
+}
+
+impl TlsKey {
+    /// The TLS PSK and identity for one (host, subsystem) pair.
+    pub fn derive(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk> {
+        let r = match self.identity_version {
+            0 => self.key.tls_psk_v0(hostnqn, subnqn),
+            _ => self.key.tls_psk_v1(hostnqn, subnqn),
+        };
+        r.map_err(|e| Error::InvalidArg(format!("TLS key: {e}")))
+    }
 }
 
 impl ConnectOptions {
@@ -81,6 +104,7 @@ impl ConnectOptions {
             data_digest: false,
             kato,
             admin_queue_size: 32,
+            tls: None,
             timeout: Duration::from_secs(10),
             disable_sqflow: true,
         }
@@ -91,6 +115,23 @@ impl ConnectOptions {
         self.hostnqn = hostnqn.to_string();
         self.hostid = hostid_from_nqn(hostnqn);
         self
+    }
+
+    /// Connect with TLS 1.3 using `key` (identity version 1 or 0).
+    pub fn with_tls(mut self, key: ConfiguredPsk, identity_version: u8) -> Self {
+        self.tls = Some(TlsKey {
+            key: Arc::new(key),
+            identity_version,
+        });
+        self
+    }
+
+    /// The TLS PSK for this host and the trid's subsystem, if TLS is on.
+    pub(crate) fn tls_psk(&self) -> Result<Option<TlsPsk>> {
+        match &self.tls {
+            Some(k) => k.derive(&self.hostnqn, &self.trid.subnqn).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Ask for header and/or data digests.
@@ -214,6 +255,7 @@ impl Controller {
             cntlid: fabrics::CNTLID_DYNAMIC,
             timeout: opts.timeout,
             disable_sqflow: false,
+            tls: opts.tls_psk()?,
         })?;
         let cntlid = q.cntlid();
         let mut c = Controller {
@@ -601,6 +643,7 @@ impl Controller {
             cntlid: self.cntlid,
             timeout: self.opts.timeout,
             disable_sqflow: self.opts.disable_sqflow,
+            tls: self.opts.tls_psk()?,
         })
     }
 }

@@ -112,6 +112,10 @@ pub enum Error {
     /// Nothing happened for too long.
     #[error("timed out: {0}")]
     Timeout(String),
+    /// The TLS handshake failed or TLS could not be set up (wrong key or
+    /// identity, a target that does not speak TLS on that port, a timeout).
+    #[error("TLS: {0}")]
+    Tls(String),
     /// A caller mistake (bad transport ID, I/O too large, ...).
     #[error("invalid argument: {0}")]
     InvalidArg(String),

@@ -45,7 +45,9 @@ pub mod top;
 pub mod transport;
 pub mod trid;
 
-pub use controller::{default_hostnqn, hostid_from_nqn, ConnectOptions, Controller, NsIdentifier};
+pub use controller::{
+    default_hostnqn, hostid_from_nqn, ConnectOptions, Controller, NsIdentifier, TlsKey,
+};
 pub use discovery::{format_nvme_cli, DiscoveryEntry, DiscoveryLog};
 pub use error::{Error, NvmeError, Result};
 pub use queue::{IoCompletion, IoQueue, QueueParams, Slot};

@@ -67,6 +67,8 @@ pub struct QueueParams {
     /// may then end a read with a C2HData SUCCESS flag instead of a response
     /// capsule. This host never uses SQHD (it bounds commands by its slots).
     pub disable_sqflow: bool,
+    /// TLS 1.3 with this PSK before the ICReq (None: clear text).
+    pub tls: Option<nvmf_core::tls::psk::TlsPsk>,
 }
 
 /// One finished command.
@@ -137,7 +139,13 @@ impl IoQueue {
         }
         let nslots = p.slots.clamp(1, p.entries) as usize;
         let buf_size = p.buf_size.max(4096) as usize;
-        let t = Transport::connect(&p.addr, p.transport, buf_size as u32, p.timeout)?;
+        let t = Transport::connect(
+            &p.addr,
+            p.transport,
+            buf_size as u32,
+            p.timeout,
+            p.tls.as_ref(),
+        )?;
         let neg = t.negotiated();
         let info = vec![
             SlotInfo {
@@ -259,6 +267,11 @@ impl IoQueue {
     /// poll(2) events to wait for on `raw_fd()`.
     pub fn poll_events(&self) -> i16 {
         self.t.poll_events()
+    }
+    /// Received bytes already decrypted (TLS) and not yet read: poll(2) on
+    /// the socket would not see them; poll the queue without sleeping.
+    pub fn has_buffered(&self) -> bool {
+        self.t.has_buffered()
     }
     /// SQ head pointer from the latest response capsule.
     pub fn sq_head(&self) -> u16 {

@@ -8,6 +8,12 @@
 //!
 //! After the handshake the socket is non-blocking; `wait` sleeps in poll(2)
 //! until it is readable (or writable while output is pending).
+//!
+//! TLS (`--tls-key`): with a PSK, a TLS 1.3 handshake (nvmf-tls, OpenSSL) runs
+//! right after the TCP connect, before the ICReq; from then on every read
+//! decrypts into the same buffers (C2HData payloads still land directly in the
+//! command buffers) and every write goes out as TLS records. The clear-text
+//! path is unchanged but for one `Option` check per read/write call.
 
 use crate::error::{Error, Result};
 use nvmf_wire::digest::crc32c;
@@ -41,6 +47,8 @@ pub struct Negotiated {
 /// A connected NVMe/TCP socket with its buffers.
 pub struct Transport {
     sock: TcpStream,
+    /// The TLS session over `sock`, when the connection uses TLS.
+    tls: Option<Box<nvmf_tls::TlsStream>>,
     peer: String,
     rx: Box<[u8]>,
     rx_start: usize,
@@ -90,6 +98,7 @@ impl Transport {
         params: TransportParams,
         max_data_len: u32,
         timeout: Duration,
+        tls: Option<&nvmf_core::tls::psk::TlsPsk>,
     ) -> Result<Transport> {
         let mut last = None;
         let mut sock = None;
@@ -110,8 +119,13 @@ impl Transport {
             .map_err(|e| Error::io("setting TCP_NODELAY", e))?;
 
         let rx_len = (2 * (max_data_len as usize + 512)).max(512 * 1024);
+        let tls = match tls {
+            Some(psk) => Some(Box::new(tls_handshake(&sock, psk, timeout)?)),
+            None => None,
+        };
         let mut t = Transport {
             sock,
+            tls,
             peer: addr.to_string(),
             rx: vec![0u8; rx_len].into_boxed_slice(),
             rx_start: 0,
@@ -148,9 +162,11 @@ impl Transport {
             .set_write_timeout(Some(timeout))
             .and_then(|_| self.sock.set_read_timeout(Some(timeout)))
             .map_err(|e| Error::io("setting socket timeouts", e))?;
-        self.sock
-            .write_all(&req)
-            .map_err(|e| Error::io("sending ICReq", e))?;
+        match &mut self.tls {
+            Some(t) => write_all_tls(t, &req),
+            None => self.sock.write_all(&req),
+        }
+        .map_err(|e| Error::io("sending ICReq", e))?;
         let deadline = Instant::now() + timeout;
         loop {
             match pdu::decode(&self.rx[..self.rx_end], &self.dec) {
@@ -164,7 +180,12 @@ impl Transport {
                             self.peer
                         )));
                     }
-                    let n = match self.sock.read(&mut self.rx[self.rx_end..]) {
+                    let buf = &mut self.rx[self.rx_end..];
+                    let r = match &mut self.tls {
+                        Some(t) => t.read(buf),
+                        None => self.sock.read(buf),
+                    };
+                    let n = match r {
                         Ok(0) => {
                             return Err(Error::Closed(
                                 " during the ICReq/ICResp exchange (not an NVMe/TCP target?)"
@@ -299,7 +320,11 @@ impl Transport {
     /// with gather writes (sendmsg, MSG_NOSIGNAL) over the queued segments. Returns true
     /// when everything has been written.
     pub fn flush(&mut self) -> Result<bool> {
-        match self.tx.write_to(self.sock.as_raw_fd()) {
+        let r = match &mut self.tls {
+            Some(t) => self.tx.write_tls(t),
+            None => self.tx.write_to(self.sock.as_raw_fd()),
+        };
+        match r {
             Ok(done) => Ok(done),
             Err(e) if is_reset(&e) => Err(Error::Closed(format!(" ({e})"))),
             Err(e) if e.kind() == io::ErrorKind::WriteZero => {
@@ -323,7 +348,7 @@ impl Transport {
                 // that stay valid until the PDU is complete.
                 let dst =
                     unsafe { std::slice::from_raw_parts_mut(d.dst.add(d.got), d.len - d.got) };
-                return match read_some(&mut self.sock, dst)? {
+                return match read_some(&mut self.sock, &mut self.tls, dst)? {
                     None => {
                         self.eof = true;
                         Ok(0)
@@ -351,7 +376,11 @@ impl Transport {
             return Ok(0);
         }
         let end = self.rx.len().min(self.rx_end.saturating_add(self.read_cap));
-        match read_some(&mut self.sock, &mut self.rx[self.rx_end..end])? {
+        match read_some(
+            &mut self.sock,
+            &mut self.tls,
+            &mut self.rx[self.rx_end..end],
+        )? {
             None => {
                 self.eof = true;
                 Ok(0)
@@ -554,13 +583,19 @@ impl Transport {
         let _ = self
             .sock
             .set_write_timeout(Some(Duration::from_millis(100)));
-        let _ = self.sock.write_all(bytes);
+        let _ = match &mut self.tls {
+            Some(t) => write_all_tls(t, bytes),
+            None => self.sock.write_all(bytes),
+        };
         let _ = self.sock.set_nonblocking(true);
     }
 
     /// Sleep until the socket is readable, or writable while output is
     /// pending, or `timeout` passes (None = forever). Returns false on timeout.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<bool> {
+        if self.has_buffered() {
+            return Ok(true);
+        }
         let mut pfd = libc::pollfd {
             fd: self.raw_fd(),
             events: self.poll_events(),
@@ -586,6 +621,12 @@ impl Transport {
         } else {
             libc::POLLIN
         }
+    }
+
+    /// Bytes TLS already decrypted and nobody read yet (the socket may show
+    /// no event for them).
+    pub fn has_buffered(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.pending() > 0)
     }
 
     /// Close the TCP connection (both directions).
@@ -670,10 +711,56 @@ pub trait RxSink {
     fn c2h_place(&mut self, hdr: &DataHeader) -> Result<Option<*mut u8>>;
 }
 
-/// One non-blocking read; None at end of file, Some(0) if nothing is there.
-fn read_some(sock: &mut TcpStream, buf: &mut [u8]) -> Result<Option<usize>> {
+/// The TLS 1.3 client handshake on the still blocking `sock` (its timeouts
+/// bound it), with the PSK and identity of `psk`.
+fn tls_handshake(
+    sock: &TcpStream,
+    psk: &nvmf_core::tls::psk::TlsPsk,
+    timeout: Duration,
+) -> Result<nvmf_tls::TlsStream> {
+    sock.set_write_timeout(Some(timeout))
+        .and_then(|_| sock.set_read_timeout(Some(timeout)))
+        .map_err(|e| Error::io("setting socket timeouts", e))?;
+    let ctx = nvmf_tls::client_context(psk.clone()).map_err(|e| Error::Tls(e.to_string()))?;
+    nvmf_tls::connect(&ctx, sock.as_raw_fd()).map_err(|e| {
+        let hint = if e.contains("wrong version number") || e.contains("peer closed") {
+            " (does the target require TLS on this port? a clear-text listener closes a TLS hello)"
+        } else if e.contains("alert") || e.contains("binder") || e.contains("handshake failure") {
+            " (the target refused the PSK: wrong key, or no key for this host NQN/subsystem)"
+        } else {
+            ""
+        };
+        Error::Tls(format!("{e}{hint}"))
+    })
+}
+
+/// Writes all of `bytes` through TLS on a blocking socket.
+fn write_all_tls(t: &mut nvmf_tls::TlsStream, bytes: &[u8]) -> io::Result<()> {
+    let mut at = 0;
+    while at < bytes.len() {
+        match t.write_gather(&[io::IoSlice::new(&bytes[at..])]) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => at += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// One non-blocking read (through TLS when `tls` is set); None at end of
+/// file, Some(0) if nothing is there.
+fn read_some(
+    sock: &mut TcpStream,
+    tls: &mut Option<Box<nvmf_tls::TlsStream>>,
+    buf: &mut [u8],
+) -> Result<Option<usize>> {
     loop {
-        match sock.read(buf) {
+        let r = match tls {
+            Some(t) => t.read(buf),
+            None => sock.read(buf),
+        };
+        match r {
             Ok(0) if !buf.is_empty() => return Ok(None),
             Ok(n) => return Ok(Some(n)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(Some(0)),
@@ -778,6 +865,62 @@ impl TxBuf {
     }
 
     /// Write to a non-blocking fd until done or it would block.
+    /// As `write_to`, through a TLS session (records of up to 64 KiB of the
+    /// queued segments each).
+    fn write_tls(&mut self, t: &mut nvmf_tls::TlsStream) -> io::Result<bool> {
+        self.close_own();
+        while self.idx < self.segs.len() {
+            let mut iov = [io::IoSlice::new(&[]); 32];
+            let mut cnt = 0;
+            let mut len = 0;
+            for (k, seg) in self.segs[self.idx..].iter().take(iov.len()).enumerate() {
+                let (p, n) = match *seg {
+                    Seg::Own(a, b) => (self.buf[a..b].as_ptr(), b - a),
+                    Seg::Ext(p, n) => (p, n),
+                };
+                let skip = if k == 0 { self.off } else { 0 };
+                // SAFETY: as in `write_to`: our buffer, or the caller's memory
+                // that push_ext promised stays valid until written.
+                iov[k] =
+                    io::IoSlice::new(unsafe { std::slice::from_raw_parts(p.add(skip), n - skip) });
+                cnt = k + 1;
+                len += n - skip;
+                if len >= nvmf_tls::stream::STAGE_LEN {
+                    break;
+                }
+            }
+            let r = match t.write_gather(&iov[..cnt]) {
+                Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            self.advance(r);
+        }
+        self.clear();
+        Ok(true)
+    }
+
+    /// `r` bytes from the front of the queued segments left.
+    fn advance(&mut self, r: usize) {
+        let mut left = r;
+        while left > 0 {
+            let n = match self.segs[self.idx] {
+                Seg::Own(a, b) => b - a,
+                Seg::Ext(_, n) => n,
+            } - self.off;
+            if left >= n {
+                left -= n;
+                self.idx += 1;
+                self.off = 0;
+            } else {
+                self.off += left;
+                left = 0;
+            }
+        }
+    }
+
     fn write_to(&mut self, fd: i32) -> io::Result<bool> {
         self.close_own();
         while self.idx < self.segs.len() {
@@ -817,21 +960,7 @@ impl TxBuf {
             if r == 0 {
                 return Err(io::Error::from(io::ErrorKind::WriteZero));
             }
-            let mut left = r as usize;
-            while left > 0 {
-                let n = match self.segs[self.idx] {
-                    Seg::Own(a, b) => b - a,
-                    Seg::Ext(_, n) => n,
-                } - self.off;
-                if left >= n {
-                    left -= n;
-                    self.idx += 1;
-                    self.off = 0;
-                } else {
-                    self.off += left;
-                    left = 0;
-                }
-            }
+            self.advance(r as usize);
         }
         self.clear();
         Ok(true)

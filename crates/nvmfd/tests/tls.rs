@@ -9,6 +9,9 @@
 //! - the discovery log (clear listener) marks the secure listener TLS 1.3 / required;
 //! - `save_config` keeps `secure_channel` and `psk` (the key name, never the key);
 //! - a listener on the same address without TLS for another subsystem is refused;
+//! - the `nvmf` host over TLS: `perf --verify` 4 KiB and 128 KiB with a SHA-256 key (identity
+//!   v1) and a SHA-384 key (identity v0); the wrong key, clear text to the TLS port and TLS to a
+//!   clear-text port fail with the reason named;
 //! - hostile peers: a handshake that stops half-way is closed by the ICReq timeout, garbage after a
 //!   TLS record header fails the handshake, and the daemon keeps serving TLS hosts throughout.
 
@@ -254,4 +257,118 @@ fn stalled_and_garbage_handshakes_are_closed() {
     t.d.wait_log_for("no ICReq within", Duration::from_secs(5));
     let k = ConfiguredPsk::parse(KEY).unwrap();
     tls_icreq(t.secure, k.tls_psk_v1(HOST, NQN).unwrap()).unwrap();
+}
+
+fn nvmf_run(args: &[&str]) -> (bool, String) {
+    let out = nvmf_testkit::nvmf(args, Duration::from_secs(60));
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[test]
+fn nvmf_host_runs_verified_io_over_tls() {
+    let t = start();
+    let dir = TestDir::new("tls-host");
+    let k0 = key_file(&dir, "k0", KEY);
+    let k1 = key_file(&dir, "k1", KEY384);
+    let trid = |port: u16, nqn: &str| {
+        format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
+    };
+    let secure = trid(t.secure, NQN);
+    for (size, q) in [("4096", "16"), ("131072", "4")] {
+        let (ok, out) = nvmf_run(&[
+            "perf",
+            "-r",
+            &secure,
+            "--hostnqn",
+            HOST,
+            "--tls-key",
+            &k0,
+            "-w",
+            "randrw",
+            "-o",
+            size,
+            "-q",
+            q,
+            "-t",
+            "1",
+            "--verify",
+        ]);
+        assert!(ok, "perf {size} over TLS failed:\n{out}");
+    }
+    let (ok, out) = nvmf_run(&[
+        "perf",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST384,
+        "--tls-key",
+        &k1,
+        "--tls-identity",
+        "0",
+        "-w",
+        "randrw",
+        "-o",
+        "4096",
+        "-q",
+        "8",
+        "-t",
+        "1",
+        "--verify",
+    ]);
+    assert!(ok, "perf with a SHA-384 key, identity 0, failed:\n{out}");
+    t.d.wait_log_for("TLS_AES_256_GCM_SHA384", Duration::from_secs(5));
+
+    // HOST384's key presented by HOST: refused, and the error says TLS.
+    let (ok, out) = nvmf_run(&[
+        "identify",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST,
+        "--tls-key",
+        &k1,
+    ]);
+    assert!(!ok && out.contains("TLS"), "wrong key: {out}");
+    // Clear text to the TLS port.
+    let (ok, out) = nvmf_run(&[
+        "identify",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST,
+        "--timeout",
+        "3",
+    ]);
+    assert!(!ok, "clear text to a TLS listener worked: {out}");
+    // TLS to the clear-text discovery port.
+    let disc = trid(t.clear, "nqn.2014-08.org.nvmexpress.discovery");
+    let (ok, out) = nvmf_run(&[
+        "identify",
+        "-r",
+        &disc,
+        "--hostnqn",
+        HOST,
+        "--tls-key",
+        &k0,
+        "--timeout",
+        "3",
+    ]);
+    assert!(!ok && out.contains("TLS"), "TLS to a clear listener: {out}");
+    // A key file others can read is refused before connecting.
+    std::fs::set_permissions(&k0, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (ok, out) = nvmf_run(&[
+        "identify",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST,
+        "--tls-key",
+        &k0,
+    ]);
+    assert!(!ok && out.contains("--tls-key"), "loose key file: {out}");
 }

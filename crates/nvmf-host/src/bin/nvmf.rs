@@ -314,10 +314,20 @@ struct CommonConn {
     /// so that a read can complete with its last data PDU instead of a response capsule)
     #[arg(long)]
     sqflow: bool,
+    /// Connect with TLS 1.3 using the PSK in FILE (one `NVMeTLSkey-1:xx:...:` key, as `nvme
+    /// gen-tls-key` prints it; the file must not be readable by group or others). The target
+    /// must know the same key for this host NQN (`nvmf_subsystem_add_host --psk`), e.g.
+    /// `nvmf perf -r 'trtype:TCP ... subnqn:NQN' --hostnqn HOSTNQN --tls-key /etc/nvme/tls.key`
+    #[arg(long, value_name = "FILE")]
+    tls_key: Option<std::path::PathBuf>,
+    /// PSK identity to offer with --tls-key: 1 = `NVMe1R0x <hostnqn> <subnqn> <digest>` (what
+    /// the Linux host offers), 0 = the older `NVMe0R0x <hostnqn> <subnqn>`
+    #[arg(long, value_name = "0|1", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
+    tls_identity: u8,
 }
 
 impl CommonConn {
-    fn options(&self, trid: TransportId) -> ConnectOptions {
+    fn options(&self, trid: TransportId) -> Result<ConnectOptions> {
         let mut o = ConnectOptions::new(trid);
         if let Some(h) = &self.hostnqn {
             o = o.with_hostnqn(h);
@@ -325,7 +335,15 @@ impl CommonConn {
         o = o.with_digests(self.hdr_digest, self.data_digest);
         o.timeout = Duration::from_secs(self.timeout.max(1));
         o.disable_sqflow = !self.sqflow;
-        o
+        if let Some(path) = &self.tls_key {
+            let p = path.to_string_lossy();
+            let text =
+                nvmf_config::read_key_file(&p).map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
+            let key = nvmf_core::tls::psk::ConfiguredPsk::parse(&text)
+                .map_err(|e| anyhow::anyhow!("--tls-key {p}: not a TLS PSK: {e}"))?;
+            o = o.with_tls(key, self.tls_identity);
+        }
+        Ok(o)
     }
 }
 
@@ -727,7 +745,7 @@ fn discover(a: DiscoverArgs) -> Result<ExitCode> {
         bail!("port '{}' is not a TCP port", a.trsvcid);
     }
     trid.hostnqn = a.conn.hostnqn.clone();
-    let opts = a.conn.options(trid);
+    let opts = a.conn.options(trid)?;
     let ctrl = Controller::connect(&opts)
         .with_context(|| format!("connecting to discovery controller at {}", opts.trid))?;
     let log = ctrl.discovery_log().context("reading the discovery log")?;
@@ -762,7 +780,7 @@ fn discover(a: DiscoverArgs) -> Result<ExitCode> {
 
 fn identify(a: IdentifyArgs) -> Result<ExitCode> {
     let trid = TransportId::parse(&a.trid)?;
-    let opts = a.conn.options(trid);
+    let opts = a.conn.options(trid)?;
     let ctrl =
         Controller::connect(&opts).with_context(|| format!("connecting to {}", opts.trid))?;
     let id = ctrl.identify();
@@ -841,7 +859,7 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     multipath::check_same_subsystem(&trids)?;
     let trid = trids[0].clone();
     let nsid = a.nsid.or(trid.nsid).unwrap_or(1);
-    let mut opts = a.conn.options(trid.clone());
+    let mut opts = a.conn.options(trid.clone())?;
     opts.kato = Duration::from_secs(a.keep_alive_tmo);
     if a.discover_paths {
         if trids.len() > 1 {

@@ -836,17 +836,24 @@ pub fn pin_to_cpu(cpu: usize) -> std::io::Result<()> {
 /// Wait until one of the queues' sockets is ready or `timeout` passes.
 fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
     let mut n = 0;
+    let mut buffered = false;
     for w in qs {
         for pq in &w.paths {
             if let (Some(q), Some(p)) = (pq.q.as_ref(), fds.get_mut(n)) {
                 p.fd = q.raw_fd();
                 p.events = q.poll_events();
                 p.revents = 0;
+                buffered |= q.has_buffered();
                 n += 1;
             }
         }
     }
-    let ms = crate::transport::timeout_ms(Some(timeout)).max(1);
+    // Decrypted TLS bytes wait in a queue: look at the sockets, do not sleep.
+    let ms = if buffered {
+        0
+    } else {
+        crate::transport::timeout_ms(Some(timeout)).max(1)
+    };
     // SAFETY: the first `n` entries of `fds` are valid pollfds.
     unsafe {
         libc::poll(fds.as_mut_ptr(), n as libc::nfds_t, ms);
