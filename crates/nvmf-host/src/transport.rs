@@ -626,7 +626,7 @@ impl Transport {
     /// Bytes TLS already decrypted and nobody read yet (the socket may show
     /// no event for them).
     pub fn has_buffered(&self) -> bool {
-        self.tls.as_ref().is_some_and(|t| t.pending() > 0)
+        self.tls.as_ref().is_some_and(|t| t.has_buffered())
     }
 
     /// Close the TCP connection (both directions).

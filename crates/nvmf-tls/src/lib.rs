@@ -26,7 +26,7 @@ pub struct TlsError(#[from] openssl::error::ErrorStack);
 /// Cipher suites offered (the PSK's hash decides which one a handshake uses).
 pub const SUITES: &str = "TLS_AES_128_GCM_SHA256:TLS_AES_256_GCM_SHA384";
 
-mod ffi {
+pub(crate) mod ffi {
     use openssl_sys::{EVP_MD, SSL, SSL_CIPHER, SSL_CTX, SSL_SESSION};
     use std::os::raw::{c_int, c_uchar};
     pub type FindCb =
@@ -51,6 +51,7 @@ mod ffi {
         pub fn SSL_SESSION_set_cipher(s: *mut SSL_SESSION, c: *const SSL_CIPHER) -> c_int;
         pub fn SSL_SESSION_set_protocol_version(s: *mut SSL_SESSION, v: c_int) -> c_int;
         pub fn SSL_CIPHER_find(ssl: *mut SSL, id: *const c_uchar) -> *const SSL_CIPHER;
+        pub fn SSL_has_pending(ssl: *const SSL) -> c_int;
     }
 }
 
@@ -239,6 +240,9 @@ pub fn client_context(psk: TlsPsk) -> Result<SslContext, TlsError> {
     // Offer only the suite of the PSK's hash: OpenSSL's server picks the suite before it looks the
     // PSK up, and ignores a PSK whose hash differs from the suite's.
     b.set_ciphersuites(psk.hash.cipher_suite())?;
+    // Whole socket buffers per read (not a header and a body syscall per record); callers that
+    // sleep in poll(2) check `TlsStream::has_buffered` first.
+    b.set_read_ahead(true);
     b.set_ex_data(client_index(), psk);
     // SAFETY: as above; the identity pointer handed to OpenSSL points into the context's ex_data.
     unsafe { ffi::SSL_CTX_set_psk_use_session_callback(b.as_ptr(), Some(use_cb)) };

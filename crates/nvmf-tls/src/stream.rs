@@ -181,6 +181,15 @@ impl TlsStream {
         self.ssl.ssl().pending()
     }
 
+    /// OpenSSL holds received bytes not yet returned by `read`: decrypted ones, or raw record
+    /// bytes it read ahead from the socket. A caller that sleeps in poll(2) must not while this
+    /// is true (the socket may show no event for them).
+    pub fn has_buffered(&self) -> bool {
+        use foreign_types::ForeignTypeRef;
+        // SAFETY: a valid SSL for the life of `self`; SSL_has_pending only reads its buffers.
+        self.pending() > 0 || unsafe { crate::ffi::SSL_has_pending(self.ssl.ssl().as_ptr()) == 1 }
+    }
+
     /// Encrypts and sends the front of `iov` (up to [`STAGE_LEN`] bytes); Ok(n) = the first n bytes
     /// of `iov` left. WouldBlock: call again with output starting with the same bytes (the staged
     /// copy is resent; `iov` may have grown at its end meanwhile).
