@@ -83,27 +83,38 @@ fn prepare_testbed() {
     prepare_kernel(Kernel::Debian12);
 }
 
+/// Runs `testbed/nvmfd-testbed prepare` with `envs`; `what` names the command in the error.
+fn testbed_prepare(envs: &[(&str, &str)], what: &str) -> Result<(), String> {
+    let out = Command::new("bash")
+        .envs(envs.iter().copied())
+        .arg(testbed())
+        .arg("prepare")
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", testbed().display()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "`{what}` failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// Prepares (fetches, once per process) the testbed kernel `k`; panics if it cannot.
 pub fn prepare_kernel(k: Kernel) {
     static DONE: [OnceLock<Result<(), String>>; 2] = [OnceLock::new(), OnceLock::new()];
     let res = DONE[k as usize].get_or_init(|| {
-        let out = Command::new("bash")
-            .env("NVMFD_TESTBED_KERNEL", k.series())
-            .arg(testbed())
-            .arg("prepare")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", testbed().display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "`testbed/nvmfd-testbed prepare` failed ({}):\n{}{}\n(as root: testbed/nvmfd-testbed prepare --install-deps, or run scripts/test.sh)",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        testbed_prepare(
+            &[("NVMFD_TESTBED_KERNEL", k.series())],
+            "testbed/nvmfd-testbed prepare",
+        )
+        .map_err(|e| {
+            format!("{e}\n(as root: testbed/nvmfd-testbed prepare --install-deps, or run scripts/test.sh)")
+        })
     });
     if let Err(e) = res {
         panic!("{SWITCH}=1 but the testbed is not usable: {e}");
@@ -128,23 +139,10 @@ pub fn tls_testbed_env() -> [(&'static str, &'static str); 3] {
 pub fn prepare_tls() {
     static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     let res = DONE.get_or_init(|| {
-        let out = Command::new("bash")
-            .envs(tls_testbed_env())
-            .arg(testbed())
-            .arg("prepare")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", testbed().display()))?;
-        if out.status.success() {
-            Ok(())
-        } else {
-            Err(format!(
-                "`NVMFD_TESTBED_TLS=1 testbed/nvmfd-testbed prepare` failed ({}):\n{}{}",
-                out.status,
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ))
-        }
+        testbed_prepare(
+            &tls_testbed_env(),
+            "NVMFD_TESTBED_TLS=1 testbed/nvmfd-testbed prepare",
+        )
     });
     if let Err(e) = res {
         panic!("{SWITCH}=1 but the TLS testbed is not usable: {e}");
