@@ -9,7 +9,7 @@
 //! the per-slot bookkeeping and the poll set are sized when a file opens.
 
 use crate::filename::{self, Target};
-use nvmf_host::{ConnectOptions, Controller, IoQueue, Slot};
+use nvmf_host::{ConnectOptions, Controller, IoQueue, Slot, TlsKey};
 use nvmf_wire::{Command, IoOpcode, Status};
 use std::ffi::c_void;
 use std::time::{Duration, Instant};
@@ -28,7 +28,11 @@ pub struct NsInfo {
 }
 
 fn connect(t: &Target) -> Result<(Controller, NsInfo), String> {
-    let opts = ConnectOptions::new(t.trid.clone()).with_digests(t.hdr_digest, t.data_digest);
+    let mut opts = ConnectOptions::new(t.trid.clone()).with_digests(t.hdr_digest, t.data_digest);
+    if let Some(path) = &t.tls_key {
+        opts.tls =
+            Some(TlsKey::from_file(path, t.tls_identity).map_err(|e| format!("tls_key: {e}"))?);
+    }
     let where_ = format!(
         "{}:{} subsystem {}",
         t.trid.traddr, t.trid.trsvcid, t.trid.subnqn

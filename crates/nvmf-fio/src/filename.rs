@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! trtype=tcp traddr=127.0.0.1 trsvcid=4420 subnqn=nqn.2024-01.io.nvmfd\:default ns=1 [hostnqn=NQN] [hdgst=1] [ddgst=1]
+//!   [tls_key=/path/to/psk [tls_identity=0|1]]
 //! ```
 //!
 //! Words are separated by blanks; each is `key=value` (`key:value` also parses,
@@ -10,7 +11,9 @@
 //! which fio turns back into ':' before the engine sees the name). `traddr`
 //! and `subnqn` are required, `trsvcid` defaults to 4420, `ns` to 1,
 //! `trtype` (if given) must be tcp, `hdgst`/`ddgst` (0 or 1, default 0) ask
-//! for header/data digests. Everything but the digests is the transport ID
+//! for header/data digests, `tls_key` names a file holding a TLS PSK
+//! (`NVMeTLSkey-1:xx:...:`, mode 0600) to connect with TLS 1.3 (`tls_identity`:
+//! the PSK identity version, default 1). Everything but these is the transport ID
 //! syntax of nvmf-host (trid.rs), parsed there.
 
 use nvmf_host::{TransportId, DISCOVERY_NQN};
@@ -22,6 +25,10 @@ pub struct Target {
     pub nsid: u32,
     pub hdr_digest: bool,
     pub data_digest: bool,
+    /// Key file for TLS 1.3 (None: clear text).
+    pub tls_key: Option<String>,
+    /// PSK identity version offered with `tls_key`.
+    pub tls_identity: u8,
 }
 
 /// The syntax, for error messages.
@@ -41,6 +48,7 @@ pub fn parse(name: &str) -> Result<Target, String> {
     let bad = |m: String| format!("filename '{name}': {m}; {SYNTAX}");
     let mut rest: Vec<&str> = Vec::new();
     let (mut hdr_digest, mut data_digest) = (false, false);
+    let (mut tls_key, mut tls_identity) = (None, 1u8);
     let mut has_subnqn = false;
     for word in name.split_whitespace() {
         let (key, value) = match word.find(['=', ':']) {
@@ -50,6 +58,14 @@ pub fn parse(name: &str) -> Result<Target, String> {
         match key.to_ascii_lowercase().as_str() {
             "hdgst" | "hdr_digest" => hdr_digest = digest_flag(key, value).map_err(bad)?,
             "ddgst" | "data_digest" => data_digest = digest_flag(key, value).map_err(bad)?,
+            "tls_key" if !value.is_empty() => tls_key = Some(value.to_string()),
+            "tls_identity" => {
+                tls_identity = match value {
+                    "0" => 0,
+                    "1" => 1,
+                    _ => return Err(bad(format!("tls_identity={value}: expected 0 or 1"))),
+                }
+            }
             "trtype" if !value.eq_ignore_ascii_case("tcp") => {
                 return Err(bad(format!("trtype '{value}' is not supported (only tcp)")))
             }
@@ -79,6 +95,8 @@ pub fn parse(name: &str) -> Result<Target, String> {
         nsid,
         hdr_digest,
         data_digest,
+        tls_key,
+        tls_identity,
     })
 }
 
@@ -97,6 +115,9 @@ mod tests {
         assert_eq!(t.trid.subnqn, "nqn.2024-01.io.nvmfd:default");
         assert_eq!(t.nsid, 2);
         assert!(t.data_digest && !t.hdr_digest);
+        assert_eq!((t.tls_key.as_deref(), t.tls_identity), (None, 1));
+        let t = parse("traddr=10.0.0.1 subnqn=nqn.x tls_key=/etc/k tls_identity=0").unwrap();
+        assert_eq!((t.tls_key.as_deref(), t.tls_identity), (Some("/etc/k"), 0));
     }
 
     #[test]
@@ -117,6 +138,10 @@ mod tests {
             ("traddr=127.0.0.1 subnqn=nqn.x ns=abc", "ns"),
             ("traddr=127.0.0.1 subnqn=nqn.x hdgst=2", "expected 0 or 1"),
             ("traddr=127.0.0.1 subnqn=nqn.x color=red", "color"),
+            (
+                "traddr=127.0.0.1 subnqn=nqn.x tls_identity=2",
+                "expected 0 or 1",
+            ),
         ] {
             let e = parse(name).unwrap_err();
             assert!(e.contains(want), "{name:?}: {e}");

@@ -74,6 +74,23 @@ pub struct TlsKey {
 }
 
 impl TlsKey {
+    /// Reads a key file (one `NVMeTLSkey-1:xx:...:` key; refused when group or others may read
+    /// it, as the target's keyring refuses such files) for identity version 1 or 0.
+    pub fn from_file(path: &str, identity_version: u8) -> Result<TlsKey> {
+        if identity_version > 1 {
+            return Err(Error::InvalidArg(format!(
+                "TLS identity version {identity_version} (0 or 1)"
+            )));
+        }
+        let text = nvmf_config::read_key_file(path).map_err(Error::InvalidArg)?;
+        let key = ConfiguredPsk::parse(&text)
+            .map_err(|e| Error::InvalidArg(format!("key file {path}: not a TLS PSK: {e}")))?;
+        Ok(TlsKey {
+            key: Arc::new(key),
+            identity_version,
+        })
+    }
+
     /// The TLS PSK and identity for one (host, subsystem) pair.
     pub fn derive(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk> {
         let r = match self.identity_version {

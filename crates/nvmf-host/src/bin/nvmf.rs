@@ -336,12 +336,9 @@ impl CommonConn {
         o.timeout = Duration::from_secs(self.timeout.max(1));
         o.disable_sqflow = !self.sqflow;
         if let Some(path) = &self.tls_key {
-            let p = path.to_string_lossy();
-            let text =
-                nvmf_config::read_key_file(&p).map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
-            let key = nvmf_core::tls::psk::ConfiguredPsk::parse(&text)
-                .map_err(|e| anyhow::anyhow!("--tls-key {p}: not a TLS PSK: {e}"))?;
-            o = o.with_tls(key, self.tls_identity);
+            let key = nvmf_host::TlsKey::from_file(&path.to_string_lossy(), self.tls_identity)
+                .map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
+            o.tls = Some(key);
         }
         Ok(o)
     }
