@@ -46,6 +46,7 @@ use crate::controller::{ClaimError, Controller};
 use crate::error::{connect_ipo_iattr, Outcome, INVALID_FIELD, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::queue::PortInfo;
 use crate::target::Target;
+use crate::transport::TransportLimits;
 
 /// Byte offsets of Connect fields, reported in IPO.
 pub mod ipo {
@@ -180,7 +181,7 @@ pub(crate) fn connect(
             });
         }
     }
-    let limits = target.limits();
+    let limits = target.limits_for(port.trtype);
     let qid = cmd.qid();
     let sqsize = cmd.sqsize();
 
@@ -259,29 +260,34 @@ pub(crate) fn connect(
 }
 
 /// The CAP property of a controller.
-pub fn cap(target: &Target) -> u64 {
-    let mqes = target.limits().max_queue_depth.saturating_sub(1);
+pub fn cap(limits: &TransportLimits) -> u64 {
+    let mqes = limits.max_queue_depth.saturating_sub(1);
     cap_value(mqes, CAP_TIMEOUT)
 }
 
 /// A Fabrics command on a connected admin queue.
-pub(crate) fn admin_fabrics(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
+pub(crate) fn admin_fabrics(
+    target: &Target,
+    port: &PortInfo,
+    ctrl: &Controller,
+    cmd: &Command,
+) -> Outcome {
     match FabricsType::try_from(cmd.fctype()) {
-        Ok(FabricsType::PropertyGet) => property_get(target, ctrl, cmd),
+        Ok(FabricsType::PropertyGet) => property_get(target.limits_for(port.trtype), ctrl, cmd),
         Ok(FabricsType::PropertySet) => property_set(target, ctrl, cmd),
         Ok(FabricsType::Connect) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => Outcome::err(INVALID_OPCODE),
     }
 }
 
-fn property_get(target: &Target, ctrl: &Controller, cmd: &Command) -> Outcome {
+fn property_get(limits: &TransportLimits, ctrl: &Controller, cmd: &Command) -> Outcome {
     let Some(size) = cmd.prop_size() else {
         return Outcome::err(INVALID_FIELD);
     };
     let value: u64 = match (cmd.prop_offset(), size) {
-        (CAP, 8) => cap(target),
-        (CAP, 4) => cap(target) & 0xFFFF_FFFF,
-        (o, 4) if o == CAP + 4 => cap(target) >> 32,
+        (CAP, 8) => cap(limits),
+        (CAP, 4) => cap(limits) & 0xFFFF_FFFF,
+        (o, 4) if o == CAP + 4 => cap(limits) >> 32,
         (VS, _) => u64::from(NVME_VERSION),
         (CC, _) => u64::from(ctrl.cc()),
         (CSTS, _) => u64::from(ctrl.csts()),

@@ -9,8 +9,8 @@ use nvmf_wire::command::Command;
 use nvmf_wire::identify::{
     fill_ascii, Cns, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptorList, CMIC_ANA,
     CMIC_MULTI_CTRL, CNTRLTYPE_DISCOVERY, CNTRLTYPE_IO, LPA_CMD_EFFECTS, LPA_EXTENDED, NMIC_SHARED,
-    OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_OFFSET,
-    SGLS_SUPPORTED, VWC_PRESENT,
+    OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_KEYED,
+    SGLS_OFFSET, SGLS_SUPPORTED, VWC_PRESENT,
 };
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
@@ -21,7 +21,7 @@ use crate::error::{Outcome, INVALID_FIELD, INVALID_NAMESPACE};
 use crate::fabrics::NVME_VERSION;
 use crate::namespace::{Namespace, NamespaceTable};
 use crate::queue::AER_LIMIT;
-use crate::target::TransportLimits;
+use crate::transport::{TransportCaps, TransportLimits};
 
 /// Firmware revision reported in FR and the firmware slot log: the crate version.
 pub const FIRMWARE_REVISION: &str = env!("CARGO_PKG_VERSION");
@@ -50,7 +50,11 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
         // A discovery controller only describes itself.
         return match cns {
             Ok(Cns::Controller) => {
-                let id = identify_controller(ctx.ctrl, ctx.target.limits());
+                let id = identify_controller(
+                    ctx.ctrl,
+                    ctx.target.limits_for(ctx.port.trtype),
+                    &ctx.port.caps,
+                );
                 put(id.as_bytes(), data)
             }
             _ => Outcome::err(INVALID_FIELD),
@@ -58,7 +62,11 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
     }
     match cns {
         Ok(Cns::Controller) => {
-            let id = identify_controller(ctx.ctrl, ctx.target.limits());
+            let id = identify_controller(
+                ctx.ctrl,
+                ctx.target.limits_for(ctx.port.trtype),
+                &ctx.port.caps,
+            );
             put(id.as_bytes(), data)
         }
         Ok(Cns::Namespace) => {
@@ -121,9 +129,14 @@ fn put(page: &[u8], data: &mut [u8]) -> Outcome {
 ///
 /// What the Linux host checks: CNTLID equals the Connect result; KAS
 /// non-zero (I/O controllers); IOCCSZ ≥ 4 and IORCSZ ≥ 1 (I/O controllers,
-/// reserved on discovery); ICDOFF 0; SGLS bits 1:0 non-zero; MAXCMD bounds
+/// reserved on discovery); ICDOFF 0; SGLS bits 1:0 non-zero (bit 2, keyed
+/// SGL data blocks, when the transport has them: NVMe/RDMA); MAXCMD bounds
 /// the queue size it uses; MDTS bounds its I/O size; SUBNQN.
-pub fn identify_controller(ctrl: &Controller, limits: &TransportLimits) -> IdentifyController {
+pub fn identify_controller(
+    ctrl: &Controller,
+    limits: &TransportLimits,
+    caps: &TransportCaps,
+) -> IdentifyController {
     let sub = ctrl.subsystem();
     let mut id = IdentifyController::new_zeroed();
     fill_ascii(&mut id.sn, sub.serial());
@@ -135,7 +148,8 @@ pub fn identify_controller(ctrl: &Controller, limits: &TransportLimits) -> Ident
     id.kas.set(KAS);
     id.lpa = LPA_EXTENDED;
     id.set_subnqn(sub.nqn());
-    id.sgls.set(SGLS_SUPPORTED | SGLS_OFFSET);
+    let keyed = if caps.keyed_sgls { SGLS_KEYED } else { 0 };
+    id.sgls.set(SGLS_SUPPORTED | keyed | SGLS_OFFSET);
     id.aerl = (AER_LIMIT - 1) as u8;
     id.fcatt = 0; // dynamic controller model
     id.icdoff.set(0);
@@ -179,7 +193,7 @@ pub fn identify_controller(ctrl: &Controller, limits: &TransportLimits) -> Ident
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.
     id.ioccsz.set((64 + limits.in_capsule_data_size) / 16);
     id.iorcsz.set(1);
-    id.msdbd = 1;
+    id.msdbd = caps.msdbd.max(1);
     id
 }
 

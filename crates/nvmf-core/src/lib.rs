@@ -8,7 +8,8 @@
 //!
 //! | file | owns |
 //! |---|---|
-//! | `target.rs` | [`Target`], [`TransportLimits`], runtime namespace changes |
+//! | `target.rs` | [`Target`], runtime namespace changes |
+//! | `transport.rs` | the core side of the transport seam: [`TransportLimits`] by transport type, [`TransportCaps`] |
 //! | `subsystem.rs` | [`Subsystem`]: NQN, hosts, listeners, namespace table, controller IDs |
 //! | `namespace.rs` | [`Namespace`], [`NamespaceTable`] snapshot |
 //! | `controller.rs` | [`Controller`]: registers, features, events, keep-alive value, stats |
@@ -41,6 +42,7 @@ pub mod stats;
 pub mod subsystem;
 pub mod target;
 pub mod tls;
+pub mod transport;
 
 pub use backend::{Backend, BlockOp, CompletionSink, IoTag, MallocBackend, NullBackend, Submitted};
 pub use controller::{CloseReason, Controller, QueueStats};
@@ -48,4 +50,5 @@ pub use error::CoreError;
 pub use namespace::{Namespace, NamespaceState, NamespaceTable};
 pub use queue::{Exec, PortInfo, QueuePair, QueueState};
 pub use subsystem::{Subsystem, SubsystemKind};
-pub use target::{HostLimits, HostUsage, LimitHit, SizeChange, Target, TransportLimits};
+pub use target::{HostLimits, HostUsage, LimitHit, SizeChange, Target};
+pub use transport::{TransportCaps, TransportLimits};

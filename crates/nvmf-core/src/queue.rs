@@ -1,6 +1,6 @@
 //! Queue pairs: what a transport connection talks to.
 //!
-//! Owns [`QueuePair`] (one per NVMe/TCP connection: unconnected until a
+//! Owns [`QueuePair`] (one per transport connection: unconnected until a
 //! Fabrics Connect makes it an admin queue with a new controller, or an I/O
 //! queue of an existing one), [`PortInfo`], [`Exec`] and [`QueueState`]. It
 //! dispatches each command to fabrics/admin/io handlers, fills completions
@@ -27,7 +27,6 @@ use nvmf_wire::command::Command;
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
 use nvmf_wire::opcode::{AdminOpcode, FabricsType, IoOpcode};
-use nvmf_wire::pdu::FES_PDU_SEQUENCE_ERROR;
 use nvmf_wire::status::Status;
 
 use crate::admin::{self, AdminCtx, AdminResult};
@@ -62,6 +61,9 @@ pub struct PortInfo {
     /// The PSK identity the connection's TLS handshake accepted (None: clear
     /// text). Connect must name the same host (and subsystem).
     pub tls: Option<crate::tls::Identity>,
+    /// What the connection's transport states about its capsules
+    /// (reported in Identify Controller).
+    pub caps: crate::transport::TransportCaps,
 }
 
 /// What the transport does with a command after `execute`.
@@ -75,8 +77,10 @@ pub enum Exec {
     CompleteZeroData(Completion),
     /// The completion comes later through `poll`; keep the slot and its buffer.
     Pending,
-    /// Protocol violation: send C2HTermReq with this FES and close.
-    Fatal { fes: u16, reason: &'static str },
+    /// The command breaks the queue's command sequence (a command before
+    /// Fabrics Connect): the transport ends the connection the way its
+    /// binding prescribes (NVMe/TCP: C2HTermReq, PDU Sequence Error).
+    Fatal { reason: &'static str },
 }
 
 /// Whether the transport keeps the connection.
@@ -106,7 +110,7 @@ enum Role {
     Io,
 }
 
-/// One queue pair (NVMe/TCP: one per connection). Owned by one reactor thread.
+/// One queue pair (one per transport connection / queue). Owned by one reactor thread.
 #[derive(Debug)]
 pub struct QueuePair {
     target: Arc<Target>,
@@ -150,7 +154,7 @@ impl QueuePair {
     /// A queue pair for a new connection on `port`. Nothing is allowed on it
     /// but a Fabrics Connect.
     pub fn new(target: Arc<Target>, port: Arc<PortInfo>) -> QueuePair {
-        let max_transfer = target.limits().max_transfer();
+        let max_transfer = target.limits_for(port.trtype).max_transfer();
         QueuePair {
             target,
             port,
@@ -383,7 +387,6 @@ impl QueuePair {
             && cmd.fctype() == FabricsType::Connect as u8;
         if !is_connect {
             return Exec::Fatal {
-                fes: FES_PDU_SEQUENCE_ERROR,
                 reason: "command before Fabrics Connect",
             };
         }
@@ -540,7 +543,6 @@ impl QueuePair {
     fn execute_admin(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
         let Some(ctrl) = self.ctrl.clone() else {
             return Exec::Fatal {
-                fes: FES_PDU_SEQUENCE_ERROR,
                 reason: "admin queue without controller",
             };
         };
@@ -567,7 +569,7 @@ impl QueuePair {
         };
 
         if cmd.opcode() == AdminOpcode::FabricsCommand as u8 {
-            let out = fabrics::admin_fabrics(&self.target, &ctrl, cmd);
+            let out = fabrics::admin_fabrics(&self.target, &self.port, &ctrl, cmd);
             return self.complete(cmd.cid(), out);
         }
 

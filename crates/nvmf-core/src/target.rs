@@ -4,8 +4,7 @@
 //! subsystem, listen addresses and their port IDs, the discovery log
 //! generation counter, the active controller count, connect-time admission
 //! against [`HostLimits`]: controllers in total and per host NQN, I/O queues
-//! per host NQN) and [`TransportLimits`] (queue depths, I/O sizes from the
-//! TCP transport configuration). Built once from `nvmf_config::TargetConfig` and shared by
+//! per host NQN) and the limits of each transport type (`transport.rs`). Built once from `nvmf_config::TargetConfig` and shared by
 //! every reactor as `Arc<Target>`. Runtime changes (namespaces, subsystems,
 //! hosts, listeners, bdev sizes) go through methods here so controllers get
 //! their asynchronous events. Bdev size changes a backend notices by itself
@@ -19,79 +18,15 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock, Weak};
 
-use nvmf_config::{
-    ListenerConfig, NamespaceConfig, TargetConfig, TransportConfig, TransportType, DISCOVERY_NQN,
-};
+use nvmf_config::{ListenerConfig, NamespaceConfig, TargetConfig, TransportType, DISCOVERY_NQN};
 
 use crate::backend::{self, Backend};
 use crate::controller::AEN_DISC_CHANGE;
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceTable};
 use crate::subsystem::Subsystem;
-
-/// Transport limits the core enforces and reports (CAP.MQES, MDTS, IOCCSZ,
-/// MAXCMD, Number of Queues). From the TCP `TransportConfig`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TransportLimits {
-    /// Largest I/O queue (entries).
-    pub max_queue_depth: u16,
-    /// Largest admin queue (entries).
-    pub max_aq_depth: u16,
-    /// I/O queues per controller.
-    pub max_io_qpairs_per_ctrlr: u16,
-    /// In-capsule data bytes a command capsule may carry.
-    pub in_capsule_data_size: u32,
-    /// Largest data transfer of one command in bytes.
-    pub max_io_size: u32,
-    /// Buffer unit size in bytes (the transport's business).
-    pub io_unit_size: u32,
-    /// Send C2HData with SUCCESS and skip the response capsule (the transport's business).
-    pub c2h_success: bool,
-    /// Data buffer budget in `io_unit_size` units (the transport's business).
-    pub num_shared_buffers: u32,
-}
-
-impl TransportLimits {
-    /// Limits from a transport configuration, with nonsense values fixed up
-    /// (depths at least 2, at least one I/O queue, max I/O at least 4 KiB).
-    pub fn from_config(t: &TransportConfig) -> TransportLimits {
-        TransportLimits {
-            max_queue_depth: t.max_queue_depth.max(2),
-            max_aq_depth: t.max_aq_depth.max(2),
-            max_io_qpairs_per_ctrlr: t.max_io_qpairs_per_ctrlr.max(1),
-            in_capsule_data_size: t.in_capsule_data_size,
-            max_io_size: t.max_io_size.max(4096),
-            io_unit_size: t.io_unit_size,
-            c2h_success: t.c2h_success,
-            num_shared_buffers: t.num_shared_buffers.max(1),
-        }
-    }
-
-    /// Identify Controller MDTS: log2(max_io_size / 4 KiB) (CAP.MPSMIN is
-    /// 4 KiB). 0 would mean "no limit", so the smallest value reported is 1.
-    pub fn mdts(&self) -> u8 {
-        let pages = (self.max_io_size / 4096).max(1);
-        (31 - pages.leading_zeros()).max(1) as u8
-    }
-
-    /// Largest transfer the reported MDTS allows, in bytes: the I/O path
-    /// rejects bigger commands with Invalid Field.
-    pub fn max_transfer(&self) -> u32 {
-        self.max_io_size
-    }
-
-    /// Bytes of data buffers above the in-capsule size that all queues may
-    /// hold together: `num_shared_buffers × io_unit_size`.
-    pub fn data_buffer_budget(&self) -> u64 {
-        u64::from(self.num_shared_buffers) * u64::from(self.io_unit_size.max(512))
-    }
-}
-
-impl Default for TransportLimits {
-    fn default() -> Self {
-        TransportLimits::from_config(&TransportConfig::tcp_default())
-    }
-}
+pub use crate::transport::TransportLimits;
+use crate::transport::TransportTable;
 
 /// Caps on what hosts may hold, checked at Fabrics Connect (control path).
 /// 0 means unlimited. Controllers count NVM and discovery controllers alike.
@@ -209,7 +144,8 @@ fn policy_bits(p: crate::auth::AuthPolicy) -> u32 {
 /// The whole target. Shared by all reactors as `Arc<Target>`.
 #[derive(Debug)]
 pub struct Target {
-    limits: TransportLimits,
+    /// Limits of each transport type (from its `TransportConfig`).
+    limits: TransportTable,
     backends: Mutex<BTreeMap<String, Arc<dyn Backend>>>,
     /// Where backends' size hooks send (a clone per hook).
     size_tx: Mutex<Sender<SizeChange>>,
@@ -237,13 +173,7 @@ impl Target {
     /// Build the target: backends, subsystems with their namespaces, the
     /// discovery subsystem.
     pub fn from_config(cfg: &TargetConfig) -> Result<Arc<Target>, CoreError> {
-        let transport = cfg
-            .transports
-            .iter()
-            .find(|t| t.trtype == TransportType::Tcp)
-            .cloned()
-            .unwrap_or_else(TransportConfig::tcp_default);
-        let limits = TransportLimits::from_config(&transport);
+        let limits = TransportTable::from_config(&cfg.transports);
 
         let (size_tx, size_rx) = channel();
         let mut backends: BTreeMap<String, Arc<dyn Backend>> = BTreeMap::new();
@@ -322,9 +252,17 @@ impl Target {
         }))
     }
 
-    /// Transport limits (from the TCP transport configuration).
+    /// NVMe/TCP's limits (its transport configuration, or the default).
+    /// Code serving a connection asks [`Target::limits_for`] its own
+    /// transport type instead.
     pub fn limits(&self) -> &TransportLimits {
-        &self.limits
+        self.limits.get(TransportType::Tcp)
+    }
+
+    /// The limits of transport type `trtype` (its configuration, or that
+    /// transport's defaults).
+    pub fn limits_for(&self, trtype: TransportType) -> &TransportLimits {
+        self.limits.get(trtype)
     }
 
     /// Controllers alive right now (NVM and discovery).

@@ -69,6 +69,7 @@ fn port() -> Arc<PortInfo> {
         trsvcid: "4420".to_string(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().unwrap(),
         tls: None,
+        caps: nvmf_core::TransportCaps::MESSAGE_BASED,
     })
 }
 

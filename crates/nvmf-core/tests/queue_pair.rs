@@ -98,6 +98,7 @@ fn port() -> Arc<PortInfo> {
         trsvcid: "4420".to_string(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().unwrap(),
         tls: None,
+        caps: nvmf_core::TransportCaps::MESSAGE_BASED,
     })
 }
 
@@ -305,6 +306,7 @@ fn connect_over_tls_must_match_the_psk_identity() {
     let tls_port = |host: &str, sub: &str| {
         Arc::new(PortInfo {
             tls: nvmf_core::tls::parse_identity(&format!("NVMe0R01 {host} {sub}")),
+            caps: nvmf_core::TransportCaps::MESSAGE_BASED,
             ..(*restricted_port()).clone()
         })
     };
@@ -397,7 +399,7 @@ fn command_before_connect_is_fatal() {
     let mut qp = QueuePair::new(t, port());
     let mut buf = vec![0u8; 4096];
     match qp.execute(&Command::new(AdminOpcode::Identify as u8, 1), &mut buf) {
-        Exec::Fatal { fes, .. } => assert_eq!(fes, 0x02),
+        Exec::Fatal { reason } => assert!(reason.contains("Connect"), "{reason}"),
         other => panic!("{other:?}"),
     }
     match qp.execute(&Command::property_get(1, CAP, true), &mut []) {
@@ -650,6 +652,41 @@ fn identify_controller_fields() {
     assert_eq!(id.lpa, (1 << 1) | (1 << 2));
     assert_eq!(id.cmic & 0x2, 0x2);
     assert_eq!(id.fcatt, 0);
+}
+
+/// Identify reports the facts of the transport the admin queue came in on
+/// (NVMe/RDMA's keyed SGLs), and the limits configured for that transport.
+#[test]
+fn identify_reports_the_connections_transport() {
+    let mut cfg = config();
+    let mut tcp = nvmf_config::TransportConfig::tcp_default();
+    tcp.in_capsule_data_size = 8192;
+    tcp.max_queue_depth = 64;
+    cfg.transports = vec![tcp];
+    let t = Target::from_config(&cfg).expect("target");
+    let keyed = Arc::new(PortInfo {
+        caps: nvmf_core::TransportCaps {
+            keyed_sgls: true,
+            msdbd: 16,
+        },
+        ..(*port()).clone()
+    });
+    let mut qp = QueuePair::new(t.clone(), keyed);
+    let c = connect_raw(&mut qp, 0, 31, 5000, 0xFFFF, NQN, HOST_A);
+    assert_eq!(status(&c), Status::SUCCESS);
+    let (c, buf) = identify(&mut qp, 1, 0);
+    assert_eq!(status(&c), Status::SUCCESS);
+    let id = IdentifyController::ref_from_bytes(&buf[..]).unwrap();
+    assert_eq!(id.sgls.get(), (1 << 0) | (1 << 2) | (1 << 20), "keyed SGLs");
+    assert_eq!(id.msdbd, 16);
+    assert_eq!(id.ioccsz.get(), (64 + 8192) / 16);
+    assert_eq!(id.maxcmd.get(), 64);
+    let cap = done(qp.execute(&Command::property_get(9, CAP, true), &mut []));
+    assert_eq!(
+        cap.dw0() & 0xFFFF,
+        63,
+        "CAP.MQES from that transport's depth"
+    );
 }
 
 #[test]

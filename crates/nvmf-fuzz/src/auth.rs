@@ -80,6 +80,7 @@ fn port() -> Arc<PortInfo> {
         trsvcid: "4420".into(),
         peer: "127.0.0.1:50000".parse::<SocketAddr>().expect("addr"),
         tls: None,
+        caps: nvmf_core::TransportCaps::MESSAGE_BASED,
     })
 }
 

@@ -99,6 +99,7 @@ fn port() -> Arc<PortInfo> {
         trsvcid: "4420".into(),
         peer: "127.0.0.1:50000".parse().expect("peer address"),
         tls: None,
+        caps: nvmf_core::TransportCaps::MESSAGE_BASED,
     })
 }
 

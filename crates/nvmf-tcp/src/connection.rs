@@ -1141,9 +1141,9 @@ impl Connection {
                 self.slots.set_state(idx, RequestState::Executing);
                 Ok(())
             }
-            Exec::Fatal { fes, reason } => {
+            Exec::Fatal { reason } => {
                 self.slots.release(idx);
-                Err(PduError::new(fes, 0, reason))
+                Err(PduError::new(FES_PDU_SEQUENCE_ERROR, 0, reason))
             }
         }
     }

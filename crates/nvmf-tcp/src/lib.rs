@@ -16,6 +16,11 @@ mod icreq;
 mod request;
 mod txq;
 
+/// What NVMe/TCP states about its capsules (each connection's
+/// `PortInfo::caps`): data moves through the transport (C2HData, R2T +
+/// H2CData) or in the capsule, one data descriptor per command.
+pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps::MESSAGE_BASED;
+
 pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
 pub use request::{BufBudget, BufPolicy, RequestState, Xfer};

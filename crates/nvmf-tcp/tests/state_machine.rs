@@ -31,6 +31,7 @@ fn port() -> Arc<PortInfo> {
         trsvcid: "4420".into(),
         peer: "127.0.0.1:50000".parse().unwrap(),
         tls: None,
+        caps: nvmf_core::TransportCaps::MESSAGE_BASED,
     })
 }
 

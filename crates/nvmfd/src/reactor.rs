@@ -589,6 +589,7 @@ impl Reactor {
                 trsvcid: laddr.cfg.trsvcid.clone(),
                 peer,
                 tls: None,
+                caps: nvmf_tcp::CAPS,
             });
             let sm = Connection::new(self.target.clone(), port, &self.params);
             let entry = conns.vacant_entry();
@@ -1153,6 +1154,7 @@ fn tls_step(
                 trsvcid: c.laddr.cfg.trsvcid.clone(),
                 peer: c.peer,
                 tls: Some(identity),
+                caps: nvmf_tcp::CAPS,
             });
             c.sm = Connection::new(target.clone(), port, params);
             c.tls = ConnTls::Up(Box::new(t));
