@@ -14,6 +14,7 @@
 //! | `namespace.rs` | [`Namespace`], [`NamespaceTable`] snapshot |
 //! | `controller.rs` | [`Controller`]: registers, features, events, keep-alive value, stats |
 //! | `queue.rs` | [`QueuePair`], [`PortInfo`], [`Exec`], [`QueueState`] |
+//! | `request/` | the request lifecycle all transports share: slots, data buffers and their budget, [`request::RequestEngine`] and the transport operations it calls ([`request::Fabric`]) |
 //! | `fabrics.rs` | Connect, Property Get/Set |
 //! | `auth/` | DH-HMAC-CHAP: secrets, responses, FFDHE, policy, per-queue authentication state machine |
 //! | `admin.rs` | admin dispatch, features, AER, Keep Alive, Abort |
@@ -38,6 +39,7 @@ pub mod io;
 pub mod logpage;
 pub mod namespace;
 pub mod queue;
+pub mod request;
 pub mod stats;
 pub mod subsystem;
 pub mod target;

@@ -1,19 +1,19 @@
 //! nvmf-tcp: the NVMe/TCP transport as a sans-I/O state machine. A
 //! [`Connection`] takes the bytes a socket delivered, decodes every complete
-//! PDU in place, drives its request slots through R2T/H2CData/C2HData and the
-//! core's `QueuePair`, and queues the response bytes for one vectored write.
+//! PDU in place, hands commands to the core's request engine (slots,
+//! buffers, execution: `nvmf_core::request`) as its NVMe/TCP `Fabric`
+//! (R2T/H2CData to fetch data, C2HData/CapsuleResp to respond), and queues
+//! the response bytes for one vectored write.
 //! The reactor in `nvmfd` owns the sockets; nothing here does I/O.
 //!
 //! | file | owns |
 //! |---|---|
 //! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
-//! | `request.rs` | request slots, [`RequestState`], CID bitmap, slot buffer accounting ([`BufBudget`]) |
 //! | `icreq.rs` | ICReq checks and the ICResp |
 //! | `txq.rs` | the send queue (bytes + zero-copy slot data) |
 
 mod connection;
 mod icreq;
-mod request;
 mod txq;
 
 /// What NVMe/TCP states about its capsules (each connection's
@@ -23,4 +23,4 @@ pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps::MESSAGE_BAS
 
 pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
-pub use request::{BufBudget, BufPolicy, RequestState, Xfer};
+pub use nvmf_core::request::{BufBudget, BufPolicy, RequestState, Xfer};

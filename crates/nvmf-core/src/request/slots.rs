@@ -1,4 +1,5 @@
-//! Request slots: the per-command state of one NVMe/TCP queue. A slot holds
+//! Request slots: the per-command state of one queue, whatever the
+//! transport. A slot holds
 //! the command (SQE copy), its transfer bookkeeping, its `RequestState` and a
 //! data buffer that is allocated the first time a command needs it and then
 //! reused by every later command in that slot (no allocation per I/O while
@@ -111,34 +112,35 @@ impl std::fmt::Debug for AlignedBuf {
     }
 }
 
-/// Where a request is in its life. Transitions (see `connection.rs`):
+/// Where a request is in its life. Transitions (driven by `engine.rs`; the
+/// transport moves the data):
 ///
 /// ```text
-/// Free ──capsule──► ReadyToExecute ──────────────────────────┐
-///   │  └──(no room)──► NeedBuffer ──room──┐ (R2T or execute) │
-///   │                      ▲              ▼                  │
-///   └─capsule (R2T)──► AwaitingH2CData ──last H2CData────────┘
-///                                                            ▼
+/// Free ──capsule──► ReadyToExecute ──────────────────────────────┐
+///   │  └──(no room)──► NeedBuffer ──room──┐ (fetch or execute)   │
+///   │                      ▲              ▼                      │
+///   └─capsule (fetch)─► AwaitingHostData ──all data landed───────┘
+///                                                                ▼
 ///         Executing ◄──Pending── execute() ──Complete──► Completing
 ///             │                                            │   │
 ///             └──────────completion via poll()─────────────┘   │
 ///                                                              ▼
-///   Free ◄──data written── TransferringC2H ◄──C2H data── (response queued)
+///   Free ◄──data sent── TransferringToHost ◄──data to host── (response queued)
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RequestState {
     /// On the free list; owns nothing but its (reusable) buffer.
     Free,
     /// The command needs a data buffer larger than the retained size and
-    /// the budget (or, for a write, the connection's R2T allowance) has no
+    /// the budget (or, for a write, the queue's fetch allowance) has no
     /// room now: it waits in the connection's FIFO (SPDK's "need buffer")
     /// and starts when room frees up (a slot of this connection releases,
     /// or on the next tick).
     NeedBuffer,
-    /// Host→controller data goes through the transport: an R2T asking for
-    /// the whole transfer was queued (TTAG = slot index) and H2CData PDUs are
-    /// being collected into the slot buffer.
-    AwaitingH2CData,
+    /// Host→controller data goes through the transport, which is fetching
+    /// the whole transfer into the slot buffer (NVMe/TCP: one R2T with TTAG
+    /// = slot index, then H2CData PDUs; NVMe/RDMA: RDMA READs).
+    AwaitingHostData,
     /// The command and all of its input data are here; next stop is
     /// `QueuePair::execute`.
     ReadyToExecute,
@@ -146,12 +148,12 @@ pub enum RequestState {
     /// until its completion is delivered through `QueuePair::poll`. The slot
     /// and its buffer stay reserved.
     Executing,
-    /// Controller→host data (C2HData PDU) was queued and references the slot
-    /// buffer directly (vectored write, no copy); the slot is released when
-    /// the socket has taken those bytes.
-    TransferringC2H,
+    /// Controller→host data (NVMe/TCP C2HData, NVMe/RDMA RDMA WRITE) was
+    /// queued and references the slot buffer directly (no copy); the slot
+    /// is released when the transport has sent those bytes.
+    TransferringToHost,
     /// The completion is known and the response capsule is being queued.
-    /// Transient within one call: the slot goes to `TransferringC2H` when
+    /// Transient within one call: the slot goes to `TransferringToHost` when
     /// data is still in flight, else straight back to `Free`.
     Completing,
 }
@@ -162,7 +164,7 @@ pub enum Xfer {
     None,
     HostToCtrl,
     CtrlToHost,
-    /// Bidirectional (both bits set): not supported over NVMe/TCP.
+    /// Bidirectional (both bits set): not supported.
     Bidi,
 }
 
@@ -192,14 +194,15 @@ pub struct Slot {
     pub xfer: Xfer,
     /// Transfer length in bytes (the SGL length).
     pub len: u32,
-    /// Host→controller bytes received so far (R2T path).
+    /// Host→controller bytes received so far (the transport's fetch).
     pub received: u32,
-    /// An H2CData PDU for this command failed its data digest: the command
-    /// is completed with a transient transport error instead of executed.
-    pub digest_error: bool,
-    /// When the R2T for this command was queued (the connection's coarse
+    /// The transport saw this command's data damaged (an NVMe/TCP data
+    /// digest error): the command is completed with a transient transport
+    /// error instead of executed.
+    pub data_error: bool,
+    /// When the fetch of this command's data started (the queue's coarse
     /// clock, set on its timer tick: no clock read per I/O).
-    pub r2t_at: std::time::Instant,
+    pub fetch_at: std::time::Instant,
     /// When the capsule was received (the connection's clock read for the
     /// bytes it came in: `nvmf_core::stats::now_ns`, one per receive, not
     /// per command): the start of the command's latency.
@@ -217,8 +220,8 @@ impl Slot {
             xfer: Xfer::None,
             len: 0,
             received: 0,
-            digest_error: false,
-            r2t_at: std::time::Instant::now(),
+            data_error: false,
+            fetch_at: std::time::Instant::now(),
             start_ns: 0,
             buf: AlignedBuf::new(),
             charged: 0,
@@ -396,12 +399,12 @@ impl Slots {
         self.releases
     }
 
-    /// When the oldest R2T still waiting for data was queued.
-    pub fn oldest_r2t(&self) -> Option<std::time::Instant> {
+    /// When the oldest fetch still waiting for data started.
+    pub fn oldest_fetch(&self) -> Option<std::time::Instant> {
         self.slots
             .iter()
-            .filter(|s| s.state == RequestState::AwaitingH2CData)
-            .map(|s| s.r2t_at)
+            .filter(|s| s.state == RequestState::AwaitingHostData)
+            .map(|s| s.fetch_at)
             .min()
     }
 
@@ -554,7 +557,7 @@ impl Slots {
         s.xfer = Xfer::of(cmd);
         s.len = 0;
         s.received = 0;
-        s.digest_error = false;
+        s.data_error = false;
         s.state = RequestState::ReadyToExecute;
         Ok(idx)
     }
