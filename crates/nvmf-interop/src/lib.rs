@@ -32,7 +32,7 @@ use serde_json::{json, Value};
 pub mod multipath;
 pub use multipath::{Forwarder, Gateway, Kernel};
 pub mod rdma;
-pub use rdma::{run_guest_rxe, RxeLink};
+pub use rdma::{run_guest_rxe, ListenGuest, RxeLink};
 
 /// Environment switch that enables the interop tests.
 pub const SWITCH: &str = "NVMFD_INTEROP";

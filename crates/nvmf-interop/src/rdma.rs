@@ -3,18 +3,25 @@
 //! This host's kernel has no `rdma_rxe`, so RDMA runs only inside guests: two guests are joined
 //! by a qemu socket link (`eth1`, point to point, through a free TCP port on 127.0.0.1) and each
 //! creates the soft-RoCE device `rxe0` on it (testbed `--link`, `--link-ip`, `--rxe`). The
-//! guest that listens on the link starts first; here that is the kernel NVMe/RDMA target
-//! ([`KernelTarget::start_rdma`]), and a scenario runs in the connecting guest
-//! ([`run_guest_rxe`]). Both guests boot Debian 12's 6.1 kernel; the guest image carries
+//! guest that listens on the link starts first: the kernel NVMe/RDMA target
+//! ([`KernelTarget::start_rdma`]) or any script ([`ListenGuest`], e.g. a user-space RDMA server
+//! such as nvmfd); a scenario then runs in the connecting guest ([`run_guest_rxe`]). Both guests boot Debian 12's 6.1 kernel; the guest image carries
 //! `rdma_rxe`, `nvme-rdma`, `nvmet-rdma`, libibverbs + librdmacm with the rxe provider, and
 //! `ibv_devices`/`ibv_devinfo`/`rping`, so user-space RDMA programs work there too
 //! (a host-built program goes in with `--put-bin`; see testbed/README.md "soft-RoCE").
 
 use std::ffi::OsString;
-use std::path::Path;
-use std::time::Duration;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::thread::sleep;
+use std::time::{Duration, Instant};
 
-use crate::{free_port, guest, prepare_kernel, GuestRun, Kernel, KernelTarget};
+use nvmf_testkit::{die_with_parent, stop_child};
+
+use crate::{
+    free_port, guest, prepare_kernel, repo_root, testbed, GuestRun, Kernel, KernelTarget, SIGTERM,
+};
 
 /// The port nvmet-rdma listens on, on the target's link address.
 pub const RDMA_PORT: u16 = 4420;
@@ -128,6 +135,147 @@ pub fn run_guest_rxe(
         timeout,
         on_checkpoint,
     )
+}
+
+/// A guest running `tests/interop/<script>` (with `lib.sh`) in the background on the
+/// listening end of a link, e.g. a user-space RDMA server the connecting guest talks to. The
+/// script tells the test it is serving by creating a file in `/job` ([`ListenGuest::wait_for`]).
+/// Killed (with its qemu) when dropped; bounded by `timeout` in any case.
+pub struct ListenGuest {
+    child: Option<Child>,
+    job: PathBuf,
+    tb_log: PathBuf,
+    started: Instant,
+    timeout: Duration,
+}
+
+impl ListenGuest {
+    /// Boots the guest (`dir/listen-guest` is its job dir) with `env` exported to the script and
+    /// `put_bins` shipped with `--put-bin`; returns at once.
+    pub fn start(
+        dir: &Path,
+        link: &RxeLink,
+        script: &str,
+        env: &[(&str, String)],
+        put_bins: &[&Path],
+        timeout: Duration,
+    ) -> ListenGuest {
+        prepare_kernel(Kernel::Debian12);
+        let root = repo_root();
+        let job = dir.join("listen-guest");
+        let _ = fs::remove_dir_all(&job);
+        fs::create_dir_all(&job).expect("create the listen guest's job dir");
+        let tb_log = dir.join("listen-guest.log");
+        let mut cmd = Command::new("bash");
+        cmd.env("NVMFD_TESTBED_KERNEL", Kernel::Debian12.series())
+            .arg(testbed())
+            .arg("run")
+            .arg("--timeout")
+            .arg(timeout.as_secs().to_string())
+            .arg("--out")
+            .arg(&job)
+            .arg("--put")
+            .arg(root.join("tests/interop/lib.sh"))
+            .args(link.listen_args());
+        for b in put_bins {
+            cmd.arg("--put-bin").arg(b);
+        }
+        for (k, v) in env {
+            cmd.arg("--env").arg(format!("{k}={v}"));
+        }
+        cmd.arg(root.join("tests/interop").join(script))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(fs::File::create(&tb_log).expect("create listen-guest.log"));
+        // the testbed traps TERM and kills its qemu
+        die_with_parent(&mut cmd, SIGTERM);
+        let child = cmd.spawn().expect("spawn testbed/nvmfd-testbed run");
+        ListenGuest {
+            child: Some(child),
+            job,
+            tb_log,
+            started: Instant::now(),
+            timeout,
+        }
+    }
+
+    /// Waits (at most `timeout`) until the script has created `/job/<name>`; Err with the
+    /// testbed's output if the guest ended first or the time ran out.
+    pub fn wait_for(&mut self, name: &str, timeout: Duration) -> Result<(), String> {
+        let until = Instant::now() + timeout;
+        loop {
+            if self.job.join(name).exists() {
+                return Ok(());
+            }
+            let ended = match self.child.as_mut().map(|c| c.try_wait()) {
+                Some(Ok(None)) => None,
+                Some(Ok(Some(st))) => Some(format!("{st}")),
+                Some(Err(e)) => Some(e.to_string()),
+                None => Some("already finished".into()),
+            };
+            if let Some(how) = ended {
+                return Err(format!(
+                    "the listening guest ended ({how}) before /job/{name} appeared
+{}",
+                    self.context()
+                ));
+            }
+            if Instant::now() > until {
+                return Err(format!(
+                    "no /job/{name} from the listening guest after {timeout:?}
+{}",
+                    self.context()
+                ));
+            }
+            sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Waits up to `within` for the script to end (never past the guest's `timeout` plus 30 s),
+    /// stops the guest if it has not (status 124), and returns what it left.
+    pub fn finish(mut self, within: Duration) -> GuestRun {
+        let deadline =
+            (self.started + self.timeout + Duration::from_secs(30)).min(Instant::now() + within);
+        let mut child = self.child.take().expect("a running guest");
+        let status = loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                break st.code().unwrap_or(125);
+            }
+            if Instant::now() > deadline {
+                stop_child(&mut child, Duration::from_secs(10));
+                break 124;
+            }
+            sleep(Duration::from_millis(100));
+        };
+        let read = |n: &str| fs::read_to_string(self.job.join(n)).unwrap_or_default();
+        GuestRun {
+            status,
+            stdout: read("stdout"),
+            stderr: read("stderr"),
+            testbed_log: fs::read_to_string(&self.tb_log).unwrap_or_default(),
+            dmesg: read("dmesg.log"),
+            wall: self.started.elapsed(),
+            job_dir: self.job.clone(),
+        }
+    }
+
+    fn context(&self) -> String {
+        let read = |p: &Path| fs::read_to_string(p).unwrap_or_default();
+        format!(
+            "---- listening guest: testbed ----\n{}\n---- its stdout ----\n{}\n---- its console (tail) ----\n{}",
+            read(&self.tb_log),
+            read(&self.job.join("stdout")),
+            crate::tail(&read(&self.job.join("console.log")), 30)
+        )
+    }
+}
+
+impl Drop for ListenGuest {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            stop_child(&mut c, Duration::from_secs(10));
+        }
+    }
 }
 
 #[cfg(test)]

@@ -79,3 +79,60 @@ fn kernel_host_to_kernel_target_over_rxe() {
         "the kernel target logged no controller for {NQN}:\n{tdmesg}"
     );
 }
+
+/// User-space verbs + rdma_cm from one guest to the other (not only within one guest): an
+/// `rping` server in the listening guest ([`ListenGuest`]), the client in the connecting one.
+/// The way a user-space NVMe/RDMA target in a guest will be reached.
+#[test]
+fn user_space_rdma_between_guests() {
+    let Some(_serial) = begin("user_space_rdma_between_guests") else {
+        return;
+    };
+    let t_all = Instant::now();
+    let dir = work_dir("rdma_testbed_rping");
+    let link = RxeLink::new();
+    let mut server = ListenGuest::start(
+        &dir,
+        &link,
+        "rdma-rping.sh",
+        &[("ROLE", "server".to_string())],
+        &[],
+        Duration::from_secs(120),
+    );
+    if let Err(e) = server.wait_for("serving", Duration::from_secs(60)) {
+        panic!("rping server guest: {e}");
+    }
+    let client = run_guest_rxe(
+        &dir,
+        &link,
+        "rdma-rping.sh",
+        &[
+            ("ROLE", "client".to_string()),
+            ("PEER_IP", link.target_ip.to_string()),
+        ],
+        &[],
+        Duration::from_secs(120),
+        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
+    );
+    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
+    // a server whose client failed would wait for one until its timeout: stop it then
+    let server = server.finish(if ok(&client) {
+        Duration::from_secs(30)
+    } else {
+        Duration::ZERO
+    });
+    let passed = ok(&client) && ok(&server);
+    say(&format!(
+        "interop user_space_rdma_between_guests: {} (client {}, server {}, total {:.1} s)",
+        if passed { "passed" } else { "FAILED" },
+        client.status,
+        server.status,
+        t_all.elapsed().as_secs_f64()
+    ));
+    assert!(
+        passed,
+        "rping between guests failed\n==== client guest ====\n{}\n==== server guest ====\n{}",
+        client.report(None),
+        server.report(None)
+    );
+}
