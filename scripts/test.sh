@@ -31,6 +31,7 @@ declare -A NEED=(
   [xz]=xz-utils [nvme]=nvme-cli [fio]=fio [ip]=iproute2 [socat]=socat [timeout]=coreutils
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
   [python3]=python3 [dpkg-source]=dpkg-dev [openssl]=openssl
+  [rdma]=iproute2 [ibv_devices]=ibverbs-utils [rping]=rdmacm-utils
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -41,6 +42,8 @@ done
 # nvmf-tls links the system OpenSSL (openssl-sys): headers and pkg-config at build time
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 [ -e /usr/include/openssl/ssl.h ] || missing+=(libssl-dev)
+# soft-RoCE guests (issue 13): libibverbs' rxe provider (the utils above bring libibverbs1/librdmacm1)
+compgen -G '/usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so' >/dev/null || missing+=(ibverbs-providers)
 # the guest needs the static busybox, not just any busybox
 if [ -x /bin/busybox ] && ldd /bin/busybox >/dev/null 2>&1; then missing+=(busybox-static); fi
 # Ceph (issue 10): the one-node test cluster (testbed/ceph-cluster) and the librbd/librados

@@ -8,7 +8,8 @@
 //! Guests boot Debian 12's 6.1 kernel unless a test asks for another one
 //! ([`run_guest_on`] with a [`Kernel`]); [`run_guest_tls`] boots the 6.12 kernel with the trixie
 //! TLS userland (nvme-cli 2.13, keyctl, tlshd under `/opt/trixie`); [`multipath`] holds the multipath/HA pieces
-//! (several gateways on a shared file, a TCP forwarder a test can cut).
+//! (several gateways on a shared file, a TCP forwarder a test can cut); [`rdma`] joins two
+//! guests with soft-RoCE (the kernel NVMe/RDMA target in one, a host scenario in the other).
 //!
 //! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
 //! passes. With it, a missing prerequisite (testbed, nvmfd binary) is a failure.
@@ -30,6 +31,8 @@ use serde_json::{json, Value};
 
 pub mod multipath;
 pub use multipath::{Forwarder, Gateway, Kernel};
+pub mod rdma;
+pub use rdma::{run_guest_rxe, ListenGuest, RxeLink};
 
 /// Environment switch that enables the interop tests.
 pub const SWITCH: &str = "NVMFD_INTEROP";
@@ -483,6 +486,7 @@ pub fn run_guest_on(
     guest(
         &tb_env,
         &[],
+        &[],
         dir,
         script,
         host_ports,
@@ -507,6 +511,7 @@ pub fn run_guest_tls(
     guest(
         &tls_testbed_env(),
         &["tls-lib.sh"],
+        &[],
         dir,
         script,
         host_ports,
@@ -517,11 +522,12 @@ pub fn run_guest_tls(
 }
 
 /// One `nvmfd-testbed run` with `tb_env` in the testbed's environment; `puts` are more files of
-/// `tests/interop` for `/job`.
+/// `tests/interop` for `/job`; `tb_args` are more `run` options (e.g. `--link ... --rxe`).
 #[allow(clippy::too_many_arguments)]
 fn guest(
     tb_env: &[(&str, &str)],
     puts: &[&str],
+    tb_args: &[std::ffi::OsString],
     dir: &Path,
     script: &str,
     host_ports: &[u16],
@@ -555,6 +561,7 @@ fn guest(
     for (k, v) in env {
         cmd.arg("--env").arg(format!("{k}={v}"));
     }
+    cmd.args(tb_args);
     cmd.arg(root.join("tests/interop").join(script));
     let tb_log = dir.join("testbed.log");
     cmd.stdin(Stdio::null())
@@ -610,7 +617,7 @@ fn guest(
 
 /// The Linux kernel NVMe/TCP target (nvmet) in a background guest, reachable at
 /// 127.0.0.1:`port`; stopped when dropped. For testing the user-space initiator against a
-/// reference target.
+/// reference target. [`KernelTarget::start_rdma`] starts the NVMe/RDMA one on a soft-RoCE link.
 pub struct KernelTarget {
     state: PathBuf,
     pub port: u16,
