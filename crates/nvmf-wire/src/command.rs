@@ -26,6 +26,9 @@ pub const SGL_SUBTYPE_ADDRESS: u8 = 0x0;
 pub const SGL_SUBTYPE_OFFSET: u8 = 0x1;
 /// SGL subtype: transport specific (NVMe/TCP uses 0xA).
 pub const SGL_SUBTYPE_TRANSPORT: u8 = 0xa;
+/// SGL subtype of a keyed data block: address, and the host asks the target
+/// to invalidate the key remotely (NVMe/RDMA Send with Invalidate).
+pub const SGL_SUBTYPE_INVALIDATE_KEY: u8 = 0xf;
 
 /// Descriptor id used by NVMe/TCP for in-capsule data (data block, offset).
 pub const SGL_ID_IN_CAPSULE: u8 = (SGL_TYPE_DATA_BLOCK << 4) | SGL_SUBTYPE_OFFSET;
@@ -77,7 +80,8 @@ pub struct SglDescriptor {
     pub address: U64,
     /// Length of the data in bytes.
     pub length: U32,
-    /// Reserved (keyed descriptors put their key here; unused by TCP).
+    /// Reserved for TCP. A keyed descriptor (RDMA) has a 24-bit length and
+    /// a 32-bit key in bytes 8..15: see [`SglDescriptor::keyed`].
     pub rsvd: [u8; 3],
     /// `type << 4 | subtype`.
     pub id: u8,
@@ -101,6 +105,32 @@ impl SglDescriptor {
     /// Data transferred by the transport (R2T/H2CData or C2HData).
     pub fn transport(length: u32) -> Self {
         Self::new(SGL_ID_TRANSPORT, 0, length)
+    }
+    /// A keyed data block (NVMe/RDMA): `length` (24 bits, higher bits are
+    /// dropped) of host memory at `address` under remote key `key`; subtype
+    /// invalidate-key when `invalidate`. `rdma::KeyedSgl` checks and reads it.
+    pub fn keyed(address: u64, length: u32, key: u32, invalidate: bool) -> Self {
+        let subtype = if invalidate {
+            SGL_SUBTYPE_INVALIDATE_KEY
+        } else {
+            SGL_SUBTYPE_ADDRESS
+        };
+        let k = key.to_le_bytes();
+        SglDescriptor {
+            address: U64::new(address),
+            length: U32::new((length & 0x00ff_ffff) | (u32::from(k[0]) << 24)),
+            rsvd: [k[1], k[2], k[3]],
+            id: (SGL_TYPE_KEYED_DATA_BLOCK << 4) | subtype,
+        }
+    }
+    /// Keyed data block: the 24-bit length (bytes 8..11).
+    pub fn keyed_length(&self) -> u32 {
+        self.length.get() & 0x00ff_ffff
+    }
+    /// Keyed data block: the 32-bit key (bytes 11..15).
+    pub fn keyed_key(&self) -> u32 {
+        let l = self.length.get().to_le_bytes();
+        u32::from_le_bytes([l[3], self.rsvd[0], self.rsvd[1], self.rsvd[2]])
     }
     /// Descriptor type (upper nibble of `id`).
     pub fn sgl_type(&self) -> u8 {

@@ -1,9 +1,10 @@
 //! nvmf-wire: the byte layouts of NVMe, NVMe over Fabrics and NVMe/TCP.
 //!
 //! This crate only describes bytes: submission and completion queue entries,
-//! status codes, opcodes, Identify and log pages, Fabrics commands, and the
-//! NVMe/TCP PDUs with a zero-copy decoder and appending encoders, plus the
-//! CRC32C digests. It performs no I/O and the decoder never allocates.
+//! status codes, opcodes, Identify and log pages, Fabrics commands, the
+//! NVMe/TCP PDUs with a zero-copy decoder and appending encoders, the
+//! NVMe/RDMA connection private data, keyed SGLs and TSAS, plus the CRC32C
+//! digests. It performs no I/O and the decoder never allocates.
 //!
 //! All multi-byte wire fields are little-endian (`zerocopy::little_endian`
 //! types, read with `.get()`, written with `.set()`), and every on-wire
@@ -19,6 +20,7 @@ pub mod identify;
 pub mod log;
 pub mod opcode;
 pub mod pdu;
+pub mod rdma;
 pub mod status;
 
 pub use command::{Command, DataDirection, SglDescriptor};
