@@ -1,0 +1,495 @@
+//! One NVMe/RDMA queue as a sans-I/O state machine: the NVMe/RDMA binding
+//! of the core's request engine, with no verbs call in it.
+//!
+//! Owns [`RdmaQueue`]: the receive buffers for command capsules (SQE +
+//! in-capsule data, one per queue entry), the response buffers (one CQE per
+//! slot, plus a few for completions without a slot), the queue's RDMA READ
+//! accounting (at most the negotiated read depth in flight; more wait in
+//! order), and the core's `RequestEngine`, to which it is the [`Fabric`].
+//! Input: work completions ([`RdmaQueue::on_completion`]) and timer ticks
+//! ([`RdmaQueue::poll`]). Output: work requests ([`RdmaQueue::take_work`]),
+//! which the caller posts to the queue pair, receives and sends each as one
+//! list (one doorbell each), and a close request
+//! ([`RdmaQueue::close_reason`]).
+//!
+//! Request flow (compare SPDK's `nvmf_rdma_request_process` and the
+//! kernel's `nvmet_rdma_handle_command`): RECV completion → the SQE (and
+//! in-capsule data) to the engine → keyed SGL write: RDMA READ into the
+//! slot buffer, `fetched` on its completion → execute → read data: RDMA
+//! WRITE from the slot buffer (unsignaled) followed by the response SEND
+//! (signaled; SEND with Invalidate when the host's descriptor asked for it)
+//! → the slot is free once the SEND completed, so neither its data nor its
+//! response buffer is reused while the device may still read them. Every
+//! RECV is reposted as soon as its capsule was handed over.
+//!
+//! Buffers the work requests name ([`Region`]) belong to this queue (receive
+//! and response buffers, slot buffers) or are the shared zero buffer; the
+//! caller registers them (once per buffer, not per I/O: slot buffers only
+//! change when a slot's buffer grows) and translates regions to local keys.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nvmf_core::queue::AER_LIMIT;
+use nvmf_core::request::{
+    DataDesc, DataOut, Fabric, Fault, RequestEngine, RequestParams, SglKind, Slots,
+};
+use nvmf_core::{PortInfo, QueuePair, Target};
+use nvmf_wire::command::{Command, SglDescriptor, SGL_ID_IN_CAPSULE};
+use nvmf_wire::completion::Completion;
+use nvmf_wire::rdma::{KeyedSgl, KeyedSglError};
+use nvmf_wire::zerocopy::{FromBytes, IntoBytes};
+use tracing::debug;
+
+/// Bytes of a submission queue entry.
+const SQE_LEN: usize = 64;
+/// Bytes of a completion queue entry.
+const CQE_LEN: usize = 16;
+/// Response buffers for completions without a slot (AERs answered after
+/// their slot was given up).
+const EXTRA_RESPONSES: usize = AER_LIMIT + 4;
+
+/// Parameters of one NVMe/RDMA queue.
+#[derive(Debug, Clone)]
+pub struct RdmaQueueParams {
+    /// The request engine's limits (NVMe/RDMA's transport configuration).
+    pub requests: RequestParams,
+    /// Queue entries (HSQSIZE + 1 from the connect request): receive
+    /// buffers posted, and the most commands outstanding.
+    pub entries: u16,
+    /// RDMA READs in flight at most (negotiated from the host's initiator
+    /// depth and the device's limit).
+    pub read_depth: u8,
+}
+
+/// A buffer a work request names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Region {
+    /// Receive buffer `i` (capsule: SQE + in-capsule data).
+    Recv(u16),
+    /// Response buffer `i` (one CQE; slots first, then the extra ones).
+    Response(u16),
+    /// Slot `i`'s data buffer.
+    Slot(u16),
+    /// The shared zero buffer (`backend::zeroes`), read only.
+    Zeroes,
+}
+
+/// Local memory of a work request: `len` bytes at `offset` in `region`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Local {
+    pub region: Region,
+    pub offset: u32,
+    pub len: u32,
+}
+
+/// A work request to post.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkRequest {
+    /// Post a receive buffer (receive queue).
+    Recv { wr_id: u64, local: Local },
+    /// RDMA READ of host memory into `local` (signaled).
+    Read {
+        wr_id: u64,
+        local: Local,
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// RDMA WRITE of `local` to host memory (unsignaled; the SEND after it
+    /// on the same queue pair completes after it).
+    Write {
+        wr_id: u64,
+        local: Local,
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// SEND of a response capsule (signaled); with `invalidate`, SEND with
+    /// Invalidate of that remote key.
+    Send {
+        wr_id: u64,
+        local: Local,
+        invalidate: Option<u32>,
+    },
+}
+
+/// What completed, as the caller read it from the completion queue.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkCompletion {
+    pub wr_id: u64,
+    /// The work request succeeded (IBV_WC_SUCCESS).
+    pub ok: bool,
+    /// Bytes received (receives only).
+    pub byte_len: u32,
+}
+
+/// Work request ID kinds (high 32 bits of `wr_id`; the low bits are the
+/// buffer or slot index).
+const WR_RECV: u64 = 1 << 32;
+const WR_READ: u64 = 2 << 32;
+const WR_SEND: u64 = 3 << 32;
+const WR_SEND_EXTRA: u64 = 4 << 32;
+const WR_WRITE: u64 = 5 << 32;
+const WR_KIND: u64 = 0xffff_ffff << 32;
+
+/// The NVMe/RDMA side of the queue: the engine's [`Fabric`].
+struct Wire {
+    out: Vec<WorkRequest>,
+    /// One CQE per slot, then `EXTRA_RESPONSES` more.
+    responses: Vec<u8>,
+    slots: usize,
+    extra_free: Vec<u16>,
+    read_depth: u8,
+    reads_in_flight: u8,
+    /// Slots whose RDMA READ waits for read depth, oldest first.
+    reads_waiting: VecDeque<(u16, u32)>,
+    /// SENDs posted and not completed (each holds a slot or an extra buffer).
+    sends_in_flight: usize,
+}
+
+/// One NVMe/RDMA queue (see the module documentation).
+pub struct RdmaQueue {
+    engine: RequestEngine,
+    wire: Wire,
+    /// `entries` receive buffers of `recv_len` bytes each.
+    recv: Vec<u8>,
+    recv_len: usize,
+    entries: u16,
+}
+
+impl Wire {
+    fn response_slot(&mut self, at: usize, cqe: &Completion) -> u16 {
+        let b = &mut self.responses[at * CQE_LEN..(at + 1) * CQE_LEN];
+        b.copy_from_slice(cqe.as_bytes());
+        at as u16
+    }
+
+    fn post_read(&mut self, slots: &Slots, idx: u16, len: u32) {
+        let Some(k) = slots
+            .get(idx)
+            .and_then(|s| KeyedSgl::decode(s.cmd.sgl()).ok())
+        else {
+            return;
+        };
+        self.reads_in_flight += 1;
+        self.out.push(WorkRequest::Read {
+            wr_id: WR_READ | u64::from(idx),
+            local: Local {
+                region: Region::Slot(idx),
+                offset: 0,
+                len,
+            },
+            remote_addr: k.address,
+            rkey: k.key,
+        });
+    }
+}
+
+impl Fabric for Wire {
+    fn describe(&self, sgl: &SglDescriptor) -> DataDesc {
+        match KeyedSgl::decode(sgl) {
+            Ok(k) => DataDesc {
+                kind: SglKind::Transport,
+                len: k.length,
+            },
+            Err(KeyedSglError::NotKeyed(_)) => {
+                let id = (sgl.sgl_type() << 4) | sgl.subtype();
+                DataDesc {
+                    kind: if id == SGL_ID_IN_CAPSULE {
+                        SglKind::InCapsule
+                    } else {
+                        SglKind::Unsupported
+                    },
+                    len: sgl.length(),
+                }
+            }
+            Err(_) => DataDesc {
+                kind: SglKind::Unsupported,
+                len: sgl.keyed_length(),
+            },
+        }
+    }
+
+    fn fetch(&mut self, slots: &mut Slots, idx: u16, len: u32) {
+        if self.reads_in_flight < self.read_depth {
+            self.post_read(slots, idx, len);
+        } else {
+            self.reads_waiting.push_back((idx, len));
+        }
+    }
+
+    fn respond(
+        &mut self,
+        slots: &Slots,
+        idx: u16,
+        cqe: &Completion,
+        data: DataOut,
+        _sq_flow_disabled: bool,
+    ) -> bool {
+        let keyed = slots
+            .get(idx)
+            .and_then(|s| KeyedSgl::decode(s.cmd.sgl()).ok());
+        let local = match data {
+            DataOut::None => None,
+            DataOut::Slot(len) => Some(Local {
+                region: Region::Slot(idx),
+                offset: 0,
+                len,
+            }),
+            DataOut::Zeroes(z) => Some(Local {
+                region: Region::Zeroes,
+                offset: 0,
+                len: z.len() as u32,
+            }),
+        };
+        if let (Some(local), Some(k)) = (local, keyed) {
+            self.out.push(WorkRequest::Write {
+                wr_id: WR_WRITE | u64::from(idx),
+                local,
+                remote_addr: k.address,
+                rkey: k.key,
+            });
+        }
+        let at = self.response_slot(usize::from(idx), cqe);
+        self.out.push(WorkRequest::Send {
+            wr_id: WR_SEND | u64::from(idx),
+            local: Local {
+                region: Region::Response(at),
+                offset: 0,
+                len: CQE_LEN as u32,
+            },
+            invalidate: keyed.filter(|k| k.invalidate).map(|k| k.key),
+        });
+        self.sends_in_flight += 1;
+        // The slot (its data and its response buffer) stays busy until the
+        // SEND completed.
+        true
+    }
+
+    fn respond_unslotted(&mut self, cqe: &Completion) {
+        let Some(i) = self.extra_free.pop() else {
+            // At most AER_LIMIT such completions exist at once; more would
+            // be a bug: drop with a log line rather than overwrite a buffer
+            // the device may be reading.
+            debug!(
+                cid = cqe.cid(),
+                "no free response buffer for a slotless completion"
+            );
+            return;
+        };
+        let at = self.response_slot(self.slots + usize::from(i), cqe);
+        self.out.push(WorkRequest::Send {
+            wr_id: WR_SEND_EXTRA | u64::from(i),
+            local: Local {
+                region: Region::Response(at),
+                offset: 0,
+                len: CQE_LEN as u32,
+            },
+            invalidate: None,
+        });
+        self.sends_in_flight += 1;
+    }
+}
+
+impl RdmaQueue {
+    /// A queue accepted on `port` with `params`. Nothing is posted yet:
+    /// [`RdmaQueue::start`] posts the receive buffers.
+    pub fn new(target: Arc<Target>, port: Arc<PortInfo>, params: &RdmaQueueParams) -> RdmaQueue {
+        let entries = params.entries.max(1);
+        let recv_len = SQE_LEN + params.requests.in_capsule_data_size as usize;
+        // Slots grow to the queue depth at Connect; the host may not have
+        // more than `entries` commands outstanding, so that many slots and
+        // response buffers suffice.
+        let slots = usize::from(entries);
+        RdmaQueue {
+            engine: RequestEngine::new(target, port, &params.requests),
+            wire: Wire {
+                out: Vec::with_capacity(2 * slots),
+                responses: vec![0; (slots + EXTRA_RESPONSES) * CQE_LEN],
+                slots,
+                extra_free: (0..EXTRA_RESPONSES as u16).rev().collect(),
+                read_depth: params.read_depth.max(1),
+                reads_in_flight: 0,
+                reads_waiting: VecDeque::new(),
+                sends_in_flight: 0,
+            },
+            recv: vec![0; usize::from(entries) * recv_len],
+            recv_len,
+            entries,
+        }
+    }
+
+    /// Posts every receive buffer (once, before accepting the connection).
+    pub fn start(&mut self) {
+        for i in 0..self.entries {
+            self.post_recv(i);
+        }
+    }
+
+    fn post_recv(&mut self, i: u16) {
+        self.wire.out.push(WorkRequest::Recv {
+            wr_id: WR_RECV | u64::from(i),
+            local: Local {
+                region: Region::Recv(i),
+                offset: 0,
+                len: self.recv_len as u32,
+            },
+        });
+    }
+
+    /// The core queue pair.
+    pub fn queue(&self) -> &QueuePair {
+        self.engine.queue()
+    }
+
+    /// Work requests to post, in order. Receives go to the receive queue,
+    /// the rest to the send queue, each kind as one list.
+    pub fn take_work(&mut self, into: &mut Vec<WorkRequest>) {
+        into.append(&mut self.wire.out);
+    }
+
+    /// Whether work requests wait to be posted.
+    pub fn has_work(&self) -> bool {
+        !self.wire.out.is_empty()
+    }
+
+    /// Set once the queue must be disconnected.
+    pub fn close_reason(&self) -> Option<&'static str> {
+        self.engine.close_reason()
+    }
+
+    /// Commands wait for an asynchronous backend.
+    pub fn has_executing(&self) -> bool {
+        self.engine.executing() > 0
+    }
+
+    /// Commands received and not answered.
+    pub fn in_flight(&self) -> usize {
+        self.engine.in_flight()
+    }
+
+    /// SENDs posted whose completion has not been seen: the queue pair must
+    /// not be destroyed before they completed or were flushed.
+    pub fn sends_in_flight(&self) -> usize {
+        self.wire.sends_in_flight
+    }
+
+    /// The bytes of a region (the caller registers them; tests play the
+    /// host's DMA through them).
+    pub fn region_mut(&mut self, r: Region) -> &mut [u8] {
+        match r {
+            Region::Recv(i) => {
+                let at = usize::from(i) * self.recv_len;
+                self.recv.get_mut(at..at + self.recv_len).unwrap_or(&mut [])
+            }
+            Region::Response(i) => {
+                let at = usize::from(i) * CQE_LEN;
+                self.wire
+                    .responses
+                    .get_mut(at..at + CQE_LEN)
+                    .unwrap_or(&mut [])
+            }
+            Region::Slot(i) => match self.engine.slots_mut().get_mut(i) {
+                Some(s) => {
+                    let cap = s.capacity();
+                    s.data_mut(cap)
+                }
+                None => &mut [],
+            },
+            Region::Zeroes => &mut [],
+        }
+    }
+
+    /// All receive buffers (one registration).
+    pub fn recv_buffers(&mut self) -> &mut [u8] {
+        &mut self.recv
+    }
+
+    /// All response buffers (one registration).
+    pub fn response_buffers(&mut self) -> &mut [u8] {
+        &mut self.wire.responses
+    }
+
+    /// One work completion. Errors (a flushed or failed work request) close
+    /// the queue: the connection is gone or broken.
+    pub fn on_completion(&mut self, wc: &WorkCompletion, now_ns: u64) {
+        let idx = (wc.wr_id & 0xffff) as u16;
+        let kind = wc.wr_id & WR_KIND;
+        if kind == WR_SEND || kind == WR_SEND_EXTRA {
+            self.wire.sends_in_flight = self.wire.sends_in_flight.saturating_sub(1);
+        }
+        if kind == WR_READ {
+            self.wire.reads_in_flight = self.wire.reads_in_flight.saturating_sub(1);
+        }
+        if !wc.ok {
+            self.engine.close("RDMA work request failed or flushed");
+            return;
+        }
+        let res = match kind {
+            WR_RECV => self.on_recv(idx, wc.byte_len, now_ns),
+            WR_READ => {
+                let r = self.engine.fetched(&mut self.wire, idx);
+                self.start_waiting_reads();
+                r
+            }
+            WR_SEND => {
+                self.engine.sent(idx);
+                self.engine.after_output(&mut self.wire)
+            }
+            WR_SEND_EXTRA => {
+                self.wire.extra_free.push(idx);
+                Ok(())
+            }
+            _ => Ok(()),
+        };
+        if let Err(f) = res {
+            self.fault(f);
+        }
+    }
+
+    fn start_waiting_reads(&mut self) {
+        while self.wire.reads_in_flight < self.wire.read_depth {
+            let Some((idx, len)) = self.wire.reads_waiting.pop_front() else {
+                break;
+            };
+            let slots = self.engine.slots();
+            self.wire.post_read(slots, idx, len);
+        }
+    }
+
+    fn on_recv(&mut self, i: u16, byte_len: u32, now_ns: u64) -> Result<(), Fault> {
+        let at = usize::from(i) * self.recv_len;
+        let len = (byte_len as usize).min(self.recv_len);
+        if len < SQE_LEN {
+            self.engine
+                .close("NVMe/RDMA capsule shorter than a command");
+            return Ok(());
+        }
+        let buf = &mut self.recv[at..at + len];
+        let (sqe, icd) = buf.split_at_mut(SQE_LEN);
+        let Ok(cmd) = Command::read_from_bytes(sqe) else {
+            self.engine.close("NVMe/RDMA capsule unreadable");
+            return Ok(());
+        };
+        let r = self
+            .engine
+            .on_command(&mut self.wire, cmd, icd, true, now_ns);
+        // The capsule was consumed (in-capsule data copied or executed):
+        // the buffer can take the next command.
+        self.post_recv(i);
+        r?;
+        self.engine.after_input(&mut self.wire)
+    }
+
+    /// Timer tick: late completions, timeouts, buffer waits.
+    pub fn poll(&mut self, now: Instant) {
+        if let Err(f) = self.engine.poll(&mut self.wire, now) {
+            self.fault(f);
+        }
+    }
+
+    fn fault(&mut self, f: Fault) {
+        debug!(peer = %self.engine.queue().port().peer, reason = f.reason, "NVMe/RDMA queue fault: disconnecting");
+        self.engine.close(f.reason);
+    }
+}
