@@ -17,8 +17,8 @@
 //! [`TargetConfig::ignored_params`]. Anything that would change what is
 //! exported but that nvmfd cannot honour is an error.
 //!
-//! Defaults follow SPDK (TCP transport: queue depth 128, 127 I/O queues,
-//! 4 KiB in-capsule data, 128 KiB max I/O; subsystem serial
+//! Defaults follow SPDK (TCP and RDMA transports: queue depth 128, 127 I/O
+//! queues, 4 KiB in-capsule data, 128 KiB max I/O; subsystem serial
 //! `00000000000000000000`, 32 namespaces, cntlid 1..=0xFFEF), except the
 //! default model number, which is nvmfd's own: [`DEFAULT_MODEL_NUMBER`].
 
@@ -75,7 +75,7 @@ pub struct TargetConfig {
     pub rbd_clusters: Vec<RbdCluster>,
     /// Block devices, in creation order; names are unique.
     pub bdevs: Vec<BdevConfig>,
-    /// Transports (at most one per type; only TCP today).
+    /// Transports (at most one per type: TCP, RDMA).
     pub transports: Vec<TransportConfig>,
     /// NVM subsystems, in creation order (never the discovery NQN).
     pub subsystems: Vec<SubsystemConfig>,
@@ -223,21 +223,26 @@ impl BdevKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TransportType {
     Tcp,
+    /// NVMe/RDMA (RoCE, InfiniBand, iWARP).
+    Rdma,
 }
 
 impl TransportType {
-    /// SPDK's spelling (`"TCP"`).
+    /// SPDK's spelling (`"TCP"`, `"RDMA"`).
     pub fn as_str(self) -> &'static str {
         match self {
             TransportType::Tcp => "TCP",
+            TransportType::Rdma => "RDMA",
         }
     }
 
     /// Parses SPDK's trtype string (case-insensitive). `None` for transports
-    /// nvmfd does not implement (RDMA, VFIOUSER, PCIe, ...).
+    /// nvmfd does not implement (VFIOUSER, PCIe, FC, ...).
     pub fn parse(s: &str) -> Option<TransportType> {
         if s.eq_ignore_ascii_case("tcp") {
             Some(TransportType::Tcp)
+        } else if s.eq_ignore_ascii_case("rdma") {
+            Some(TransportType::Rdma)
         } else {
             None
         }
@@ -250,7 +255,7 @@ impl std::fmt::Display for TransportType {
     }
 }
 
-/// Transport options (`nvmf_create_transport`), SPDK's names and TCP defaults.
+/// Transport options (`nvmf_create_transport`), SPDK's names and defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportConfig {
     pub trtype: TransportType,
@@ -266,13 +271,50 @@ pub struct TransportConfig {
     pub io_unit_size: u32,
     /// Largest admin queue size (entries).
     pub max_aq_depth: u16,
-    /// Send C2HData with the SUCCESS flag and skip the response capsule.
+    /// Send C2HData with the SUCCESS flag and skip the response capsule
+    /// (NVMe/TCP only; always false for RDMA).
     pub c2h_success: bool,
     /// Data buffer budget in units of `io_unit_size` (SPDK's shared buffer
     /// pool). In nvmfd: all request slot buffers larger than the in-capsule
     /// data size, across every connection, share
     /// `num_shared_buffers × io_unit_size` bytes (see nvmf-tcp).
     pub num_shared_buffers: u32,
+    /// The NVMe/RDMA-only options: `Some` exactly when `trtype` is RDMA.
+    pub rdma: Option<RdmaOptions>,
+}
+
+/// Options only the RDMA transport has (`nvmf_create_transport`, SPDK's
+/// names and defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaOptions {
+    /// Receive entries of the shared receive queue of each poller
+    /// (`max_srq_depth`, `-s`).
+    pub max_srq_depth: u32,
+    /// Give every queue pair its own receive queue even on devices with
+    /// shared receive queues (`no_srq`, `-r`).
+    pub no_srq: bool,
+    /// Completion queue entries per poller; used when there is no shared
+    /// receive queue (`num_cqe`, `-d`).
+    pub num_cqe: u32,
+    /// Connection requests the RDMA CM listener queues before refusing
+    /// (`acceptor_backlog`, `-l`).
+    pub acceptor_backlog: u32,
+    /// Post every work request on its own instead of chaining them
+    /// (`no_wr_batching`, `-w`).
+    pub no_wr_batching: bool,
+}
+
+impl Default for RdmaOptions {
+    /// SPDK's RDMA defaults.
+    fn default() -> Self {
+        RdmaOptions {
+            max_srq_depth: 4096,
+            no_srq: false,
+            num_cqe: 4096,
+            acceptor_backlog: 100,
+            no_wr_batching: false,
+        }
+    }
 }
 
 impl TransportConfig {
@@ -288,6 +330,40 @@ impl TransportConfig {
             max_aq_depth: 128,
             c2h_success: true,
             num_shared_buffers: 511,
+            rdma: None,
+        }
+    }
+
+    /// RDMA transport with SPDK's defaults (lib/nvmf/rdma.c: queue depth
+    /// 128, 127 I/O queues, 4 KiB in-capsule data, 128 KiB max I/O in
+    /// 8 KiB units, admin queue 128, 4095 shared buffers, SRQ depth 4096,
+    /// 4096 CQ entries, backlog 100, work request batching on).
+    pub fn rdma_default() -> TransportConfig {
+        TransportConfig {
+            trtype: TransportType::Rdma,
+            max_queue_depth: 128,
+            max_io_qpairs_per_ctrlr: 127,
+            in_capsule_data_size: 4096,
+            max_io_size: 131_072,
+            io_unit_size: 8192,
+            max_aq_depth: 128,
+            c2h_success: false,
+            num_shared_buffers: 4095,
+            rdma: Some(RdmaOptions::default()),
+        }
+    }
+
+    /// The `nvmf_create_transport` params that recreate this transport
+    /// (what save_config writes; also the shape of `nvmf_get_transports`).
+    pub fn to_json_params(&self) -> serde_json::Value {
+        write::transport_params(self)
+    }
+
+    /// SPDK's defaults for a transport of this type.
+    pub fn default_for(trtype: TransportType) -> TransportConfig {
+        match trtype {
+            TransportType::Tcp => TransportConfig::tcp_default(),
+            TransportType::Rdma => TransportConfig::rdma_default(),
         }
     }
 }
@@ -562,7 +638,8 @@ pub struct ListenerConfig {
     pub adrfam: AddressFamily,
     /// IP address (or host name) to bind.
     pub traddr: String,
-    /// TCP port, as a decimal string (SPDK keeps it as a string).
+    /// Port (TCP port, or the RDMA CM port space's), as a decimal string
+    /// (SPDK keeps it as a string).
     pub trsvcid: String,
 }
 
@@ -635,21 +712,23 @@ impl TargetConfig {
         })
     }
 
-    /// Whether the listen address `traddr:trsvcid` requires TLS: some
+    /// Whether the TCP listen address `traddr:trsvcid` requires TLS: some
     /// subsystem (or the discovery NQN) added a listener there with
-    /// `secure_channel`. One socket serves every subsystem on an address, so
+    /// `secure_channel` (RDMA listeners never do). One socket serves every subsystem on an address, so
     /// all of them agree (`nvmf_subsystem_add_listener` refuses a mix).
     pub fn listener_secure(&self, traddr: &str, trsvcid: &str) -> bool {
         self.secure_listener_users(traddr, trsvcid).next().is_some()
     }
 
-    /// Subsystems (NQN) with a secure listener on `traddr:trsvcid`.
+    /// Subsystems (NQN) with a secure TCP listener on `traddr:trsvcid`.
     pub(crate) fn secure_listener_users<'a>(
         &'a self,
         traddr: &'a str,
         trsvcid: &'a str,
     ) -> impl Iterator<Item = &'a str> + 'a {
-        let at = move |l: &&ListenerConfig| l.traddr == traddr && l.trsvcid == trsvcid;
+        let at = move |l: &&ListenerConfig| {
+            l.trtype == TransportType::Tcp && l.traddr == traddr && l.trsvcid == trsvcid
+        };
         self.secure_discovery_listeners
             .iter()
             .filter(at)
@@ -662,13 +741,15 @@ impl TargetConfig {
             }))
     }
 
-    /// Subsystems (NQN) listening on `traddr:trsvcid` in clear text.
+    /// Subsystems (NQN) listening on TCP `traddr:trsvcid` in clear text.
     pub(crate) fn clear_listener_users<'a>(
         &'a self,
         traddr: &'a str,
         trsvcid: &'a str,
     ) -> impl Iterator<Item = &'a str> + 'a {
-        let at = move |l: &&ListenerConfig| l.traddr == traddr && l.trsvcid == trsvcid;
+        let at = move |l: &&ListenerConfig| {
+            l.trtype == TransportType::Tcp && l.traddr == traddr && l.trsvcid == trsvcid
+        };
         self.discovery_listeners
             .iter()
             .filter(at)

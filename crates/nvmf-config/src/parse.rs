@@ -13,7 +13,7 @@ use crate::nqn::{validate_nqn, DISCOVERY_NQN};
 use crate::params::{Kind, Params};
 use crate::{
     AddressFamily, AnaState, BdevConfig, BdevKind, ConfigError, FileMethod, ListenerConfig,
-    NamespaceConfig, SubsystemConfig, TargetConfig, TransportConfig, TransportType,
+    NamespaceConfig, RdmaOptions, SubsystemConfig, TargetConfig, TransportConfig, TransportType,
     DEFAULT_MAX_CNTLID, DEFAULT_MAX_NAMESPACES, MODEL_NUMBER_MAX_LEN, SERIAL_NUMBER_MAX_LEN,
 };
 
@@ -102,17 +102,37 @@ const TRANSPORT_IGNORED: &[(&str, Kind)] = &[
     ("min_kato", Kind::U32),
     ("masked_oncs", Kind::Any),
     ("masked_fuses", Kind::Any),
-    // RDMA / vfio-user options SPDK accepts for any trtype
-    ("num_cqe", Kind::I32),
-    ("max_srq_depth", Kind::U32),
-    ("no_srq", Kind::Bool),
-    ("acceptor_backlog", Kind::I32),
-    ("no_wr_batching", Kind::Bool),
+    // vfio-user options SPDK accepts for any trtype
     ("disable_mappable_bar0", Kind::Bool),
     ("disable_adaptive_irq", Kind::Bool),
     ("disable_shadow_doorbells", Kind::Bool),
     ("acceptor_poll_rate", Kind::U32),
 ];
+/// RDMA options SPDK accepts for any trtype: modelled for RDMA
+/// ([`crate::RdmaOptions`]), accepted and ignored for TCP.
+const RDMA_ONLY: &[(&str, Kind)] = &[
+    ("num_cqe", Kind::I32),
+    ("max_srq_depth", Kind::U32),
+    ("no_srq", Kind::Bool),
+    ("acceptor_backlog", Kind::I32),
+    ("no_wr_batching", Kind::Bool),
+];
+/// The TCP-only parameters an RDMA transport accepts and ignores
+/// (`c2h_success` true, which rpc.py always sends).
+const RDMA_IGNORED: &[(&str, Kind)] = &[("c2h_success", Kind::Bool)];
+/// NVMe/RDMA: the fewest admin queue entries a host asks for (the Fabrics
+/// minimum, 32: what the Linux host always requests).
+const RDMA_MIN_AQ_DEPTH: u32 = 32;
+/// The port of an NVMe/RDMA listener added without `trsvcid`.
+const RDMA_DEFAULT_TRSVCID: &str = "4420";
+/// NVMe/RDMA: largest in-capsule data size. Every queue keeps
+/// `max_queue_depth` receive buffers of this size registered for its life;
+/// the Linux target caps it at 16 KiB too.
+const RDMA_MAX_IN_CAPSULE_DATA_SIZE: u32 = 16_384;
+/// NVMe/RDMA: most data buffers (io_unit_size pieces) one I/O may span, as
+/// SPDK (one RDMA work request's scatter/gather entries).
+const RDMA_MAX_SGES_PER_IO: u32 = 16;
+
 const SUBSYSTEM_IGNORED: &[(&str, Kind)] = &[
     ("tgt_name", Kind::Str),
     ("admin_label", Kind::Str),
@@ -151,6 +171,8 @@ pub fn ignored_param_names() -> Vec<String> {
             crate::rbd_bdev::CREATE_WITH_CLUSTER_IGNORED,
         ),
         ("nvmf_create_transport", "", TRANSPORT_IGNORED),
+        ("nvmf_create_transport", "", RDMA_ONLY),
+        ("nvmf_create_transport", "", RDMA_IGNORED),
         ("nvmf_create_subsystem", "", SUBSYSTEM_IGNORED),
         ("nvmf_subsystem_add_ns", "", ADD_NS_IGNORED),
         ("nvmf_subsystem_add_ns", "namespace.", NAMESPACE_IGNORED),
@@ -466,13 +488,14 @@ fn create_transport(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
     let trtype = TransportType::parse(trstr).ok_or_else(|| {
         p.err(
             "trtype",
-            format!("transport \"{trstr}\" is not supported by nvmfd (only TCP)"),
+            format!("transport \"{trstr}\" is not supported by nvmfd (TCP and RDMA are)"),
         )
     })?;
     if cfg.transport(trtype).is_some() {
         return Err(p.err("trtype", format!("a {trtype} transport already exists")));
     }
-    let mut t = TransportConfig::tcp_default();
+    let rdma = trtype == TransportType::Rdma;
+    let mut t = TransportConfig::default_for(trtype);
     if let Some(v) = p.opt_u16("max_queue_depth")? {
         if v < 2 {
             return Err(p.err("max_queue_depth", format!("{v} is below the minimum of 2")));
@@ -511,6 +534,16 @@ fn create_transport(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
                 format!("{v} is larger than max_io_size {}", t.max_io_size),
             ));
         }
+        if rdma && v > RDMA_MAX_IN_CAPSULE_DATA_SIZE {
+            return Err(p.err(
+                "in_capsule_data_size",
+                format!(
+                    "{v} is larger than {RDMA_MAX_IN_CAPSULE_DATA_SIZE}, the most the RDMA \
+                     transport takes (each queue keeps max_queue_depth receive buffers of \
+                     this size registered)"
+                ),
+            ));
+        }
         t.in_capsule_data_size = v;
     }
     if let Some(v) = p.opt_u32("io_unit_size")? {
@@ -519,27 +552,108 @@ fn create_transport(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
         }
         t.io_unit_size = v;
     }
+    if rdma && t.max_io_size / t.io_unit_size > RDMA_MAX_SGES_PER_IO {
+        return Err(p.err(
+            "io_unit_size",
+            format!(
+                "{} is too small for max_io_size {}: an RDMA I/O may span at most \
+                 {RDMA_MAX_SGES_PER_IO} buffers (use io_unit_size >= {})",
+                t.io_unit_size,
+                t.max_io_size,
+                t.max_io_size.div_ceil(RDMA_MAX_SGES_PER_IO)
+            ),
+        ));
+    }
     if let Some(v) = p.opt_u32("max_aq_depth")? {
         if !(2..=4096).contains(&v) {
             return Err(p.err("max_aq_depth", format!("{v} is outside 2..=4096")));
         }
+        if rdma && v < RDMA_MIN_AQ_DEPTH {
+            return Err(p.err(
+                "max_aq_depth",
+                format!(
+                    "{v} is below {RDMA_MIN_AQ_DEPTH}: NVMe/RDMA hosts connect the admin \
+                     queue with {RDMA_MIN_AQ_DEPTH} entries, the Fabrics minimum"
+                ),
+            ));
+        }
         t.max_aq_depth = v as u16;
     }
-    if let Some(v) = p.opt_bool("c2h_success")? {
+    let mut ign = cfg.ignored_params.clone();
+    if rdma {
+        if p.opt_bool("c2h_success")? == Some(false) {
+            return Err(p.err(
+                "c2h_success",
+                "an NVMe/TCP option (C2HData PDUs): the RDMA transport has no such \
+                 setting; leave it out (or true, which is ignored)",
+            ));
+        }
+        p.ignore(RDMA_IGNORED, &mut ign)?;
+    } else if let Some(v) = p.opt_bool("c2h_success")? {
         t.c2h_success = v;
     }
     if let Some(v) = p.opt_u32("num_shared_buffers")? {
         if v == 0 {
             return Err(p.err("num_shared_buffers", "0 leaves no data buffers"));
         }
+        let min = 2 * RDMA_MAX_SGES_PER_IO;
+        if rdma && v < min {
+            return Err(p.err(
+                "num_shared_buffers",
+                format!(
+                    "{v} is below {min}, the fewest with which every RDMA I/O \
+                     can still get its buffers"
+                ),
+            ));
+        }
         t.num_shared_buffers = v;
     }
-    let mut ign = cfg.ignored_params.clone();
+    if rdma {
+        t.rdma = Some(rdma_options(&mut p)?);
+    } else {
+        p.ignore(RDMA_ONLY, &mut ign)?;
+    }
     p.ignore(TRANSPORT_IGNORED, &mut ign)?;
     p.finish()?;
     cfg.ignored_params = ign;
     cfg.transports.push(t);
     Ok(())
+}
+
+/// The RDMA-only parameters of `nvmf_create_transport -t RDMA`.
+fn rdma_options(p: &mut Params<'_>) -> Result<RdmaOptions, ConfigError> {
+    let mut o = RdmaOptions::default();
+    if let Some(v) = p.opt_u32("max_srq_depth")? {
+        if v == 0 {
+            return Err(p.err(
+                "max_srq_depth",
+                "0 leaves the shared receive queue no entries",
+            ));
+        }
+        o.max_srq_depth = v;
+    }
+    if let Some(v) = p.opt_bool("no_srq")? {
+        o.no_srq = v;
+    }
+    if let Some(v) = p.opt_i64("num_cqe", Kind::I32)? {
+        if v < 1 {
+            return Err(p.err("num_cqe", format!("{v} is below the minimum of 1")));
+        }
+        o.num_cqe = v as u32;
+    }
+    if let Some(v) = p.opt_i64("acceptor_backlog", Kind::I32)? {
+        if v < 1 {
+            return Err(p.err(
+                "acceptor_backlog",
+                format!("{v} is below the minimum of 1 (SPDK's default is 100)"),
+            ));
+        }
+        o.acceptor_backlog = v as u32;
+    }
+    if let Some(v) = p.opt_bool("no_wr_batching")? {
+        o.no_wr_batching = v;
+    }
+    Ok(o)
 }
 
 fn printable_ascii(s: &str) -> bool {
@@ -797,7 +911,7 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
     let trtype = TransportType::parse(trstr).ok_or_else(|| {
         a.err(
             "trtype",
-            format!("transport \"{trstr}\" is not supported by nvmfd (only TCP)"),
+            format!("transport \"{trstr}\" is not supported by nvmfd (TCP and RDMA are)"),
         )
     })?;
     if cfg.transport(trtype).is_none() {
@@ -823,23 +937,42 @@ fn add_listener(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigE
     if ip.is_ipv4() != (adrfam == AddressFamily::Ipv4) {
         return Err(a.err("traddr", format!("\"{traddr}\" is not an {adrfam} address")));
     }
-    let trsvcid = a
-        .opt_str("trsvcid")?
-        .ok_or_else(|| a.err("trsvcid", "missing required parameter (the TCP port)"))?;
+    // NVMe/RDMA listeners default to the NVMe-oF port, as nvme-cli does.
+    let trsvcid = match (a.opt_str("trsvcid")?, trtype) {
+        (Some(s), _) => s,
+        (None, TransportType::Rdma) => RDMA_DEFAULT_TRSVCID,
+        (None, TransportType::Tcp) => {
+            return Err(a.err("trsvcid", "missing required parameter (the TCP port)"))
+        }
+    };
     match trsvcid.parse::<u16>() {
         Ok(port) if port != 0 && trsvcid == port.to_string() => {}
         _ => {
             return Err(a.err(
                 "trsvcid",
-                format!("\"{trsvcid}\" is not a TCP port number in 1..=65535"),
+                format!(
+                    "\"{trsvcid}\" is not a {} port number in 1..=65535",
+                    match trtype {
+                        TransportType::Tcp => "TCP",
+                        TransportType::Rdma => "RDMA CM",
+                    }
+                ),
             ))
         }
     }
     a.finish()?;
     let secure = p.opt_bool("secure_channel")?.unwrap_or(false);
-    // One socket serves every subsystem on an address: all of them must
-    // agree on TLS.
-    let conflict = if secure {
+    if secure && trtype == TransportType::Rdma {
+        return Err(p.err(
+            "secure_channel",
+            "secure_channel is TLS over NVMe/TCP; an RDMA listener cannot require it",
+        ));
+    }
+    // One TCP socket serves every subsystem on an address: all of them must
+    // agree on TLS (RDMA listeners share nothing with TCP ones).
+    let conflict = if trtype != TransportType::Tcp {
+        None
+    } else if secure {
         cfg.clear_listener_users(traddr, trsvcid)
             .find(|n| *n != nqn)
             .map(|n| (n.to_string(), "in clear text"))

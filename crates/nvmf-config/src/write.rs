@@ -2,14 +2,15 @@
 //! `keyring` section (key names and file paths only, never a key), a
 //! `bdev` section (registered Ceph clusters, then bdevs) then an `nvmf`
 //! section, entries in SPDK's order (nvmf_set_config's DH-HMAC-CHAP lists, transports,
-//! subsystems, hosts, namespaces, listeners), namespace identifiers explicit,
+//! subsystems, hosts, namespaces, listeners; a transport's type-specific
+//! options with it), namespace identifiers explicit,
 //! so loading the output yields the same `TargetConfig`.
 
 use serde_json::{json, Map, Value};
 
 use crate::ids::{format_eui64, format_nguid, format_uuid};
 use crate::nqn::DISCOVERY_NQN;
-use crate::{AnaState, BdevKind, ListenerConfig, TargetConfig};
+use crate::{AnaState, BdevKind, ListenerConfig, RdmaOptions, TargetConfig, TransportConfig};
 
 fn entry(method: &str, params: Value) -> Value {
     json!({ "method": method, "params": params })
@@ -35,6 +36,35 @@ fn listener(nqn: &str, l: &ListenerConfig, ana_state: Option<AnaState>, secure: 
         params["ana_state"] = json!(st.as_str());
     }
     entry("nvmf_subsystem_add_listener", params)
+}
+
+/// `nvmf_create_transport`'s params: the common options, then TCP's
+/// `c2h_success` or the RDMA options (as SPDK's save_config: `num_cqe` only
+/// when it matters, i.e. without SRQ, or when it is not the default).
+pub(crate) fn transport_params(t: &TransportConfig) -> Value {
+    let mut p = json!({
+        "trtype": t.trtype.as_str(),
+        "max_queue_depth": t.max_queue_depth,
+        "max_io_qpairs_per_ctrlr": t.max_io_qpairs_per_ctrlr,
+        "in_capsule_data_size": t.in_capsule_data_size,
+        "max_io_size": t.max_io_size,
+        "io_unit_size": t.io_unit_size,
+        "max_aq_depth": t.max_aq_depth,
+        "num_shared_buffers": t.num_shared_buffers,
+    });
+    match &t.rdma {
+        None => p["c2h_success"] = json!(t.c2h_success),
+        Some(r) => {
+            p["max_srq_depth"] = json!(r.max_srq_depth);
+            p["no_srq"] = json!(r.no_srq);
+            if r.no_srq || r.num_cqe != RdmaOptions::default().num_cqe {
+                p["num_cqe"] = json!(r.num_cqe);
+            }
+            p["acceptor_backlog"] = json!(r.acceptor_backlog);
+            p["no_wr_batching"] = json!(r.no_wr_batching);
+        }
+    }
+    p
 }
 
 pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
@@ -69,20 +99,7 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         nvmf.push(e);
     }
     for t in &cfg.transports {
-        nvmf.push(entry(
-            "nvmf_create_transport",
-            json!({
-                "trtype": t.trtype.as_str(),
-                "max_queue_depth": t.max_queue_depth,
-                "max_io_qpairs_per_ctrlr": t.max_io_qpairs_per_ctrlr,
-                "in_capsule_data_size": t.in_capsule_data_size,
-                "max_io_size": t.max_io_size,
-                "io_unit_size": t.io_unit_size,
-                "max_aq_depth": t.max_aq_depth,
-                "c2h_success": t.c2h_success,
-                "num_shared_buffers": t.num_shared_buffers,
-            }),
-        ));
+        nvmf.push(entry("nvmf_create_transport", transport_params(t)));
     }
     for s in &cfg.subsystems {
         nvmf.push(entry(

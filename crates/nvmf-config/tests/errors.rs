@@ -644,17 +644,17 @@ fn unsupported_methods_and_transports() {
         let e = bdev_err(json!({"method":m,"params":{"name":"x"}}));
         check(&e, m, None, "not supported by nvmfd", B2);
     }
-    let text = doc(&[], &[]).replace("\"trtype\":\"TCP\"", "\"trtype\":\"RDMA\"");
+    let text = doc(&[], &[]).replace("\"trtype\":\"TCP\"", "\"trtype\":\"VFIOUSER\"");
     let e = TargetConfig::from_json_str(&text).unwrap_err();
     check(
         &e,
         "nvmf_create_transport",
         Some("trtype"),
-        "transport \"RDMA\" is not supported",
+        "transport \"VFIOUSER\" is not supported by nvmfd (TCP and RDMA are)",
         "subsystems[1].config[0]",
     );
     let e = nvmf_err(&[
-        json!({"method":"nvmf_subsystem_add_listener","params":{"nqn":NQN,"listen_address":{"trtype":"RDMA","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}}}),
+        json!({"method":"nvmf_subsystem_add_listener","params":{"nqn":NQN,"listen_address":{"trtype":"FC","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}}}),
     ]);
     check(
         &e,

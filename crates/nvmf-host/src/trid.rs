@@ -88,7 +88,14 @@ impl TransportId {
         }
         if let Some(t) = &trtype {
             if !t.eq_ignore_ascii_case("tcp") {
-                return Err(bad(format!("trtype '{t}' is not supported (only TCP)")));
+                return Err(bad(if t.eq_ignore_ascii_case("rdma") {
+                    format!(
+                        "trtype '{t}': the NVMe/RDMA initiator is not available in this build \
+                         yet (only TCP)"
+                    )
+                } else {
+                    format!("trtype '{t}' is not supported (only TCP)")
+                }));
             }
         }
         let traddr = traddr.ok_or_else(|| bad("traddr is missing".into()))?;
@@ -190,5 +197,13 @@ mod tests {
         ] {
             assert!(TransportId::parse(s).is_err(), "{s}");
         }
+        let e = TransportId::parse("trtype:rdma traddr:1.2.3.4 trsvcid:4420").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("the NVMe/RDMA initiator is not available in this build yet"),
+            "{e}"
+        );
+        let e = TransportId::parse("trtype:FC traddr:1.2.3.4").unwrap_err();
+        assert!(e.to_string().contains("'FC' is not supported"), "{e}");
     }
 }

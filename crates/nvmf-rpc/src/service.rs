@@ -798,7 +798,7 @@ impl RpcService {
         let trtype = TransportType::parse(trstr).ok_or_else(|| {
             a.err(
                 "trtype",
-                format!("transport \"{trstr}\" is not supported by nvmfd (only TCP)"),
+                format!("transport \"{trstr}\" is not supported by nvmfd (TCP and RDMA are)"),
             )
         })?;
         let traddr = a.req_str("traddr")?;
@@ -1029,18 +1029,10 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig, live: &dyn LiveTarget) -> Value
     Value::Object(m)
 }
 
+/// One transport as `nvmf_get_transports` shows it: SPDK's option names,
+/// the RDMA options for an RDMA transport (what save_config writes).
 fn transport_json(t: &TransportConfig) -> Value {
-    json!({
-        "trtype": t.trtype.as_str(),
-        "max_queue_depth": t.max_queue_depth,
-        "max_io_qpairs_per_ctrlr": t.max_io_qpairs_per_ctrlr,
-        "in_capsule_data_size": t.in_capsule_data_size,
-        "max_io_size": t.max_io_size,
-        "io_unit_size": t.io_unit_size,
-        "max_aq_depth": t.max_aq_depth,
-        "c2h_success": t.c2h_success,
-        "num_shared_buffers": t.num_shared_buffers,
-    })
+    t.to_json_params()
 }
 
 fn listener_json(l: &ListenerConfig) -> Value {

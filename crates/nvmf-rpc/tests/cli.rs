@@ -206,6 +206,29 @@ fn transport() {
         json!(["nvmcmps", "nvmdsmsv", "nvmwzsv", "reservs", "nvmcpys"])
     );
     assert_eq!(p["masked_fuses"], json!(["fcws"]));
+    // RDMA: SPDK's option letters and JSON keys.
+    let p = params(
+        "nvmf_create_transport -t RDMA -u 8192 -i 131072 -c 8192 -n 4096 -s 1024 -r -l 64 -w -d 2048",
+    );
+    assert_eq!(
+        p,
+        json!({"trtype": "RDMA", "io_unit_size": 8192, "max_io_size": 131072, "in_capsule_data_size": 8192,
+               "num_shared_buffers": 4096, "max_srq_depth": 1024, "no_srq": true, "acceptor_backlog": 64,
+               "no_wr_batching": true, "num_cqe": 2048, "c2h_success": true, "zcopy": false,
+               "dif_insert_or_strip": false, "disable_mappable_bar0": false, "disable_adaptive_irq": false,
+               "disable_shadow_doorbells": false, "disable_command_passthru": false})
+    );
+    let p = params("nvmf_create_transport --trtype rdma --max-srq-depth 64 --no-srq --acceptor-backlog 8 --no-wr-batching --num-cqe 16");
+    assert_eq!(
+        (
+            p["max_srq_depth"].clone(),
+            p["no_srq"].clone(),
+            p["acceptor_backlog"].clone(),
+            p["no_wr_batching"].clone(),
+            p["num_cqe"].clone()
+        ),
+        (json!(64), json!(true), json!(8), json!(true), json!(16))
+    );
     assert!(err("nvmf_create_transport -u 8192").contains("not provided:\n  --trtype"));
     assert!(err("nvmf_create_transport -t TCP --masked-oncs foo").contains("foo"));
 }
@@ -247,6 +270,16 @@ fn subsystem_ns_listener_host() {
         ),
         json!({"nqn": "nqn.2016-06.io.spdk:cnode1", "secure_channel": false,
                "listen_address": {"trtype": "tcp", "traddr": "127.0.0.1", "trsvcid": "4420"}})
+    );
+    assert_eq!(
+        params("nvmf_subsystem_add_listener nqn.2016-06.io.spdk:cnode1 -t rdma -a 192.168.100.8 -s 4420"),
+        json!({"nqn": "nqn.2016-06.io.spdk:cnode1", "secure_channel": false,
+               "listen_address": {"trtype": "rdma", "traddr": "192.168.100.8", "trsvcid": "4420"}})
+    );
+    assert_eq!(
+        params("nvmf_subsystem_add_listener discovery -t rdma -a fd00::8 -f ipv6"),
+        json!({"nqn": "nqn.2014-08.org.nvmexpress.discovery", "secure_channel": false,
+               "listen_address": {"trtype": "rdma", "traddr": "fd00::8", "adrfam": "ipv6"}})
     );
     assert_eq!(
         params("nvmf_subsystem_add_listener discovery -t tcp -a ::1 -f ipv6 -s 8009 -n optimized"),

@@ -5,7 +5,8 @@
 mod common;
 
 use common::*;
-use nvmf_config::DISCOVERY_NQN;
+use nvmf_config::{AddressFamily, ListenerConfig, RdmaOptions, TransportType, DISCOVERY_NQN};
+use nvmf_rpc::cli::Invocation;
 use nvmf_rpc::error::*;
 use nvmf_rpc::{Change, RpcClient};
 use serde_json::{json, Value};
@@ -320,9 +321,9 @@ fn subsystems_namespaces_listeners_hosts() {
         &h,
         &mut c,
         "nvmf_create_transport",
-        json!({"trtype": "RDMA"}),
+        json!({"trtype": "VFIOUSER"}),
         INVALID_PARAMS,
-        "RDMA",
+        "VFIOUSER",
     );
     fails(
         &h,
@@ -560,7 +561,7 @@ fn subsystems_namespaces_listeners_hosts() {
         "nvmf_subsystem_add_listener",
         json!({"nqn": CNODE1, "listen_address": {"trtype": "rdma", "traddr": "127.0.0.1", "trsvcid": "4420"}}),
         INVALID_PARAMS,
-        "rdma",
+        "no RDMA transport",
     );
     let disc = json!({"nqn": DISCOVERY_NQN, "listen_address": {"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": "4420"}});
     assert_eq!(
@@ -929,6 +930,245 @@ fn save_load_save_is_byte_identical() {
     let text4 =
         serde_json::to_string_pretty(&call(&mut c3, "save_config", Value::Null).unwrap()).unwrap();
     assert_eq!(text1, text4);
+}
+
+/// `nvmf_create_transport -t RDMA` with rpc.py's parameters, RDMA listeners
+/// on a subsystem and on the discovery NQN, what `nvmf_get_transports` and
+/// `nvmf_subsystem_get_listeners` show, the refusals, and save → load.
+#[test]
+fn rdma_transport_and_listeners() {
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    h.live.take_changes();
+
+    // What `nvmf rpc` (and rpc.py) sends for
+    // nvmf_create_transport -t RDMA -u 8192 -i 131072 -c 8192 -s 1024 -r -l 64 -w -d 2048
+    let Invocation::Call { params, .. } = nvmf_rpc::cli::parse_args(
+        &"nvmf_create_transport -t RDMA -u 8192 -i 131072 -c 8192 -s 1024 -r -l 64 -w -d 2048"
+            .split_whitespace()
+            .map(str::to_string)
+            .collect::<Vec<_>>(),
+    )
+    .unwrap() else {
+        panic!("not a call")
+    };
+    let params = params.unwrap();
+    assert_eq!(params["c2h_success"], true, "rpc.py always sends it");
+    assert_eq!(
+        call(&mut c, "nvmf_create_transport", params).unwrap(),
+        json!(true)
+    );
+    let rdma = match h.live.take_changes().as_slice() {
+        [Change::CreateTransport(t)] => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(rdma.trtype, TransportType::Rdma);
+    assert_eq!(
+        rdma.rdma,
+        Some(RdmaOptions {
+            max_srq_depth: 1024,
+            no_srq: true,
+            num_cqe: 2048,
+            acceptor_backlog: 64,
+            no_wr_batching: true,
+        })
+    );
+    assert_eq!(
+        (
+            rdma.io_unit_size,
+            rdma.max_io_size,
+            rdma.in_capsule_data_size
+        ),
+        (8192, 131072, 8192)
+    );
+    let t = call(&mut c, "nvmf_get_transports", json!({"trtype": "rdma"})).unwrap();
+    assert_eq!(
+        t,
+        json!([{"trtype": "RDMA", "max_queue_depth": 128, "max_io_qpairs_per_ctrlr": 127,
+                "in_capsule_data_size": 8192, "max_io_size": 131072, "io_unit_size": 8192,
+                "max_aq_depth": 128, "num_shared_buffers": 4095, "max_srq_depth": 1024,
+                "no_srq": true, "num_cqe": 2048, "acceptor_backlog": 64, "no_wr_batching": true}])
+    );
+    let all = call(&mut c, "nvmf_get_transports", Value::Null).unwrap();
+    let types: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["trtype"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["TCP", "RDMA"]);
+    assert!(all[0].get("max_srq_depth").is_none());
+
+    // Refusals change nothing.
+    fails(
+        &h,
+        &mut c,
+        "nvmf_create_transport",
+        json!({"trtype": "rdma"}),
+        INTERNAL_ERROR,
+        "already exists",
+    );
+    let h2 = Harness::new();
+    let mut c2 = h2.client();
+    for (p, needle) in [
+        (
+            json!({"trtype": "RDMA", "c2h_success": false}),
+            "NVMe/TCP option",
+        ),
+        (
+            json!({"trtype": "RDMA", "in_capsule_data_size": 32768}),
+            "larger than 16384",
+        ),
+        (
+            json!({"trtype": "RDMA", "acceptor_backlog": 0}),
+            "acceptor_backlog",
+        ),
+        (json!({"trtype": "RDMA", "max_aq_depth": 8}), "below 32"),
+    ] {
+        fails(
+            &h2,
+            &mut c2,
+            "nvmf_create_transport",
+            p,
+            INVALID_PARAMS,
+            needle,
+        );
+    }
+
+    // Listeners: IPv4 with the port, IPv6 without (4420), the discovery NQN.
+    for la in [
+        json!({"trtype": "rdma", "traddr": "192.168.100.8", "trsvcid": "4420"}),
+        json!({"trtype": "RDMA", "adrfam": "ipv6", "traddr": "fd00::8"}),
+    ] {
+        assert_eq!(
+            call(
+                &mut c,
+                "nvmf_subsystem_add_listener",
+                json!({"nqn": CNODE1, "listen_address": la})
+            )
+            .unwrap(),
+            json!(true)
+        );
+    }
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_add_listener",
+            json!({"nqn": DISCOVERY_NQN, "listen_address": {"trtype": "rdma", "traddr": "192.168.100.8", "trsvcid": "4420"}})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    let changes = h.live.take_changes();
+    let added: Vec<(String, ListenerConfig)> = changes
+        .into_iter()
+        .map(|ch| match ch {
+            Change::AddListener { nqn, listener } => (nqn, listener),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    let rdma_l = |fam, addr: &str| ListenerConfig {
+        trtype: TransportType::Rdma,
+        adrfam: fam,
+        traddr: addr.to_string(),
+        trsvcid: "4420".to_string(),
+    };
+    assert_eq!(
+        added,
+        vec![
+            (
+                CNODE1.to_string(),
+                rdma_l(AddressFamily::Ipv4, "192.168.100.8")
+            ),
+            (CNODE1.to_string(), rdma_l(AddressFamily::Ipv6, "fd00::8")),
+            (
+                DISCOVERY_NQN.to_string(),
+                rdma_l(AddressFamily::Ipv4, "192.168.100.8")
+            ),
+        ]
+    );
+    let l = call(
+        &mut c,
+        "nvmf_subsystem_get_listeners",
+        json!({"nqn": CNODE1}),
+    )
+    .unwrap();
+    let addrs: Vec<(Value, Value, Value)> = l
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            let a = &x["address"];
+            (
+                a["trtype"].clone(),
+                a["adrfam"].clone(),
+                a["traddr"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        addrs,
+        vec![
+            (json!("TCP"), json!("IPv4"), json!("127.0.0.1")),
+            (json!("RDMA"), json!("IPv4"), json!("192.168.100.8")),
+            (json!("RDMA"), json!("IPv6"), json!("fd00::8")),
+        ]
+    );
+    let d = call(
+        &mut c,
+        "nvmf_subsystem_get_listeners",
+        json!({"nqn": DISCOVERY_NQN}),
+    )
+    .unwrap();
+    assert_eq!(d[0]["address"]["trtype"], "RDMA");
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "secure_channel": true, "listen_address": {"trtype": "rdma", "traddr": "10.0.0.1", "trsvcid": "4420"}}),
+        INVALID_PARAMS,
+        "TLS over NVMe/TCP",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_subsystem_add_listener",
+        json!({"nqn": CNODE1, "listen_address": {"trtype": "rdma", "traddr": "192.168.100.8", "trsvcid": "4420"}}),
+        INVALID_PARAMS,
+        "already listens",
+    );
+
+    // save_config → load_config elsewhere → the same document.
+    let saved = call(&mut c, "save_config", Value::Null).unwrap();
+    let h3 = Harness::new();
+    let mut c3 = h3.client();
+    call(&mut c3, "load_config", saved.clone()).unwrap();
+    assert_eq!(call(&mut c3, "save_config", Value::Null).unwrap(), saved);
+    // The same model (what was ignored on the way in is not saved).
+    let mut want = h.service.config();
+    want.ignored_params.clear();
+    assert_eq!(h3.service.config(), want);
+
+    // Removing an RDMA listener.
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_subsystem_remove_listener",
+            json!({"nqn": CNODE1, "listen_address": {"trtype": "RDMA", "traddr": "fd00::8", "trsvcid": "4420"}})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        h.service
+            .config()
+            .subsystem(CNODE1)
+            .unwrap()
+            .listeners
+            .len(),
+        2
+    );
 }
 
 #[test]

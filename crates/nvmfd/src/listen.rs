@@ -1,10 +1,12 @@
 //! Listen sockets: resolving a configured listen address and binding one
 //! nonblocking `SO_REUSEPORT` listener per reactor for it, so that every
 //! reactor accepts connections for itself (the kernel spreads them; queue
-//! placement in `placement.rs` may then move I/O queues).
+//! placement in `placement.rs` may then move I/O queues). NVMe/RDMA
+//! listeners are refused here, at start and on a live change alike, until
+//! the RDMA transport exists.
 
 use anyhow::{anyhow, Context, Result};
-use nvmf_config::{AddressFamily, ListenerConfig};
+use nvmf_config::{AddressFamily, ListenerConfig, TransportType};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::{SocketAddr, ToSocketAddrs};
 
@@ -17,6 +19,13 @@ pub struct ListenAddr {
 
 impl ListenAddr {
     pub fn resolve(cfg: &ListenerConfig) -> Result<ListenAddr> {
+        if cfg.trtype == TransportType::Rdma {
+            return Err(anyhow!(
+                "NVMe/RDMA listener {}:{}: the RDMA transport is not available in this build yet",
+                cfg.traddr,
+                cfg.trsvcid
+            ));
+        }
         let port: u16 = cfg.trsvcid.parse().map_err(|_| {
             anyhow!(
                 "listener {}: trsvcid {:?} is not a port",
@@ -100,4 +109,27 @@ pub fn bind_reuseport(addr: SocketAddr) -> std::io::Result<std::net::TcpListener
     sock.bind(&addr.into())?;
     sock.listen(1024)?;
     Ok(sock.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rdma_listeners_are_refused_with_a_clear_error() {
+        let mut l = ListenerConfig {
+            trtype: TransportType::Rdma,
+            adrfam: AddressFamily::Ipv4,
+            traddr: "127.0.0.1".into(),
+            trsvcid: "4420".into(),
+        };
+        let e = ListenAddr::resolve(&l).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "NVMe/RDMA listener 127.0.0.1:4420: the RDMA transport is not available in this build yet"
+        );
+        l.trtype = TransportType::Tcp;
+        let a = ListenAddr::resolve(&l).unwrap();
+        assert_eq!(a.addr, "127.0.0.1:4420".parse().unwrap());
+    }
 }

@@ -451,7 +451,9 @@ impl LiveTarget for Live {
     fn apply(&self, change: &Change, new_config: &TargetConfig) -> Result<(), String> {
         let mut st = self.applied.lock().unwrap_or_else(|e| e.into_inner());
         if let Change::CreateTransport(tc) = change {
-            if *self.target.limits() != nvmf_core::target::TransportLimits::from_config(tc) {
+            if tc.trtype == nvmf_config::TransportType::Tcp
+                && *self.target.limits() != nvmf_core::target::TransportLimits::from_config(tc)
+            {
                 info!(
                     "transport limits are fixed while nvmfd runs: the new TCP transport \
                      parameters are saved and take effect at the next start"

@@ -6,8 +6,9 @@
 //! of RPCs (the state file holds a complete configuration), bad input over
 //! the socket (daemon keeps running, state unchanged), remove_listener
 //! refuses new connections, save_config → `-c` → save_config byte-identical,
-//! the socket-in-use / stale-socket rules, and delete_subsystem closing its
-//! queues before it answers with a reconnect refused without DNR.
+//! the socket-in-use / stale-socket rules, delete_subsystem closing its
+//! queues before it answers with a reconnect refused without DNR, and the
+//! clear refusal of NVMe/RDMA listeners (at start and live) in this build.
 
 use nvmf_testkit::{
     bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, run_bounded, Process as Nvmfd,
@@ -633,4 +634,76 @@ fn delete_subsystem_closes_queues_at_once_and_reconnect_may_retry() {
         &port.to_string(),
     ]);
     assert_perf_ok(&perf(port, 1), &d);
+}
+
+/// An RDMA transport is accepted into the configuration, but an RDMA
+/// listener is refused with a clear error: live (nothing changes, the daemon
+/// keeps serving TCP) and at start (nvmfd exits 1 naming the listener).
+#[test]
+fn rdma_listener_is_refused_live_and_at_start() {
+    let dir = tmp_dir("rdma");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let mut d = Daemon::start(&dir, Some(&empty), true);
+    d.walkthrough(port);
+    d.ok(&[
+        "nvmf_create_transport",
+        "-t",
+        "RDMA",
+        "-u",
+        "8192",
+        "-c",
+        "8192",
+    ]);
+    let t = d.call("nvmf_get_transports", json!({"trtype": "RDMA"}));
+    assert_eq!(t[0]["max_srq_depth"], 4096, "{t}");
+    let before = d.call("save_config", json!({}));
+    let state = std::fs::read(dir.join("state.json")).unwrap();
+    let (ok, text) = d.cli(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "rdma",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        "4420",
+    ]);
+    assert!(!ok, "{text}");
+    assert!(
+        text.contains(
+            "NVMe/RDMA listener 127.0.0.1:4420: the RDMA transport is not available in this build yet"
+        ),
+        "{text}"
+    );
+    assert!(d.running(), "{}", d.logs());
+    assert_eq!(d.call("save_config", json!({})), before);
+    assert_eq!(std::fs::read(dir.join("state.json")).unwrap(), state);
+    assert_perf_ok(&perf(port, 1), &d);
+    drop(d);
+
+    // A configuration with an RDMA listener does not start.
+    let mut cfg = before.clone();
+    let nvmf = cfg["subsystems"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|s| s["subsystem"] == "nvmf")
+        .unwrap();
+    nvmf["config"].as_array_mut().unwrap().push(json!({
+        "method": "nvmf_subsystem_add_listener",
+        "params": {"nqn": NQN, "listen_address": {"trtype": "RDMA", "adrfam": "IPv4",
+                   "traddr": "127.0.0.1", "trsvcid": "4420"}}
+    }));
+    let file = dir.join("rdma.json");
+    std::fs::write(&file, serde_json::to_string_pretty(&cfg).unwrap()).unwrap();
+    std::fs::create_dir_all(dir.join("start")).unwrap();
+    let mut d = Daemon::spawn(&dir.join("start"), Some(&file), false);
+    let st = d
+        .wait_exit(Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("nvmfd must refuse the RDMA listener\n{}", d.logs()));
+    assert_eq!(st.code(), Some(1), "{}", d.logs());
+    d.wait_log(
+        "NVMe/RDMA listener 127.0.0.1:4420: the RDMA transport is not available in this build yet",
+    );
 }
