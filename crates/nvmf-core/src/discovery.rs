@@ -189,6 +189,7 @@ mod tests {
             trsvcid: "4420".into(),
             peer: "10.0.0.2:50000".parse().unwrap(),
             tls: None,
+            caps: crate::transport::TransportCaps::MESSAGE_BASED,
         }
     }
 

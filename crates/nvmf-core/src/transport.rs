@@ -111,12 +111,11 @@ impl Default for TransportCaps {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportTable {
     by_type: Vec<(TransportType, TransportLimits)>,
-    /// Limits for a type nobody configured or defaulted (TCP's defaults).
-    fallback: TransportLimits,
 }
 
 impl TransportTable {
-    /// Limits from the configured transports; TCP always has an entry.
+    /// Limits from the configured transports; every transport type has an
+    /// entry (its SPDK defaults when not configured).
     pub fn from_config(transports: &[TransportConfig]) -> TransportTable {
         let mut by_type: Vec<(TransportType, TransportLimits)> = Vec::new();
         for t in transports {
@@ -124,19 +123,22 @@ impl TransportTable {
                 by_type.push((t.trtype, TransportLimits::from_config(t)));
             }
         }
-        let fallback = TransportLimits::from_config(&TransportConfig::tcp_default());
-        if !by_type.iter().any(|(ty, _)| *ty == TransportType::Tcp) {
-            by_type.push((TransportType::Tcp, fallback));
+        for ty in [TransportType::Tcp, TransportType::Rdma] {
+            if !by_type.iter().any(|(t, _)| *t == ty) {
+                let defaults = TransportConfig::default_for(ty);
+                by_type.push((ty, TransportLimits::from_config(&defaults)));
+            }
         }
-        TransportTable { by_type, fallback }
+        TransportTable { by_type }
     }
 
     /// The limits of `trtype`.
     pub fn get(&self, trtype: TransportType) -> &TransportLimits {
-        self.by_type
-            .iter()
-            .find(|(ty, _)| *ty == trtype)
-            .map_or(&self.fallback, |(_, l)| l)
+        match self.by_type.iter().find(|(ty, _)| *ty == trtype) {
+            Some((_, l)) => l,
+            // from_config gives every type an entry.
+            None => &self.by_type[0].1,
+        }
     }
 }
 
@@ -151,6 +153,20 @@ mod tests {
             *t.get(TransportType::Tcp),
             TransportLimits::from_config(&TransportConfig::tcp_default())
         );
+    }
+
+    #[test]
+    fn rdma_gets_its_defaults_or_its_own_configuration() {
+        let t = TransportTable::from_config(&[]);
+        assert_eq!(
+            *t.get(TransportType::Rdma),
+            TransportLimits::from_config(&TransportConfig::rdma_default())
+        );
+        let mut rdma = TransportConfig::rdma_default();
+        rdma.max_queue_depth = 512;
+        let t = TransportTable::from_config(&[TransportConfig::tcp_default(), rdma]);
+        assert_eq!(t.get(TransportType::Rdma).max_queue_depth, 512);
+        assert_eq!(t.get(TransportType::Tcp).max_queue_depth, 128);
     }
 
     #[test]

@@ -38,7 +38,7 @@ fn target() -> Arc<Target> {
     let mut s = SubsystemConfig::new(NQN);
     s.allow_any_host = true;
     s.listeners = vec![nvmf_config::ListenerConfig {
-        trtype: TransportType::Tcp,
+        trtype: TransportType::Rdma,
         adrfam: AddressFamily::Ipv4,
         traddr: "192.0.2.1".to_string(),
         trsvcid: "4420".to_string(),
@@ -62,7 +62,7 @@ fn target() -> Arc<Target> {
             file: None,
             rbd: None,
         }],
-        transports: vec![TransportConfig::tcp_default()],
+        transports: vec![TransportConfig::rdma_default()],
         subsystems: vec![s],
         ..TargetConfig::default()
     };
@@ -71,7 +71,7 @@ fn target() -> Arc<Target> {
 
 fn port() -> Arc<PortInfo> {
     Arc::new(PortInfo {
-        trtype: TransportType::Tcp,
+        trtype: TransportType::Rdma,
         adrfam: AddressFamily::Ipv4,
         traddr: "192.0.2.1".to_string(),
         trsvcid: "4420".to_string(),

@@ -6,4 +6,12 @@
 
 pub mod queue;
 
+/// What NVMe/RDMA states about its capsules (each connection's
+/// `PortInfo::caps`): host memory is reached through Keyed SGL Data Block
+/// descriptors, one per command.
+pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps {
+    keyed_sgls: true,
+    msdbd: 1,
+};
+
 pub use queue::{Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
