@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/fuzz-smoke.sh - a short real libFuzzer session of every cargo-fuzz target:
-#   nvmf-wire `decode` (PDU decoder) and nvmf-fuzz `connection` (whole NVMe/TCP connections
+#   nvmf-wire `decode` (PDU decoder), nvmf-wire `rdma` (NVMe/RDMA connect private data and
+#   keyed SGL parsers) and nvmf-fuzz `connection` (whole NVMe/TCP connections
 #   against an in-process target), SECONDS each (default 30), starting from the committed corpora.
 # Fails on the first crash, failed invariant, timeout or OOM (the input is left in the
 # target's fuzz/artifacts/ directory). Installs the nightly toolchain and cargo-fuzz when missing.
@@ -38,5 +39,6 @@ run() {
 
 rc=0
 run crates/nvmf-wire/fuzz decode 4096 seeds/decode || rc=1
+run crates/nvmf-wire/fuzz rdma 256 seeds/rdma || rc=1
 run crates/nvmf-fuzz/fuzz connection 4096 seeds/connection cmin/connection regressions/connection || rc=1
 exit "$rc"

@@ -1,7 +1,8 @@
 //! discovery.rs — the Discovery log page (Get Log Page 70h) from the host
 //! side: reading it consistently (header, entries, header again until the
 //! generation counter is stable), the owned `DiscoveryLog`/`DiscoveryEntry`
-//! form, and the text `nvme discover` prints for it.
+//! form, and the text `nvme discover` prints for it (TCP security type, RDMA
+//! TSAS).
 
 use crate::controller::Controller;
 use crate::error::{Error, Result};
@@ -9,6 +10,11 @@ use nvmf_wire::log::{
     DiscoveryLogEntry, DiscoveryLogHeader, ADRFAM_FC, ADRFAM_IB, ADRFAM_IPV4, ADRFAM_IPV6,
     EFLAGS_DUPRETINFO, EFLAGS_EPCSD, EFLAGS_NCC, SUBTYPE_CURRENT_DISCOVERY, SUBTYPE_DISCOVERY,
     SUBTYPE_NVM, TREQ_DISABLE_SQFLOW, TRTYPE_FC, TRTYPE_LOOP, TRTYPE_RDMA, TRTYPE_TCP,
+};
+use nvmf_wire::rdma::{
+    RdmaTsas, RDMA_CMS_RDMA_CM, RDMA_PRTYPE_IB, RDMA_PRTYPE_IWARP, RDMA_PRTYPE_NOT_SPECIFIED,
+    RDMA_PRTYPE_ROCE, RDMA_PRTYPE_ROCEV2, RDMA_QPTYPE_RELIABLE_CONNECTED,
+    RDMA_QPTYPE_RELIABLE_DATAGRAM,
 };
 use nvmf_wire::zerocopy::FromBytes;
 use nvmf_wire::LogPageId;
@@ -37,6 +43,8 @@ pub struct DiscoveryEntry {
     pub traddr: String,
     /// TCP security type (TSAS byte 0).
     pub sectype: u8,
+    /// The RDMA TSAS of an RDMA record (`None` for other transports).
+    pub rdma: Option<RdmaTsas>,
 }
 
 impl DiscoveryEntry {
@@ -54,6 +62,7 @@ impl DiscoveryEntry {
             subnqn: e.subnqn().to_string(),
             traddr: e.traddr().to_string(),
             sectype: e.tsas[0],
+            rdma: (e.trtype == TRTYPE_RDMA).then(|| RdmaTsas::from_bytes(&e.tsas)),
         }
     }
 }
@@ -179,6 +188,35 @@ pub fn sectype_str(s: u8) -> String {
     }
 }
 
+/// RDMA provider type, as nvme-cli prints it.
+pub fn rdma_prtype_str(p: u8) -> String {
+    match p {
+        RDMA_PRTYPE_NOT_SPECIFIED => "not specified".into(),
+        RDMA_PRTYPE_IB => "infiniband".into(),
+        RDMA_PRTYPE_ROCE => "roce".into(),
+        RDMA_PRTYPE_ROCEV2 => "roce-v2".into(),
+        RDMA_PRTYPE_IWARP => "iwarp".into(),
+        o => format!("unrecognized ({o})"),
+    }
+}
+
+/// RDMA queue pair service type, as nvme-cli prints it.
+pub fn rdma_qptype_str(q: u8) -> String {
+    match q {
+        RDMA_QPTYPE_RELIABLE_CONNECTED => "connected".into(),
+        RDMA_QPTYPE_RELIABLE_DATAGRAM => "datagram".into(),
+        o => format!("unrecognized ({o})"),
+    }
+}
+
+/// RDMA connection management service, as nvme-cli prints it.
+pub fn rdma_cms_str(c: u8) -> String {
+    match c {
+        RDMA_CMS_RDMA_CM => "rdma-cm".into(),
+        o => format!("unrecognized ({o})"),
+    }
+}
+
 /// The log as `nvme discover` prints it.
 pub fn format_nvme_cli(log: &DiscoveryLog) -> String {
     let mut s = String::new();
@@ -201,6 +239,12 @@ pub fn format_nvme_cli(log: &DiscoveryLog) -> String {
         let _ = writeln!(s, "eflags:  {}", eflags_str(e.eflags));
         if e.trtype == TRTYPE_TCP {
             let _ = writeln!(s, "sectype: {}", sectype_str(e.sectype));
+        }
+        if let Some(t) = &e.rdma {
+            let _ = writeln!(s, "rdma_prtype: {}", rdma_prtype_str(t.prtype));
+            let _ = writeln!(s, "rdma_qptype: {}", rdma_qptype_str(t.qptype));
+            let _ = writeln!(s, "rdma_cms:    {}", rdma_cms_str(t.cms));
+            let _ = writeln!(s, "rdma_pkey: {:#06x}", t.pkey.get());
         }
     }
     s
@@ -227,6 +271,7 @@ mod tests {
                 subnqn: "nqn.2024-01.io.nvmfd:default".into(),
                 traddr: "127.0.0.1".into(),
                 sectype: 0,
+                rdma: None,
             }],
         };
         let s = format_nvme_cli(&log);
@@ -235,5 +280,50 @@ mod tests {
         assert!(s.contains("treq:    not required\n"));
         assert!(s.contains("subnqn:  nqn.2024-01.io.nvmfd:default\n"));
         assert!(s.contains("sectype: none\n"));
+    }
+
+    #[test]
+    fn rdma_records_print_their_tsas() {
+        let mut wire = DiscoveryLogEntry::new(
+            TRTYPE_RDMA,
+            ADRFAM_IPV4,
+            SUBTYPE_NVM,
+            0,
+            1,
+            32,
+            "4420",
+            "nqn.2016-06.io.spdk:cnode1",
+            "192.168.100.8",
+        );
+        wire.tsas = RdmaTsas::rdma_cm().to_bytes();
+        let e = DiscoveryEntry::from_wire(&wire);
+        assert_eq!(e.rdma, Some(RdmaTsas::rdma_cm()));
+        let s = format_nvme_cli(&DiscoveryLog {
+            genctr: 1,
+            entries: vec![e],
+        });
+        assert!(s.contains("trtype:  rdma\n"), "{s}");
+        assert!(!s.contains("sectype"), "{s}");
+        assert!(
+            s.contains(
+                "rdma_prtype: not specified\nrdma_qptype: connected\nrdma_cms:    rdma-cm\nrdma_pkey: 0x0000\n"
+            ),
+            "{s}"
+        );
+        // A TCP record has no RDMA TSAS.
+        let tcp = DiscoveryLogEntry::new(
+            TRTYPE_TCP,
+            ADRFAM_IPV4,
+            SUBTYPE_NVM,
+            0,
+            1,
+            32,
+            "4420",
+            "nqn.2016-06.io.spdk:cnode1",
+            "192.168.100.8",
+        );
+        assert_eq!(DiscoveryEntry::from_wire(&tcp).rdma, None);
+        assert_eq!(rdma_prtype_str(4), "roce-v2");
+        assert_eq!(rdma_qptype_str(9), "unrecognized (9)");
     }
 }

@@ -751,7 +751,7 @@ fn discover(a: DiscoverArgs) -> Result<ExitCode> {
             .entries
             .iter()
             .map(|e| {
-                serde_json::json!({
+                let mut r = serde_json::json!({
                     "trtype": nvmf_host::discovery::trtype_str(e.trtype),
                     "adrfam": nvmf_host::discovery::adrfam_str(e.adrfam),
                     "subtype": nvmf_host::discovery::subtype_str(e.subtype),
@@ -764,7 +764,15 @@ fn discover(a: DiscoverArgs) -> Result<ExitCode> {
                     "sectype": nvmf_host::discovery::sectype_str(e.sectype),
                     "cntlid": e.cntlid,
                     "asqsz": e.asqsz,
-                })
+                });
+                if let Some(t) = &e.rdma {
+                    use nvmf_host::discovery::{rdma_cms_str, rdma_prtype_str, rdma_qptype_str};
+                    r["rdma_prtype"] = rdma_prtype_str(t.prtype).into();
+                    r["rdma_qptype"] = rdma_qptype_str(t.qptype).into();
+                    r["rdma_cms"] = rdma_cms_str(t.cms).into();
+                    r["rdma_pkey"] = t.pkey.get().into();
+                }
+                r
             })
             .collect();
         let v = serde_json::json!({"genctr": log.genctr, "records": records});
