@@ -5,7 +5,8 @@
 //! with the accept data; the client SENDs the addresses and keys of a source buffer (its MR's
 //! rkey) and a destination (a type 2 memory window it bound); the server RDMA READs the source,
 //! RDMA WRITEs it back transformed and SENDs with invalidate of the window's rkey in one post;
-//! the client checks the data and the invalidated rkey, disconnects, both see `Disconnected`.
+//! the client checks the data and the invalidated rkey; the server checks that an RDMA WRITE
+//! under that rkey now fails (remote access error) and disconnects; both see `Disconnected`.
 //! Opt-in with NVMFD_INTEROP=1, like rdma_testbed.rs.
 
 use std::path::PathBuf;
@@ -104,6 +105,7 @@ fn verbs_pingpong_between_guests() {
         ("client", &client, "rejected as expected"),
         ("client", &client, "invalidated by the server's SEND"),
         ("server", &server, "sent with invalidate of rkey"),
+        ("server", &server, "failed as it must"),
     ] {
         assert!(
             run.stdout.contains(line),

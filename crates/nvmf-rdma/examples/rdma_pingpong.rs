@@ -12,8 +12,9 @@
 //! window, and SENDs their addresses and keys. The server RDMA READs the source, RDMA WRITEs
 //! the source with every byte XORed with 0x5a into the destination, then (in the same post)
 //! SENDs "done" with invalidate of the window's rkey. The client checks the data, the
-//! invalidated rkey and the private data of both sides, disconnects, and both exit 0 after
-//! printing `PASS`. Every wait is bounded by `--timeout` (default 60 s) in all.
+//! invalidated rkey and the private data of both sides. The server then checks the window is
+//! really gone (an RDMA WRITE under its rkey fails with a remote access error) and
+//! disconnects; both exit 0 after printing `PASS`. Every wait is bounded by `--timeout` (default 60 s) in all.
 
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
@@ -35,6 +36,8 @@ const DATA_LEN: usize = 4096;
 const MSG_LEN: usize = 64;
 const LISTENER: u64 = 1;
 const CONN: u64 = 2;
+/// `IBV_WC_REM_ACCESS_ERR`
+const IBV_WC_REM_ACCESS_ERR: u32 = 10;
 
 type Res<T> = Result<T, String>;
 
@@ -148,8 +151,23 @@ fn expect_cm(ch: &EventChannel, deadline: Instant, kind: CmEventKind, token: u64
     Ok(ev)
 }
 
-/// The next completion: poll, arm, poll again, sleep on the channel fd (the reactor pattern).
+/// The next successful completion.
 fn next_wc(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Completion> {
+    let c = next_wc_any(cq, deadline, what)?;
+    if !c.is_ok() {
+        return Err(format!(
+            "{what}: work request {} failed: {} (vendor error {})",
+            c.wr_id(),
+            c.status_str(),
+            c.vendor_err()
+        ));
+    }
+    Ok(c)
+}
+
+/// The next completion, failed or not: poll, arm, poll again, sleep on the channel fd (the
+/// reactor pattern).
+fn next_wc_any(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Completion> {
     let mut wc = [Completion::default(); 1];
     loop {
         if cq.poll(&mut wc).map_err(|e| e.to_string())? == 1 {
@@ -164,14 +182,6 @@ fn next_wc(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Completio
     }
     let c = wc[0];
     println!("completion {c:?}");
-    if !c.is_ok() {
-        return Err(format!(
-            "{what}: work request {} failed: {} (vendor error {})",
-            c.wr_id(),
-            c.status_str(),
-            c.vendor_err()
-        ));
-    }
     Ok(c)
 }
 
@@ -422,7 +432,33 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
     if c.wr_id() != 31 || c.opcode() != WcOpcode::Send {
         return Err(format!("expected the SEND (wr 31), got {c:?}"));
     }
-    // the client disconnects once it has checked everything
+    // the window is invalidated now: a WRITE under its rkey must fail at the client
+    id.post_send(&[SendWr {
+        wr_id: 32,
+        op: SendOp::RdmaWrite {
+            remote_addr: req.dst_addr,
+            rkey: req.dst_rkey,
+        },
+        local: &[buf.sge(data, 16)],
+        signaled: true,
+        inline: false,
+    }])
+    .map_err(|e| e.to_string())?;
+    let c = next_wc_any(&cq, deadline, "the WRITE under the invalidated rkey")?;
+    if c.wr_id() != 32 || c.status() != IBV_WC_REM_ACCESS_ERR {
+        return Err(format!(
+            "a WRITE under the invalidated rkey {:#x} ended with {} ({c:?}), expected a remote \
+             access error",
+            req.dst_rkey,
+            c.status_str()
+        ));
+    }
+    println!(
+        "a WRITE under the invalidated rkey {:#x} failed as it must: {}",
+        req.dst_rkey,
+        c.status_str()
+    );
+    id.disconnect().map_err(|e| e.to_string())?;
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
     println!("served: read {DATA_LEN} bytes, wrote them back transformed, sent with invalidate of rkey {:#x}", req.dst_rkey);
     drop(conn);
@@ -571,7 +607,7 @@ fn run_client(addr: SocketAddr, deadline: Instant) -> Res<()> {
         }
     }
     println!("checked: {DATA_LEN} bytes read and written back, rkey {mw_rkey:#x} invalidated by the server's SEND");
-    id.disconnect().map_err(|e| e.to_string())?;
+    // the server probes the invalidated window, then disconnects
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
     drop(mw);
     drop(id);
