@@ -4,7 +4,8 @@
 # RDMA WRITE through a memory window, SEND with invalidate; see its top comment).
 #
 # env: ROLE=server|client  PORT (the server's port on the link)  TIMEOUT (s, for the program)
-#      server: writes /job/serving once it listens, then serves one client
+#      server: writes /job/serving once it listens, then serves one client; LISTEN_IP (the
+#              address it listens on: its link address by default; "[::]" is the wildcard)
 #      client: PEER_IP (the server guest's link address)
 exec 2>&1
 set -u
@@ -18,7 +19,7 @@ took() { awk -v a="$t0" -v b="$(cut -d' ' -f1 /proc/uptime)" 'BEGIN { printf "%.
 
 case ${ROLE:?ROLE not set} in
 server)
-  "$PP" --server "$MY_IP:$PORT" --timeout "$TIMEOUT" > /tmp/pp.log 2>&1 &
+  "$PP" --server "${LISTEN_IP:-$MY_IP}:$PORT" --timeout "$TIMEOUT" > /tmp/pp.log 2>&1 &
   srv=$!
   for _ in $(seq 100); do   # 10 s at most
     grep -q '^listening on' /tmp/pp.log && break

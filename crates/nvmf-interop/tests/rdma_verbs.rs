@@ -57,6 +57,9 @@ fn verbs_pingpong_between_guests() {
             ("PORT", PORT.to_string()),
             ("TIMEOUT", "90".to_string()),
             ("PEER_IP", link.target_ip.to_string()),
+            // the server listens on the IPv6 wildcard (dual stack): an IPv6 sockaddr, and a
+            // listener bound to no device, whose connections each bring their own
+            ("LISTEN_IP", "[::]".to_string()),
         ]
     };
     let mut server = ListenGuest::start(

@@ -153,6 +153,26 @@ mod tests {
         }
     }
 
+    /// The libraries are opened at run time only: nothing linking this crate needs them to
+    /// start (the test executable links what any user of the crate links).
+    #[test]
+    fn rdma_core_is_not_linked() {
+        let exe = std::env::current_exe().expect("current_exe");
+        let out = match std::process::Command::new("ldd").arg(&exe).output() {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+            other => {
+                eprintln!("skipped: ldd {} did not run: {other:?}", exe.display());
+                return;
+            }
+        };
+        assert!(out.contains("libc.so"), "unexpected ldd output:\n{out}");
+        assert!(
+            !out.contains("libibverbs") && !out.contains("librdmacm"),
+            "{} links rdma-core:\n{out}",
+            exe.display()
+        );
+    }
+
     #[test]
     fn missing_library_is_named() {
         let e = ffi::Lib::load("libibverbs-not-here.so.1", RDMACM)
