@@ -104,11 +104,14 @@ fn verbs_pingpong_between_guests() {
         server.report(None)
     );
     // the program's own checks ran (not only its exit status)
+    let peer_line = format!("connection from peer {} port", link.host_ip);
     for (who, run, line) in [
         ("client", &client, "rejected as expected"),
         ("client", &client, "invalidated by the server's SEND"),
         ("server", &server, "sent with invalidate of rkey"),
         ("server", &server, "failed as it must"),
+        ("server", &server, peer_line.as_str()),
+        ("server", &server, "device limits DeviceLimits"),
     ] {
         assert!(
             run.stdout.contains(line),

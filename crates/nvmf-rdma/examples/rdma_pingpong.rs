@@ -342,7 +342,29 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
     }
     let (ref mut id, rr, idepth) = conn;
     id.set_token(CONN);
+    if listener.device().is_some() && addr.ip().is_unspecified() {
+        return Err("a wildcard listener is bound to a device".into());
+    }
+    let peer = id.peer_addr().ok_or("the connection has no peer address")?;
+    let local = id
+        .local_addr()
+        .ok_or("the connection has no local address")?;
+    println!(
+        "connection from peer {} port {} to {} port {}",
+        peer.ip().to_canonical(),
+        peer.port(),
+        local.ip().to_canonical(),
+        local.port()
+    );
     let dev = id.device().ok_or("the connection has no device")?;
+    let limits = dev.limits().map_err(|e| e.to_string())?;
+    println!("device limits {limits:?}");
+    if limits.max_qp_rd_atom == 0 || limits.max_qp_wr < caps().send_depth {
+        return Err(format!("implausible device limits {limits:?}"));
+    }
+    // grant at most what the device can serve (the NVMe/RDMA target's READ depth bound)
+    let max_rd = limits.max_qp_rd_atom.min(255) as u8;
+    let max_init = limits.max_qp_init_rd_atom.min(255) as u8;
     let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
     let cq = CompletionQueue::new(dev, 64).map_err(|e| e.to_string())?;
     let got = id
@@ -358,8 +380,8 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
     .map_err(|e| e.to_string())?;
     id.accept(&ConnParam {
         private_data: ACCEPT,
-        responder_resources: rr.min(4),
-        initiator_depth: idepth.min(4),
+        responder_resources: rr.min(max_rd),
+        initiator_depth: idepth.min(max_init),
         ..ConnParam::default()
     })
     .map_err(|e| e.to_string())?;

@@ -334,6 +334,20 @@ impl CmId {
         Ok(())
     }
 
+    /// The local address (after `listen`, address resolution, or on a connection request's
+    /// id); `None` while unbound.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: `raw` is live; the library keeps the route's addresses in place.
+        from_storage(unsafe { &(*self.raw).src_addr })
+    }
+
+    /// The peer's address (the initiator's on a connection request's id, the target's after
+    /// address resolution); `None` when there is none.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        // SAFETY: as in local_addr.
+        from_storage(unsafe { &(*self.raw).dst_addr })
+    }
+
     /// The local port (after `listen` or connection setup).
     pub fn local_port(&self) -> Result<u16> {
         let l = lib()?;
@@ -492,6 +506,30 @@ fn sockaddr(addr: SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
     (ss, len as libc::socklen_t)
 }
 
+fn from_storage(ss: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match ss.ss_family as i32 {
+        libc::AF_INET => {
+            // SAFETY: the family says this is a sockaddr_in.
+            let sin = unsafe { &*(ss as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::from((
+                sin.sin_addr.s_addr.to_ne_bytes(),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says this is a sockaddr_in6.
+            let sin6 = unsafe { &*(ss as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(std::net::SocketAddrV6::new(
+                sin6.sin6_addr.s6_addr.into(),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
 pub(crate) fn set_nonblocking(fd: RawFd, op: &'static str) -> Result<()> {
     // SAFETY: fcntl on a descriptor we own.
     let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
@@ -522,6 +560,17 @@ mod tests {
         assert_eq!(sin6.sin6_family as i32, libc::AF_INET6);
         assert_eq!(sin6.sin6_scope_id, 3);
         assert_eq!(sin6.sin6_addr.s6_addr[0], 0xfe);
+    }
+
+    #[test]
+    fn sockaddrs_round_trip() {
+        for a in ["10.77.0.1:4420", "[fe80::1%3]:4420", "[::]:0"] {
+            let a: SocketAddr = a.parse().unwrap();
+            assert_eq!(from_storage(&sockaddr(a).0), Some(a));
+        }
+        // SAFETY: all-zero is a valid (AF_UNSPEC) sockaddr_storage.
+        let none: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        assert_eq!(from_storage(&none), None);
     }
 
     #[test]

@@ -216,6 +216,52 @@ pub struct ibv_qp_init_attr {
     pub sq_sig_all: c_int,
 }
 
+/// `struct ibv_device_attr`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct ibv_device_attr {
+    pub fw_ver: [c_char; 64],
+    pub node_guid: u64,
+    pub sys_image_guid: u64,
+    pub max_mr_size: u64,
+    pub page_size_cap: u64,
+    pub vendor_id: u32,
+    pub vendor_part_id: u32,
+    pub hw_ver: u32,
+    pub max_qp: c_int,
+    pub max_qp_wr: c_int,
+    pub device_cap_flags: u32,
+    pub max_sge: c_int,
+    pub max_sge_rd: c_int,
+    pub max_cq: c_int,
+    pub max_cqe: c_int,
+    pub max_mr: c_int,
+    pub max_pd: c_int,
+    pub max_qp_rd_atom: c_int,
+    pub max_ee_rd_atom: c_int,
+    pub max_res_rd_atom: c_int,
+    pub max_qp_init_rd_atom: c_int,
+    pub max_ee_init_rd_atom: c_int,
+    pub atomic_cap: u32,
+    pub max_ee: c_int,
+    pub max_rdd: c_int,
+    pub max_mw: c_int,
+    pub max_raw_ipv6_qp: c_int,
+    pub max_raw_ethy_qp: c_int,
+    pub max_mcast_grp: c_int,
+    pub max_mcast_qp_attach: c_int,
+    pub max_total_mcast_qp_attach: c_int,
+    pub max_ah: c_int,
+    pub max_fmr: c_int,
+    pub max_map_per_fmr: c_int,
+    pub max_srq: c_int,
+    pub max_srq_wr: c_int,
+    pub max_srq_sge: c_int,
+    pub max_pkeys: u16,
+    pub local_ca_ack_delay: u8,
+    pub phys_port_cnt: u8,
+}
+
 // ---- librdmacm ----
 
 pub const RDMA_PS_TCP: u32 = 0x0106;
@@ -226,13 +272,17 @@ pub struct rdma_event_channel {
     pub fd: c_int,
 }
 
-/// `struct rdma_cm_id` (leading part, through `qp`).
+/// `struct rdma_cm_id` (leading part, through the route's source and destination addresses).
 #[repr(C)]
 pub struct rdma_cm_id {
     pub verbs: *mut ibv_context,
     pub channel: *mut rdma_event_channel,
     pub context: *mut c_void,
     pub qp: *mut ibv_qp,
+    /// `route.addr.src_storage`
+    pub src_addr: libc::sockaddr_storage,
+    /// `route.addr.dst_storage`
+    pub dst_addr: libc::sockaddr_storage,
 }
 
 /// `struct rdma_conn_param`.
@@ -288,6 +338,7 @@ pub struct Lib {
         unsafe extern "C" fn(*mut ibv_comp_channel, *mut *mut ibv_cq, *mut *mut c_void) -> c_int,
     pub ibv_ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
     pub ibv_wc_status_str: unsafe extern "C" fn(u32) -> *const c_char,
+    pub ibv_query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
     pub rdma_create_event_channel: unsafe extern "C" fn() -> *mut rdma_event_channel,
     pub rdma_destroy_event_channel: unsafe extern "C" fn(*mut rdma_event_channel),
     pub rdma_create_id: unsafe extern "C" fn(
@@ -352,6 +403,7 @@ impl Lib {
             ibv_get_cq_event: sym!(iv, ibverbs, ibv_get_cq_event),
             ibv_ack_cq_events: sym!(iv, ibverbs, ibv_ack_cq_events),
             ibv_wc_status_str: sym!(iv, ibverbs, ibv_wc_status_str),
+            ibv_query_device: sym!(iv, ibverbs, ibv_query_device),
             rdma_create_event_channel: sym!(cm, rdmacm, rdma_create_event_channel),
             rdma_destroy_event_channel: sym!(cm, rdmacm, rdma_destroy_event_channel),
             rdma_create_id: sym!(cm, rdmacm, rdma_create_id),
@@ -419,6 +471,18 @@ const _: () = {
     assert!(size_of::<ibv_qp_init_attr>() == 64);
     assert!(offset_of!(rdma_cm_id, context) == 16);
     assert!(offset_of!(rdma_cm_id, qp) == 24);
+    assert!(offset_of!(rdma_cm_id, src_addr) == 32);
+    assert!(offset_of!(rdma_cm_id, dst_addr) == 160);
+    assert!(size_of::<ibv_device_attr>() == 232);
+    assert!(offset_of!(ibv_device_attr, max_mr_size) == 80);
+    assert!(offset_of!(ibv_device_attr, max_qp_wr) == 112);
+    assert!(offset_of!(ibv_device_attr, max_sge) == 120);
+    assert!(offset_of!(ibv_device_attr, max_cqe) == 132);
+    assert!(offset_of!(ibv_device_attr, max_qp_rd_atom) == 144);
+    assert!(offset_of!(ibv_device_attr, max_qp_init_rd_atom) == 156);
+    assert!(offset_of!(ibv_device_attr, max_mw) == 176);
+    assert!(offset_of!(ibv_device_attr, max_srq) == 212);
+    assert!(offset_of!(ibv_device_attr, max_srq_wr) == 216);
     assert!(size_of::<rdma_conn_param>() == 24);
     assert!(offset_of!(rdma_conn_param, responder_resources) == 9);
     assert!(offset_of!(rdma_conn_param, qp_num) == 16);

@@ -26,8 +26,8 @@ use std::sync::OnceLock;
 
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 pub use verbs::{
-    next_rkey, Access, Completion, CompletionQueue, Device, MemoryRegion, MemoryWindow, PostError,
-    ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge, WcOpcode,
+    next_rkey, Access, Completion, CompletionQueue, Device, DeviceLimits, MemoryRegion,
+    MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge, WcOpcode,
 };
 
 /// A failed RDMA call: which C function, and the `errno` it left.

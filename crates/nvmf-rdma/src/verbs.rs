@@ -38,6 +38,53 @@ impl Device {
     pub fn key(&self) -> usize {
         self.ctx as usize
     }
+
+    /// The device's limits (`ibv_query_device`).
+    pub fn limits(&self) -> Result<DeviceLimits> {
+        let l = lib()?;
+        // SAFETY: all-zero is a valid ibv_device_attr; `ctx` is live.
+        let mut a: ffi::ibv_device_attr = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let r = unsafe { (l.ibv_query_device)(self.ctx, &mut a) };
+        if r != 0 {
+            return Err(Error::errno("ibv_query_device", r.abs()));
+        }
+        let u = |v: i32| v.max(0) as u32;
+        Ok(DeviceLimits {
+            max_qp_wr: u(a.max_qp_wr),
+            max_sge: u(a.max_sge),
+            max_cqe: u(a.max_cqe),
+            max_mr_size: a.max_mr_size,
+            max_qp_rd_atom: u(a.max_qp_rd_atom),
+            max_qp_init_rd_atom: u(a.max_qp_init_rd_atom),
+            max_mw: u(a.max_mw),
+            max_srq: u(a.max_srq),
+            max_srq_wr: u(a.max_srq_wr),
+        })
+    }
+}
+
+/// What a device allows (the part a transport sizes its queues and RDMA READ depth by).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceLimits {
+    /// Work requests per queue.
+    pub max_qp_wr: u32,
+    /// Scatter/gather entries per work request.
+    pub max_sge: u32,
+    /// Entries per completion queue.
+    pub max_cqe: u32,
+    /// Largest memory registration.
+    pub max_mr_size: u64,
+    /// RDMA READs a QP can serve at once as responder (`responder_resources` it can grant).
+    pub max_qp_rd_atom: u32,
+    /// RDMA READs a QP can have outstanding as requester (`initiator_depth`).
+    pub max_qp_init_rd_atom: u32,
+    /// Memory windows (0: none).
+    pub max_mw: u32,
+    /// Shared receive queues (0: none).
+    pub max_srq: u32,
+    /// Work requests per shared receive queue.
+    pub max_srq_wr: u32,
 }
 
 impl CmId {
