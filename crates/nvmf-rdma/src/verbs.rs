@@ -636,9 +636,7 @@ pub(crate) struct QpResources {
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     caps: QpCaps,
-    send_wrs: Vec<ffi::ibv_send_wr>,
-    recv_wrs: Vec<ffi::ibv_recv_wr>,
-    sges: Vec<ffi::ibv_sge>,
+    scratch: WrScratch,
 }
 
 impl CmId {
@@ -689,9 +687,7 @@ impl CmId {
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
             caps: got,
-            send_wrs: Vec::new(),
-            recv_wrs: Vec::new(),
-            sges: Vec::new(),
+            scratch: WrScratch::default(),
         });
         Ok(got)
     }
@@ -730,45 +726,119 @@ impl CmId {
             return Ok(());
         }
         let res = self.qp.as_mut().expect("checked by qp_ptr");
-        let max_inline = res.caps.max_inline;
-        res.sges.clear();
-        res.send_wrs.clear();
+        let caps = res.caps;
+        let list = res.scratch.build_send(wrs, &caps).map_err(|e| fail(0, e))?;
+        let mut bad: *mut ffi::ibv_send_wr = null_mut();
+        // SAFETY: the list, its SGEs and the objects it names are live for the call; the
+        // provider copies what it keeps.
+        let r = unsafe { (ffi::ops((*qp).context).post_send)(qp, list, &mut bad) };
+        if r != 0 {
+            return Err(fail(
+                posted_before(list, bad),
+                Error::errno("ibv_post_send", r.abs()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts receive buffers as one list. Never blocks; fails if the receive queue is full.
+    pub fn post_recv(&mut self, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        let total = wrs.len();
+        let fail = |posted, error| PostError {
+            posted,
+            total,
+            error,
+        };
+        let qp = self.qp_ptr("ibv_post_recv").map_err(|e| fail(0, e))?;
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let res = self.qp.as_mut().expect("checked by qp_ptr");
+        let list = res.scratch.build_recv(wrs);
+        let mut bad: *mut ffi::ibv_recv_wr = null_mut();
+        // SAFETY: as in post_send.
+        let r = unsafe { (ffi::ops((*qp).context).post_recv)(qp, list, &mut bad) };
+        if r != 0 {
+            return Err(fail(
+                posted_before(list, bad),
+                Error::errno("ibv_post_recv", r.abs()),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// How many work requests of `list` precede `bad` (the one the device refused).
+fn posted_before<T>(list: *mut T, bad: *mut T) -> usize {
+    if bad.is_null() {
+        0
+    } else {
+        // SAFETY: the provider sets `bad` to an element of `list`.
+        unsafe { bad.offset_from(list).max(0) as usize }
+    }
+}
+
+/// Where work-request lists are built for the C library: reused from post to post, so
+/// posting allocates nothing once the vectors have grown to the largest batch.
+#[derive(Default)]
+pub(crate) struct WrScratch {
+    send_wrs: Vec<ffi::ibv_send_wr>,
+    recv_wrs: Vec<ffi::ibv_recv_wr>,
+    sges: Vec<ffi::ibv_sge>,
+}
+
+impl WrScratch {
+    /// The C list for `wrs` (linked through `next`), checked against the QP's `caps`.
+    fn build_send(&mut self, wrs: &[SendWr], caps: &QpCaps) -> Result<*mut ffi::ibv_send_wr> {
+        self.sges.clear();
+        self.send_wrs.clear();
         for (i, w) in wrs.iter().enumerate() {
-            let inline_len: u64 = w.local.iter().map(|s| s.len as u64).sum();
-            if w.inline && inline_len > max_inline as u64 {
-                return Err(fail(
-                    0,
-                    Error::invalid(
-                        "ibv_post_send",
-                        format!(
-                            "work request {i}: {inline_len} bytes inline, the QP allows {max_inline}"
-                        ),
+            if w.local.len() > caps.send_sge as usize {
+                return Err(Error::invalid(
+                    "ibv_post_send",
+                    format!(
+                        "work request {i}: {} scatter/gather entries, the QP allows {}",
+                        w.local.len(),
+                        caps.send_sge
                     ),
                 ));
             }
-            res.sges.extend(w.local.iter().map(|s| ffi::ibv_sge {
+            let inline_len: u64 = w.local.iter().map(|s| s.len as u64).sum();
+            if w.inline && inline_len > caps.max_inline as u64 {
+                return Err(Error::invalid(
+                    "ibv_post_send",
+                    format!(
+                        "work request {i}: {inline_len} bytes inline, the QP allows {}",
+                        caps.max_inline
+                    ),
+                ));
+            }
+            self.sges.extend(w.local.iter().map(|s| ffi::ibv_sge {
                 addr: s.addr,
                 length: s.len,
                 lkey: s.lkey,
             }));
         }
         let mut at = 0usize;
-        let base = res.sges.as_mut_ptr();
+        let base = self.sges.as_mut_ptr();
         for w in wrs {
             let mut raw = ffi::ibv_send_wr::default();
             raw.wr_id = w.wr_id;
             let n = w.local.len();
             if n > 0 {
-                // SAFETY: `at + n <= sges.len()`; the vector is not touched again until posted.
+                // SAFETY: `at + n <= sges.len()`; the vector does not change until posted.
                 raw.sg_list = unsafe { base.add(at) };
             }
             raw.num_sge = n as i32;
             at += n;
-            raw.send_flags = (if w.signaled {
+            raw.send_flags = if w.signaled {
                 ffi::IBV_SEND_SIGNALED
             } else {
                 0
-            }) | (if w.inline { ffi::IBV_SEND_INLINE } else { 0 });
+            };
+            if w.inline {
+                raw.send_flags |= ffi::IBV_SEND_INLINE;
+            }
             match w.op {
                 SendOp::Send => raw.opcode = ffi::IBV_WR_SEND,
                 SendOp::SendWithInvalidate { rkey } => {
@@ -804,52 +874,28 @@ impl CmId {
                     };
                 }
             }
-            res.send_wrs.push(raw);
+            self.send_wrs.push(raw);
         }
-        let list = res.send_wrs.as_mut_ptr();
-        for i in 1..res.send_wrs.len() {
+        let list = self.send_wrs.as_mut_ptr();
+        for i in 1..self.send_wrs.len() {
             // SAFETY: both indexes are in bounds; the vector no longer grows.
             unsafe { (*list.add(i - 1)).next = list.add(i) };
         }
-        let mut bad: *mut ffi::ibv_send_wr = null_mut();
-        // SAFETY: the list, its SGEs and the objects it names are live for the call; the
-        // provider copies what it keeps.
-        let r = unsafe { (ffi::ops((*qp).context).post_send)(qp, list, &mut bad) };
-        if r != 0 {
-            let posted = if bad.is_null() {
-                0
-            } else {
-                // SAFETY: `bad` points into `send_wrs`.
-                unsafe { bad.offset_from(list) as usize }
-            };
-            return Err(fail(posted, Error::errno("ibv_post_send", r.abs())));
-        }
-        Ok(())
+        Ok(list)
     }
 
-    /// Posts receive buffers as one list. Never blocks; fails if the receive queue is full.
-    pub fn post_recv(&mut self, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
-        let total = wrs.len();
-        let fail = |posted, error| PostError {
-            posted,
-            total,
-            error,
-        };
-        let qp = self.qp_ptr("ibv_post_recv").map_err(|e| fail(0, e))?;
-        if wrs.is_empty() {
-            return Ok(());
-        }
-        let res = self.qp.as_mut().expect("checked by qp_ptr");
-        res.sges.clear();
-        res.recv_wrs.clear();
-        res.sges.extend(wrs.iter().map(|w| ffi::ibv_sge {
+    /// The C list for `wrs` (one SGE each, linked through `next`).
+    fn build_recv(&mut self, wrs: &[RecvWr]) -> *mut ffi::ibv_recv_wr {
+        self.sges.clear();
+        self.recv_wrs.clear();
+        self.sges.extend(wrs.iter().map(|w| ffi::ibv_sge {
             addr: w.sge.addr,
             length: w.sge.len,
             lkey: w.sge.lkey,
         }));
-        let base = res.sges.as_mut_ptr();
+        let base = self.sges.as_mut_ptr();
         for (i, w) in wrs.iter().enumerate() {
-            res.recv_wrs.push(ffi::ibv_recv_wr {
+            self.recv_wrs.push(ffi::ibv_recv_wr {
                 wr_id: w.wr_id,
                 next: null_mut(),
                 // SAFETY: `i < sges.len()`.
@@ -857,24 +903,12 @@ impl CmId {
                 num_sge: 1,
             });
         }
-        let list = res.recv_wrs.as_mut_ptr();
-        for i in 1..res.recv_wrs.len() {
+        let list = self.recv_wrs.as_mut_ptr();
+        for i in 1..self.recv_wrs.len() {
             // SAFETY: in bounds; the vector no longer grows.
             unsafe { (*list.add(i - 1)).next = list.add(i) };
         }
-        let mut bad: *mut ffi::ibv_recv_wr = null_mut();
-        // SAFETY: as in post_send.
-        let r = unsafe { (ffi::ops((*qp).context).post_recv)(qp, list, &mut bad) };
-        if r != 0 {
-            let posted = if bad.is_null() {
-                0
-            } else {
-                // SAFETY: `bad` points into `recv_wrs`.
-                unsafe { bad.offset_from(list) as usize }
-            };
-            return Err(fail(posted, Error::errno("ibv_post_recv", r.abs())));
-        }
-        Ok(())
+        list
     }
 }
 
@@ -895,6 +929,160 @@ mod tests {
             0b111
         );
         assert_eq!(Access::MW_BIND.bits(), 16);
+    }
+
+    fn caps() -> QpCaps {
+        QpCaps {
+            send_depth: 16,
+            recv_depth: 16,
+            send_sge: 2,
+            recv_sge: 1,
+            max_inline: 64,
+        }
+    }
+
+    #[test]
+    fn send_list_is_one_chain_with_the_c_fields() {
+        let mut s = WrScratch::default();
+        let a = [Sge {
+            addr: 0x1000,
+            len: 4096,
+            lkey: 7,
+        }];
+        let b = [
+            Sge {
+                addr: 0x2000,
+                len: 16,
+                lkey: 8,
+            },
+            Sge {
+                addr: 0x3000,
+                len: 48,
+                lkey: 8,
+            },
+        ];
+        let wrs = [
+            SendWr {
+                wr_id: 1,
+                op: SendOp::RdmaRead {
+                    remote_addr: 0xdead_0000,
+                    rkey: 0x42,
+                },
+                local: &a,
+                signaled: true,
+                inline: false,
+            },
+            SendWr {
+                wr_id: 2,
+                op: SendOp::RdmaWrite {
+                    remote_addr: 0xbeef_0000,
+                    rkey: 0x43,
+                },
+                local: &a,
+                signaled: false,
+                inline: false,
+            },
+            SendWr {
+                wr_id: 3,
+                op: SendOp::SendWithInvalidate { rkey: 0x44 },
+                local: &b,
+                signaled: true,
+                inline: true,
+            },
+        ];
+        let list = s.build_send(&wrs, &caps()).unwrap();
+        // SAFETY: walks the list just built; it lives in `s`.
+        let got: Vec<ffi::ibv_send_wr> = unsafe {
+            let mut v = Vec::new();
+            let mut p = list;
+            while !p.is_null() && v.len() < 10 {
+                v.push(*p);
+                p = (*p).next;
+            }
+            v
+        };
+        assert_eq!(got.len(), 3, "one chain of all three");
+        assert_eq!(got.iter().map(|w| w.wr_id).collect::<Vec<_>>(), [1, 2, 3]);
+        assert_eq!(
+            got.iter().map(|w| w.opcode).collect::<Vec<_>>(),
+            [
+                ffi::IBV_WR_RDMA_READ,
+                ffi::IBV_WR_RDMA_WRITE,
+                ffi::IBV_WR_SEND_WITH_INV
+            ]
+        );
+        assert_eq!(
+            got.iter().map(|w| w.send_flags).collect::<Vec<_>>(),
+            [
+                ffi::IBV_SEND_SIGNALED,
+                0,
+                ffi::IBV_SEND_SIGNALED | ffi::IBV_SEND_INLINE
+            ]
+        );
+        assert_eq!((got[0].remote_addr, got[0].rkey), (0xdead_0000, 0x42));
+        assert_eq!((got[1].remote_addr, got[1].rkey), (0xbeef_0000, 0x43));
+        assert_eq!(got[2].invalidate_rkey, 0x44);
+        assert_eq!(got[2].num_sge, 2);
+        // SAFETY: sg_list points at the scratch SGEs.
+        let sg2 = unsafe { std::slice::from_raw_parts(got[2].sg_list, 2) };
+        assert_eq!((sg2[0].addr, sg2[0].length, sg2[0].lkey), (0x2000, 16, 8));
+        assert_eq!((sg2[1].addr, sg2[1].length, sg2[1].lkey), (0x3000, 48, 8));
+        // SAFETY: as above.
+        let sg0 = unsafe { &*got[0].sg_list };
+        assert_eq!((sg0.addr, sg0.length, sg0.lkey), (0x1000, 4096, 7));
+    }
+
+    #[test]
+    fn send_list_limits_are_checked() {
+        let mut s = WrScratch::default();
+        let three = [Sge::default(); 3];
+        let big = [Sge {
+            addr: 1,
+            len: 65,
+            lkey: 1,
+        }];
+        let wr = |local| SendWr {
+            wr_id: 9,
+            op: SendOp::Send,
+            local,
+            signaled: true,
+            inline: true,
+        };
+        let e = s.build_send(&[wr(&three)], &caps()).err().unwrap();
+        assert!(e.to_string().contains("3 scatter/gather entries"), "{e}");
+        let e = s.build_send(&[wr(&big)], &caps()).err().unwrap();
+        assert!(e.to_string().contains("65 bytes inline"), "{e}");
+    }
+
+    #[test]
+    fn recv_list_is_one_chain() {
+        let mut s = WrScratch::default();
+        let wrs: Vec<RecvWr> = (0..4)
+            .map(|i| RecvWr {
+                wr_id: 100 + i,
+                sge: Sge {
+                    addr: 0x1000 * (i + 1),
+                    len: 4160,
+                    lkey: 5,
+                },
+            })
+            .collect();
+        let mut p = s.build_recv(&wrs);
+        let mut n = 0;
+        while !p.is_null() && n < 10 {
+            // SAFETY: walks the list just built.
+            let w = unsafe { &*p };
+            // SAFETY: one SGE each.
+            let sge = unsafe { &*w.sg_list };
+            assert_eq!(w.wr_id, 100 + n);
+            assert_eq!(
+                (sge.addr, sge.length, sge.lkey),
+                (0x1000 * (n + 1), 4160, 5)
+            );
+            n += 1;
+            p = w.next;
+        }
+        assert_eq!(n, 4);
     }
 
     #[test]
