@@ -36,8 +36,12 @@ const DATA_LEN: usize = 4096;
 const MSG_LEN: usize = 64;
 const LISTENER: u64 = 1;
 const CONN: u64 = 2;
+/// `IBV_WC_WR_FLUSH_ERR`
+const IBV_WC_WR_FLUSH_ERR: u32 = 5;
 /// `IBV_WC_REM_ACCESS_ERR`
 const IBV_WC_REM_ACCESS_ERR: u32 = 10;
+/// Receives the server posts (in one batch).
+const RECVS: usize = 4;
 
 type Res<T> = Result<T, String>;
 
@@ -371,13 +375,18 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
         .create_qp(&pd, &cq, &cq, caps())
         .map_err(|e| e.to_string())?;
     println!("qp {} caps {got:?}", id.qp_num().unwrap_or(0));
-    // [0, MSG) receive, [MSG, 2 MSG) reply, then the data (read into, transformed in place)
-    let mut buf = Buf::new(&pd, 2 * MSG_LEN + DATA_LEN, Access::LOCAL_WRITE)?;
-    id.post_recv(&[RecvWr {
-        wr_id: 10,
-        sge: buf.sge(0, MSG_LEN),
-    }])
-    .map_err(|e| e.to_string())?;
+    // RECVS receive slots of MSG_LEN, the reply, then the data (read into, transformed in
+    // place); the receives go in as one batch (the first one takes the client's request, the
+    // others are flushed when the connection ends)
+    let (reply, data) = (RECVS * MSG_LEN, (RECVS + 1) * MSG_LEN);
+    let mut buf = Buf::new(&pd, data + DATA_LEN, Access::LOCAL_WRITE)?;
+    let recvs: Vec<RecvWr> = (0..RECVS)
+        .map(|i| RecvWr {
+            wr_id: 10 + i as u64,
+            sge: buf.sge(i * MSG_LEN, MSG_LEN),
+        })
+        .collect();
+    id.post_recv(&recvs).map_err(|e| e.to_string())?;
     id.accept(&ConnParam {
         private_data: ACCEPT,
         responder_resources: rr.min(max_rd),
@@ -398,7 +407,6 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
             req.len
         ));
     }
-    let data = 2 * MSG_LEN;
     id.post_send(&[SendWr {
         wr_id: 20,
         op: SendOp::RdmaRead {
@@ -425,11 +433,11 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
         }
         *b ^= 0x5a;
     }
-    buf.bytes_mut(MSG_LEN, 4).copy_from_slice(b"done");
+    buf.bytes_mut(reply, 4).copy_from_slice(b"done");
     // WRITE (unsignaled) and SEND with invalidate (signaled) in one post: one doorbell; the
     // SEND completes after the WRITE (ordering on an RC QP)
     let write_sge = [buf.sge(data, DATA_LEN)];
-    let send_sge = [buf.sge(MSG_LEN, 4)];
+    let send_sge = [buf.sge(reply, 4)];
     id.post_send(&[
         SendWr {
             wr_id: 30,
@@ -466,7 +474,19 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
         inline: false,
     }])
     .map_err(|e| e.to_string())?;
-    let c = next_wc_any(&cq, deadline, "the WRITE under the invalidated rkey")?;
+    // the QP goes to the error state: the other receives are flushed around this completion
+    let mut c = next_wc_any(&cq, deadline, "the WRITE under the invalidated rkey")?;
+    for _ in 0..RECVS {
+        if c.wr_id() == 32 {
+            break;
+        }
+        if !(11..10 + RECVS as u64).contains(&c.wr_id()) || c.status() != IBV_WC_WR_FLUSH_ERR {
+            return Err(format!(
+                "expected the WRITE (wr 32) or flushed receives, got {c:?}"
+            ));
+        }
+        c = next_wc_any(&cq, deadline, "the WRITE under the invalidated rkey")?;
+    }
     if c.wr_id() != 32 || c.status() != IBV_WC_REM_ACCESS_ERR {
         return Err(format!(
             "a WRITE under the invalidated rkey {:#x} ended with {} ({c:?}), expected a remote \
