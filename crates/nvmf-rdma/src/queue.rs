@@ -353,6 +353,11 @@ impl RdmaQueue {
         !self.wire.out.is_empty()
     }
 
+    /// The transport itself ends the queue (its completion queue failed).
+    pub fn close_now(&mut self, reason: &'static str) {
+        self.engine.close(reason);
+    }
+
     /// Set once the queue must be disconnected.
     pub fn close_reason(&self) -> Option<&'static str> {
         self.engine.close_reason()

@@ -1,0 +1,634 @@
+//! The NVMe/RDMA target port: RDMA CM listeners, connection set-up and
+//! teardown, and the verbs glue that runs each connection's [`RdmaQueue`].
+//!
+//! Owns [`RdmaPort`]: one CM event channel, the listening ids, and every
+//! connection accepted on them (its `CmId` with the RC queue pair, the
+//! completion queue and its channel, the memory registrations of the
+//! queue's buffers, the queue state machine). One reactor thread owns a
+//! port and everything in it for its life; the thread's epoll waits on the
+//! event channel's fd and each connection's completion channel fd (the
+//! port says which to add and remove through [`FdChange`]).
+//!
+//! Connection set-up: a CONNECT_REQUEST's private data is checked
+//! (`nvmf_wire::rdma::parse_connect_request`: RECFMT, QID, HSQSIZE,
+//! HRQSIZE); a bad one is rejected with the NVMe/RDMA status in the reject's
+//! private data and a log line naming the peer and the reason. A good one
+//! gets a completion queue, an RC queue pair sized for the queue (receives:
+//! one per entry; sends: a WRITE and a SEND per entry plus slack), its
+//! receive and response buffers registered once, every receive posted, and
+//! an accept with CRQSIZE; the READ depth is the smallest of the host's
+//! grant, the device's limit and [`MAX_READ_DEPTH`].
+//!
+//! Memory registration: receive and response buffers once per connection;
+//! a slot's data buffer when the slot first needs it and again only if that
+//! buffer was reallocated (it grows rarely and is reused across commands):
+//! no registration per I/O. The shared zero buffer (null reads) once per
+//! protection domain.
+//!
+//! Teardown: a queue that must close (protocol error, keep-alive, a failed
+//! or flushed work request) is disconnected; on DISCONNECTED (host-initiated
+//! or ours), or DEVICE_REMOVAL, the connection is destroyed: queue pair
+//! first, so the device no longer touches any buffer, then the
+//! registrations, then the buffers (backend I/O still in flight keeps them
+//! alive through the core's hand-over).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::RawFd;
+use std::sync::Arc;
+use std::time::Instant;
+
+use nvmf_config::{AddressFamily, ListenerConfig, TransportType};
+use nvmf_core::request::RequestParams;
+use nvmf_core::{PortInfo, Target};
+use nvmf_wire::rdma::{negotiate_read_depth, parse_connect_request, RdmaQueueLimits};
+use nvmf_wire::zerocopy::IntoBytes;
+use tracing::{debug, info, warn};
+
+use crate::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
+use crate::queue::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
+use crate::verbs::{
+    Access, Completion, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, RecvWr, SendOp,
+    SendWr, Sge,
+};
+
+/// RDMA READs a queue keeps in flight at most (the device and the host
+/// may allow fewer).
+pub const MAX_READ_DEPTH: u8 = 16;
+/// Token of listener `i` in CM events: `LISTENER_TOKEN + i`.
+const LISTENER_TOKEN: u64 = 1 << 48;
+/// Completions taken from a CQ per poll call.
+const POLL_BATCH: usize = 32;
+/// Send-queue entries beyond two per queue entry (responses without a slot).
+const SEND_SLACK: u32 = 16;
+
+/// A file descriptor the reactor adds to or removes from its epoll set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FdChange {
+    /// Connection `key`'s completion channel: call [`RdmaPort::on_cq`].
+    Add {
+        fd: RawFd,
+        key: usize,
+    },
+    Remove {
+        fd: RawFd,
+        key: usize,
+    },
+}
+
+/// A listening id and what it was configured as.
+struct Listener {
+    /// Listening while it lives.
+    _id: CmId,
+    cfg: ListenerConfig,
+}
+
+/// Per-device resources shared by its connections.
+struct DeviceRes {
+    pd: Arc<ProtectionDomain>,
+    /// The shared zero buffer, registered for local reads (RDMA WRITE source).
+    zeroes: Option<MemoryRegion>,
+    max_read: u8,
+}
+
+/// One accepted connection. Field order is drop order: the queue pair (in
+/// `id`) goes first, the buffers (in `queue`) last.
+struct Conn {
+    id: CmId,
+    slot_mrs: Vec<Option<MemoryRegion>>,
+    recv_mr: MemoryRegion,
+    resp_mr: MemoryRegion,
+    zero_lkey: Option<u32>,
+    cq: Arc<CompletionQueue>,
+    pd: Arc<ProtectionDomain>,
+    queue: RdmaQueue,
+    /// Disconnect requested; destroyed on DISCONNECTED.
+    closing: bool,
+    established: bool,
+    peer: SocketAddr,
+}
+
+/// The RDMA target port of one reactor (see the module documentation).
+pub struct RdmaPort {
+    target: Arc<Target>,
+    channel: EventChannel,
+    listeners: Vec<Listener>,
+    conns: Vec<Option<Conn>>,
+    devices: HashMap<usize, DeviceRes>,
+    requests: RequestParams,
+    wcs: Vec<Completion>,
+    work: Vec<WorkRequest>,
+}
+
+impl RdmaPort {
+    /// A port with no listener yet. Fails (with what is missing) where
+    /// rdma-core or an RDMA device is not there.
+    pub fn new(target: Arc<Target>, requests: RequestParams) -> Result<RdmaPort, String> {
+        crate::available()?;
+        let channel = EventChannel::new().map_err(|e| format!("RDMA CM event channel: {e}"))?;
+        Ok(RdmaPort {
+            target,
+            channel,
+            listeners: Vec::new(),
+            conns: Vec::new(),
+            devices: HashMap::new(),
+            requests,
+            wcs: Vec::with_capacity(POLL_BATCH),
+            work: Vec::with_capacity(256),
+        })
+    }
+
+    /// The CM event channel's fd (readable: call [`RdmaPort::on_cm_events`]).
+    pub fn channel_fd(&self) -> RawFd {
+        self.channel.fd()
+    }
+
+    /// Listens on `cfg` (an RDMA listener: IPv4 or IPv6 address, port).
+    pub fn listen(&mut self, cfg: &ListenerConfig) -> Result<(), String> {
+        let what = format!("NVMe/RDMA listener {}:{}", cfg.traddr, cfg.trsvcid);
+        let ip: IpAddr = cfg
+            .traddr
+            .parse()
+            .map_err(|_| format!("{what}: {:?} is not an IP address", cfg.traddr))?;
+        let port: u16 = cfg
+            .trsvcid
+            .parse()
+            .map_err(|_| format!("{what}: trsvcid {:?} is not a port", cfg.trsvcid))?;
+        let token = LISTENER_TOKEN + self.listeners.len() as u64;
+        let id = self
+            .channel
+            .create_id(token)
+            .map_err(|e| format!("{what}: {e}"))?;
+        id.listen(SocketAddr::new(ip, port), 128)
+            .map_err(|e| format!("{what}: {e} (is an RDMA device bound to that address?)"))?;
+        info!(traddr = %cfg.traddr, trsvcid = %cfg.trsvcid, "listening (NVMe/RDMA)");
+        self.listeners.push(Listener {
+            _id: id,
+            cfg: cfg.clone(),
+        });
+        Ok(())
+    }
+
+    /// Connections alive.
+    pub fn connections(&self) -> usize {
+        self.conns.iter().flatten().count()
+    }
+
+    /// Handles every pending CM event.
+    pub fn on_cm_events(&mut self, fds: &mut dyn FnMut(FdChange)) {
+        // Bounded: the channel holds what arrived; each call takes at most
+        // this many and the reactor comes back on the next readiness.
+        for _ in 0..256 {
+            match self.channel.next_event() {
+                Ok(Some(ev)) => self.on_cm_event(ev, fds),
+                Ok(None) => return,
+                Err(e) => {
+                    warn!("RDMA CM event channel: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn on_cm_event(&mut self, ev: CmEvent, fds: &mut dyn FnMut(FdChange)) {
+        match ev.kind {
+            CmEventKind::ConnectRequest => self.on_connect_request(ev, fds),
+            CmEventKind::Established => {
+                if let Some(c) = self.conn_mut(ev.token) {
+                    c.established = true;
+                    debug!(peer = %c.peer, "NVMe/RDMA connection established");
+                }
+            }
+            CmEventKind::Disconnected
+            | CmEventKind::TimewaitExit
+            | CmEventKind::ConnectError
+            | CmEventKind::Unreachable
+            | CmEventKind::Rejected => self.destroy(ev.token as usize, "disconnected", fds),
+            CmEventKind::DeviceRemoval => {
+                if ev.token >= LISTENER_TOKEN {
+                    warn!("RDMA device removed under a listener: it no longer accepts");
+                } else {
+                    self.destroy(ev.token as usize, "RDMA device removed", fds);
+                }
+            }
+            other => debug!(?other, token = ev.token, "RDMA CM event ignored"),
+        }
+    }
+
+    fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
+        self.conns.get_mut(token as usize).and_then(|c| c.as_mut())
+    }
+
+    fn on_connect_request(&mut self, mut ev: CmEvent, fds: &mut dyn FnMut(FdChange)) {
+        let Some(id) = ev.request.take() else {
+            return;
+        };
+        let Some(l) = ev
+            .token
+            .checked_sub(LISTENER_TOKEN)
+            .and_then(|i| self.listeners.get(i as usize))
+        else {
+            return;
+        };
+        let cfg = l.cfg.clone();
+        let peer = id
+            .peer_addr()
+            .unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let limits = *self.target.limits_for(TransportType::Rdma);
+        let ql = RdmaQueueLimits {
+            max_admin_entries: u32::from(limits.max_aq_depth),
+            max_io_entries: u32::from(limits.max_queue_depth),
+            max_io_queues: limits.max_io_qpairs_per_ctrlr,
+        };
+        let req = match parse_connect_request(&ev.private_data, &ql) {
+            Ok(r) => r,
+            Err(st) => {
+                warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected");
+                if let Err(e) = id.reject(st.reject().as_bytes()) {
+                    debug!(%peer, "reject failed: {e}");
+                }
+                return;
+            }
+        };
+        match self.accept(id, &ev, req, &cfg, peer, fds) {
+            Ok(()) => {}
+            Err(e) => warn!(%peer, qid = req.qid, "NVMe/RDMA connection not set up: {e}"),
+        }
+    }
+
+    fn device(&mut self, id: &CmId) -> Result<&DeviceRes, String> {
+        let dev = id.device().ok_or("the connection has no RDMA device")?;
+        if !self.devices.contains_key(&dev.key()) {
+            let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
+            let zeroes = nvmf_core::backend::zeroes(nvmf_core::backend::ZEROES_LEN).and_then(|z| {
+                // SAFETY: the zero buffer is static and never written.
+                unsafe { MemoryRegion::new(&pd, z.as_ptr() as *mut u8, z.len(), Access::default()) }
+                    .ok()
+            });
+            let max_read = dev
+                .limits()
+                .map(|l| l.max_qp_init_rd_atom.min(255) as u8)
+                .unwrap_or(1);
+            self.devices.insert(
+                dev.key(),
+                DeviceRes {
+                    pd,
+                    zeroes,
+                    max_read,
+                },
+            );
+        }
+        Ok(&self.devices[&dev.key()])
+    }
+
+    fn accept(
+        &mut self,
+        mut id: CmId,
+        ev: &CmEvent,
+        req: nvmf_wire::rdma::ConnectRequest,
+        cfg: &ListenerConfig,
+        peer: SocketAddr,
+        fds: &mut dyn FnMut(FdChange),
+    ) -> Result<(), String> {
+        let (pd, zero_lkey, max_read) = {
+            let d = self.device(&id)?;
+            (
+                d.pd.clone(),
+                d.zeroes.as_ref().map(|m| m.lkey()),
+                d.max_read,
+            )
+        };
+        let read_depth = match negotiate_read_depth(ev.initiator_depth, max_read, MAX_READ_DEPTH) {
+            Ok(d) => d,
+            Err(st) => {
+                warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected");
+                let _ = id.reject(st.reject().as_bytes());
+                return Ok(());
+            }
+        };
+        let entries = req.entries().min(u32::from(u16::MAX)) as u16;
+        let dev = pd.device();
+        let cq_depth = 3 * u32::from(entries) + SEND_SLACK;
+        let cq = CompletionQueue::new(dev, cq_depth).map_err(|e| e.to_string())?;
+        id.create_qp(
+            &pd,
+            &cq,
+            &cq,
+            QpCaps {
+                send_depth: 2 * u32::from(entries) + SEND_SLACK,
+                recv_depth: u32::from(entries),
+                send_sge: 1,
+                recv_sge: 1,
+                max_inline: 0,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        let local = id.local_addr();
+        let port = Arc::new(PortInfo {
+            trtype: TransportType::Rdma,
+            adrfam: cfg.adrfam,
+            traddr: match local {
+                Some(a) if is_wildcard(&cfg.traddr) => a.ip().to_string(),
+                _ => cfg.traddr.clone(),
+            },
+            trsvcid: cfg.trsvcid.clone(),
+            peer,
+            tls: None,
+            caps: crate::CAPS,
+        });
+        let mut queue = RdmaQueue::new(
+            self.target.clone(),
+            port,
+            &RdmaQueueParams {
+                requests: self.requests.clone(),
+                entries,
+                read_depth,
+            },
+        );
+        let rb = queue.recv_buffers();
+        // SAFETY: the receive and response buffers are owned by `queue`,
+        // never resized, and outlive the registrations (field order in Conn).
+        let recv_mr =
+            unsafe { MemoryRegion::new(&pd, rb.as_mut_ptr(), rb.len(), Access::LOCAL_WRITE) }
+                .map_err(|e| e.to_string())?;
+        let sb = queue.response_buffers();
+        let resp_mr =
+            unsafe { MemoryRegion::new(&pd, sb.as_mut_ptr(), sb.len(), Access::default()) }
+                .map_err(|e| e.to_string())?;
+        cq.arm().map_err(|e| e.to_string())?;
+        queue.start();
+        let key = match self.conns.iter().position(Option::is_none) {
+            Some(k) => k,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        id.set_token(key as u64);
+        let accept = req.accept();
+        let mut c = Conn {
+            id,
+            slot_mrs: Vec::new(),
+            recv_mr,
+            resp_mr,
+            zero_lkey,
+            cq: cq.clone(),
+            pd,
+            queue,
+            closing: false,
+            established: false,
+            peer,
+        };
+        post(&mut c, &mut self.work)?;
+        c.id.accept(&ConnParam {
+            private_data: accept.as_bytes(),
+            responder_resources: 0,
+            initiator_depth: read_depth,
+            retry_count: 7,
+            rnr_retry_count: 7,
+        })
+        .map_err(|e| e.to_string())?;
+        debug!(%peer, qid = req.qid, entries, read_depth, "NVMe/RDMA connection accepted");
+        fds(FdChange::Add { fd: cq.fd(), key });
+        self.conns[key] = Some(c);
+        Ok(())
+    }
+
+    /// Connection `key`'s completion channel is readable: takes every
+    /// completion, runs the queue, posts what it asks for.
+    pub fn on_cq(&mut self, key: usize, fds: &mut dyn FnMut(FdChange)) {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        let _ = c.cq.drain_events();
+        let now_ns = nvmf_core::stats::now_ns();
+        // Poll, re-arm, poll again: a completion that arrived between the
+        // last poll and the arm would otherwise wait for the next one.
+        for round in 0..2 {
+            loop {
+                self.wcs.clear();
+                self.wcs.resize_with(POLL_BATCH, Completion::default);
+                let n = match c.cq.poll(&mut self.wcs) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        warn!(peer = %c.peer, "polling the completion queue failed: {e}");
+                        c.queue_close();
+                        break;
+                    }
+                };
+                for wc in &self.wcs[..n] {
+                    if !wc.is_ok() && !c.closing {
+                        debug!(peer = %c.peer, status = %wc.status_str(), wr_id = wc.wr_id(), "RDMA work request failed");
+                    }
+                    c.queue.on_completion(
+                        &WorkCompletion {
+                            wr_id: wc.wr_id(),
+                            ok: wc.is_ok(),
+                            byte_len: wc.byte_len(),
+                        },
+                        now_ns,
+                    );
+                }
+                if n < POLL_BATCH {
+                    break;
+                }
+            }
+            if round == 0 && c.cq.arm().is_err() {
+                break;
+            }
+        }
+        self.after_work(key, fds);
+    }
+
+    /// Posts what connection `key` asked for and disconnects it if it must close.
+    fn after_work(&mut self, key: usize, fds: &mut dyn FnMut(FdChange)) {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if let Err(e) = post(c, &mut self.work) {
+            warn!(peer = %c.peer, "posting work requests failed: {e}");
+            c.queue_close();
+        }
+        if let Some(reason) = c.queue.close_reason() {
+            if !c.closing {
+                c.closing = true;
+                info!(peer = %c.peer, qid = c.queue.queue().qid(), reason, "NVMe/RDMA queue closing");
+                if c.id.disconnect().is_err() {
+                    self.destroy(key, reason, fds);
+                }
+            }
+        }
+    }
+
+    /// Timer tick and backend completions: every connection's queue polls
+    /// (keep-alive, asynchronous events, deferred completions).
+    pub fn tick(&mut self, now: Instant, fds: &mut dyn FnMut(FdChange)) {
+        for key in 0..self.conns.len() {
+            if let Some(c) = self.conns[key].as_mut() {
+                c.queue.poll(now);
+                self.after_work(key, fds);
+            }
+        }
+    }
+
+    /// Backend completions arrived: queues with commands executing poll.
+    pub fn poll_executing(&mut self, fds: &mut dyn FnMut(FdChange)) {
+        let now = Instant::now();
+        for key in 0..self.conns.len() {
+            if let Some(c) = self.conns[key].as_mut() {
+                if c.queue.has_executing() {
+                    c.queue.poll(now);
+                    self.after_work(key, fds);
+                }
+            }
+        }
+    }
+
+    fn destroy(&mut self, key: usize, why: &str, fds: &mut dyn FnMut(FdChange)) {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.take()) else {
+            return;
+        };
+        fds(FdChange::Remove { fd: c.cq.fd(), key });
+        info!(
+            peer = %c.peer,
+            qid = c.queue.queue().qid(),
+            connected = c.established,
+            why,
+            "NVMe/RDMA connection closed"
+        );
+        drop(c);
+    }
+}
+
+impl Conn {
+    fn queue_close(&mut self) {
+        self.queue.close_now("RDMA completion queue failed");
+    }
+
+    /// The local scatter/gather entry of `l`, registering a slot buffer
+    /// when it is new or was reallocated.
+    fn sge(&mut self, l: &crate::queue::Local) -> Result<Sge, String> {
+        let region = self.queue.region_mut(l.region);
+        let (ptr, cap) = (region.as_mut_ptr(), region.len());
+        let lkey = match l.region {
+            Region::Recv(_) => self.recv_mr.lkey(),
+            Region::Response(_) => self.resp_mr.lkey(),
+            Region::Zeroes => {
+                let z =
+                    nvmf_core::backend::zeroes(l.len as usize).ok_or("zero buffer too short")?;
+                return Ok(Sge {
+                    addr: z.as_ptr() as u64 + u64::from(l.offset),
+                    len: l.len,
+                    lkey: self.zero_lkey.ok_or("zero buffer not registered")?,
+                });
+            }
+            Region::Slot(i) => {
+                let i = usize::from(i);
+                if self.slot_mrs.len() <= i {
+                    self.slot_mrs.resize_with(i + 1, || None);
+                }
+                let fresh = match &self.slot_mrs[i] {
+                    Some(mr) => mr.addr() != ptr as u64 || mr.len() != cap,
+                    None => true,
+                };
+                if fresh {
+                    // SAFETY: the slot buffer stays allocated while a work
+                    // request uses it (the slot is busy until its SEND
+                    // completed); a reallocation is seen here and
+                    // registered anew before use.
+                    let mr = unsafe { MemoryRegion::new(&self.pd, ptr, cap, Access::LOCAL_WRITE) }
+                        .map_err(|e| e.to_string())?;
+                    self.slot_mrs[i] = Some(mr);
+                }
+                self.slot_mrs[i].as_ref().map(|m| m.lkey()).unwrap_or(0)
+            }
+        };
+        Ok(Sge {
+            addr: ptr as u64 + u64::from(l.offset),
+            len: l.len,
+            lkey,
+        })
+    }
+}
+
+/// Posts the queue's work requests: receives as one list, sends as one
+/// list (one doorbell each).
+fn post(c: &mut Conn, work: &mut Vec<WorkRequest>) -> Result<(), String> {
+    work.clear();
+    c.queue.take_work(work);
+    if work.is_empty() {
+        return Ok(());
+    }
+    let mut recvs: Vec<RecvWr> = Vec::new();
+    let mut sges: Vec<Sge> = Vec::with_capacity(work.len());
+    let mut kinds: Vec<(u64, SendOp<'static>, bool)> = Vec::new();
+    for wr in work.iter() {
+        match *wr {
+            WorkRequest::Recv { wr_id, local } => recvs.push(RecvWr {
+                wr_id,
+                sge: c.sge(&local)?,
+            }),
+            WorkRequest::Read {
+                wr_id,
+                local,
+                remote_addr,
+                rkey,
+            } => {
+                sges.push(c.sge(&local)?);
+                kinds.push((wr_id, SendOp::RdmaRead { remote_addr, rkey }, true));
+            }
+            WorkRequest::Write {
+                wr_id,
+                local,
+                remote_addr,
+                rkey,
+            } => {
+                sges.push(c.sge(&local)?);
+                kinds.push((wr_id, SendOp::RdmaWrite { remote_addr, rkey }, false));
+            }
+            WorkRequest::Send {
+                wr_id,
+                local,
+                invalidate,
+            } => {
+                sges.push(c.sge(&local)?);
+                let op = match invalidate {
+                    Some(rkey) => SendOp::SendWithInvalidate { rkey },
+                    None => SendOp::Send,
+                };
+                kinds.push((wr_id, op, true));
+            }
+        }
+    }
+    if !recvs.is_empty() {
+        c.id.post_recv(&recvs).map_err(|e| e.to_string())?;
+    }
+    if !kinds.is_empty() {
+        let sends: Vec<SendWr> = kinds
+            .iter()
+            .zip(sges.iter())
+            .map(|(&(wr_id, op, signaled), sge)| SendWr {
+                wr_id,
+                op,
+                local: std::slice::from_ref(sge),
+                signaled,
+                inline: false,
+            })
+            .collect();
+        c.id.post_send(&sends).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn is_wildcard(addr: &str) -> bool {
+    matches!(addr, "0.0.0.0" | "::" | "[::]" | "")
+}
+
+/// The address family of a socket address.
+pub fn adrfam_of(a: &SocketAddr) -> AddressFamily {
+    if a.is_ipv4() {
+        AddressFamily::Ipv4
+    } else {
+        AddressFamily::Ipv6
+    }
+}
