@@ -204,6 +204,7 @@ struct Direct {
 }
 
 impl Fabric for Wire {
+    #[inline]
     fn describe(&self, sgl: &SglDescriptor) -> DataDesc {
         let kind = match (sgl.sgl_type() << 4) | sgl.subtype() {
             SGL_ID_IN_CAPSULE => SglKind::InCapsule,
@@ -226,6 +227,7 @@ impl Fabric for Wire {
         self.tx.commit_bytes();
     }
 
+    #[inline]
     fn respond(
         &mut self,
         slots: &Slots,

@@ -97,6 +97,7 @@ impl TxQueue {
     }
 
     /// Queues `len` bytes of slot `slot`'s buffer (after any bytes appended so far).
+    #[inline]
     pub fn push_slot(&mut self, slot: u16, len: usize) {
         self.push_slot_seg(slot, len, false);
     }
@@ -104,11 +105,13 @@ impl TxQueue {
     /// Queues `len` (at most `backend::ZEROES_LEN`) zero bytes as slot
     /// `slot`'s data: `slot_done(slot)` comes when they have left, as for
     /// [`Self::push_slot`].
+    #[inline]
     pub fn push_zeroes(&mut self, slot: u16, len: usize) {
         debug_assert!(len <= nvmf_core::backend::ZEROES_LEN);
         self.push_slot_seg(slot, len, true);
     }
 
+    #[inline]
     fn push_slot_seg(&mut self, slot: u16, len: usize, zeroes: bool) {
         self.commit_bytes();
         if len > 0 {

@@ -357,6 +357,7 @@ impl RequestEngine {
 
     /// The transport has sent what queued output held of slot `idx`'s
     /// buffer: the slot is free again.
+    #[inline]
     pub fn sent(&mut self, idx: u16) {
         if self.slots.get(idx).map(|x| x.state) == Some(RequestState::TransferringToHost) {
             self.slots.release(idx);
@@ -372,6 +373,7 @@ impl RequestEngine {
     /// `data_ok`: false when the transport saw that data damaged (the
     /// command fails with a transient transport error). `start_ns`: when the
     /// capsule was received (latency statistics).
+    #[inline]
     pub fn on_command<F: Fabric>(
         &mut self,
         fab: &mut F,
@@ -438,17 +440,18 @@ impl RequestEngine {
 
     /// Takes a free slot for `cmd`. A Command Identifier in use is fatal,
     /// except the ID of an outstanding AER the host abandoned.
+    #[inline]
     fn alloc(&mut self, cmd: &Command) -> Result<u16, Fault> {
-        let cid_in_use = Fault {
+        const CID_IN_USE: Fault = Fault {
             kind: FaultKind::CommandId,
             reason: "command ID already in use",
         };
         match self.slots.alloc(cmd) {
             Ok(i) => Ok(i),
             Err(AllocError::CidConflict) if self.abandon_aer(cmd.cid()) => {
-                self.slots.alloc(cmd).map_err(|_| cid_in_use)
+                self.slots.alloc(cmd).map_err(|_| CID_IN_USE)
             }
-            Err(AllocError::CidConflict) => Err(cid_in_use),
+            Err(AllocError::CidConflict) => Err(CID_IN_USE),
             Err(AllocError::Full) => Err(Fault::sequence(
                 "more commands outstanding than the queue size",
             )),
@@ -512,6 +515,7 @@ impl RequestEngine {
 
     /// All of slot `idx`'s host data is in its buffer (the transport kept
     /// `received` and `data_error`): execute it, or fail a damaged transfer.
+    #[inline]
     pub fn fetched<F: Fabric>(&mut self, fab: &mut F, idx: u16) -> Result<(), Fault> {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
@@ -646,6 +650,7 @@ impl RequestEngine {
     /// After the transport handled a batch of input: starts waiting
     /// commands that may have room now, and collects completions of
     /// asynchronous commands.
+    #[inline]
     pub fn after_input<F: Fabric>(&mut self, fab: &mut F) -> Result<(), Fault> {
         if !self.need_buf.is_empty()
             && self.close.is_none()
@@ -661,6 +666,7 @@ impl RequestEngine {
 
     /// After the transport freed slots (sent data): starts waiting commands
     /// if room may have appeared.
+    #[inline]
     pub fn after_output<F: Fabric>(&mut self, fab: &mut F) -> Result<(), Fault> {
         if !self.need_buf.is_empty() && self.wait_progress() != self.wait_mark {
             self.run_waiting(fab)?;
@@ -732,6 +738,7 @@ impl RequestEngine {
         }
     }
 
+    #[inline]
     fn execute<F: Fabric>(&mut self, fab: &mut F, idx: u16, src: Src<'_>) -> Result<(), Fault> {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
@@ -780,6 +787,7 @@ impl RequestEngine {
     /// Hands slot `idx`'s data (if any) and response to the transport; with
     /// `zero_data` the data is the shared zero buffer, not the slot's (a
     /// null read: `Exec::CompleteZeroData`).
+    #[inline]
     fn complete<F: Fabric>(&mut self, fab: &mut F, idx: u16, cqe: Completion, zero_data: bool) {
         let Some(slot) = self.slots.get(idx) else {
             return;
