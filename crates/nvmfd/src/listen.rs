@@ -1,9 +1,8 @@
 //! Listen sockets: resolving a configured listen address and binding one
 //! nonblocking `SO_REUSEPORT` listener per reactor for it, so that every
 //! reactor accepts connections for itself (the kernel spreads them; queue
-//! placement in `placement.rs` may then move I/O queues). NVMe/RDMA
-//! listeners are refused here, at start and on a live change alike, until
-//! the RDMA transport exists.
+//! placement in `placement.rs` may then move I/O queues). NVMe/TCP only:
+//! NVMe/RDMA listeners belong to the RDMA reactor (`rdma.rs`).
 
 use anyhow::{anyhow, Context, Result};
 use nvmf_config::{AddressFamily, ListenerConfig, TransportType};
@@ -21,7 +20,7 @@ impl ListenAddr {
     pub fn resolve(cfg: &ListenerConfig) -> Result<ListenAddr> {
         if cfg.trtype == TransportType::Rdma {
             return Err(anyhow!(
-                "NVMe/RDMA listener {}:{}: the RDMA transport is not available in this build yet",
+                "NVMe/RDMA listener {}:{}: not a TCP listen address (the RDMA reactor serves it)",
                 cfg.traddr,
                 cfg.trsvcid
             ));
@@ -126,7 +125,7 @@ mod tests {
         let e = ListenAddr::resolve(&l).unwrap_err().to_string();
         assert_eq!(
             e,
-            "NVMe/RDMA listener 127.0.0.1:4420: the RDMA transport is not available in this build yet"
+            "NVMe/RDMA listener 127.0.0.1:4420: not a TCP listen address (the RDMA reactor serves it)"
         );
         l.trtype = TransportType::Tcp;
         let a = ListenAddr::resolve(&l).unwrap();

@@ -63,6 +63,8 @@ pub struct Live {
     reactors: Vec<ReactorHandle>,
     applied: Mutex<Applied>,
     started: Instant,
+    /// NVMe/RDMA listeners the RDMA reactor serves (set up at start only).
+    rdma_served: Vec<ListenerConfig>,
 }
 
 impl Live {
@@ -71,12 +73,14 @@ impl Live {
         reactors: Vec<ReactorHandle>,
         config: TargetConfig,
         bound: Vec<Arc<ListenAddr>>,
+        rdma_served: Vec<ListenerConfig>,
     ) -> Live {
         Live {
             target,
             reactors,
             applied: Mutex::new(Applied { config, bound }),
             started: Instant::now(),
+            rdma_served,
         }
     }
 
@@ -252,6 +256,18 @@ impl Live {
             }
         };
         for l in new.listen_addresses() {
+            if l.trtype == nvmf_config::TransportType::Rdma {
+                if !self.rdma_served.contains(l) {
+                    undo(&newly_bound, &created);
+                    return Err(format!(
+                        "NVMe/RDMA listener {}:{}: RDMA listeners are set up when nvmfd starts; \
+                         adding one while it runs is not supported yet (put it in the \
+                         configuration and restart)",
+                        l.traddr, l.trsvcid
+                    ));
+                }
+                continue;
+            }
             let a = match ListenAddr::resolve(l) {
                 Ok(a) => Arc::new(a),
                 Err(e) => {

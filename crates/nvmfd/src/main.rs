@@ -4,7 +4,9 @@
 //! config (or the embedded default), creates the target and applies the host
 //! limits, binds the listeners for every reactor, sets up queue placement
 //! (`--queue-placement`, with each reactor core's NUMA node), starts the
-//! pinned reactor threads and waits for SIGINT/SIGTERM to shut them down.
+//! pinned reactor threads (and the NVMe/RDMA reactor, `rdma.rs`, when the
+//! configuration has RDMA listeners) and waits for SIGINT/SIGTERM to shut
+//! them down.
 
 mod cli;
 mod cpus;
@@ -16,6 +18,7 @@ mod numa;
 mod paths;
 mod placement;
 mod rbd_clusters;
+mod rdma;
 mod reactor;
 mod resize;
 
@@ -238,13 +241,17 @@ fn run(cli: Cli) -> Result<()> {
     );
     warn_fd_limit(cli.max_connections);
 
-    // Listeners: every reactor gets its own SO_REUSEPORT socket per address.
-    let addrs: Vec<Arc<ListenAddr>> = cfg
+    // Listeners: every reactor gets its own SO_REUSEPORT socket per NVMe/TCP
+    // address; NVMe/RDMA listeners belong to the RDMA reactor.
+    let (rdma_listeners, tcp_listeners): (Vec<_>, Vec<_>) = cfg
         .listen_addresses()
+        .into_iter()
+        .partition(|l| l.trtype == nvmf_config::TransportType::Rdma);
+    let addrs: Vec<Arc<ListenAddr>> = tcp_listeners
         .into_iter()
         .map(|l| ListenAddr::resolve(l).map(Arc::new))
         .collect::<Result<_>>()?;
-    if addrs.is_empty() {
+    if addrs.is_empty() && rdma_listeners.is_empty() {
         warn!("the config has no listener: nothing will be served");
     }
     for a in &addrs {
@@ -326,6 +333,7 @@ fn run(cli: Cli) -> Result<()> {
         handles,
         cfg.clone(),
         addrs.clone(),
+        rdma_listeners.iter().map(|l| (*l).clone()).collect(),
     ));
     if let Some(addr) = cli.metrics {
         metrics::spawn(addr, live.clone())?;
@@ -366,6 +374,22 @@ fn run(cli: Cli) -> Result<()> {
     ])
     .context("installing signal handlers")?;
 
+    let rdma_reactor = if rdma_listeners.is_empty() {
+        None
+    } else {
+        let p = rdma::request_params(
+            &target,
+            std::time::Duration::from_millis(cli.h2c_timeout_ms),
+            cli.max_r2t_bytes,
+        );
+        Some(rdma::start(
+            target.clone(),
+            &rdma_listeners,
+            p,
+            shutdown.clone(),
+        )?)
+    };
+
     let mut threads = Vec::new();
     for r in reactors {
         let name = format!("reactor-{}", r.id);
@@ -393,6 +417,10 @@ fn run(cli: Cli) -> Result<()> {
     rpc.shutdown();
     for t in threads {
         let _ = t.join();
+    }
+    if let Some(r) = rdma_reactor {
+        let _ = r.waker.wake();
+        let _ = r.thread.join();
     }
     info!("shutdown complete");
     Ok(())
