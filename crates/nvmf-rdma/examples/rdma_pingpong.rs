@@ -7,7 +7,8 @@
 //! ```
 //!
 //! The client first connects with a wrong private data and expects the server's reject (with
-//! the server's reject private data), then connects with the right one. It exposes a source
+//! the server's reject private data), then connects with the right one. The server takes its
+//! receives from a shared receive queue (posted as one batch); the client from its QP. It exposes a source
 //! buffer through its memory region's rkey and a destination buffer through a type 2 memory
 //! window, and SENDs their addresses and keys. The server RDMA READs the source, RDMA WRITEs
 //! the source with every byte XORed with 0x5a into the destination, then (in the same post)
@@ -25,7 +26,7 @@ use std::time::{Duration, Instant};
 use nvmf_rdma::{
     available, next_rkey, Access, CmEvent, CmEventKind, CmId, Completion, CompletionQueue,
     ConnParam, EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain, QpCaps, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode,
+    SendWr, Sge, SharedReceiveQueue, WcOpcode,
 };
 
 const HELLO: &[u8] = b"nvmf-rdma pingpong v1";
@@ -371,10 +372,16 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
     let max_init = limits.max_qp_init_rd_atom.min(255) as u8;
     let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
     let cq = CompletionQueue::new(dev, 64).map_err(|e| e.to_string())?;
+    // the server takes its receives from a shared receive queue
+    let srq = SharedReceiveQueue::new(&pd, 16).map_err(|e| e.to_string())?;
     let got = id
-        .create_qp(&pd, &cq, &cq, caps())
+        .create_qp_with(&pd, &cq, &cq, Some(&srq), caps())
         .map_err(|e| e.to_string())?;
-    println!("qp {} caps {got:?}", id.qp_num().unwrap_or(0));
+    println!(
+        "qp {} caps {got:?}, srq depth {}",
+        id.qp_num().unwrap_or(0),
+        srq.depth()
+    );
     // RECVS receive slots of MSG_LEN, the reply, then the data (read into, transformed in
     // place); the receives go in as one batch (the first one takes the client's request, the
     // others are flushed when the connection ends)
@@ -386,7 +393,11 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
             sge: buf.sge(i * MSG_LEN, MSG_LEN),
         })
         .collect();
-    id.post_recv(&recvs).map_err(|e| e.to_string())?;
+    match id.post_recv(&recvs[..1]) {
+        Err(e) if e.to_string().contains("shared receive queue") => {}
+        other => return Err(format!("a receive posted to a QP on an SRQ: {other:?}")),
+    }
+    srq.post_recv(&recvs).map_err(|e| e.to_string())?;
     id.accept(&ConnParam {
         private_data: ACCEPT,
         responder_resources: rr.min(max_rd),

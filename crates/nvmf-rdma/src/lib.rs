@@ -8,10 +8,10 @@
 //!   [`CmId`]s, connection events with their private data, accept / reject / disconnect, and
 //!   the initiator side (address and route resolution, connect).
 //! * [`verbs`]: per-connection resources — [`ProtectionDomain`] (one per device, shared),
-//!   [`CompletionQueue`] with its completion channel (fd for epoll, arm / drain), the RC queue
-//!   pair on a [`CmId`], [`MemoryRegion`] over caller-owned memory, [`MemoryWindow`] (type 2,
-//!   for the initiator), work requests posted in batches (one doorbell per batch) and
-//!   [`Completion`]s polled into a caller's array.
+//!   [`CompletionQueue`] with its completion channel (fd for epoll, arm / drain), optional
+//!   [`SharedReceiveQueue`]s, the RC queue pair on a [`CmId`], [`MemoryRegion`] over
+//!   caller-owned memory, [`MemoryWindow`] (type 2, for the initiator), work requests posted in
+//!   batches (one doorbell per batch) and [`Completion`]s polled into a caller's array.
 //!
 //! Nothing here waits for the network: every call is one system call or a user-space queue
 //! operation that returns at once; what completes later (address/route resolution, connection
@@ -27,7 +27,8 @@ use std::sync::OnceLock;
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 pub use verbs::{
     next_rkey, Access, Completion, CompletionQueue, Device, DeviceLimits, MemoryRegion,
-    MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge, WcOpcode,
+    MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge,
+    SharedReceiveQueue, WcOpcode,
 };
 
 /// A failed RDMA call: which C function, and the `errno` it left.

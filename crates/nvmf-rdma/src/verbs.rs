@@ -1,6 +1,7 @@
 //! RDMA verbs (libibverbs) for one connection's data path: the protection domain (one per
 //! device, shared by every connection on it), completion queues with their completion channel
-//! (an fd for epoll), the RC queue pair created on a [`CmId`], memory registration of
+//! (an fd for epoll), shared receive queues (optional), the RC queue pair created on a
+//! [`CmId`], memory registration of
 //! caller-owned buffers, memory windows (type 2, bound by a work request: what an initiator
 //! exposes so a target can invalidate it with Send with Invalidate), work requests posted in
 //! batches (one list, one doorbell) and completions polled into a caller's array.
@@ -14,7 +15,7 @@ use std::os::fd::RawFd;
 use std::os::raw::c_void;
 use std::ptr::null_mut;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use crate::cm::{set_nonblocking, CmId};
 use crate::ffi::{self, ibv_context, ibv_cq};
@@ -451,6 +452,84 @@ impl Drop for CompletionQueue {
     }
 }
 
+/// A shared receive queue: receive buffers for every QP created with it (an NVMe/RDMA target's
+/// option to size receive memory per reactor instead of per queue). Its receive completions
+/// arrive on each QP's receive CQ, told apart by [`Completion::qp_num`].
+pub struct SharedReceiveQueue {
+    srq: *mut ffi::ibv_srq,
+    depth: u32,
+    scratch: Mutex<WrScratch>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: libibverbs SRQs may be posted to from any thread; the scratch is behind a mutex.
+unsafe impl Send for SharedReceiveQueue {}
+// SAFETY: as above.
+unsafe impl Sync for SharedReceiveQueue {}
+
+impl SharedReceiveQueue {
+    /// One of at least `depth` receives (one SGE each) in `pd`.
+    pub fn new(pd: &Arc<ProtectionDomain>, depth: u32) -> Result<Arc<SharedReceiveQueue>> {
+        let l = lib()?;
+        if depth == 0 {
+            return Err(Error::invalid("ibv_create_srq", "depth 0".into()));
+        }
+        let mut attr = ffi::ibv_srq_init_attr {
+            srq_context: null_mut(),
+            max_wr: depth,
+            max_sge: 1,
+            srq_limit: 0,
+        };
+        // SAFETY: `pd` is live; attr is complete.
+        let srq = unsafe { (l.ibv_create_srq)(pd.pd, &mut attr) };
+        if srq.is_null() {
+            return Err(Error::last("ibv_create_srq"));
+        }
+        Ok(Arc::new(SharedReceiveQueue {
+            srq,
+            depth: attr.max_wr,
+            scratch: Mutex::new(WrScratch::default()),
+            _pd: pd.clone(),
+        }))
+    }
+
+    /// The depth the device granted.
+    pub fn depth(&self) -> u32 {
+        self.depth
+    }
+
+    /// Posts receive buffers as one list. Never blocks (beyond an uncontended mutex); fails if
+    /// the queue is full.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> std::result::Result<(), PostError> {
+        let total = wrs.len();
+        if wrs.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = self.scratch.lock().unwrap_or_else(|p| p.into_inner());
+        let list = scratch.build_recv(wrs);
+        let mut bad: *mut ffi::ibv_recv_wr = null_mut();
+        // SAFETY: the list is live for the call; `srq` and its context are live.
+        let r = unsafe { (ffi::ops((*self.srq).context).post_srq_recv)(self.srq, list, &mut bad) };
+        if r != 0 {
+            return Err(PostError {
+                posted: posted_before(list, bad),
+                total,
+                error: Error::errno("ibv_post_srq_recv", r.abs()),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        if let Ok(l) = lib() {
+            // SAFETY: every QP using it holds an Arc to it, so none is left.
+            unsafe { (l.ibv_destroy_srq)(self.srq) };
+        }
+    }
+}
+
 /// What a completion was for (`enum ibv_wc_opcode`; meaningless when the status is an error).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WcOpcode {
@@ -635,6 +714,7 @@ pub(crate) struct QpResources {
     _pd: Arc<ProtectionDomain>,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
+    srq: Option<Arc<SharedReceiveQueue>>,
     caps: QpCaps,
     scratch: WrScratch,
 }
@@ -649,6 +729,20 @@ impl CmId {
         recv_cq: &Arc<CompletionQueue>,
         caps: QpCaps,
     ) -> Result<QpCaps> {
+        self.create_qp_with(pd, send_cq, recv_cq, None, caps)
+    }
+
+    /// As [`create_qp`](CmId::create_qp), taking receives from `srq` when given (the QP then
+    /// has no receive queue of its own: `recv_depth`/`recv_sge` are ignored and
+    /// [`post_recv`](CmId::post_recv) is refused).
+    pub fn create_qp_with(
+        &mut self,
+        pd: &Arc<ProtectionDomain>,
+        send_cq: &Arc<CompletionQueue>,
+        recv_cq: &Arc<CompletionQueue>,
+        srq: Option<&Arc<SharedReceiveQueue>>,
+        caps: QpCaps,
+    ) -> Result<QpCaps> {
         let l = lib()?;
         if self.qp.is_some() {
             return Err(Error::invalid(
@@ -656,16 +750,21 @@ impl CmId {
                 "this id has a QP already".into(),
             ));
         }
+        let (recv_depth, recv_sge) = if srq.is_some() {
+            (0, 0)
+        } else {
+            (caps.recv_depth, caps.recv_sge)
+        };
         let mut attr = ffi::ibv_qp_init_attr {
             qp_context: null_mut(),
             send_cq: send_cq.cq,
             recv_cq: recv_cq.cq,
-            srq: null_mut(),
+            srq: srq.map_or(null_mut(), |q| q.srq),
             cap: ffi::ibv_qp_cap {
                 max_send_wr: caps.send_depth,
-                max_recv_wr: caps.recv_depth,
+                max_recv_wr: recv_depth,
                 max_send_sge: caps.send_sge,
-                max_recv_sge: caps.recv_sge,
+                max_recv_sge: recv_sge,
                 max_inline_data: caps.max_inline,
             },
             qp_type: ffi::IBV_QPT_RC,
@@ -686,6 +785,7 @@ impl CmId {
             _pd: pd.clone(),
             _send_cq: send_cq.clone(),
             _recv_cq: recv_cq.clone(),
+            srq: srq.cloned(),
             caps: got,
             scratch: WrScratch::default(),
         });
@@ -754,6 +854,10 @@ impl CmId {
             return Ok(());
         }
         let res = self.qp.as_mut().expect("checked by qp_ptr");
+        if res.srq.is_some() {
+            let e = "this QP takes its receives from a shared receive queue".to_string();
+            return Err(fail(0, Error::invalid("ibv_post_recv", e)));
+        }
         let list = res.scratch.build_recv(wrs);
         let mut bad: *mut ffi::ibv_recv_wr = null_mut();
         // SAFETY: as in post_send.
