@@ -24,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_rdma::{
-    available, next_rkey, Access, CmEvent, CmEventKind, CmId, Completion, CompletionQueue,
-    ConnParam, EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain, QpCaps, RecvWr, SendOp,
-    SendWr, Sge, SharedReceiveQueue, WcOpcode,
+    available, next_rkey, Access, AsyncEvent, CmEvent, CmEventKind, CmId, Completion,
+    CompletionQueue, ConnParam, Device, EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain,
+    QpCaps, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, WcOpcode,
 };
 
 const HELLO: &[u8] = b"nvmf-rdma pingpong v1";
@@ -188,6 +188,20 @@ fn next_wc_any(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Compl
     let c = wc[0];
     println!("completion {c:?}");
     Ok(c)
+}
+
+/// The device's pending asynchronous events (QP errors and the like), bounded.
+fn drain_async(dev: &Device) -> Res<Vec<AsyncEvent>> {
+    dev.async_fd().map_err(|e| e.to_string())?;
+    let mut v = Vec::new();
+    while v.len() < 64 {
+        match dev.next_async_event().map_err(|e| e.to_string())? {
+            Some(ev) => v.push(ev),
+            None => break,
+        }
+    }
+    println!("async events: {v:?}");
+    Ok(v)
 }
 
 /// A page-aligned, zeroed, registered buffer; the memory outlives the registration (the
@@ -511,6 +525,7 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
         req.dst_rkey,
         c.status_str()
     );
+    drain_async(&dev)?;
     id.disconnect().map_err(|e| e.to_string())?;
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
     println!("served: read {DATA_LEN} bytes, wrote them back transformed, sent with invalidate of rkey {:#x}", req.dst_rkey);
@@ -662,6 +677,7 @@ fn run_client(addr: SocketAddr, deadline: Instant) -> Res<()> {
     println!("checked: {DATA_LEN} bytes read and written back, rkey {mw_rkey:#x} invalidated by the server's SEND");
     // the server probes the invalidated window, then disconnects
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
+    drain_async(&id.device().ok_or("the connection has no device")?)?;
     drop(mw);
     drop(id);
     drop(buf);

@@ -63,6 +63,17 @@ pub struct ibv_context_ops {
 pub struct ibv_context {
     pub device: *mut c_void,
     pub ops: ibv_context_ops,
+    _ops_rest: [*mut c_void; 5],
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+}
+
+/// `struct ibv_async_event` (`element` is the union of the affected object's pointer and a
+/// port number).
+#[repr(C)]
+pub struct ibv_async_event {
+    pub element: *mut c_void,
+    pub event_type: u32,
 }
 
 /// `struct ibv_pd` (leading part).
@@ -358,6 +369,8 @@ pub struct Lib {
     pub ibv_query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
     pub ibv_create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
     pub ibv_destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    pub ibv_get_async_event: unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
+    pub ibv_ack_async_event: unsafe extern "C" fn(*mut ibv_async_event),
     pub rdma_create_event_channel: unsafe extern "C" fn() -> *mut rdma_event_channel,
     pub rdma_destroy_event_channel: unsafe extern "C" fn(*mut rdma_event_channel),
     pub rdma_create_id: unsafe extern "C" fn(
@@ -425,6 +438,8 @@ impl Lib {
             ibv_query_device: sym!(iv, ibverbs, ibv_query_device),
             ibv_create_srq: sym!(iv, ibverbs, ibv_create_srq),
             ibv_destroy_srq: sym!(iv, ibverbs, ibv_destroy_srq),
+            ibv_get_async_event: sym!(iv, ibverbs, ibv_get_async_event),
+            ibv_ack_async_event: sym!(iv, ibverbs, ibv_ack_async_event),
             rdma_create_event_channel: sym!(cm, rdmacm, rdma_create_event_channel),
             rdma_destroy_event_channel: sym!(cm, rdmacm, rdma_destroy_event_channel),
             rdma_create_id: sym!(cm, rdmacm, rdma_create_id),
@@ -483,6 +498,9 @@ const _: () = {
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_srq_recv) == 168);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_send) == 208);
     assert!(size_of::<ibv_srq_init_attr>() == 24);
+    assert!(offset_of!(ibv_context, async_fd) == 268);
+    assert!(size_of::<ibv_async_event>() == 16);
+    assert!(offset_of!(ibv_async_event, event_type) == 8);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_recv) == 216);
     assert!(offset_of!(ibv_qp, qp_num) == 52);
     assert!(offset_of!(ibv_mr, lkey) == 36);

@@ -26,9 +26,9 @@ use std::sync::OnceLock;
 
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 pub use verbs::{
-    next_rkey, Access, Completion, CompletionQueue, Device, DeviceLimits, MemoryRegion,
-    MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge,
-    SharedReceiveQueue, WcOpcode,
+    next_rkey, Access, AsyncEvent, AsyncEventKind, Completion, CompletionQueue, Device,
+    DeviceLimits, MemoryRegion, MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp,
+    SendWr, Sge, SharedReceiveQueue, WcOpcode,
 };
 
 /// A failed RDMA call: which C function, and the `errno` it left.

@@ -65,6 +65,114 @@ impl Device {
     }
 }
 
+impl Device {
+    /// The device's asynchronous-event fd (QP and CQ errors, port changes, device fatal),
+    /// made non-blocking: register it with epoll (one owner per device) and call
+    /// [`next_async_event`](Device::next_async_event) until `Ok(None)`.
+    pub fn async_fd(&self) -> Result<RawFd> {
+        // SAFETY: `ctx` is live.
+        let fd = unsafe { (*self.ctx).async_fd };
+        set_nonblocking(fd, "ibv_context.async_fd: O_NONBLOCK")?;
+        Ok(fd)
+    }
+
+    /// The next asynchronous event, acknowledged; `Ok(None)` when none is pending (after
+    /// [`async_fd`](Device::async_fd) made the fd non-blocking; before, this waits for one).
+    pub fn next_async_event(&self) -> Result<Option<AsyncEvent>> {
+        let l = lib()?;
+        let mut ev = ffi::ibv_async_event {
+            element: null_mut(),
+            event_type: 0,
+        };
+        // SAFETY: `ctx` is live; `ev` receives the event.
+        if unsafe { (l.ibv_get_async_event)(self.ctx, &mut ev) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                return Ok(None);
+            }
+            return Err(Error {
+                op: "ibv_get_async_event",
+                source: e,
+            });
+        }
+        let kind = AsyncEventKind::from_raw(ev.event_type);
+        let qp_num = match kind {
+            AsyncEventKind::QpFatal
+            | AsyncEventKind::QpRequestError
+            | AsyncEventKind::QpAccessError
+            | AsyncEventKind::CommEstablished
+            | AsyncEventKind::SqDrained
+            | AsyncEventKind::QpLastWqeReached
+                if !ev.element.is_null() =>
+            {
+                // SAFETY: for QP events the element is the QP, live until acknowledged.
+                Some(unsafe { (*(ev.element as *mut ffi::ibv_qp)).qp_num })
+            }
+            _ => None,
+        };
+        let port = match kind {
+            AsyncEventKind::PortActive | AsyncEventKind::PortError => {
+                Some(ev.element as usize as u32 as u8)
+            }
+            _ => None,
+        };
+        // SAFETY: acknowledged once, after its element was read.
+        unsafe { (l.ibv_ack_async_event)(&mut ev) };
+        Ok(Some(AsyncEvent { kind, qp_num, port }))
+    }
+}
+
+/// An asynchronous event of a device (`struct ibv_async_event`, copied out).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AsyncEvent {
+    pub kind: AsyncEventKind,
+    /// The QP it is about (QP events).
+    pub qp_num: Option<u32>,
+    /// The port (port events).
+    pub port: Option<u8>,
+}
+
+/// `enum ibv_event_type`, the kinds a transport acts on named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AsyncEventKind {
+    CqError,
+    /// The QP is in the error state: tear its connection down.
+    QpFatal,
+    QpRequestError,
+    QpAccessError,
+    CommEstablished,
+    SqDrained,
+    /// The device is unusable: drop everything of it.
+    DeviceFatal,
+    PortActive,
+    PortError,
+    SrqError,
+    SrqLimitReached,
+    QpLastWqeReached,
+    Other(u32),
+}
+
+impl AsyncEventKind {
+    fn from_raw(v: u32) -> AsyncEventKind {
+        use AsyncEventKind::*;
+        match v {
+            0 => CqError,
+            1 => QpFatal,
+            2 => QpRequestError,
+            3 => QpAccessError,
+            4 => CommEstablished,
+            5 => SqDrained,
+            8 => DeviceFatal,
+            9 => PortActive,
+            10 => PortError,
+            14 => SrqError,
+            15 => SrqLimitReached,
+            16 => QpLastWqeReached,
+            n => Other(n),
+        }
+    }
+}
+
 /// What a device allows (the part a transport sizes its queues and RDMA READ depth by).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeviceLimits {
@@ -1019,6 +1127,17 @@ impl WrScratch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn async_event_kinds_follow_the_c_enum() {
+        assert_eq!(AsyncEventKind::from_raw(1), AsyncEventKind::QpFatal);
+        assert_eq!(AsyncEventKind::from_raw(8), AsyncEventKind::DeviceFatal);
+        assert_eq!(
+            AsyncEventKind::from_raw(16),
+            AsyncEventKind::QpLastWqeReached
+        );
+        assert_eq!(AsyncEventKind::from_raw(19), AsyncEventKind::Other(19));
+    }
 
     #[test]
     fn next_rkey_advances_only_the_tag() {
