@@ -2,7 +2,8 @@
 //! (built here, shipped into both guests with `--put-bin`) serves in the listening guest and
 //! connects from the other over soft-RoCE (`tests/interop/rdma-verbs.sh`): a connect with a
 //! wrong private data is rejected with the server's reject data, the right one is accepted
-//! with the accept data; the client SENDs the addresses and keys of a source buffer (its MR's
+//! with the accept data (the server's QP takes its receives from a shared receive queue);
+//! the client SENDs the addresses and keys of a source buffer (its MR's
 //! rkey) and a destination (a type 2 memory window it bound); the server RDMA READs the source,
 //! RDMA WRITEs it back transformed and SENDs with invalidate of the window's rkey in one post;
 //! the client checks the data and the invalidated rkey; the server checks that an RDMA WRITE
@@ -112,6 +113,7 @@ fn verbs_pingpong_between_guests() {
         ("server", &server, "failed as it must"),
         ("server", &server, peer_line.as_str()),
         ("server", &server, "device limits DeviceLimits"),
+        ("server", &server, ", srq depth "),
     ] {
         assert!(
             run.stdout.contains(line),

@@ -7,7 +7,8 @@
 //! ```
 //!
 //! The client first connects with a wrong private data and expects the server's reject (with
-//! the server's reject private data), then connects with the right one. It exposes a source
+//! the server's reject private data), then connects with the right one. The server takes its
+//! receives from a shared receive queue (posted as one batch); the client from its QP. It exposes a source
 //! buffer through its memory region's rkey and a destination buffer through a type 2 memory
 //! window, and SENDs their addresses and keys. The server RDMA READs the source, RDMA WRITEs
 //! the source with every byte XORed with 0x5a into the destination, then (in the same post)
@@ -23,9 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nvmf_rdma::{
-    available, next_rkey, Access, CmEvent, CmEventKind, CmId, Completion, CompletionQueue,
-    ConnParam, EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain, QpCaps, RecvWr, SendOp,
-    SendWr, Sge, WcOpcode,
+    available, next_rkey, Access, AsyncEvent, CmEvent, CmEventKind, CmId, Completion,
+    CompletionQueue, ConnParam, Device, EventChannel, MemoryRegion, MemoryWindow, ProtectionDomain,
+    QpCaps, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue, WcOpcode,
 };
 
 const HELLO: &[u8] = b"nvmf-rdma pingpong v1";
@@ -187,6 +188,20 @@ fn next_wc_any(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Compl
     let c = wc[0];
     println!("completion {c:?}");
     Ok(c)
+}
+
+/// The device's pending asynchronous events (QP errors and the like), bounded.
+fn drain_async(dev: &Device) -> Res<Vec<AsyncEvent>> {
+    dev.async_fd().map_err(|e| e.to_string())?;
+    let mut v = Vec::new();
+    while v.len() < 64 {
+        match dev.next_async_event().map_err(|e| e.to_string())? {
+            Some(ev) => v.push(ev),
+            None => break,
+        }
+    }
+    println!("async events: {v:?}");
+    Ok(v)
 }
 
 /// A page-aligned, zeroed, registered buffer; the memory outlives the registration (the
@@ -371,10 +386,16 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
     let max_init = limits.max_qp_init_rd_atom.min(255) as u8;
     let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
     let cq = CompletionQueue::new(dev, 64).map_err(|e| e.to_string())?;
+    // the server takes its receives from a shared receive queue
+    let srq = SharedReceiveQueue::new(&pd, 16).map_err(|e| e.to_string())?;
     let got = id
-        .create_qp(&pd, &cq, &cq, caps())
+        .create_qp_with(&pd, &cq, &cq, Some(&srq), caps())
         .map_err(|e| e.to_string())?;
-    println!("qp {} caps {got:?}", id.qp_num().unwrap_or(0));
+    println!(
+        "qp {} caps {got:?}, srq depth {}",
+        id.qp_num().unwrap_or(0),
+        srq.depth()
+    );
     // RECVS receive slots of MSG_LEN, the reply, then the data (read into, transformed in
     // place); the receives go in as one batch (the first one takes the client's request, the
     // others are flushed when the connection ends)
@@ -386,7 +407,11 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
             sge: buf.sge(i * MSG_LEN, MSG_LEN),
         })
         .collect();
-    id.post_recv(&recvs).map_err(|e| e.to_string())?;
+    match id.post_recv(&recvs[..1]) {
+        Err(e) if e.to_string().contains("shared receive queue") => {}
+        other => return Err(format!("a receive posted to a QP on an SRQ: {other:?}")),
+    }
+    srq.post_recv(&recvs).map_err(|e| e.to_string())?;
     id.accept(&ConnParam {
         private_data: ACCEPT,
         responder_resources: rr.min(max_rd),
@@ -500,6 +525,7 @@ fn run_server(addr: SocketAddr, deadline: Instant) -> Res<()> {
         req.dst_rkey,
         c.status_str()
     );
+    drain_async(&dev)?;
     id.disconnect().map_err(|e| e.to_string())?;
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
     println!("served: read {DATA_LEN} bytes, wrote them back transformed, sent with invalidate of rkey {:#x}", req.dst_rkey);
@@ -651,6 +677,7 @@ fn run_client(addr: SocketAddr, deadline: Instant) -> Res<()> {
     println!("checked: {DATA_LEN} bytes read and written back, rkey {mw_rkey:#x} invalidated by the server's SEND");
     // the server probes the invalidated window, then disconnects
     expect_cm(&ch, deadline, CmEventKind::Disconnected, CONN)?;
+    drain_async(&id.device().ok_or("the connection has no device")?)?;
     drop(mw);
     drop(id);
     drop(buf);

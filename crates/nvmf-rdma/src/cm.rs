@@ -149,7 +149,11 @@ impl EventChannel {
         };
         // SAFETY: `ev` came from rdma_get_cm_event and is acknowledged once.
         if unsafe { (l.rdma_ack_cm_event)(ev) } != 0 {
-            return Err(Error::last("rdma_ack_cm_event"));
+            let e = Error::last("rdma_ack_cm_event");
+            // destroying an id with an unacknowledged event would wait for the ack forever:
+            // leak the new id rather than hang
+            std::mem::forget(out.request);
+            return Err(e);
         }
         Ok(Some(out))
     }

@@ -6,7 +6,8 @@
 //! sizes and offsets are pinned by the const assertions at the bottom (checked against
 //! rdma-core 44's headers with `offsetof`). `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
 //! `ibv_req_notify_cq`, `ibv_alloc_mw` and `ibv_dealloc_mw` are inline functions in the C
-//! header that call through the device's ops table; [`ops`] does the same.
+//! header that call through the device's ops table (as does `ibv_post_srq_recv`); [`ops`]
+//! does the same.
 
 #![allow(non_camel_case_types)]
 
@@ -48,7 +49,8 @@ pub struct ibv_context_ops {
     pub poll_cq: unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int,
     pub req_notify_cq: unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int,
     _compat1: [*mut c_void; 7],
-    _post_srq_recv: *mut c_void,
+    pub post_srq_recv:
+        unsafe extern "C" fn(*mut ibv_srq, *mut ibv_recv_wr, *mut *mut ibv_recv_wr) -> c_int,
     _compat2: [*mut c_void; 4],
     pub post_send:
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_send_wr, *mut *mut ibv_send_wr) -> c_int,
@@ -61,6 +63,17 @@ pub struct ibv_context_ops {
 pub struct ibv_context {
     pub device: *mut c_void,
     pub ops: ibv_context_ops,
+    _ops_rest: [*mut c_void; 5],
+    pub cmd_fd: c_int,
+    pub async_fd: c_int,
+}
+
+/// `struct ibv_async_event` (`element` is the union of the affected object's pointer and a
+/// port number).
+#[repr(C)]
+pub struct ibv_async_event {
+    pub element: *mut c_void,
+    pub event_type: u32,
 }
 
 /// `struct ibv_pd` (leading part).
@@ -73,6 +86,21 @@ pub struct ibv_pd {
 #[repr(C)]
 pub struct ibv_cq {
     pub context: *mut ibv_context,
+}
+
+/// `struct ibv_srq` (leading part).
+#[repr(C)]
+pub struct ibv_srq {
+    pub context: *mut ibv_context,
+}
+
+/// `struct ibv_srq_init_attr` (with its `struct ibv_srq_attr`).
+#[repr(C)]
+pub struct ibv_srq_init_attr {
+    pub srq_context: *mut c_void,
+    pub max_wr: u32,
+    pub max_sge: u32,
+    pub srq_limit: u32,
 }
 
 /// `struct ibv_comp_channel`.
@@ -210,7 +238,7 @@ pub struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
-    pub srq: *mut c_void,
+    pub srq: *mut ibv_srq,
     pub cap: ibv_qp_cap,
     pub qp_type: u32,
     pub sq_sig_all: c_int,
@@ -339,6 +367,10 @@ pub struct Lib {
     pub ibv_ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, u32),
     pub ibv_wc_status_str: unsafe extern "C" fn(u32) -> *const c_char,
     pub ibv_query_device: unsafe extern "C" fn(*mut ibv_context, *mut ibv_device_attr) -> c_int,
+    pub ibv_create_srq: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_srq_init_attr) -> *mut ibv_srq,
+    pub ibv_destroy_srq: unsafe extern "C" fn(*mut ibv_srq) -> c_int,
+    pub ibv_get_async_event: unsafe extern "C" fn(*mut ibv_context, *mut ibv_async_event) -> c_int,
+    pub ibv_ack_async_event: unsafe extern "C" fn(*mut ibv_async_event),
     pub rdma_create_event_channel: unsafe extern "C" fn() -> *mut rdma_event_channel,
     pub rdma_destroy_event_channel: unsafe extern "C" fn(*mut rdma_event_channel),
     pub rdma_create_id: unsafe extern "C" fn(
@@ -404,6 +436,10 @@ impl Lib {
             ibv_ack_cq_events: sym!(iv, ibverbs, ibv_ack_cq_events),
             ibv_wc_status_str: sym!(iv, ibverbs, ibv_wc_status_str),
             ibv_query_device: sym!(iv, ibverbs, ibv_query_device),
+            ibv_create_srq: sym!(iv, ibverbs, ibv_create_srq),
+            ibv_destroy_srq: sym!(iv, ibverbs, ibv_destroy_srq),
+            ibv_get_async_event: sym!(iv, ibverbs, ibv_get_async_event),
+            ibv_ack_async_event: sym!(iv, ibverbs, ibv_ack_async_event),
             rdma_create_event_channel: sym!(cm, rdmacm, rdma_create_event_channel),
             rdma_destroy_event_channel: sym!(cm, rdmacm, rdma_destroy_event_channel),
             rdma_create_id: sym!(cm, rdmacm, rdma_create_id),
@@ -459,7 +495,12 @@ const _: () = {
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, dealloc_mw) == 80);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, poll_cq) == 96);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, req_notify_cq) == 104);
+    assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_srq_recv) == 168);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_send) == 208);
+    assert!(size_of::<ibv_srq_init_attr>() == 24);
+    assert!(offset_of!(ibv_context, async_fd) == 268);
+    assert!(size_of::<ibv_async_event>() == 16);
+    assert!(offset_of!(ibv_async_event, event_type) == 8);
     assert!(offset_of!(ibv_context, ops) + offset_of!(ibv_context_ops, post_recv) == 216);
     assert!(offset_of!(ibv_qp, qp_num) == 52);
     assert!(offset_of!(ibv_mr, lkey) == 36);

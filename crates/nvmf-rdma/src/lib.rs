@@ -12,10 +12,10 @@
 //! * [`port`]: [`RdmaPort`], the target side: CM listeners, connect-request checks, accept /
 //!   reject, the verbs glue that runs each connection's queue, teardown.
 //! * [`verbs`]: per-connection resources — [`ProtectionDomain`] (one per device, shared),
-//!   [`CompletionQueue`] with its completion channel (fd for epoll, arm / drain), the RC queue
-//!   pair on a [`CmId`], [`MemoryRegion`] over caller-owned memory, [`MemoryWindow`] (type 2,
-//!   for the initiator), work requests posted in batches (one doorbell per batch) and
-//!   [`Completion`]s polled into a caller's array.
+//!   [`CompletionQueue`] with its completion channel (fd for epoll, arm / drain), optional
+//!   [`SharedReceiveQueue`]s, the RC queue pair on a [`CmId`], [`MemoryRegion`] over
+//!   caller-owned memory, [`MemoryWindow`] (type 2, for the initiator), work requests posted in
+//!   batches (one doorbell per batch) and [`Completion`]s polled into a caller's array.
 //!
 //! Nothing here waits for the network: every call is one system call or a user-space queue
 //! operation that returns at once; what completes later (address/route resolution, connection
@@ -42,8 +42,9 @@ pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps {
 
 pub use cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 pub use verbs::{
-    next_rkey, Access, Completion, CompletionQueue, Device, DeviceLimits, MemoryRegion,
-    MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge, WcOpcode,
+    next_rkey, Access, AsyncEvent, AsyncEventKind, Completion, CompletionQueue, Device,
+    DeviceLimits, MemoryRegion, MemoryWindow, PostError, ProtectionDomain, QpCaps, RecvWr, SendOp,
+    SendWr, Sge, SharedReceiveQueue, WcOpcode,
 };
 
 /// A failed RDMA call: which C function, and the `errno` it left.
