@@ -1,0 +1,93 @@
+# nvmfd's NVMe/RDMA target between two guests over soft-RoCE (rxe0 on the testbed's link).
+#
+# ROLE=target (the listening guest): starts the shipped /job/nvmfd with a malloc namespace and
+#   an RDMA listener (subsystem and discovery) on this guest's link address, writes
+#   /job/serving once it listens, waits for /job/stop from the test (bounded by WAIT_S), stops
+#   nvmfd with SIGTERM and checks that every queue was torn down and nothing panicked.
+# ROLE=host (the connecting guest): the Linux kernel host (nvme-rdma): nvme discover -t rdma,
+#   connect, fio 4k randrw 75/25 (writes in-capsule) and 128k sequential (writes by RDMA READ)
+#   with crc32c verify, disconnect, clean dmesg.
+#
+# env: PORT  NQN  HOSTNQN HOSTID (host)  TARGET_IP (host: the target guest's link address)
+#      FIO_MB (host, 8)  WAIT_S (target, 200)
+. /job/lib.sh
+MY_IP=${TESTBED_LINK_IP:?no --link-ip}
+MY_IP=${MY_IP%/*}
+
+case ${ROLE:?ROLE not set} in
+target)
+  step "nvmfd with an NVMe/RDMA listener on $MY_IP:$PORT"
+  cat > /tmp/nvmfd.json <<JSON
+{"subsystems": [
+ {"subsystem": "bdev", "config": [
+  {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 65536, "block_size": 512}}]},
+ {"subsystem": "nvmf", "config": [
+  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"}},
+  {"method": "nvmf_create_subsystem", "params": {"nqn": "$NQN", "allow_any_host": true,
+     "serial_number": "NVMFDRDMA0001", "model_number": "nvmfd rdma"}},
+  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}},
+  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$NQN", "listen_address":
+     {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "$MY_IP", "trsvcid": "$PORT"}}},
+  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2014-08.org.nvmexpress.discovery",
+     "listen_address": {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "$MY_IP", "trsvcid": "$PORT"}}}]}]}
+JSON
+  RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m 0 -r /tmp/nvmfd.sock > /job/nvmfd.log 2>&1 &
+  pid=$!
+  for _ in $(seq 150); do   # 15 s at most
+    grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd did not listen on rdma"; }
+  ok "nvmfd listens (pid $pid)"
+  touch /job/serving
+  step "serving until the test says stop"
+  for _ in $(seq $((${WAIT_S:-200} * 10))); do
+    [ -e /job/stop ] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "$pid" 2>/dev/null || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd died while serving"; }
+  [ -e /job/stop ] || fail "no stop from the test within ${WAIT_S:-200} s"
+  ok "stop requested"
+  step "SIGTERM: nvmfd shuts down, every queue was torn down"
+  kill -TERM "$pid"
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  kill -0 "$pid" 2>/dev/null && fail "nvmfd still running 10 s after SIGTERM"
+  wait "$pid"; rc=$?
+  [ "$rc" = 0 ] || fail "nvmfd exited with status $rc"
+  grep -q 'panicked' /job/nvmfd.log && fail "nvmfd panicked (see nvmfd.log)"
+  closed=$(grep -c 'NVMe/RDMA connection closed' /job/nvmfd.log)
+  info "NVMe/RDMA queues closed: $closed"
+  [ "$closed" -ge 2 ] || fail "fewer than two NVMe/RDMA queues were closed ($closed)"
+  grep -q 'active_controllers=0' /job/nvmfd.log || fail "the controller was not freed (no active_controllers=0)"
+  ok "clean shutdown"
+  echo "ALL STEPS PASSED" ;;
+host)
+  FIO_MB=${FIO_MB:-8}
+  H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
+  modprobe nvme-rdma || fail "modprobe nvme-rdma"
+  dmesg_mark
+  step "nvme discover -t rdma -a $TARGET_IP -s $PORT"
+  run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
+  grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
+  grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
+  ok "discovery log lists $NQN over rdma"
+  step "nvme connect -t rdma $NQN"
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}"
+  CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
+  [ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
+  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  run nvme id-ctrl "/dev/$CTRL"
+  sgls=$(awk '$1 == "sgls" {print $3}' <<<"$LAST_OUT")
+  [ -n "$sgls" ] && [ $((sgls & 4)) = 4 ] || fail "Identify SGLS $sgls: no keyed SGL data block support (bit 2)"
+  ok "controller $CTRL (rdma), namespace $D"
+  step "fio over rdma: 4k randrw 75/25 (in-capsule writes) and 128k sequential (RDMA READ writes), ${FIO_MB} MiB, crc32c verify"
+  fio_suite rdma "$D" "$FIO_MB"
+  ok "fio verified"
+  step "disconnect"
+  disconnect "$NQN"
+  dmesg_clean "during the rdma run"
+  ok "disconnected"
+  echo "ALL STEPS PASSED" ;;
+esac
