@@ -258,27 +258,34 @@ impl RdmaPort {
 
     fn device(&mut self, id: &CmId) -> Result<&DeviceRes, String> {
         let dev = id.device().ok_or("the connection has no RDMA device")?;
-        if !self.devices.contains_key(&dev.key()) {
-            let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
-            let zeroes = nvmf_core::backend::zeroes(nvmf_core::backend::ZEROES_LEN).and_then(|z| {
-                // SAFETY: the zero buffer is static and never written.
-                unsafe { MemoryRegion::new(&pd, z.as_ptr() as *mut u8, z.len(), Access::default()) }
-                    .ok()
-            });
-            let max_read = dev
-                .limits()
-                .map(|l| l.max_qp_init_rd_atom.min(255) as u8)
-                .unwrap_or(1);
-            self.devices.insert(
-                dev.key(),
-                DeviceRes {
+        match self.devices.entry(dev.key()) {
+            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
+                let zeroes =
+                    nvmf_core::backend::zeroes(nvmf_core::backend::ZEROES_LEN).and_then(|z| {
+                        // SAFETY: the zero buffer is static and never written.
+                        unsafe {
+                            MemoryRegion::new(
+                                &pd,
+                                z.as_ptr() as *mut u8,
+                                z.len(),
+                                Access::default(),
+                            )
+                        }
+                        .ok()
+                    });
+                let max_read = dev
+                    .limits()
+                    .map(|l| l.max_qp_init_rd_atom.min(255) as u8)
+                    .unwrap_or(1);
+                Ok(v.insert(DeviceRes {
                     pd,
                     zeroes,
                     max_read,
-                },
-            );
+                }))
+            }
         }
-        Ok(&self.devices[&dev.key()])
     }
 
     fn accept(
