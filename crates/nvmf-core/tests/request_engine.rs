@@ -11,10 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_config::{
-    derive_namespace_ids, AddressFamily, BdevConfig, BdevKind, NamespaceConfig, SubsystemConfig,
-    TargetConfig, TransportConfig, TransportType,
-};
+use nvmf_config::{AddressFamily, BdevKind, TransportType};
 use nvmf_core::request::{
     BufPolicy, DataDesc, DataOut, Fabric, FaultKind, RequestEngine, RequestParams, RequestState,
     SglKind, Slots,
@@ -35,37 +32,14 @@ const KEYED: u8 = 0x40;
 const IN_CAPSULE: u8 = 0x01;
 
 fn target() -> Arc<Target> {
-    let mut s = SubsystemConfig::new(NQN);
-    s.allow_any_host = true;
-    s.listeners = vec![nvmf_config::ListenerConfig {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-    }];
-    let ids = derive_namespace_ids(NQN, 1, "Ram", None);
-    s.namespaces = vec![NamespaceConfig {
-        nsid: 1,
-        bdev_name: "Ram".to_string(),
-        nguid: ids.nguid,
-        eui64: ids.eui64,
-        uuid: ids.uuid,
-        anagrpid: 1,
-    }];
-    let cfg = TargetConfig {
-        bdevs: vec![BdevConfig {
-            name: "Ram".to_string(),
-            kind: BdevKind::Malloc,
-            block_size: 512,
-            num_blocks: 4096,
-            uuid: None,
-            file: None,
-            rbd: None,
-        }],
-        transports: vec![TransportConfig::rdma_default()],
-        subsystems: vec![s],
-        ..TargetConfig::default()
-    };
+    let cfg = nvmf_testkit::model::single_namespace(
+        NQN,
+        TransportType::Rdma,
+        "Ram",
+        BdevKind::Malloc,
+        512,
+        4096,
+    );
     Target::from_config(&cfg).expect("target")
 }
 

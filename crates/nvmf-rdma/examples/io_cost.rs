@@ -14,10 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{
-    derive_namespace_ids, AddressFamily, BdevConfig, BdevKind, ListenerConfig, NamespaceConfig,
-    SubsystemConfig, TargetConfig, TransportConfig, TransportType,
-};
+use nvmf_config::{AddressFamily, BdevKind, TransportType};
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::{PortInfo, Target};
 use nvmf_rdma::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
@@ -33,40 +30,8 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000
 const QD: u16 = 128;
 
 fn target(trtype: TransportType) -> Arc<Target> {
-    let mut s = SubsystemConfig::new(NQN);
-    s.allow_any_host = true;
-    s.listeners = vec![ListenerConfig {
-        trtype,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".into(),
-        trsvcid: "4420".into(),
-    }];
-    let ids = derive_namespace_ids(NQN, 1, "Null0", None);
-    s.namespaces = vec![NamespaceConfig {
-        nsid: 1,
-        bdev_name: "Null0".into(),
-        nguid: ids.nguid,
-        eui64: ids.eui64,
-        uuid: ids.uuid,
-        anagrpid: 1,
-    }];
-    let cfg = TargetConfig {
-        bdevs: vec![BdevConfig {
-            name: "Null0".into(),
-            kind: BdevKind::Null,
-            block_size: 4096,
-            num_blocks: 1 << 20,
-            uuid: None,
-            file: None,
-            rbd: None,
-        }],
-        transports: vec![
-            TransportConfig::tcp_default(),
-            TransportConfig::rdma_default(),
-        ],
-        subsystems: vec![s],
-        ..TargetConfig::default()
-    };
+    let cfg =
+        nvmf_testkit::model::single_namespace(NQN, trtype, "Null0", BdevKind::Null, 4096, 1 << 20);
     Target::from_config(&cfg).expect("target")
 }
 

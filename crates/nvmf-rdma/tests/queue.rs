@@ -10,10 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{
-    derive_namespace_ids, AddressFamily, BdevConfig, BdevKind, ListenerConfig, NamespaceConfig,
-    SubsystemConfig, TargetConfig, TransportConfig, TransportType,
-};
+use nvmf_config::{AddressFamily, BdevKind, TransportType};
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::{PortInfo, Target, TransportCaps};
 use nvmf_rdma::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
@@ -28,37 +25,14 @@ const NQN: &str = "nqn.2024-01.io.nvmfd:rdma";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000d1";
 
 fn target() -> Arc<Target> {
-    let mut s = SubsystemConfig::new(NQN);
-    s.allow_any_host = true;
-    s.listeners = vec![ListenerConfig {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-    }];
-    let ids = derive_namespace_ids(NQN, 1, "Ram", None);
-    s.namespaces = vec![NamespaceConfig {
-        nsid: 1,
-        bdev_name: "Ram".to_string(),
-        nguid: ids.nguid,
-        eui64: ids.eui64,
-        uuid: ids.uuid,
-        anagrpid: 1,
-    }];
-    let cfg = TargetConfig {
-        bdevs: vec![BdevConfig {
-            name: "Ram".to_string(),
-            kind: BdevKind::Malloc,
-            block_size: 512,
-            num_blocks: 8192,
-            uuid: None,
-            file: None,
-            rbd: None,
-        }],
-        transports: vec![TransportConfig::rdma_default()],
-        subsystems: vec![s],
-        ..TargetConfig::default()
-    };
+    let cfg = nvmf_testkit::model::single_namespace(
+        NQN,
+        TransportType::Rdma,
+        "Ram",
+        BdevKind::Malloc,
+        512,
+        8192,
+    );
     Target::from_config(&cfg).expect("target")
 }
 

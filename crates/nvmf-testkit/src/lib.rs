@@ -11,6 +11,8 @@
 //!   once it logged `listening on` for its ports, with its RPC socket and [`Daemon::rpc`].
 //! * [`ceph`]: [`CephCluster`], a throw-away one-node Ceph cluster on 127.0.0.1
 //!   (`testbed/ceph-cluster`) with the `rbd`/`ceph` CLIs against it, for RBD namespaces.
+//! * [`model`]: in-process target configurations (one subsystem, one namespace) for the
+//!   core's and the transports' own tests.
 //! * Here: [`free_port`], [`trid`], [`text`], [`TestDir`], and the measurements the hostile
 //!   tests share ([`p99`], [`rss`]).
 
@@ -22,6 +24,7 @@ use std::time::Duration;
 pub mod bins;
 pub mod ceph;
 pub mod daemon;
+pub mod model;
 pub mod process;
 
 pub use ceph::CephCluster;
