@@ -6,7 +6,9 @@
 #   nvmfd with SIGTERM and checks that every queue was torn down and nothing panicked.
 # ROLE=host (the connecting guest): the Linux kernel host (nvme-rdma): nvme discover -t rdma,
 #   connect, fio 4k randrw 75/25 (writes in-capsule) and 128k sequential (writes by RDMA READ)
-#   with crc32c verify, disconnect, clean dmesg.
+#   with crc32c verify, disconnect, clean dmesg. Before that, bad connect private data from
+#   /job/rdma_connect_probe (rejected with the NVMe/RDMA status each) and a host that vanishes
+#   right after its admin queue was accepted.
 #
 # env: PORT  NQN  HOSTNQN HOSTID (host)  TARGET_IP (host: the target guest's link address)
 #      FIO_MB (host, 8)  WAIT_S (target, 200)
@@ -59,13 +61,28 @@ JSON
   grep -q 'panicked' /job/nvmfd.log && fail "nvmfd panicked (see nvmfd.log)"
   closed=$(grep -c 'NVMe/RDMA connection closed' /job/nvmfd.log)
   info "NVMe/RDMA queues closed: $closed"
-  [ "$closed" -ge 2 ] || fail "fewer than two NVMe/RDMA queues were closed ($closed)"
+  # the vanished host's admin queue, the discovery queue, the I/O controller's two queues
+  [ "$closed" -ge 4 ] || fail "fewer than four NVMe/RDMA queues were closed ($closed)"
   grep -q 'active_controllers=0' /job/nvmfd.log || fail "the controller was not freed (no active_controllers=0)"
+  rejected=$(grep -c 'NVMe/RDMA connect request rejected' /job/nvmfd.log)
+  info "connect requests rejected: $rejected"
+  [ "$rejected" = 5 ] || fail "nvmfd logged $rejected rejected connect requests, the host sent 5 bad ones"
   ok "clean shutdown"
   echo "ALL STEPS PASSED" ;;
 host)
   FIO_MB=${FIO_MB:-8}
   H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
+  P=/job/rdma_connect_probe; T="$TARGET_IP:$PORT"
+  step "bad NVMe/RDMA connect private data: rejected with the NVMe/RDMA status"
+  run "$P" "$T" --recfmt 1 --expect-reject 2
+  run "$P" "$T" --qid 200 --expect-reject 3
+  run "$P" "$T" --hsqsize 7 --hrqsize 8 --expect-reject 4
+  run "$P" "$T" --qid 1 --hsqsize 1000 --hrqsize 1001 --expect-reject 4
+  run "$P" "$T" --hrqsize 16 --expect-reject 5
+  ok "wrong RECFMT, QID, admin and I/O HSQSIZE, HRQSIZE rejected"
+  step "a host that vanishes right after its queue was accepted"
+  run "$P" "$T" --expect-accept --vanish
+  ok "gone without a disconnect"
   modprobe nvme-rdma || fail "modprobe nvme-rdma"
   dmesg_mark
   step "nvme discover -t rdma -a $TARGET_IP -s $PORT"

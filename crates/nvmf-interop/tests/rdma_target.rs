@@ -5,8 +5,13 @@
 //! Identify's keyed SGL support, runs fio 4k randrw 75/25 (writes of 4 KiB travel in the
 //! capsule) and 128k sequential (writes fetched by RDMA READ, reads by RDMA WRITE) with
 //! crc32c verify, and disconnects with a clean dmesg; then nvmfd is stopped with SIGTERM and
-//! its log must show every queue torn down and the controller freed. Opt-in with
-//! NVMFD_INTEROP=1, like the other interop tests.
+//! its log must show every queue torn down and the controller freed. Before that, bad input
+//! from a real link: `rdma_connect_probe` (nvmf-rdma's example, shipped too) sends connect
+//! requests with a wrong RECFMT, QID, HSQSIZE (admin and I/O) and HRQSIZE, each of which must
+//! be rejected with its NVMe/RDMA status, and one good admin queue whose host then vanishes
+//! (exits without a disconnect, never sends Connect): nvmfd keeps serving (the kernel host's
+//! run follows) and disconnects the orphan. Opt-in with NVMFD_INTEROP=1, like the other
+//! interop tests.
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +28,7 @@ fn kernel_host_against_nvmfd_over_rxe() {
     let t_all = Instant::now();
     let dir = work_dir("rdma_target");
     let nvmfd = nvmfd_binary();
+    let probe = nvmf_interop::rdma::rdma_example("rdma_connect_probe", "NVMF_RDMA_PROBE_BIN");
     let link = RxeLink::new();
     let target_env = vec![
         ("ROLE", "target".to_string()),
@@ -56,7 +62,7 @@ fn kernel_host_against_nvmfd_over_rxe() {
         &link,
         "nvmfd-rdma.sh",
         &host_env,
-        &[],
+        &[probe.as_path()],
         Duration::from_secs(240),
         |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
     );

@@ -11,7 +11,6 @@
 //! Opt-in with NVMFD_INTEROP=1, like rdma_testbed.rs.
 
 use std::path::PathBuf;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nvmf_interop::*;
@@ -21,26 +20,7 @@ const PORT: u16 = 4420;
 
 /// `target/<profile>/examples/rdma_pingpong`, (re)built with cargo so it is never stale.
 fn pingpong_binary() -> PathBuf {
-    if let Some(p) = std::env::var_os("NVMF_RDMA_PINGPONG_BIN") {
-        return PathBuf::from(p);
-    }
-    let dir = nvmf_testkit::bins::profile_dir();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "nvmf-rdma", "--example", "rdma_pingpong"]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let st = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run cargo to build rdma_pingpong: {e}"));
-    let p = dir.join("examples").join("rdma_pingpong");
-    assert!(
-        st.success() && p.is_file(),
-        "`cargo build -p nvmf-rdma --example rdma_pingpong` did not put it at {} (or set \
-         NVMF_RDMA_PINGPONG_BIN)",
-        p.display()
-    );
-    p
+    nvmf_interop::rdma::rdma_example("rdma_pingpong", "NVMF_RDMA_PINGPONG_BIN")
 }
 
 #[test]

@@ -18,7 +18,6 @@
 //! disconnects; both exit 0 after printing `PASS`. Every wait is bounded by `--timeout` (default 60 s) in all.
 
 use std::net::SocketAddr;
-use std::os::fd::RawFd;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -103,45 +102,17 @@ fn usage(why: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Waits until `fd` is readable or the deadline passes.
-fn wait_readable(fd: RawFd, deadline: Instant, what: &str) -> Res<()> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(format!("timed out waiting for {what}"));
-        }
-        let mut p = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        let ms = left.as_millis().clamp(1, 1000) as i32;
-        // SAFETY: one valid pollfd.
-        let r = unsafe { libc::poll(&mut p, 1, ms) };
-        if r > 0 {
-            return Ok(());
-        }
-        if r < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return Err(format!("poll: {}", std::io::Error::last_os_error()));
-        }
-    }
-}
-
 /// The next CM event (bounded by the deadline).
 fn next_cm(ch: &EventChannel, deadline: Instant, what: &str) -> Res<CmEvent> {
-    loop {
-        if let Some(ev) = ch.next_event().map_err(|e| e.to_string())? {
-            println!(
-                "cm event {:?} status {} token {} private data {} bytes",
-                ev.kind,
-                ev.status,
-                ev.token,
-                ev.private_data.len()
-            );
-            return Ok(ev);
-        }
-        wait_readable(ch.fd(), deadline, what)?;
-    }
+    let ev = nvmf_rdma::client::wait_event(ch, deadline, what)?;
+    println!(
+        "cm event {:?} status {} token {} private data {} bytes",
+        ev.kind,
+        ev.status,
+        ev.token,
+        ev.private_data.len()
+    );
+    Ok(ev)
 }
 
 /// Waits for the CM event `kind` on `token`; any other event is an error.
@@ -182,7 +153,7 @@ fn next_wc_any(cq: &CompletionQueue, deadline: Instant, what: &str) -> Res<Compl
         if cq.poll(&mut wc).map_err(|e| e.to_string())? == 1 {
             break;
         }
-        wait_readable(cq.fd(), deadline, what)?;
+        nvmf_rdma::client::wait_readable(cq.fd(), deadline, what)?;
         cq.drain_events().map_err(|e| e.to_string())?;
     }
     let c = wc[0];
@@ -692,27 +663,7 @@ fn resolve(
     addr: SocketAddr,
     deadline: Instant,
 ) -> Res<(Arc<ProtectionDomain>, Arc<CompletionQueue>)> {
-    let mut tries = 0;
-    loop {
-        tries += 1;
-        id.resolve_addr(addr, Duration::from_secs(2))
-            .map_err(|e| e.to_string())?;
-        let ev = next_cm(ch, deadline, "address resolution")?;
-        match ev.kind {
-            CmEventKind::AddrResolved => {}
-            CmEventKind::AddrError if tries < 5 => continue,
-            _ => return Err(format!("address resolution of {addr}: {ev:?}")),
-        }
-        id.resolve_route(Duration::from_secs(2))
-            .map_err(|e| e.to_string())?;
-        let ev = next_cm(ch, deadline, "route resolution")?;
-        match ev.kind {
-            CmEventKind::RouteResolved => break,
-            CmEventKind::RouteError if tries < 5 => continue,
-            _ => return Err(format!("route resolution to {addr}: {ev:?}")),
-        }
-    }
-    let dev = id.device().ok_or("no device after address resolution")?;
+    let dev = nvmf_rdma::client::resolve(ch, id, addr, deadline)?;
     let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
     let cq = CompletionQueue::new(dev, 64).map_err(|e| e.to_string())?;
     Ok((pd, cq))

@@ -7,6 +7,7 @@
 //! * [`cm`]: connection management — an [`EventChannel`] (non-blocking fd for epoll), listening
 //!   [`CmId`]s, connection events with their private data, accept / reject / disconnect, and
 //!   the initiator side (address and route resolution, connect).
+//! * [`client`]: waiting for CM events and resolving a peer, for one-connection tools.
 //! * [`queue`]: [`RdmaQueue`], one NVMe/RDMA queue as a sans-I/O state machine over the core's
 //!   request engine (capsules from RECVs in, RDMA READ / WRITE / SEND work requests out).
 //! * [`port`]: [`RdmaPort`], the target side: CM listeners, connect-request checks, accept /
@@ -21,6 +22,7 @@
 //! operation that returns at once; what completes later (address/route resolution, connection
 //! setup, teardown) is reported as a [`CmEvent`] on the channel.
 
+pub mod client;
 pub mod cm;
 mod ffi;
 pub mod port;

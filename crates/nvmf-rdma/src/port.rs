@@ -104,6 +104,9 @@ struct Conn {
     queue: RdmaQueue,
     /// Disconnect requested; destroyed on DISCONNECTED.
     closing: bool,
+    /// When the connection was accepted (it must see a Fabrics Connect
+    /// within the port's connect timeout).
+    accepted_at: Instant,
     established: bool,
     peer: SocketAddr,
 }
@@ -116,6 +119,9 @@ pub struct RdmaPort {
     conns: Vec<Option<Conn>>,
     devices: HashMap<usize, DeviceRes>,
     requests: RequestParams,
+    /// A queue not connected (Fabrics Connect) this long after it was
+    /// accepted is disconnected (zero: never).
+    connect_timeout: std::time::Duration,
     wcs: Vec<Completion>,
     work: Vec<WorkRequest>,
 }
@@ -123,7 +129,11 @@ pub struct RdmaPort {
 impl RdmaPort {
     /// A port with no listener yet. Fails (with what is missing) where
     /// rdma-core or an RDMA device is not there.
-    pub fn new(target: Arc<Target>, requests: RequestParams) -> Result<RdmaPort, String> {
+    pub fn new(
+        target: Arc<Target>,
+        requests: RequestParams,
+        connect_timeout: std::time::Duration,
+    ) -> Result<RdmaPort, String> {
         crate::available()?;
         let channel = EventChannel::new().map_err(|e| format!("RDMA CM event channel: {e}"))?;
         Ok(RdmaPort {
@@ -133,6 +143,7 @@ impl RdmaPort {
             conns: Vec::new(),
             devices: HashMap::new(),
             requests,
+            connect_timeout,
             wcs: Vec::with_capacity(POLL_BATCH),
             work: Vec::with_capacity(256),
         })
@@ -383,6 +394,7 @@ impl RdmaPort {
             pd,
             queue,
             closing: false,
+            accepted_at: Instant::now(),
             established: false,
             peer,
         };
@@ -473,6 +485,17 @@ impl RdmaPort {
         for key in 0..self.conns.len() {
             if let Some(c) = self.conns[key].as_mut() {
                 c.queue.poll(now);
+                if !self.connect_timeout.is_zero()
+                    && !c.queue.queue().is_connected()
+                    && now.saturating_duration_since(c.accepted_at) > self.connect_timeout
+                {
+                    warn!(
+                        peer = %c.peer,
+                        "NVMe/RDMA queue without a Fabrics Connect for {} ms: disconnecting",
+                        self.connect_timeout.as_millis()
+                    );
+                    c.queue.close_now("no Fabrics Connect in time");
+                }
                 self.after_work(key, fds);
             }
         }

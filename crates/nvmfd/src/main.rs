@@ -386,6 +386,7 @@ fn run(cli: Cli) -> Result<()> {
             target.clone(),
             &rdma_listeners,
             p,
+            std::time::Duration::from_millis(cli.connect_timeout_ms),
             shutdown.clone(),
         )?)
     };

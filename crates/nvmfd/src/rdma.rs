@@ -71,13 +71,15 @@ pub fn start(
     target: Arc<Target>,
     listeners: &[&ListenerConfig],
     params: RequestParams,
+    connect_timeout: Duration,
     shutdown: Arc<AtomicBool>,
 ) -> Result<RdmaReactor> {
     let first = listeners
         .first()
         .map(|l| format!("NVMe/RDMA listener {}:{}", l.traddr, l.trsvcid))
         .unwrap_or_default();
-    let mut port = RdmaPort::new(target, params).map_err(|e| anyhow!("{first}: {e}"))?;
+    let mut port =
+        RdmaPort::new(target, params, connect_timeout).map_err(|e| anyhow!("{first}: {e}"))?;
     for l in listeners {
         port.listen(l).map_err(|e| anyhow!("{e}"))?;
     }
