@@ -137,7 +137,9 @@ fio_suite() {  # tag dev size_mb
 checkpoint() {  # name [detail]  - ask the host driver to check something; fail unless it says ok
   local name=$1 i resp
   [ "$CHECKPOINTS" = 1 ] || { info "checkpoint $name skipped (no host driver)"; return 0; }
-  echo "${2:-}" > "/job/cp-$name.req"
+  # written whole, then renamed: the host polls the directory and must never read a
+  # request that is still empty
+  echo "${2:-}" > "/job/cp-$name.req.part" && mv "/job/cp-$name.req.part" "/job/cp-$name.req"
   for i in $(seq 600); do
     if [ -f "/job/cp-$name.resp" ]; then
       resp=$(cat "/job/cp-$name.resp")
