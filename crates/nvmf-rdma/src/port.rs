@@ -123,7 +123,7 @@ pub struct RdmaPort {
     /// accepted is disconnected (zero: never).
     connect_timeout: std::time::Duration,
     wcs: Vec<Completion>,
-    work: Vec<WorkRequest>,
+    scratch: PostScratch,
 }
 
 impl RdmaPort {
@@ -145,7 +145,7 @@ impl RdmaPort {
             requests,
             connect_timeout,
             wcs: Vec::with_capacity(POLL_BATCH),
-            work: Vec::with_capacity(256),
+            scratch: PostScratch::default(),
         })
     }
 
@@ -398,7 +398,7 @@ impl RdmaPort {
             established: false,
             peer,
         };
-        post(&mut c, &mut self.work)?;
+        post(&mut c, &mut self.scratch)?;
         c.id.accept(&ConnParam {
             private_data: accept.as_bytes(),
             responder_resources: 0,
@@ -464,7 +464,7 @@ impl RdmaPort {
         let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
             return;
         };
-        if let Err(e) = post(c, &mut self.work) {
+        if let Err(e) = post(c, &mut self.scratch) {
             warn!(peer = %c.peer, "posting work requests failed: {e}");
             c.queue_close();
         }
@@ -581,20 +581,34 @@ impl Conn {
     }
 }
 
-/// Posts the queue's work requests: receives as one list, sends as one
-/// list (one doorbell each).
-fn post(c: &mut Conn, work: &mut Vec<WorkRequest>) -> Result<(), String> {
-    work.clear();
-    c.queue.take_work(work);
-    if work.is_empty() {
+/// Send-queue work requests posted with one call (one doorbell); a turn
+/// that produced more posts them in chunks of this size.
+const POST_CHUNK: usize = 128;
+
+/// Work-request lists reused across posts (no allocation per I/O or per turn
+/// once grown).
+#[derive(Default)]
+pub(crate) struct PostScratch {
+    work: Vec<WorkRequest>,
+    recvs: Vec<RecvWr>,
+    sges: Vec<Sge>,
+    ops: Vec<(u64, SendOp<'static>, bool)>,
+}
+
+/// Posts the queue's work requests: receives as one list, sends as one list
+/// per [`POST_CHUNK`] (one doorbell each).
+fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
+    s.work.clear();
+    c.queue.take_work(&mut s.work);
+    if s.work.is_empty() {
         return Ok(());
     }
-    let mut recvs: Vec<RecvWr> = Vec::new();
-    let mut sges: Vec<Sge> = Vec::with_capacity(work.len());
-    let mut kinds: Vec<(u64, SendOp<'static>, bool)> = Vec::new();
-    for wr in work.iter() {
+    s.recvs.clear();
+    s.sges.clear();
+    s.ops.clear();
+    for wr in s.work.iter() {
         match *wr {
-            WorkRequest::Recv { wr_id, local } => recvs.push(RecvWr {
+            WorkRequest::Recv { wr_id, local } => s.recvs.push(RecvWr {
                 wr_id,
                 sge: c.sge(&local)?,
             }),
@@ -604,8 +618,9 @@ fn post(c: &mut Conn, work: &mut Vec<WorkRequest>) -> Result<(), String> {
                 remote_addr,
                 rkey,
             } => {
-                sges.push(c.sge(&local)?);
-                kinds.push((wr_id, SendOp::RdmaRead { remote_addr, rkey }, true));
+                s.sges.push(c.sge(&local)?);
+                s.ops
+                    .push((wr_id, SendOp::RdmaRead { remote_addr, rkey }, true));
             }
             WorkRequest::Write {
                 wr_id,
@@ -613,39 +628,47 @@ fn post(c: &mut Conn, work: &mut Vec<WorkRequest>) -> Result<(), String> {
                 remote_addr,
                 rkey,
             } => {
-                sges.push(c.sge(&local)?);
-                kinds.push((wr_id, SendOp::RdmaWrite { remote_addr, rkey }, false));
+                s.sges.push(c.sge(&local)?);
+                s.ops
+                    .push((wr_id, SendOp::RdmaWrite { remote_addr, rkey }, false));
             }
             WorkRequest::Send {
                 wr_id,
                 local,
                 invalidate,
             } => {
-                sges.push(c.sge(&local)?);
+                s.sges.push(c.sge(&local)?);
                 let op = match invalidate {
                     Some(rkey) => SendOp::SendWithInvalidate { rkey },
                     None => SendOp::Send,
                 };
-                kinds.push((wr_id, op, true));
+                s.ops.push((wr_id, op, true));
             }
         }
     }
-    if !recvs.is_empty() {
-        c.id.post_recv(&recvs).map_err(|e| e.to_string())?;
+    if !s.recvs.is_empty() {
+        c.id.post_recv(&s.recvs).map_err(|e| e.to_string())?;
     }
-    if !kinds.is_empty() {
-        let sends: Vec<SendWr> = kinds
-            .iter()
-            .zip(sges.iter())
-            .map(|(&(wr_id, op, signaled), sge)| SendWr {
+    let blank = SendWr {
+        wr_id: 0,
+        op: SendOp::Send,
+        local: &[],
+        signaled: false,
+        inline: false,
+    };
+    let mut chunk = [blank; POST_CHUNK];
+    for (ops, sges) in s.ops.chunks(POST_CHUNK).zip(s.sges.chunks(POST_CHUNK)) {
+        for (k, (&(wr_id, op, signaled), sge)) in ops.iter().zip(sges).enumerate() {
+            chunk[k] = SendWr {
                 wr_id,
                 op,
                 local: std::slice::from_ref(sge),
                 signaled,
                 inline: false,
-            })
-            .collect();
-        c.id.post_send(&sends).map_err(|e| e.to_string())?;
+            };
+        }
+        c.id.post_send(&chunk[..ops.len()])
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }
