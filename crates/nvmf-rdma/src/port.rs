@@ -109,13 +109,17 @@ struct Conn {
     accepted_at: Instant,
     established: bool,
     peer: SocketAddr,
+    /// Index of the listener the connection came in on.
+    listener: usize,
 }
 
 /// The RDMA target port of one reactor (see the module documentation).
 pub struct RdmaPort {
     target: Arc<Target>,
     channel: EventChannel,
-    listeners: Vec<Listener>,
+    /// Index `i` is listener token `LISTENER_TOKEN + i`; a removed
+    /// listener leaves `None` (its slot is reused by the next one).
+    listeners: Vec<Option<Listener>>,
     conns: Vec<Option<Conn>>,
     devices: HashMap<usize, DeviceRes>,
     requests: RequestParams,
@@ -155,29 +159,95 @@ impl RdmaPort {
     }
 
     /// Listens on `cfg` (an RDMA listener: IPv4 or IPv6 address, port).
+    /// Listening again on an address already listened on does nothing.
     pub fn listen(&mut self, cfg: &ListenerConfig) -> Result<(), String> {
         let what = format!("NVMe/RDMA listener {}:{}", cfg.traddr, cfg.trsvcid);
-        let ip: IpAddr = cfg
-            .traddr
-            .parse()
-            .map_err(|_| format!("{what}: {:?} is not an IP address", cfg.traddr))?;
-        let port: u16 = cfg
-            .trsvcid
-            .parse()
-            .map_err(|_| format!("{what}: trsvcid {:?} is not a port", cfg.trsvcid))?;
-        let token = LISTENER_TOKEN + self.listeners.len() as u64;
+        let addr = listen_addr(cfg)?;
+        if self.listener_index(addr).is_some() {
+            return Ok(());
+        }
+        let index = self
+            .listeners
+            .iter()
+            .position(Option::is_none)
+            .unwrap_or(self.listeners.len());
         let id = self
             .channel
-            .create_id(token)
+            .create_id(LISTENER_TOKEN + index as u64)
             .map_err(|e| format!("{what}: {e}"))?;
-        id.listen(SocketAddr::new(ip, port), 128)
+        id.listen(addr, 128)
             .map_err(|e| format!("{what}: {e} (is an RDMA device bound to that address?)"))?;
         info!(traddr = %cfg.traddr, trsvcid = %cfg.trsvcid, "listening (NVMe/RDMA)");
-        self.listeners.push(Listener {
+        let l = Some(Listener {
             _id: id,
             cfg: cfg.clone(),
         });
+        if index == self.listeners.len() {
+            self.listeners.push(l);
+        } else {
+            self.listeners[index] = l;
+        }
         Ok(())
+    }
+
+    fn listener_index(&self, addr: SocketAddr) -> Option<usize> {
+        self.listeners.iter().position(|l| {
+            l.as_ref()
+                .is_some_and(|l| listen_addr(&l.cfg).is_ok_and(|a| a == addr))
+        })
+    }
+
+    /// The listen addresses served now.
+    pub fn listening(&self) -> Vec<SocketAddr> {
+        self.listeners
+            .iter()
+            .flatten()
+            .filter_map(|l| listen_addr(&l.cfg).ok())
+            .collect()
+    }
+
+    /// Disconnects the queues that came in on listen address `addr` (only
+    /// those of subsystem `only_nqn`, when given); with `unlisten`, the
+    /// listener goes too (no new connection is accepted on it). Returns how
+    /// many queues were told to disconnect; they are destroyed as their
+    /// DISCONNECTED events arrive.
+    pub fn drop_listener(
+        &mut self,
+        addr: SocketAddr,
+        only_nqn: Option<&str>,
+        unlisten: bool,
+        fds: &mut dyn FnMut(FdChange),
+    ) -> usize {
+        let Some(index) = self.listener_index(addr) else {
+            return 0;
+        };
+        let mut n = 0;
+        for key in 0..self.conns.len() {
+            let Some(c) = self.conns[key].as_mut() else {
+                continue;
+            };
+            if c.listener != index || c.closing {
+                continue;
+            }
+            if let Some(nqn) = only_nqn {
+                let q = c.queue.queue();
+                if !q
+                    .controller()
+                    .is_some_and(|ctrl| ctrl.subsystem().nqn() == nqn)
+                {
+                    continue;
+                }
+            }
+            c.queue.close_now("listener removed");
+            self.after_work(key, fds);
+            n += 1;
+        }
+        if unlisten {
+            if let Some(l) = self.listeners[index].take() {
+                info!(traddr = %l.cfg.traddr, trsvcid = %l.cfg.trsvcid, "stopped listening (NVMe/RDMA)");
+            }
+        }
+        n
     }
 
     /// Connections alive.
@@ -234,10 +304,10 @@ impl RdmaPort {
         let Some(id) = ev.request.take() else {
             return;
         };
-        let Some(l) = ev
+        let Some((listener, l)) = ev
             .token
             .checked_sub(LISTENER_TOKEN)
-            .and_then(|i| self.listeners.get(i as usize))
+            .and_then(|i| Some((i as usize, self.listeners.get(i as usize)?.as_ref()?)))
         else {
             return;
         };
@@ -261,7 +331,7 @@ impl RdmaPort {
                 return;
             }
         };
-        match self.accept(id, &ev, req, &cfg, peer, fds) {
+        match self.accept(id, &ev, req, (listener, &cfg), peer, fds) {
             Ok(()) => {}
             Err(e) => warn!(%peer, qid = req.qid, "NVMe/RDMA connection not set up: {e}"),
         }
@@ -304,7 +374,7 @@ impl RdmaPort {
         mut id: CmId,
         ev: &CmEvent,
         req: nvmf_wire::rdma::ConnectRequest,
-        cfg: &ListenerConfig,
+        (listener, cfg): (usize, &ListenerConfig),
         peer: SocketAddr,
         fds: &mut dyn FnMut(FdChange),
     ) -> Result<(), String> {
@@ -397,6 +467,7 @@ impl RdmaPort {
             accepted_at: Instant::now(),
             established: false,
             peer,
+            listener,
         };
         post(&mut c, &mut self.scratch)?;
         c.id.accept(&ConnParam {
@@ -673,6 +744,23 @@ fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
     Ok(())
 }
 
+/// The socket address an RDMA listener binds (RDMA CM binds to the device
+/// that has the address), or why `cfg` names none.
+pub fn listen_addr(cfg: &ListenerConfig) -> Result<SocketAddr, String> {
+    let what = || format!("NVMe/RDMA listener {}:{}", cfg.traddr, cfg.trsvcid);
+    let ip: IpAddr = cfg
+        .traddr
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .map_err(|_| format!("{}: {:?} is not an IP address", what(), cfg.traddr))?;
+    let port: u16 = cfg
+        .trsvcid
+        .parse()
+        .map_err(|_| format!("{}: trsvcid {:?} is not a port", what(), cfg.trsvcid))?;
+    Ok(SocketAddr::new(ip, port))
+}
+
 fn is_wildcard(addr: &str) -> bool {
     matches!(addr, "0.0.0.0" | "::" | "[::]" | "")
 }
@@ -683,5 +771,42 @@ pub fn adrfam_of(a: &SocketAddr) -> AddressFamily {
         AddressFamily::Ipv4
     } else {
         AddressFamily::Ipv6
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(traddr: &str, trsvcid: &str) -> ListenerConfig {
+        ListenerConfig {
+            trtype: TransportType::Rdma,
+            adrfam: AddressFamily::Ipv4,
+            traddr: traddr.into(),
+            trsvcid: trsvcid.into(),
+        }
+    }
+
+    #[test]
+    fn listen_addresses_parse_or_say_why() {
+        assert_eq!(
+            listen_addr(&cfg("10.0.0.1", "4420")),
+            Ok("10.0.0.1:4420".parse().unwrap())
+        );
+        assert_eq!(
+            listen_addr(&cfg("[fe80::1]", "4421")),
+            Ok("[fe80::1]:4421".parse().unwrap())
+        );
+        assert_eq!(
+            listen_addr(&cfg("::", "4420")),
+            Ok("[::]:4420".parse().unwrap())
+        );
+        let e = listen_addr(&cfg("rdma-host", "4420")).unwrap_err();
+        assert!(e.contains("\"rdma-host\" is not an IP address"), "{e}");
+        let e = listen_addr(&cfg("10.0.0.1", "http")).unwrap_err();
+        assert!(
+            e.contains("NVMe/RDMA listener 10.0.0.1:http: trsvcid \"http\" is not a port"),
+            "{e}"
+        );
     }
 }

@@ -63,8 +63,8 @@ pub struct Live {
     reactors: Vec<ReactorHandle>,
     applied: Mutex<Applied>,
     started: Instant,
-    /// NVMe/RDMA listeners the RDMA reactor serves (set up at start only).
-    rdma_served: Vec<ListenerConfig>,
+    /// NVMe/RDMA listeners: the RDMA reactor's control handle.
+    rdma: Arc<crate::rdma::RdmaControl>,
 }
 
 impl Live {
@@ -73,14 +73,14 @@ impl Live {
         reactors: Vec<ReactorHandle>,
         config: TargetConfig,
         bound: Vec<Arc<ListenAddr>>,
-        rdma_served: Vec<ListenerConfig>,
+        rdma: Arc<crate::rdma::RdmaControl>,
     ) -> Live {
         Live {
             target,
             reactors,
             applied: Mutex::new(Applied { config, bound }),
             started: Instant::now(),
-            rdma_served,
+            rdma,
         }
     }
 
@@ -244,9 +244,20 @@ impl Live {
         // 2. New listen addresses, bound in every reactor.
         let mut want: Vec<Arc<ListenAddr>> = Vec::new();
         let mut newly_bound: Vec<Arc<ListenAddr>> = Vec::new();
-        let undo = |newly: &[Arc<ListenAddr>], created: &[String]| {
+        // NVMe/RDMA listen addresses are the RDMA reactor's (it starts with
+        // the first one); those added here are undone on failure too.
+        let rdma_old: Vec<&ListenerConfig> = old
+            .listen_addresses()
+            .into_iter()
+            .filter(|l| l.trtype == nvmf_config::TransportType::Rdma)
+            .collect();
+        let mut rdma_added: Vec<SocketAddr> = Vec::new();
+        let undo = |newly: &[Arc<ListenAddr>], rdma_added: &[SocketAddr], created: &[String]| {
             for a in newly {
                 self.drop_addr(a.addr, None, true);
+            }
+            for a in rdma_added {
+                self.rdma.drop_listener(*a, None, true);
             }
             for n in created {
                 t.remove_backend(n);
@@ -257,21 +268,30 @@ impl Live {
         };
         for l in new.listen_addresses() {
             if l.trtype == nvmf_config::TransportType::Rdma {
-                if !self.rdma_served.contains(l) {
-                    undo(&newly_bound, &created);
-                    return Err(format!(
-                        "NVMe/RDMA listener {}:{}: RDMA listeners are set up when nvmfd starts; \
-                         adding one while it runs is not supported yet (put it in the \
-                         configuration and restart)",
-                        l.traddr, l.trsvcid
-                    ));
+                if rdma_old.contains(&l) {
+                    continue;
                 }
+                let addr = match nvmf_rdma::port::listen_addr(l) {
+                    Ok(a) => a,
+                    Err(e) => {
+                        undo(&newly_bound, &rdma_added, &created);
+                        return Err(e);
+                    }
+                };
+                if rdma_added.contains(&addr) {
+                    continue;
+                }
+                if let Err(e) = self.rdma.listen(l) {
+                    undo(&newly_bound, &rdma_added, &created);
+                    return Err(e);
+                }
+                rdma_added.push(addr);
                 continue;
             }
             let a = match ListenAddr::resolve(l) {
                 Ok(a) => Arc::new(a),
                 Err(e) => {
-                    undo(&newly_bound, &created);
+                    undo(&newly_bound, &rdma_added, &created);
                     return Err(format!("{e:#}"));
                 }
             };
@@ -283,7 +303,7 @@ impl Live {
                 continue;
             }
             if let Err(e) = self.bind_everywhere(&a) {
-                undo(&newly_bound, &created);
+                undo(&newly_bound, &rdma_added, &created);
                 return Err(e);
             }
             info!("listening on {} (tcp)", a.addr);
@@ -365,6 +385,15 @@ impl Live {
                 info!("stopped listening on {} ({n} connection(s) closed)", b.addr);
             }
         }
+        let rdma_new = new.listen_addresses();
+        for l in rdma_old {
+            if !rdma_new.contains(&l) {
+                if let Ok(a) = nvmf_rdma::port::listen_addr(l) {
+                    let n = self.rdma.drop_listener(a, None, true);
+                    info!("stopped listening on {a} (rdma; {n} queue(s) disconnected)");
+                }
+            }
+        }
         st.bound = want;
         st.config = new.clone();
         Ok(())
@@ -388,6 +417,18 @@ impl Live {
 
     /// Closes the connections of subsystem `nqn` that came in on `l`.
     fn close_on_listener(&self, nqn: &str, l: &ListenerConfig) {
+        if l.trtype == nvmf_config::TransportType::Rdma {
+            if let Ok(a) = nvmf_rdma::port::listen_addr(l) {
+                let n = self.rdma.drop_listener(a, Some(nqn), false);
+                if n > 0 {
+                    info!(
+                        nqn,
+                        "{n} NVMe/RDMA queue(s) on removed listener {a} disconnected"
+                    );
+                }
+            }
+            return;
+        }
         if let Ok(a) = ListenAddr::resolve(l) {
             let n = self.drop_addr(a.addr, Some(nqn), false);
             if n > 0 {

@@ -327,13 +327,26 @@ fn run(cli: Cli) -> Result<()> {
         r.peers = peers.clone();
     }
 
+    // NVMe/RDMA: its own reactor, started with the first RDMA listener
+    // (here, or later by RPC).
+    let rdma = Arc::new(rdma::RdmaControl::new(
+        target.clone(),
+        std::time::Duration::from_millis(cli.h2c_timeout_ms),
+        cli.max_r2t_bytes,
+        std::time::Duration::from_millis(cli.connect_timeout_ms),
+        shutdown.clone(),
+    ));
+    for l in &rdma_listeners {
+        rdma.listen(l).map_err(|e| anyhow::anyhow!("{e}"))?;
+    }
+
     // Control plane: its own threads; changes reach reactors by message.
     let live = Arc::new(live::Live::new(
         target.clone(),
         handles,
         cfg.clone(),
         addrs.clone(),
-        rdma_listeners.iter().map(|l| (*l).clone()).collect(),
+        rdma.clone(),
     ));
     if let Some(addr) = cli.metrics {
         metrics::spawn(addr, live.clone())?;
@@ -374,23 +387,6 @@ fn run(cli: Cli) -> Result<()> {
     ])
     .context("installing signal handlers")?;
 
-    let rdma_reactor = if rdma_listeners.is_empty() {
-        None
-    } else {
-        let p = rdma::request_params(
-            &target,
-            std::time::Duration::from_millis(cli.h2c_timeout_ms),
-            cli.max_r2t_bytes,
-        );
-        Some(rdma::start(
-            target.clone(),
-            &rdma_listeners,
-            p,
-            std::time::Duration::from_millis(cli.connect_timeout_ms),
-            shutdown.clone(),
-        )?)
-    };
-
     let mut threads = Vec::new();
     for r in reactors {
         let name = format!("reactor-{}", r.id);
@@ -419,10 +415,7 @@ fn run(cli: Cli) -> Result<()> {
     for t in threads {
         let _ = t.join();
     }
-    if let Some(r) = rdma_reactor {
-        let _ = r.waker.wake();
-        let _ = r.thread.join();
-    }
+    rdma.stop();
     info!("shutdown complete");
     Ok(())
 }

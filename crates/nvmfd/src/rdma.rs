@@ -9,12 +9,16 @@
 //! keep-alive, asynchronous events and deferred completions; the thread
 //! sleeps in epoll when idle.
 //!
-//! RDMA listeners are set up at start only: a live configuration change
-//! that adds one is refused with a message to restart (see `live.rs`).
+//! [`RdmaControl`] is the control plane's handle: the first RDMA listener
+//! (at start, or added live by RPC) starts the reactor; later ones, and
+//! removals, reach it by message (channel + waker) and are answered within
+//! a bounded wait, like the TCP reactors' commands.
 
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, Result};
@@ -33,19 +37,138 @@ const BACKEND: Token = Token(2);
 const CONN_BASE: usize = 16;
 const TICK: Duration = Duration::from_millis(100);
 
-/// A running RDMA reactor: wake it to make it see the shutdown flag.
-pub struct RdmaReactor {
-    pub waker: Arc<Waker>,
-    pub thread: std::thread::JoinHandle<()>,
+/// How long the control plane waits for the RDMA reactor's answer.
+const REPLY_WAIT: Duration = Duration::from_secs(5);
+
+/// A message from the control plane to the RDMA reactor.
+pub enum RdmaCmd {
+    /// Listen on one more address.
+    Listen {
+        cfg: ListenerConfig,
+        reply: Sender<Result<(), String>>,
+    },
+    /// Disconnect the queues that came in on `addr` (of subsystem
+    /// `only_nqn` only, when given); with `unlisten`, stop listening there.
+    /// Answers how many queues were disconnected.
+    Drop {
+        addr: SocketAddr,
+        only_nqn: Option<String>,
+        unlisten: bool,
+        reply: Sender<usize>,
+    },
+}
+
+/// A running RDMA reactor: its thread, its waker (shutdown and commands)
+/// and its command channel.
+struct RdmaReactor {
+    waker: Arc<Waker>,
+    tx: Sender<RdmaCmd>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// The control plane's handle on NVMe/RDMA: starts the reactor with the
+/// first RDMA listener, sends it later listeners and removals, stops it.
+pub struct RdmaControl {
+    target: Arc<Target>,
+    fetch_timeout: Duration,
+    max_fetch_bytes: u32,
+    connect_timeout: Duration,
+    shutdown: Arc<AtomicBool>,
+    running: Mutex<Option<RdmaReactor>>,
+}
+
+impl RdmaControl {
+    /// No reactor yet; `fetch_timeout` and `max_fetch_bytes` are the
+    /// daemon's data-transfer limits (`--h2c-timeout-ms`, `--max-r2t-bytes`),
+    /// `connect_timeout` its `--connect-timeout-ms`.
+    pub fn new(
+        target: Arc<Target>,
+        fetch_timeout: Duration,
+        max_fetch_bytes: u32,
+        connect_timeout: Duration,
+        shutdown: Arc<AtomicBool>,
+    ) -> RdmaControl {
+        RdmaControl {
+            target,
+            fetch_timeout,
+            max_fetch_bytes,
+            connect_timeout,
+            shutdown,
+            running: Mutex::new(None),
+        }
+    }
+
+    /// Listens on `l` (an NVMe/RDMA listener). The first one starts the
+    /// RDMA reactor, with the RDMA transport's limits as configured now.
+    /// Fails with the reason when RDMA cannot be used here (no rdma-core,
+    /// no device, an address no RDMA device has).
+    pub fn listen(&self, l: &ListenerConfig) -> Result<(), String> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = running.as_ref() {
+            let (tx, rx) = channel();
+            let cmd = RdmaCmd::Listen {
+                cfg: l.clone(),
+                reply: tx,
+            };
+            if r.tx.send(cmd).is_err() || r.waker.wake().is_err() {
+                return Err("the NVMe/RDMA reactor is not running".into());
+            }
+            return rx.recv_timeout(REPLY_WAIT).unwrap_or_else(|_| {
+                Err(format!(
+                    "NVMe/RDMA listener {}:{}: the RDMA reactor did not answer within {:?}",
+                    l.traddr, l.trsvcid, REPLY_WAIT
+                ))
+            });
+        }
+        let params = request_params(&self.target, self.fetch_timeout, self.max_fetch_bytes);
+        let r = start(
+            self.target.clone(),
+            l,
+            params,
+            self.connect_timeout,
+            self.shutdown.clone(),
+        )
+        .map_err(|e| format!("{e:#}"))?;
+        *running = Some(r);
+        Ok(())
+    }
+
+    /// See [`RdmaCmd::Drop`]; 0 when no RDMA reactor runs.
+    pub fn drop_listener(&self, addr: SocketAddr, only_nqn: Option<&str>, unlisten: bool) -> usize {
+        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(r) = running.as_ref() else {
+            return 0;
+        };
+        let (tx, rx) = channel();
+        let cmd = RdmaCmd::Drop {
+            addr,
+            only_nqn: only_nqn.map(str::to_string),
+            unlisten,
+            reply: tx,
+        };
+        if r.tx.send(cmd).is_err() || r.waker.wake().is_err() {
+            return 0;
+        }
+        rx.recv_timeout(REPLY_WAIT).unwrap_or(0)
+    }
+
+    /// Stops the reactor (the shutdown flag must be set) and waits for it.
+    pub fn stop(&self) {
+        let r = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(r) = r {
+            let _ = r.waker.wake();
+            let _ = r.thread.join();
+        }
+    }
 }
 
 /// The request engine's limits for NVMe/RDMA queues: the RDMA transport's
 /// configuration, with the data timeout and fetch allowance of the daemon.
-pub fn request_params(
-    target: &Target,
-    fetch_timeout: Duration,
-    max_fetch_bytes: u32,
-) -> RequestParams {
+fn request_params(target: &Target, fetch_timeout: Duration, max_fetch_bytes: u32) -> RequestParams {
     let l = target.limits_for(TransportType::Rdma);
     let max_io = l.max_io_size.max(4096);
     let budget = usize::try_from(l.data_buffer_budget()).unwrap_or(usize::MAX);
@@ -64,31 +187,50 @@ pub fn request_params(
     }
 }
 
-/// Starts listening on `listeners` (all NVMe/RDMA) and the thread that
-/// serves them. Fails with the reason when RDMA cannot be used here (no
-/// rdma-core, no device, an address no RDMA device has).
-pub fn start(
+/// Starts listening on `first` (NVMe/RDMA) and the thread that serves it.
+fn start(
     target: Arc<Target>,
-    listeners: &[&ListenerConfig],
+    first: &ListenerConfig,
     params: RequestParams,
     connect_timeout: Duration,
     shutdown: Arc<AtomicBool>,
 ) -> Result<RdmaReactor> {
-    let first = listeners
-        .first()
-        .map(|l| format!("NVMe/RDMA listener {}:{}", l.traddr, l.trsvcid))
-        .unwrap_or_default();
+    let what = format!("NVMe/RDMA listener {}:{}", first.traddr, first.trsvcid);
     let mut port =
-        RdmaPort::new(target, params, connect_timeout).map_err(|e| anyhow!("{first}: {e}"))?;
-    for l in listeners {
-        port.listen(l).map_err(|e| anyhow!("{e}"))?;
-    }
+        RdmaPort::new(target, params, connect_timeout).map_err(|e| anyhow!("{what}: {e}"))?;
+    port.listen(first).map_err(|e| anyhow!("{e}"))?;
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let (tx, rx) = channel();
     let thread = std::thread::Builder::new()
         .name("rdma-reactor".into())
-        .spawn(move || run(port, poll, shutdown))?;
-    Ok(RdmaReactor { waker, thread })
+        .spawn(move || run(port, poll, rx, shutdown))?;
+    Ok(RdmaReactor { waker, tx, thread })
+}
+
+/// Carries out the control plane's messages.
+fn commands(port: &mut RdmaPort, rx: &Receiver<RdmaCmd>, fds: &mut dyn FnMut(FdChange)) {
+    // Bounded: what was sent before this wake-up (the sender waits for each
+    // answer, so there are few).
+    for _ in 0..64 {
+        let Ok(cmd) = rx.try_recv() else {
+            return;
+        };
+        match cmd {
+            RdmaCmd::Listen { cfg, reply } => {
+                let _ = reply.send(port.listen(&cfg));
+            }
+            RdmaCmd::Drop {
+                addr,
+                only_nqn,
+                unlisten,
+                reply,
+            } => {
+                let n = port.drop_listener(addr, only_nqn.as_deref(), unlisten, fds);
+                let _ = reply.send(n);
+            }
+        }
+    }
 }
 
 fn apply(reg: &Registry, ch: FdChange) {
@@ -108,7 +250,7 @@ fn apply(reg: &Registry, ch: FdChange) {
     }
 }
 
-fn run(mut port: RdmaPort, mut poll: Poll, shutdown: Arc<AtomicBool>) {
+fn run(mut port: RdmaPort, mut poll: Poll, rx: Receiver<RdmaCmd>, shutdown: Arc<AtomicBool>) {
     let cm: RawFd = port.channel_fd();
     if let Err(e) = poll
         .registry()
@@ -143,7 +285,7 @@ fn run(mut port: RdmaPort, mut poll: Poll, shutdown: Arc<AtomicBool>) {
         let mut backend = false;
         for ev in events.iter() {
             match ev.token() {
-                WAKER => {}
+                WAKER => commands(&mut port, &rx, &mut |c| changes.push(c)),
                 CM => port.on_cm_events(&mut |c| changes.push(c)),
                 BACKEND => {
                     wake::clear();
