@@ -229,14 +229,14 @@ impl RdmaPort {
             if c.listener != index || c.closing {
                 continue;
             }
-            if let Some(nqn) = only_nqn {
-                let q = c.queue.queue();
-                if !q
+            let of_nqn = |nqn: &str| {
+                c.queue
+                    .queue()
                     .controller()
                     .is_some_and(|ctrl| ctrl.subsystem().nqn() == nqn)
-                {
-                    continue;
-                }
+            };
+            if only_nqn.is_some_and(|nqn| !of_nqn(nqn)) {
+                continue;
             }
             c.queue.close_now("listener removed");
             self.after_work(key, fds);
