@@ -10,8 +10,9 @@
 //! requests with a wrong RECFMT, QID, HSQSIZE (admin and I/O) and HRQSIZE, each of which must
 //! be rejected with its NVMe/RDMA status, and one good admin queue whose host then vanishes
 //! (exits without a disconnect, never sends Connect): nvmfd keeps serving (the kernel host's
-//! run follows) and disconnects the orphan. Opt-in with NVMFD_INTEROP=1, like the other
-//! interop tests.
+//! run follows) and disconnects the orphan. A second test kills a kernel host's guest mid-I/O
+//! and checks nvmfd tears it down and serves the next host (see its comment). Opt-in with
+//! NVMFD_INTEROP=1, like the other interop tests.
 
 use std::time::{Duration, Instant};
 
