@@ -9,7 +9,7 @@
 #   with crc32c verify, disconnect, clean dmesg. Before that, bad connect private data from
 #   /job/rdma_connect_probe (rejected with the NVMe/RDMA status each) and a host that vanishes
 #   right after its admin queue was accepted.
-# ROLE=victim (a connecting guest the test kills): connects with a 5 s keep-alive timeout, runs
+# ROLE=victim (a connecting guest the test kills): connects with a KATO s (5) keep-alive timeout, runs
 #   fio 4k randrw at iodepth 32 with no end, writes /job/fio-running once commands are in
 #   flight, and waits to be killed (SIGKILL of its qemu: no disconnect, work requests pending).
 # ROLE=host2 (the host after the victim, same link address): discover, connect, fio verify,
@@ -117,8 +117,8 @@ host)
 victim)
   H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
   modprobe nvme-rdma || fail "modprobe nvme-rdma"
-  step "nvme connect -t rdma $NQN --keep-alive-tmo=5"
-  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" --keep-alive-tmo=5
+  step "nvme connect -t rdma $NQN --keep-alive-tmo=${KATO:-5}"
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" --keep-alive-tmo="${KATO:-5}"
   D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
   ok "namespace $D"
   step "fio 4k randrw iodepth 32 until this guest is killed"
