@@ -126,15 +126,18 @@ victim)
       --bs=4k --iodepth=32 --time_based --runtime=300 > /job/fio.out 2>&1 &
   fio_pid=$!
   for _ in $(seq 300); do   # 30 s at most
-    # the multipath head (bio based) counts nothing: sum over its path disks too
+    # the multipath head (bio based) counts nothing: sum over its path disks too; wait for
+    # I/O that completes (500 reads and writes done) and commands in flight
     n=$(cat /sys/block/nvme*/inflight 2>/dev/null | awk '{ s += $1 + $2 } END { print s + 0 }')
-    [ "${n:-0}" -gt 0 ] && break
+    done_ios=$(cat /sys/block/nvme*/stat 2>/dev/null | awk '{ s += $1 + $5 } END { print s + 0 }')
+    [ "${n:-0}" -gt 0 ] && [ "${done_ios:-0}" -ge 500 ] && break
     kill -0 "$fio_pid" 2>/dev/null || { cat /job/fio.out; fail "fio ended"; }
     sleep 0.1
   done
-  [ "${n:-0}" -gt 0 ] || fail "no command in flight on $D after 30 s of fio"
+  [ "${n:-0}" -gt 0 ] && [ "${done_ios:-0}" -ge 500 ] ||
+    fail "fio on $D: $done_ios I/Os done, $n in flight after 30 s (want 500 and some)"
   touch /job/fio-running
-  ok "fio running ($n in flight): waiting to be killed"
+  ok "fio running ($done_ios I/Os done, $n in flight): waiting to be killed"
   wait "$fio_pid"
   fail "fio ended: this guest should have been killed" ;;
 host2)
