@@ -9,9 +9,16 @@
 #   with crc32c verify, disconnect, clean dmesg. Before that, bad connect private data from
 #   /job/rdma_connect_probe (rejected with the NVMe/RDMA status each) and a host that vanishes
 #   right after its admin queue was accepted.
+# ROLE=victim (a connecting guest the test kills): connects with a KATO s (5) keep-alive timeout, runs
+#   fio 4k randrw at iodepth 32 with no end, writes /job/fio-running once commands are in
+#   flight, and waits to be killed (SIGKILL of its qemu: no disconnect, work requests pending).
+# ROLE=host2 (the host after the victim, same link address): discover, connect, fio verify,
+#   disconnect, clean dmesg.
 #
-# env: PORT  NQN  HOSTNQN HOSTID (host)  TARGET_IP (host: the target guest's link address)
-#      FIO_MB (host, 8)  WAIT_S (target, 200)
+# env: PORT  NQN  HOSTNQN HOSTID (hosts)  TARGET_IP (hosts: the target guest's link address)
+#      FIO_MB (host, host2: 8)  WAIT_S (target, 200)
+#      REJECTED (target: connect requests the host sends bad, 5)
+#      MIN_CLOSED (target: NVMe/RDMA queues at least closed by the end, 4)
 . /job/lib.sh
 MY_IP=${TESTBED_LINK_IP:?no --link-ip}
 MY_IP=${MY_IP%/*}
@@ -61,12 +68,12 @@ JSON
   grep -q 'panicked' /job/nvmfd.log && fail "nvmfd panicked (see nvmfd.log)"
   closed=$(grep -c 'NVMe/RDMA connection closed' /job/nvmfd.log)
   info "NVMe/RDMA queues closed: $closed"
-  # the vanished host's admin queue, the discovery queue, the I/O controller's two queues
-  [ "$closed" -ge 4 ] || fail "fewer than four NVMe/RDMA queues were closed ($closed)"
+  # default: the vanished host's admin queue, the discovery queue, the I/O controller's two queues
+  [ "$closed" -ge "${MIN_CLOSED:-4}" ] || fail "fewer than ${MIN_CLOSED:-4} NVMe/RDMA queues were closed ($closed)"
   grep -q 'active_controllers=0' /job/nvmfd.log || fail "the controller was not freed (no active_controllers=0)"
   rejected=$(grep -c 'NVMe/RDMA connect request rejected' /job/nvmfd.log)
   info "connect requests rejected: $rejected"
-  [ "$rejected" = 5 ] || fail "nvmfd logged $rejected rejected connect requests, the host sent 5 bad ones"
+  [ "$rejected" = "${REJECTED:-5}" ] || fail "nvmfd logged $rejected rejected connect requests, the host sent ${REJECTED:-5} bad ones"
   ok "clean shutdown"
   echo "ALL STEPS PASSED" ;;
 host)
@@ -101,6 +108,53 @@ host)
   ok "controller $CTRL (rdma), namespace $D"
   step "fio over rdma: 4k randrw 75/25 (in-capsule writes) and 128k sequential (RDMA READ writes), ${FIO_MB} MiB, crc32c verify"
   fio_suite rdma "$D" "$FIO_MB"
+  ok "fio verified"
+  step "disconnect"
+  disconnect "$NQN"
+  dmesg_clean "during the rdma run"
+  ok "disconnected"
+  echo "ALL STEPS PASSED" ;;
+victim)
+  H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
+  modprobe nvme-rdma || fail "modprobe nvme-rdma"
+  step "nvme connect -t rdma $NQN --keep-alive-tmo=${KATO:-5}"
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" --keep-alive-tmo="${KATO:-5}"
+  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  ok "namespace $D"
+  step "fio 4k randrw iodepth 32 until this guest is killed"
+  fio --name=victim --filename="$D" --direct=1 --ioengine=libaio --rw=randrw \
+      --bs=4k --iodepth=32 --time_based --runtime=300 > /job/fio.out 2>&1 &
+  fio_pid=$!
+  for _ in $(seq 300); do   # 30 s at most
+    # the multipath head (bio based) counts nothing: sum over its path disks too; wait for
+    # I/O that completes (500 reads and writes done) and commands in flight
+    n=$(cat /sys/block/nvme*/inflight 2>/dev/null | awk '{ s += $1 + $2 } END { print s + 0 }')
+    done_ios=$(cat /sys/block/nvme*/stat 2>/dev/null | awk '{ s += $1 + $5 } END { print s + 0 }')
+    [ "${n:-0}" -gt 0 ] && [ "${done_ios:-0}" -ge 500 ] && break
+    kill -0 "$fio_pid" 2>/dev/null || { cat /job/fio.out; fail "fio ended"; }
+    sleep 0.1
+  done
+  [ "${n:-0}" -gt 0 ] && [ "${done_ios:-0}" -ge 500 ] ||
+    fail "fio on $D: $done_ios I/Os done, $n in flight after 30 s (want 500 and some)"
+  touch /job/fio-running
+  ok "fio running ($done_ios I/Os done, $n in flight): waiting to be killed"
+  wait "$fio_pid"
+  fail "fio ended: this guest should have been killed" ;;
+host2)
+  FIO_MB=${FIO_MB:-8}
+  H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
+  modprobe nvme-rdma || fail "modprobe nvme-rdma"
+  dmesg_mark
+  step "nvme discover -t rdma -a $TARGET_IP -s $PORT (after the previous host was killed)"
+  run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
+  grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
+  ok "discovery log lists $NQN"
+  step "nvme connect -t rdma $NQN"
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}"
+  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  ok "namespace $D"
+  step "fio 4k randrw ${FIO_MB} MiB, crc32c verify"
+  fio_verify rdma-after-kill "$D" 1 --rw=randrw --rwmixread=75 --bs=4k --iodepth=16 --size="${FIO_MB}m"
   ok "fio verified"
   step "disconnect"
   disconnect "$NQN"

@@ -137,8 +137,9 @@ pub fn run_guest_rxe(
     )
 }
 
-/// A guest running `tests/interop/<script>` (with `lib.sh`) in the background on the
-/// listening end of a link, e.g. a user-space RDMA server the connecting guest talks to. The
+/// A guest running `tests/interop/<script>` (with `lib.sh`) in the background, on the
+/// listening end of a link (e.g. a user-space RDMA server the connecting guest talks to) or,
+/// with [`ListenGuest::start_connecting`], on its connecting end (a host the test can kill). The
 /// script tells the test it is serving by creating a file in `/job` ([`ListenGuest::wait_for`]).
 /// Killed (with its qemu) when dropped; bounded by `timeout` in any case.
 pub struct ListenGuest {
@@ -160,12 +161,53 @@ impl ListenGuest {
         put_bins: &[&Path],
         timeout: Duration,
     ) -> ListenGuest {
+        Self::spawn(
+            &dir.join("listen-guest"),
+            &dir.join("listen-guest.log"),
+            &link.listen_args(),
+            script,
+            env,
+            put_bins,
+            timeout,
+        )
+    }
+
+    /// The same on the *connecting* end of `link` (its `host_ip`), job dir `dir/<name>`: a host
+    /// the test lets run in the background, e.g. to kill it mid-I/O ([`ListenGuest::kill_qemu`]).
+    /// Start it after the listening end.
+    pub fn start_connecting(
+        dir: &Path,
+        name: &str,
+        link: &RxeLink,
+        script: &str,
+        env: &[(&str, String)],
+        put_bins: &[&Path],
+        timeout: Duration,
+    ) -> ListenGuest {
+        Self::spawn(
+            &dir.join(name),
+            &dir.join(format!("{name}.log")),
+            &link.connect_args(),
+            script,
+            env,
+            put_bins,
+            timeout,
+        )
+    }
+
+    fn spawn(
+        job: &Path,
+        tb_log: &Path,
+        link_args: &[String],
+        script: &str,
+        env: &[(&str, String)],
+        put_bins: &[&Path],
+        timeout: Duration,
+    ) -> ListenGuest {
         prepare_kernel(Kernel::Debian12);
         let root = repo_root();
-        let job = dir.join("listen-guest");
-        let _ = fs::remove_dir_all(&job);
-        fs::create_dir_all(&job).expect("create the listen guest's job dir");
-        let tb_log = dir.join("listen-guest.log");
+        let _ = fs::remove_dir_all(job);
+        fs::create_dir_all(job).expect("create the background guest's job dir");
         let mut cmd = Command::new("bash");
         cmd.env("NVMFD_TESTBED_KERNEL", Kernel::Debian12.series())
             .arg(testbed())
@@ -173,10 +215,10 @@ impl ListenGuest {
             .arg("--timeout")
             .arg(timeout.as_secs().to_string())
             .arg("--out")
-            .arg(&job)
+            .arg(job)
             .arg("--put")
             .arg(root.join("tests/interop/lib.sh"))
-            .args(link.listen_args());
+            .args(link_args);
         for b in put_bins {
             cmd.arg("--put-bin").arg(b);
         }
@@ -186,17 +228,52 @@ impl ListenGuest {
         cmd.arg(root.join("tests/interop").join(script))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(fs::File::create(&tb_log).expect("create listen-guest.log"));
+            .stderr(fs::File::create(tb_log).expect("create the background guest's testbed log"));
         // the testbed traps TERM and kills its qemu
         die_with_parent(&mut cmd, SIGTERM);
         let child = cmd.spawn().expect("spawn testbed/nvmfd-testbed run");
         ListenGuest {
             child: Some(child),
-            job,
-            tb_log,
+            job: job.to_path_buf(),
+            tb_log: tb_log.to_path_buf(),
             started: Instant::now(),
             timeout,
         }
+    }
+
+    /// The guest's job dir (its `/job`).
+    pub fn job_dir(&self) -> &Path {
+        &self.job
+    }
+
+    /// Kills the guest's qemu with SIGKILL (the machine vanishes: no shutdown, nothing more on
+    /// its link) and waits (at most 10 s) for the testbed to notice. Err if qemu's pid file is
+    /// missing or the kill failed.
+    pub fn kill_qemu(&mut self) -> Result<(), String> {
+        let pidf = self.job.join("qemu.pid");
+        let pid: i32 = fs::read_to_string(&pidf)
+            .map_err(|e| format!("{}: {e}", pidf.display()))?
+            .trim()
+            .parse()
+            .map_err(|_| format!("{}: not a pid", pidf.display()))?;
+        if pid <= 1 {
+            return Err(format!("{}: pid {pid}", pidf.display()));
+        }
+        // SAFETY: kill(2) with a pid read from qemu's own pid file; no memory is involved.
+        if unsafe { libc::kill(pid, libc::SIGKILL) } != 0 {
+            return Err(format!(
+                "kill -KILL {pid}: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                break;
+            }
+            sleep(Duration::from_millis(100));
+        }
+        Ok(())
     }
 
     /// Waits (at most `timeout`) until the script has created `/job/<name>`; Err with the

@@ -10,8 +10,9 @@
 //! requests with a wrong RECFMT, QID, HSQSIZE (admin and I/O) and HRQSIZE, each of which must
 //! be rejected with its NVMe/RDMA status, and one good admin queue whose host then vanishes
 //! (exits without a disconnect, never sends Connect): nvmfd keeps serving (the kernel host's
-//! run follows) and disconnects the orphan. Opt-in with NVMFD_INTEROP=1, like the other
-//! interop tests.
+//! run follows) and disconnects the orphan. A second test kills a kernel host's guest mid-I/O
+//! and checks nvmfd tears it down and serves the next host (see its comment). Opt-in with
+//! NVMFD_INTEROP=1, like the other interop tests.
 
 use std::time::{Duration, Instant};
 
@@ -88,5 +89,150 @@ fn kernel_host_against_nvmfd_over_rxe() {
         host.report(None),
         target.report(None),
         log
+    );
+}
+
+/// The host killed mid-I/O: its identity (a controller of its own in nvmfd's log).
+const VICTIM_HOST_ID: &str = "6f1b1f3c-0c52-4c6e-9d1e-6e7666d0000b";
+
+/// A host that vanishes mid-I/O (issue 13, test 3): nvmfd serves in the listening guest; a
+/// kernel host (ROLE=victim) connects with a 5 s keep-alive timeout and runs fio randrw at
+/// iodepth 32; once commands are in flight the test SIGKILLs that guest's qemu (no DREQ, no
+/// disconnect, RDMA operations outstanding). nvmfd's log must show the dead host's controller
+/// destroyed within 30 s (keep-alive timeout or failed work requests); then a fresh guest on the
+/// same link (qemu's socket netdev accepts a new peer) discovers, connects, runs fio with verify
+/// and disconnects; active_controllers is 0 again and nvmfd shuts down cleanly without a panic.
+#[test]
+fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
+    let Some(_serial) = begin("nvmfd_over_rxe_survives_a_host_killed_mid_io") else {
+        return;
+    };
+    let t_all = Instant::now();
+    let dir = work_dir("rdma_target_kill");
+    let nvmfd = nvmfd_binary();
+    let link = RxeLink::new();
+    let target_env = vec![
+        ("ROLE", "target".to_string()),
+        ("PORT", RDMA_PORT.to_string()),
+        ("NQN", NQN.to_string()),
+        ("WAIT_S", "240".to_string()),
+        ("REJECTED", "0".to_string()),
+        // the victim's admin queue and at least one I/O queue, host2's discovery and admin queues
+        ("MIN_CLOSED", "4".to_string()),
+    ];
+    let mut target = ListenGuest::start(
+        &dir,
+        &link,
+        "nvmfd-rdma.sh",
+        &target_env,
+        &[nvmfd.as_path()],
+        Duration::from_secs(300),
+    );
+    if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
+        panic!("nvmfd guest: {e}");
+    }
+    let log_path = dir.join("listen-guest").join("nvmfd.log");
+    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let victim_nqn = host_nqn(VICTIM_HOST_ID);
+    let victim_env = vec![
+        ("ROLE", "victim".to_string()),
+        ("PORT", RDMA_PORT.to_string()),
+        ("TARGET_IP", link.target_ip.to_string()),
+        ("NQN", NQN.to_string()),
+        ("HOSTNQN", victim_nqn.clone()),
+        ("HOSTID", VICTIM_HOST_ID.to_string()),
+    ];
+    let mut victim = ListenGuest::start_connecting(
+        &dir,
+        "victim",
+        &link,
+        "nvmfd-rdma.sh",
+        &victim_env,
+        &[],
+        Duration::from_secs(200),
+    );
+    if let Err(e) = victim.wait_for("fio-running", Duration::from_secs(150)) {
+        panic!("victim guest: {e}\n==== nvmfd.log ====\n{}", read_log());
+    }
+    // a little I/O at full depth, then the machine vanishes
+    std::thread::sleep(Duration::from_secs(1));
+    let t_kill = Instant::now();
+    victim.kill_qemu().expect("kill the victim guest's qemu");
+    drop(victim);
+    let destroyed = |log: &str| {
+        log.lines()
+            .any(|l| l.contains("controller destroyed") && l.contains(&victim_nqn))
+    };
+    let mut teardown = None;
+    while t_kill.elapsed() < Duration::from_secs(30) {
+        if destroyed(&read_log()) {
+            teardown = Some(t_kill.elapsed());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let log = read_log();
+    assert!(
+        teardown.is_some(),
+        "nvmfd did not destroy the killed host's controller within 30 s\n==== nvmfd.log ====\n{log}"
+    );
+    assert!(
+        !log.contains("panicked"),
+        "nvmfd panicked\n==== nvmfd.log ====\n{log}"
+    );
+    let host_env = vec![
+        ("ROLE", "host2".to_string()),
+        ("PORT", RDMA_PORT.to_string()),
+        ("TARGET_IP", link.target_ip.to_string()),
+        ("NQN", NQN.to_string()),
+        ("HOSTNQN", host_nqn(HOST_ID)),
+        ("HOSTID", HOST_ID.to_string()),
+        ("FIO_MB", "4".to_string()),
+    ];
+    let host = run_guest_rxe(
+        &dir,
+        &link,
+        "nvmfd-rdma.sh",
+        &host_env,
+        &[],
+        Duration::from_secs(150),
+        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
+    );
+    // the last controller count nvmfd logged before its shutdown: every controller is gone
+    let log = read_log();
+    let active_now = log
+        .lines()
+        .filter_map(|l| l.split("active_controllers=").nth(1))
+        .filter_map(|v| v.split_whitespace().next())
+        .next_back()
+        .map(str::to_string);
+    let _ = std::fs::write(dir.join("listen-guest").join("stop"), b"");
+    let target = target.finish(Duration::from_secs(60));
+    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
+    let passed = ok(&host) && ok(&target) && active_now.as_deref() == Some("0");
+    let log = read_log();
+    say(&format!(
+        "interop nvmfd_over_rxe_survives_a_host_killed_mid_io: {} (killed host's controller \
+         destroyed {:.1} s after the kill, next host guest {:.1} s, total {:.1} s)",
+        if passed { "passed" } else { "FAILED" },
+        teardown.unwrap_or_default().as_secs_f64(),
+        host.wall.as_secs_f64(),
+        t_all.elapsed().as_secs_f64()
+    ));
+    for l in log.lines().filter(|l| {
+        l.contains("controller destroyed")
+            || l.contains("keep-alive timeout")
+            || l.contains("queue closing")
+            || l.contains("work request failed")
+            || l.contains("did not answer the disconnect")
+    }) {
+        say(&format!("  nvmfd: {l}"));
+    }
+    assert!(
+        passed,
+        "nvmfd after a host killed mid-I/O: failed (active_controllers last logged: {active_now:?})\n\
+         ==== next host guest ====\n{}\n==== nvmfd guest ====\n{}\n==== nvmfd.log ====\n{log}",
+        host.report(None),
+        target.report(None),
     );
 }

@@ -30,7 +30,12 @@
 //! or ours), or DEVICE_REMOVAL, the connection is destroyed: queue pair
 //! first, so the device no longer touches any buffer, then the
 //! registrations, then the buffers (backend I/O still in flight keeps them
-//! alive through the core's hand-over).
+//! alive through the core's hand-over). A peer that is gone never answers
+//! our disconnect request (the CM would retry it for tens of seconds): a
+//! connection still closing [`DISCONNECT_GRACE`] after we disconnected it is
+//! destroyed by the tick. DEVICE_REMOVAL on a listener destroys every
+//! connection on that device, drops the device's resources and the
+//! listening id (that listener no longer accepts; nvmfd logs it).
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -61,6 +66,9 @@ const LISTENER_TOKEN: u64 = 1 << 48;
 const POLL_BATCH: usize = 32;
 /// Send-queue entries beyond two per queue entry (responses without a slot).
 const SEND_SLACK: u32 = 16;
+/// A connection we disconnected is destroyed at the latest this long after
+/// (a dead peer never answers the disconnect request).
+pub const DISCONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A file descriptor the reactor adds to or removes from its epoll set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +86,9 @@ pub enum FdChange {
 
 /// A listening id and what it was configured as.
 struct Listener {
-    /// Listening while it lives.
-    _id: CmId,
+    /// Listening while it lives (a listener whose device was removed is
+    /// dropped from the port).
+    id: CmId,
     cfg: ListenerConfig,
 }
 
@@ -102,8 +111,9 @@ struct Conn {
     cq: Arc<CompletionQueue>,
     pd: Arc<ProtectionDomain>,
     queue: RdmaQueue,
-    /// Disconnect requested; destroyed on DISCONNECTED.
-    closing: bool,
+    /// Disconnect requested (when): destroyed on DISCONNECTED, or by the
+    /// tick after [`DISCONNECT_GRACE`].
+    closing: Option<Instant>,
     /// When the connection was accepted (it must see a Fabrics Connect
     /// within the port's connect timeout).
     accepted_at: Instant,
@@ -179,7 +189,7 @@ impl RdmaPort {
             .map_err(|e| format!("{what}: {e} (is an RDMA device bound to that address?)"))?;
         info!(traddr = %cfg.traddr, trsvcid = %cfg.trsvcid, "listening (NVMe/RDMA)");
         let l = Some(Listener {
-            _id: id,
+            id,
             cfg: cfg.clone(),
         });
         if index == self.listeners.len() {
@@ -226,7 +236,7 @@ impl RdmaPort {
             let Some(c) = self.conns[key].as_mut() else {
                 continue;
             };
-            if c.listener != index || c.closing {
+            if c.listener != index || c.closing.is_some() {
                 continue;
             }
             let of_nqn = |nqn: &str| {
@@ -286,14 +296,45 @@ impl RdmaPort {
             | CmEventKind::Unreachable
             | CmEventKind::Rejected => self.destroy(ev.token as usize, "disconnected", fds),
             CmEventKind::DeviceRemoval => {
-                if ev.token >= LISTENER_TOKEN {
-                    warn!("RDMA device removed under a listener: it no longer accepts");
+                if let Some(i) = ev.token.checked_sub(LISTENER_TOKEN) {
+                    self.listener_device_removed(i as usize, fds);
                 } else {
                     self.destroy(ev.token as usize, "RDMA device removed", fds);
                 }
             }
             other => debug!(?other, token = ev.token, "RDMA CM event ignored"),
         }
+    }
+
+    /// The device under listener `i` went away: every connection on it is
+    /// destroyed, its protection domain released, and the listening id
+    /// dropped (the kernel waits for that to finish the removal).
+    fn listener_device_removed(&mut self, i: usize, fds: &mut dyn FnMut(FdChange)) {
+        let Some(Listener { id, cfg }) = self.listeners.get_mut(i).and_then(Option::take) else {
+            return;
+        };
+        let (traddr, trsvcid) = (cfg.traddr, cfg.trsvcid);
+        let dev = id.device().map(|d| d.key());
+        let mut gone = 0;
+        if let Some(dev) = dev {
+            for key in 0..self.conns.len() {
+                let on_dev = self.conns[key]
+                    .as_ref()
+                    .is_some_and(|c| c.pd.device().key() == dev);
+                if on_dev {
+                    self.destroy(key, "RDMA device removed", fds);
+                    gone += 1;
+                }
+            }
+            self.devices.remove(&dev);
+        }
+        warn!(
+            %traddr,
+            %trsvcid,
+            connections = gone,
+            "RDMA device removed under an NVMe/RDMA listener: its connections are closed and it no longer accepts"
+        );
+        drop(id);
     }
 
     fn conn_mut(&mut self, token: u64) -> Option<&mut Conn> {
@@ -463,7 +504,7 @@ impl RdmaPort {
             cq: cq.clone(),
             pd,
             queue,
-            closing: false,
+            closing: None,
             accepted_at: Instant::now(),
             established: false,
             peer,
@@ -507,7 +548,7 @@ impl RdmaPort {
                     }
                 };
                 for wc in &self.wcs[..n] {
-                    if !wc.is_ok() && !c.closing {
+                    if !wc.is_ok() && c.closing.is_none() {
                         debug!(peer = %c.peer, status = %wc.status_str(), wr_id = wc.wr_id(), "RDMA work request failed");
                     }
                     c.queue.on_completion(
@@ -540,8 +581,8 @@ impl RdmaPort {
             c.queue_close();
         }
         if let Some(reason) = c.queue.close_reason() {
-            if !c.closing {
-                c.closing = true;
+            if c.closing.is_none() {
+                c.closing = Some(Instant::now());
                 info!(peer = %c.peer, qid = c.queue.queue().qid(), reason, "NVMe/RDMA queue closing");
                 if c.id.disconnect().is_err() {
                     self.destroy(key, reason, fds);
@@ -566,6 +607,18 @@ impl RdmaPort {
                         self.connect_timeout.as_millis()
                     );
                     c.queue.close_now("no Fabrics Connect in time");
+                }
+                if c.closing
+                    .is_some_and(|t| now.saturating_duration_since(t) > DISCONNECT_GRACE)
+                {
+                    warn!(
+                        peer = %c.peer,
+                        qid = c.queue.queue().qid(),
+                        "NVMe/RDMA peer did not answer the disconnect within {} ms: destroying the connection",
+                        DISCONNECT_GRACE.as_millis()
+                    );
+                    self.destroy(key, "no disconnect reply (peer gone)", fds);
+                    continue;
                 }
                 self.after_work(key, fds);
             }

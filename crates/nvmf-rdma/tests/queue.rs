@@ -438,3 +438,69 @@ fn a_command_before_connect_closes_the_queue_without_touching_host_memory() {
         h.log
     );
 }
+
+/// A queue pair whose work requests fail (retry exceeded on a READ, then the
+/// device flushes everything else, a completion seen twice): the queue closes
+/// once, posts nothing more (no READ for the writes still waiting, no
+/// response to a host that is gone), its send and READ accounting reaches
+/// zero, and dropping both queues frees the controller. No panic anywhere.
+#[test]
+fn error_completions_close_the_queue_once_and_nothing_more_is_posted() {
+    let t = target();
+    let (a, mut io) = connected(&t, 2);
+    assert_eq!(t.active_controllers(), 1);
+    io.hold_reads = true;
+    for cid in 0..4u16 {
+        io.send(
+            &rw(
+                IoOpcode::Write,
+                40 + cid,
+                u64::from(cid) * 16,
+                16,
+                keyed(0x1000, 8192, 7, false),
+            ),
+            &[],
+        );
+    }
+    assert_eq!(io.held.len(), 2, "two READs posted, two waiting");
+    let reads: Vec<u64> = io
+        .held
+        .drain(..)
+        .map(|wr| match wr {
+            WorkRequest::Read { wr_id, .. } => wr_id,
+            other => panic!("held {other:?}"),
+        })
+        .collect();
+    let fail = |wr_id| WorkCompletion {
+        wr_id,
+        ok: false,
+        byte_len: 0,
+    };
+    // retry exceeded on the first READ: the host is gone
+    io.q.on_completion(&fail(reads[0]), 0);
+    let reason = io.q.close_reason();
+    assert!(reason.is_some(), "an error completion closes the queue");
+    // the device flushes the rest: the other READ, every posted receive,
+    // and a completion delivered twice
+    io.q.on_completion(&fail(reads[1]), 0);
+    io.q.on_completion(&fail(reads[1]), 0);
+    for wr_id in io.posted.drain(..).collect::<Vec<_>>() {
+        io.q.on_completion(&fail(wr_id), 0);
+    }
+    assert_eq!(
+        io.q.close_reason(),
+        reason,
+        "closed once, for the first reason"
+    );
+    io.q.poll(std::time::Instant::now());
+    let mut work = Vec::new();
+    io.q.take_work(&mut work);
+    assert!(
+        work.is_empty(),
+        "nothing is posted on a failed queue pair: {work:?}"
+    );
+    assert_eq!(io.q.sends_in_flight(), 0);
+    drop(io);
+    drop(a);
+    assert_eq!(t.active_controllers(), 0, "the controller was freed");
+}
