@@ -77,3 +77,71 @@ fn nvmf_host_against_kernel_target_over_rxe() {
         "the kernel target logged no controller for {NQN}:\n{tdmesg}"
     );
 }
+
+/// The same `nvmf` scenario against nvmfd's own NVMe/RDMA target (a 32 MiB malloc namespace,
+/// the listening guest of `tests/interop/nvmfd-rdma.sh`, role target): both sides of this
+/// workspace over a real RDMA link; nvmfd must then shut down with every queue closed.
+#[test]
+fn nvmf_host_against_nvmfd_over_rxe() {
+    let Some(_serial) = begin("nvmf_host_against_nvmfd_over_rxe") else {
+        return;
+    };
+    let t_all = Instant::now();
+    let dir = work_dir("rdma_host_nvmfd");
+    let nvmfd = nvmfd_binary();
+    let nvmf = nvmf_binary();
+    let link = RxeLink::new();
+    let nqn = "nqn.2024-01.io.nvmfd:rdma";
+    let mut target = ListenGuest::start(
+        &dir,
+        &link,
+        "nvmfd-rdma.sh",
+        &[
+            ("ROLE", "target".to_string()),
+            ("PORT", RDMA_PORT.to_string()),
+            ("NQN", nqn.to_string()),
+            ("WAIT_S", "200".to_string()),
+            ("EXPECT_REJECTED", "0".to_string()),
+        ],
+        &[nvmfd.as_path()],
+        Duration::from_secs(260),
+    );
+    if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
+        panic!("nvmfd guest: {e}");
+    }
+    let host = run_guest_rxe(
+        &dir,
+        &link,
+        "nvmf-host-rdma.sh",
+        &[
+            ("PORT", RDMA_PORT.to_string()),
+            ("TARGET_IP", link.target_ip.to_string()),
+            ("NQN", nqn.to_string()),
+            ("HOSTNQN", host_nqn(HOST_ID)),
+            ("SECONDS_EACH", "3".to_string()),
+        ],
+        &[nvmf.as_path()],
+        Duration::from_secs(180),
+        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
+    );
+    let _ = std::fs::write(dir.join("listen-guest").join("stop"), b"");
+    let target = target.finish(Duration::from_secs(60));
+    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
+    let passed = ok(&host) && ok(&target);
+    say(&format!(
+        "interop nvmf_host_against_nvmfd_over_rxe: {} (host guest {:.1} s, total {:.1} s)",
+        if passed { "passed" } else { "FAILED" },
+        host.wall.as_secs_f64(),
+        t_all.elapsed().as_secs_f64()
+    ));
+    let log =
+        std::fs::read_to_string(dir.join("listen-guest").join("nvmfd.log")).unwrap_or_default();
+    assert!(
+        passed,
+        "nvmf against nvmfd over rdma failed\n==== host guest ====\n{}\n==== nvmfd guest \
+         ====\n{}\n==== nvmfd.log ====\n{}",
+        host.report(None),
+        target.report(None),
+        log
+    );
+}
