@@ -255,12 +255,6 @@ impl RdmaLink {
         }
     }
 
-    /// Receive credit the controller announced (CRQSIZE; 0 if it gave none).
-    #[allow(dead_code)]
-    pub(crate) fn crqsize(&self) -> u16 {
-        self.crqsize
-    }
-
     fn recv_wr(&self, k: usize) -> RecvWr {
         let off = self.ctl_off_cqe(k);
         RecvWr {
@@ -384,6 +378,8 @@ impl RdmaLink {
         }
         if self.dead.is_none() {
             self.post_reposts()?;
+        } else {
+            self.reposts.clear();
         }
         res?;
         if let Some(d) = &self.dead {
@@ -561,7 +557,6 @@ fn describe_reject(pd: &[u8], status: i32) -> String {
     }
 }
 
-/// The socket address string is resolvable and both families are accepted.
 #[cfg(test)]
 mod tests {
     use super::*;
