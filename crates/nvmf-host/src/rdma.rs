@@ -342,8 +342,9 @@ impl RdmaLink {
         r.map_err(|e| self.fail(format!("posting a command: {e}")))
     }
 
-    /// Takes every completion the CQ holds (and pending CM events), completing slots in
-    /// `s`; reposts the receives used.
+    /// Takes every completion the CQ holds, completing slots in `s`; reposts the receives
+    /// used. (CM events are read only when their fd wakes `wait`: a disconnect also flushes
+    /// the posted receives, which ends the link here.)
     pub(crate) fn progress(&mut self, s: &mut Slots) -> Result<()> {
         if self.armed
             && self
@@ -354,7 +355,6 @@ impl RdmaLink {
         {
             self.armed = false;
         }
-        self.cm_events();
         let mut res = Ok(());
         for _ in 0..64 {
             let n = match self.cq.poll(&mut self.wc) {
@@ -505,6 +505,9 @@ impl RdmaLink {
         };
         // SAFETY: two valid pollfds.
         let r = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if r > 0 && fds[1].revents != 0 {
+            self.cm_events();
+        }
         if r < 0 {
             let e = std::io::Error::last_os_error();
             if e.kind() != std::io::ErrorKind::Interrupted {
