@@ -17,7 +17,7 @@
 #
 # env: PORT  NQN  HOSTNQN HOSTID (hosts)  TARGET_IP (hosts: the target guest's link address)
 #      FIO_MB (host, host2: 8)  WAIT_S (target, 200)
-#      REJECTED (target: connect requests the host sends bad, 5)
+#      REJECTED (target: connect requests the host sends bad, 5; rdma_host.rs's nvmf: 0)
 #      MIN_CLOSED (target: NVMe/RDMA queues at least closed by the end, 4)
 . /job/lib.sh
 MY_IP=${TESTBED_LINK_IP:?no --link-ip}

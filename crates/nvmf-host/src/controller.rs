@@ -14,7 +14,7 @@
 use crate::error::{Error, NvmeError, Result};
 use crate::queue::{IoCompletion, IoQueue, QueueParams, Slot};
 use crate::transport::TransportParams;
-use crate::trid::{TransportId, DISCOVERY_NQN};
+use crate::trid::{TrType, TransportId, DISCOVERY_NQN};
 use nvmf_core::tls::psk::{ConfiguredPsk, TlsPsk};
 use nvmf_wire::fabrics::{self, CC_EN, CC_IOCQES_SHIFT, CC_IOSQES_SHIFT, CSTS_CFS, CSTS_RDY};
 use nvmf_wire::identify::{IdentifyController, IdentifyNamespace, CMIC_ANA, CNTRLTYPE_DISCOVERY};
@@ -162,6 +162,7 @@ impl ConnectOptions {
         TransportParams {
             hdr_digest: self.hdr_digest,
             data_digest: self.data_digest,
+            rdma: self.trid.trtype == TrType::Rdma,
         }
     }
 }

@@ -116,6 +116,10 @@ pub enum Error {
     /// identity, a target that does not speak TLS on that port, a timeout).
     #[error("TLS: {0}")]
     Tls(String),
+    /// NVMe/RDMA could not be used or the RDMA connection failed (no
+    /// rdma-core or device, a reject with its NVMe/RDMA status, ...).
+    #[error("{0}")]
+    Rdma(String),
     /// A caller mistake (bad transport ID, I/O too large, ...).
     #[error("invalid argument: {0}")]
     InvalidArg(String),

@@ -41,6 +41,7 @@ pub mod error;
 pub mod multipath;
 pub mod perf;
 pub mod queue;
+mod rdma;
 pub mod top;
 pub mod transport;
 pub mod trid;

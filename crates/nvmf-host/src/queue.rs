@@ -1,5 +1,7 @@
-//! queue.rs — `IoQueue`: one NVMe/TCP queue pair (admin or I/O) with a fixed
-//! set of command slots, for pipelined, allocation-free I/O.
+//! queue.rs — `IoQueue`: one NVMe/TCP or NVMe/RDMA queue pair (admin or I/O)
+//! with a fixed set of command slots, for pipelined, allocation-free I/O.
+//! The slot bookkeeping here is shared by both links; the TCP link is
+//! `transport.rs`, the RDMA link `rdma.rs` (see there for its work requests).
 //!
 //! Each slot is one command identifier (CID = slot index) plus a data buffer
 //! of `buf_size` bytes, all allocated when the queue is created. The cycle:
@@ -20,6 +22,7 @@
 //! One queue belongs to one thread.
 
 use crate::error::{Error, NvmeError, Result};
+use crate::rdma::{LinkParams, RdmaLink};
 use crate::transport::{Negotiated, RxEvent, RxSink, Transport, TransportParams, TxBuf};
 use nvmf_wire::command::FLAGS_PSDT_SGL_MPTR_CONTIG;
 use nvmf_wire::digest::crc32c;
@@ -71,6 +74,12 @@ pub struct QueueParams {
     pub tls: Option<nvmf_core::tls::psk::TlsPsk>,
 }
 
+/// The connection under a queue: one TCP socket or one RDMA queue pair.
+enum Link {
+    Tcp(Transport),
+    Rdma(RdmaLink),
+}
+
 /// One finished command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IoCompletion {
@@ -99,9 +108,9 @@ struct SlotInfo {
     digest_error: bool,
 }
 
-/// Everything but the socket, so PDU handling can borrow it while the
+/// Everything but the connection, so PDU handling can borrow it while the
 /// transport is borrowed for parsing.
-struct Slots {
+pub(crate) struct Slots {
     qid: u16,
     info: Box<[SlotInfo]>,
     /// All slot buffers, `info.len() * buf_size` bytes, owned (freed in
@@ -117,9 +126,10 @@ struct Slots {
     sqhd: u16,
 }
 
-/// An NVMe/TCP queue pair with preallocated command slots.
+/// An NVMe/TCP or NVMe/RDMA queue pair with preallocated command slots.
 pub struct IoQueue {
-    t: Transport,
+    // Dropped before the slots: the RDMA link's memory region covers their buffers.
+    t: Link,
     s: Slots,
     entries: u16,
     in_capsule: u32,
@@ -127,9 +137,10 @@ pub struct IoQueue {
 }
 
 impl IoQueue {
-    /// Connect a queue: TCP, ICReq/ICResp, Fabrics Connect. On success the
-    /// queue is ready for commands; `cntlid()` is the controller's ID (from
-    /// the Connect response on the admin queue).
+    /// Connect a queue: TCP, ICReq/ICResp (or rdma_cm connect with the
+    /// NVMe/RDMA private data when `p.transport.rdma`), Fabrics Connect. On
+    /// success the queue is ready for commands; `cntlid()` is the
+    /// controller's ID (from the Connect response on the admin queue).
     pub fn connect(p: &QueueParams) -> Result<IoQueue> {
         if p.entries < 2 {
             return Err(Error::InvalidArg(format!(
@@ -137,16 +148,14 @@ impl IoQueue {
                 p.entries
             )));
         }
+        let rdma = p.transport.rdma;
+        if rdma && (p.transport.hdr_digest || p.transport.data_digest || p.tls.is_some()) {
+            return Err(Error::InvalidArg(
+                "header/data digests and TLS are NVMe/TCP options; NVMe/RDMA has neither".into(),
+            ));
+        }
         let nslots = p.slots.clamp(1, p.entries) as usize;
         let buf_size = p.buf_size.max(4096) as usize;
-        let t = Transport::connect(
-            &p.addr,
-            p.transport,
-            buf_size as u32,
-            p.timeout,
-            p.tls.as_ref(),
-        )?;
-        let neg = t.negotiated();
         let info = vec![
             SlotInfo {
                 state: State::Free,
@@ -160,26 +169,51 @@ impl IoQueue {
         .into_boxed_slice();
         let mut free: Vec<Slot> = Vec::with_capacity(nslots);
         free.extend((0..nslots as u16).rev());
+        let mut s = Slots {
+            qid: p.qid,
+            info,
+            bufs: Box::into_raw(vec![0u8; nslots * buf_size].into_boxed_slice()) as *mut u8,
+            bufs_len: nslots * buf_size,
+            buf_size,
+            free,
+            done: VecDeque::with_capacity(nslots),
+            inflight: 0,
+            maxh2cdata: 0,
+            sqhd: 0,
+        };
+        let t = if rdma {
+            Link::Rdma(RdmaLink::connect(
+                &LinkParams {
+                    addr: &p.addr,
+                    qid: p.qid,
+                    entries: p.entries,
+                    cntlid: p.cntlid,
+                    timeout: p.timeout,
+                },
+                &s,
+            )?)
+        } else {
+            let t = Transport::connect(
+                &p.addr,
+                p.transport,
+                buf_size as u32,
+                p.timeout,
+                p.tls.as_ref(),
+            )?;
+            s.maxh2cdata = t.negotiated().maxh2cdata;
+            Link::Tcp(t)
+        };
+        let in_capsule = match (p.qid, rdma) {
+            // The Linux target posts no in-capsule buffers on an RDMA admin queue.
+            (0, true) => 0,
+            (0, false) => ADMIN_IN_CAPSULE,
+            _ => p.in_capsule,
+        };
         let mut q = IoQueue {
             t,
-            s: Slots {
-                qid: p.qid,
-                info,
-                bufs: Box::into_raw(vec![0u8; nslots * buf_size].into_boxed_slice()) as *mut u8,
-                bufs_len: nslots * buf_size,
-                buf_size,
-                free,
-                done: VecDeque::with_capacity(nslots),
-                inflight: 0,
-                maxh2cdata: neg.maxh2cdata,
-                sqhd: 0,
-            },
+            s,
             entries: p.entries,
-            in_capsule: if p.qid == 0 {
-                ADMIN_IN_CAPSULE
-            } else {
-                p.in_capsule
-            },
+            in_capsule,
             cntlid: p.cntlid,
         };
 
@@ -256,22 +290,45 @@ impl IoQueue {
     pub fn free_slots(&self) -> usize {
         self.s.free.len()
     }
-    /// Digest and data-size parameters of the connection.
+    /// Digest and data-size parameters of the connection (RDMA: none).
     pub fn negotiated(&self) -> Negotiated {
-        self.t.negotiated()
+        match &self.t {
+            Link::Tcp(t) => t.negotiated(),
+            Link::Rdma(_) => Negotiated {
+                hdr_digest: false,
+                data_digest: false,
+                cpda: 0,
+                maxh2cdata: 0,
+            },
+        }
     }
-    /// The socket, for a caller that polls several queues itself.
+    /// Whether this queue runs over NVMe/RDMA.
+    pub fn is_rdma(&self) -> bool {
+        matches!(self.t, Link::Rdma(_))
+    }
+    /// The fd to poll(2) for, for a caller that polls several queues itself:
+    /// the socket, or the RDMA completion channel (armed whenever `poll`
+    /// returns without a completion).
     pub fn raw_fd(&self) -> i32 {
-        self.t.raw_fd()
+        match &self.t {
+            Link::Tcp(t) => t.raw_fd(),
+            Link::Rdma(r) => r.raw_fd(),
+        }
     }
     /// poll(2) events to wait for on `raw_fd()`.
     pub fn poll_events(&self) -> i16 {
-        self.t.poll_events()
+        match &self.t {
+            Link::Tcp(t) => t.poll_events(),
+            Link::Rdma(_) => libc::POLLIN,
+        }
     }
     /// Received bytes already decrypted (TLS) and not yet read: poll(2) on
     /// the socket would not see them; poll the queue without sleeping.
     pub fn has_buffered(&self) -> bool {
-        self.t.has_buffered()
+        match &self.t {
+            Link::Tcp(t) => t.has_buffered(),
+            Link::Rdma(_) => false,
+        }
     }
     /// SQ head pointer from the latest response capsule.
     pub fn sq_head(&self) -> u16 {
@@ -333,17 +390,22 @@ impl IoQueue {
         };
         cmd.set_cid(slot);
         cmd.flags = (cmd.flags & !nvmf_wire::command::FLAGS_PSDT_MASK) | FLAGS_PSDT_SGL_MPTR_CONTIG;
-        let enc = self.t.encode_opts();
-        if dir == DataDirection::HostToController && len <= self.in_capsule {
-            cmd.set_sgl(SglDescriptor::in_capsule(0, len));
-            let data = self.s.buf_ptr(i);
-            encode_capsule_cmd_header(self.t.tx().bytes(), &enc, &cmd, len as usize);
-            // SAFETY: the slot buffer lives as long as the queue (which owns
-            // the TxBuf) and has at least `len` bytes.
-            unsafe { send_data(self.t.tx(), &enc, data, len as usize) };
-        } else {
-            cmd.set_sgl(SglDescriptor::transport(len));
-            pdu::encode_capsule_cmd(self.t.tx().bytes(), &enc, &cmd, &[]);
+        match &mut self.t {
+            Link::Tcp(t) => {
+                let enc = t.encode_opts();
+                if dir == DataDirection::HostToController && len <= self.in_capsule {
+                    cmd.set_sgl(SglDescriptor::in_capsule(0, len));
+                    let data = self.s.buf_ptr(i);
+                    encode_capsule_cmd_header(t.tx().bytes(), &enc, &cmd, len as usize);
+                    // SAFETY: the slot buffer lives as long as the queue (which owns
+                    // the TxBuf) and has at least `len` bytes.
+                    unsafe { send_data(t.tx(), &enc, data, len as usize) };
+                } else {
+                    cmd.set_sgl(SglDescriptor::transport(len));
+                    pdu::encode_capsule_cmd(t.tx().bytes(), &enc, &cmd, &[]);
+                }
+            }
+            Link::Rdma(r) => r.submit(&self.s, i, &mut cmd, dir, len, self.in_capsule)?,
         }
         self.s.info[i] = SlotInfo {
             state: State::InFlight,
@@ -441,7 +503,11 @@ impl IoQueue {
 
     /// Send what was submitted without waiting. Returns true if all is out.
     pub fn flush(&mut self) -> Result<bool> {
-        self.t.flush()
+        match &mut self.t {
+            Link::Tcp(t) => t.flush(),
+            // RDMA work requests are posted at submit.
+            Link::Rdma(_) => Ok(true),
+        }
     }
 
     /// Drive the connection: send pending output, receive and handle every
@@ -450,25 +516,29 @@ impl IoQueue {
     /// Returns the number of completions ready for `next_completion`.
     pub fn poll(&mut self, timeout: Option<Duration>) -> Result<usize> {
         let deadline = timeout.map(|t| Instant::now() + t);
+        let t = match &mut self.t {
+            Link::Tcp(t) => t,
+            Link::Rdma(r) => return poll_rdma(r, &mut self.s, timeout, deadline),
+        };
         loop {
-            self.t.flush()?;
+            t.flush()?;
             // Drain what the socket has (bounded, so a busy queue returns).
             for _ in 0..8 {
-                let n = self.t.recv()?;
-                self.t.parse(&mut self.s)?;
+                let n = t.recv()?;
+                t.parse(&mut self.s)?;
                 if n == 0 {
                     break;
                 }
             }
-            if self.t.eof() {
+            if t.eof() {
                 // Hand out what arrived before the close; the next poll fails.
                 if !self.s.done.is_empty() {
                     return Ok(self.s.done.len());
                 }
                 return Err(Error::Closed(String::new()));
             }
-            if self.t.tx_pending() {
-                self.t.flush()?;
+            if t.tx_pending() {
+                t.flush()?;
             }
             if !self.s.done.is_empty() || timeout == Some(Duration::ZERO) {
                 return Ok(self.s.done.len());
@@ -483,7 +553,7 @@ impl IoQueue {
                     Some(d - now)
                 }
             };
-            self.t.wait(left)?;
+            t.wait(left)?;
         }
     }
 
@@ -531,7 +601,46 @@ impl IoQueue {
 
     /// Close the connection.
     pub fn shutdown(&self) {
-        self.t.shutdown();
+        match &self.t {
+            Link::Tcp(t) => t.shutdown(),
+            Link::Rdma(r) => r.shutdown(),
+        }
+    }
+}
+
+/// `IoQueue::poll` over RDMA: drain the CQ; when nothing completed, arm it,
+/// look once more, then sleep on the completion channel (and CM events).
+/// A poll with timeout 0 leaves the CQ armed, so `raw_fd()` wakes a caller
+/// that polls it itself.
+fn poll_rdma(
+    r: &mut RdmaLink,
+    s: &mut Slots,
+    timeout: Option<Duration>,
+    deadline: Option<Instant>,
+) -> Result<usize> {
+    loop {
+        r.progress(s)?;
+        if !s.done.is_empty() {
+            return Ok(s.done.len());
+        }
+        if r.arm()? {
+            // A completion may have arrived before the arm: look again.
+            continue;
+        }
+        if timeout == Some(Duration::ZERO) {
+            return Ok(0);
+        }
+        let left = match deadline {
+            None => None,
+            Some(d) => {
+                let now = Instant::now();
+                if now >= d {
+                    return Ok(0);
+                }
+                Some(d - now)
+            }
+        };
+        r.wait(left)?;
     }
 }
 
@@ -551,6 +660,26 @@ impl Drop for Slots {
 }
 
 impl Slots {
+    /// Number of slots.
+    pub(crate) fn nslots(&self) -> usize {
+        self.info.len()
+    }
+    /// Bytes per slot buffer.
+    pub(crate) fn buf_size(&self) -> usize {
+        self.buf_size
+    }
+    /// All slot buffers: start and length (slot i at i × buf_size).
+    pub(crate) fn region(&self) -> (*mut u8, usize) {
+        (self.bufs, self.bufs_len)
+    }
+    /// Completions waiting.
+    pub(crate) fn done_len(&self) -> usize {
+        self.done.len()
+    }
+    pub(crate) fn set_sqhd(&mut self, sqhd: u16) {
+        self.sqhd = sqhd;
+    }
+
     #[inline]
     fn buf_ptr(&self, i: usize) -> *mut u8 {
         debug_assert!(i < self.info.len());
@@ -570,7 +699,7 @@ impl Slots {
         unsafe { std::slice::from_raw_parts_mut(self.buf_ptr(i), self.buf_size) }
     }
 
-    fn slot_for(&mut self, cid: u16, what: &str) -> Result<usize> {
+    pub(crate) fn slot_for(&mut self, cid: u16, what: &str) -> Result<usize> {
         let i = cid as usize;
         if i >= self.info.len() || self.info[i].state != State::InFlight {
             return Err(Error::Protocol(format!(
@@ -581,7 +710,7 @@ impl Slots {
         Ok(i)
     }
 
-    fn complete(&mut self, i: usize, status: Status, dw0: u32, dw1: u32) {
+    pub(crate) fn complete(&mut self, i: usize, status: Status, dw0: u32, dw1: u32) {
         let info = &mut self.info[i];
         let status = if info.digest_error && status.is_success() {
             Status::TRANSIENT_TRANSPORT_ERROR

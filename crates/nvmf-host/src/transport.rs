@@ -31,6 +31,8 @@ pub struct TransportParams {
     pub hdr_digest: bool,
     /// Ask for data digests.
     pub data_digest: bool,
+    /// The queue runs over NVMe/RDMA (`rdma.rs`), not this TCP transport.
+    pub rdma: bool,
 }
 
 /// What the controller granted in its ICResp.

@@ -1,5 +1,6 @@
 //! trid.rs — SPDK-style transport ID strings:
-//! `trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:NQN`.
+//! `trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:NQN`
+//! (trtype TCP or RDMA).
 //! Parsing (`TransportId::parse` / `FromStr`) and printing (`Display`).
 //! Keys are case-insensitive and may be written `key:value` or `key=value`;
 //! only the first separator splits, so NQNs with colons are fine.
@@ -18,10 +19,20 @@ pub enum AdrFam {
     Ipv6,
 }
 
+/// The fabric of a transport ID.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TrType {
+    #[default]
+    Tcp,
+    /// NVMe/RDMA (RoCE, iWARP, InfiniBand; needs rdma-core and a device at run time).
+    Rdma,
+}
+
 /// Where a subsystem is: transport, address, port, NQN (+ optional host NQN
 /// and namespace, which SPDK's perf also accepts in the string).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TransportId {
+    pub trtype: TrType,
     pub adrfam: AdrFam,
     pub traddr: String,
     pub trsvcid: String,
@@ -34,6 +45,7 @@ impl TransportId {
     /// A TCP transport ID.
     pub fn tcp(traddr: &str, trsvcid: &str, subnqn: &str) -> TransportId {
         TransportId {
+            trtype: TrType::Tcp,
             adrfam: if traddr.contains(':') {
                 AdrFam::Ipv6
             } else {
@@ -47,8 +59,8 @@ impl TransportId {
         }
     }
 
-    /// Parse an SPDK transport ID string. `trtype` must be TCP (the only
-    /// transport here); `traddr` is required; `trsvcid` defaults to 4420 and
+    /// Parse an SPDK transport ID string. `trtype` is TCP (default) or
+    /// RDMA; `traddr` is required; `trsvcid` defaults to 4420 and
     /// `subnqn` to the discovery NQN.
     pub fn parse(s: &str) -> Result<TransportId> {
         let bad = |m: String| Error::InvalidArg(format!("transport ID '{s}': {m}"));
@@ -86,18 +98,12 @@ impl TransportId {
                 other => return Err(bad(format!("unknown key '{other}'"))),
             }
         }
-        if let Some(t) = &trtype {
-            if !t.eq_ignore_ascii_case("tcp") {
-                return Err(bad(if t.eq_ignore_ascii_case("rdma") {
-                    format!(
-                        "trtype '{t}': the NVMe/RDMA initiator is not available in this build \
-                         yet (only TCP)"
-                    )
-                } else {
-                    format!("trtype '{t}' is not supported (only TCP)")
-                }));
-            }
-        }
+        let trtype = match trtype {
+            None => TrType::Tcp,
+            Some(t) if t.eq_ignore_ascii_case("tcp") => TrType::Tcp,
+            Some(t) if t.eq_ignore_ascii_case("rdma") => TrType::Rdma,
+            Some(t) => return Err(bad(format!("trtype '{t}' is not supported (TCP or RDMA)"))),
+        };
         let traddr = traddr.ok_or_else(|| bad("traddr is missing".into()))?;
         let adrfam = match adrfam.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None => {
@@ -113,9 +119,10 @@ impl TransportId {
         };
         let trsvcid = trsvcid.unwrap_or_else(|| "4420".into());
         if trsvcid.parse::<u16>().is_err() {
-            return Err(bad(format!("trsvcid '{trsvcid}' is not a TCP port")));
+            return Err(bad(format!("trsvcid '{trsvcid}' is not a port number")));
         }
         Ok(TransportId {
+            trtype,
             adrfam,
             traddr,
             trsvcid,
@@ -125,7 +132,8 @@ impl TransportId {
         })
     }
 
-    /// `host:port` for `TcpStream::connect` (IPv6 addresses bracketed).
+    /// `host:port` for `TcpStream::connect` / the RDMA address resolution
+    /// (IPv6 addresses bracketed).
     pub fn socket_addr_string(&self) -> String {
         if self.traddr.contains(':') && !self.traddr.starts_with('[') {
             format!("[{}]:{}", self.traddr, self.trsvcid)
@@ -148,9 +156,13 @@ impl fmt::Display for TransportId {
             AdrFam::Ipv4 => "IPv4",
             AdrFam::Ipv6 => "IPv6",
         };
+        let tr = match self.trtype {
+            TrType::Tcp => "TCP",
+            TrType::Rdma => "RDMA",
+        };
         write!(
             f,
-            "trtype:TCP adrfam:{fam} traddr:{} trsvcid:{} subnqn:{}",
+            "trtype:{tr} adrfam:{fam} traddr:{} trsvcid:{} subnqn:{}",
             self.traddr, self.trsvcid, self.subnqn
         )
     }
@@ -188,7 +200,6 @@ mod tests {
     #[test]
     fn errors() {
         for s in [
-            "trtype:RDMA traddr:1.2.3.4",
             "traddr",
             "trsvcid:4420",
             "traddr:1.2.3.4 trsvcid:99999",
@@ -197,13 +208,24 @@ mod tests {
         ] {
             assert!(TransportId::parse(s).is_err(), "{s}");
         }
-        let e = TransportId::parse("trtype:rdma traddr:1.2.3.4 trsvcid:4420").unwrap_err();
-        assert!(
-            e.to_string()
-                .contains("the NVMe/RDMA initiator is not available in this build yet"),
-            "{e}"
-        );
         let e = TransportId::parse("trtype:FC traddr:1.2.3.4").unwrap_err();
         assert!(e.to_string().contains("'FC' is not supported"), "{e}");
+    }
+
+    #[test]
+    fn rdma_both_families() {
+        let t =
+            TransportId::parse("trtype:rdma traddr:10.1.0.1 trsvcid:4420 subnqn:nqn.x").unwrap();
+        assert_eq!(t.trtype, TrType::Rdma);
+        assert_eq!(t.adrfam, AdrFam::Ipv4);
+        assert_eq!(TransportId::parse(&t.to_string()).unwrap(), t);
+        assert!(t.to_string().starts_with("trtype:RDMA adrfam:IPv4"));
+        let t = TransportId::parse("trtype:RDMA adrfam:IPv6 traddr:fd00::1").unwrap();
+        assert_eq!((t.trtype, t.adrfam), (TrType::Rdma, AdrFam::Ipv6));
+        assert_eq!(t.socket_addr_string(), "[fd00::1]:4420");
+        assert_eq!(
+            TransportId::parse("traddr:1.2.3.4").unwrap().trtype,
+            TrType::Tcp
+        );
     }
 }

@@ -1,4 +1,4 @@
-//! nvmf — command line front end of the user-space NVMe/TCP initiator:
+//! nvmf — command line front end of the user-space NVMe/TCP and NVMe/RDMA initiator:
 //! `discover` (the discovery log, as `nvme discover` prints it), `identify`
 //! (controller and namespaces), `perf` (load generator, like spdk_nvme_perf /
 //! fio), and `rpc` (handed to `nvmf_rpc::cli_main`). No root, no kernel
@@ -18,6 +18,9 @@ Examples:
   # What does the target at 127.0.0.1:4420 export?
   nvmf discover -t tcp -a 127.0.0.1 -s 4420
 
+  # The same over NVMe/RDMA (RoCE, soft-RoCE, InfiniBand; needs rdma-core and an RDMA device)
+  nvmf discover -t rdma -a 10.0.0.2 -s 4420
+
   # Controller and namespace details of one subsystem
   nvmf identify -r 'trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default'
 
@@ -35,9 +38,12 @@ Exit status: 0 success, 1 failure (connection, NVMe error, I/O error, verify mis
 const PERF_HELP: &str = "\
 The transport ID (-r) is SPDK's format: space separated key:value pairs
   trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN [hostnqn:NQN] [ns:NSID]
+trtype:RDMA (adrfam IPv4 or IPv6) runs every queue over NVMe/RDMA instead: one RC queue pair
+per queue, data through Keyed SGLs of one registered region (writes up to the controller's
+in-capsule size in the capsule); digests and TLS are NVMe/TCP only.
 
 Workloads (-w): read, write (sequential), randread, randwrite, rw, randrw (mixes; -M = % reads).
-Each queue is its own TCP connection with -q commands in flight. With --cores, one thread per
+Each queue is its own TCP connection (or RDMA queue pair) with -q commands in flight. With --cores, one thread per
 listed CPU is pinned there and the queues are spread over them; otherwise one thread per queue.
 Sequential runs and --verify give every queue its own LBA range.
 
@@ -160,6 +166,7 @@ Examples:
 const DISCOVER_HELP: &str = "\
 Examples:
   nvmf discover -t tcp -a 127.0.0.1 -s 4420
+  nvmf discover -t rdma -a 10.0.0.2 -s 4420
   nvmf discover -a 10.0.0.5 -s 8009 --hostnqn nqn.2014-08.org.nvmexpress:uuid:...
   nvmf discover -a 127.0.0.1 --json";
 
@@ -167,9 +174,9 @@ Examples:
 #[command(
     name = "nvmf",
     version,
-    about = "User-space NVMe over Fabrics (NVMe/TCP) initiator: discover, identify, perf, rpc",
-    long_about = "User-space NVMe over Fabrics (NVMe/TCP) initiator. Talks to a target directly over \
-TCP from user space: no root, no kernel modules, no nvme-cli. Use it to see what a target exports \
+    about = "User-space NVMe over Fabrics (NVMe/TCP, NVMe/RDMA) initiator: discover, identify, perf, rpc",
+    long_about = "User-space NVMe over Fabrics (NVMe/TCP, NVMe/RDMA) initiator. Talks to a target directly over \
+TCP or RDMA from user space: no root, no kernel modules, no nvme-cli. Use it to see what a target exports \
 (discover, identify), to measure it (perf), and to control nvmfd (rpc).",
     after_help = MAIN_HELP
 )]
@@ -346,7 +353,7 @@ impl CommonConn {
 
 #[derive(Args)]
 struct DiscoverArgs {
-    /// Transport type (only tcp)
+    /// Transport type: tcp or rdma
     #[arg(short = 't', long = "transport", default_value = "tcp")]
     transport: String,
     /// Target address
@@ -372,7 +379,7 @@ struct DiscoverArgs {
 
 #[derive(Args)]
 struct IdentifyArgs {
-    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'
+    /// Transport ID: 'trtype:TCP|RDMA adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'
     #[arg(short = 'r', long = "trid", value_name = "TRID")]
     trid: String,
     #[command(flatten)]
@@ -381,7 +388,7 @@ struct IdentifyArgs {
 
 #[derive(Args)]
 struct PerfArgs {
-    /// Transport ID: 'trtype:TCP adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'.
+    /// Transport ID: 'trtype:TCP|RDMA adrfam:IPv4 traddr:ADDR trsvcid:PORT subnqn:NQN'.
     /// Give it several times for several paths to one subsystem (multipath)
     #[arg(short = 'r', long = "trid", value_name = "TRID", required = true)]
     trid: Vec<String>,
@@ -734,12 +741,17 @@ fn top(a: TopArgs) -> Result<ExitCode> {
 }
 
 fn discover(a: DiscoverArgs) -> Result<ExitCode> {
-    if !a.transport.eq_ignore_ascii_case("tcp") {
-        bail!("transport '{}' is not supported (only tcp)", a.transport);
-    }
+    let trtype = if a.transport.eq_ignore_ascii_case("tcp") {
+        nvmf_host::trid::TrType::Tcp
+    } else if a.transport.eq_ignore_ascii_case("rdma") {
+        nvmf_host::trid::TrType::Rdma
+    } else {
+        bail!("transport '{}' is not supported (tcp or rdma)", a.transport);
+    };
     let mut trid = TransportId::tcp(&a.traddr, &a.trsvcid, &a.nqn);
+    trid.trtype = trtype;
     if a.trsvcid.parse::<u16>().is_err() {
-        bail!("port '{}' is not a TCP port", a.trsvcid);
+        bail!("port '{}' is not a port number", a.trsvcid);
     }
     trid.hostnqn = a.conn.hostnqn.clone();
     let opts = a.conn.options(trid)?;
