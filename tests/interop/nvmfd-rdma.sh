@@ -1,9 +1,11 @@
 # nvmfd's NVMe/RDMA target between two guests over soft-RoCE (rxe0 on the testbed's link).
 #
 # ROLE=target (the listening guest): starts the shipped /job/nvmfd with a malloc namespace and
-#   an RDMA listener (subsystem and discovery) on this guest's link address, writes
+#   the RDMA transport, adds NVMe/RDMA listeners (discovery, then the subsystem) on this
+#   guest's link address live by RPC (the shipped /job/nvmf rpc), writes
 #   /job/serving once it listens, waits for /job/stop from the test (bounded by WAIT_S), stops
-#   nvmfd with SIGTERM and checks that every queue was torn down and nothing panicked.
+#   removes the subsystem's listener live, stops nvmfd with SIGTERM and checks that every
+#   queue was torn down and nothing panicked.
 # ROLE=host (the connecting guest): the Linux kernel host (nvme-rdma): nvme discover -t rdma,
 #   connect, fio 4k randrw 75/25 (writes in-capsule) and 128k sequential (writes by RDMA READ)
 #   with crc32c verify, disconnect, clean dmesg. Before that, bad connect private data from
@@ -25,7 +27,9 @@ MY_IP=${MY_IP%/*}
 
 case ${ROLE:?ROLE not set} in
 target)
-  step "nvmfd with an NVMe/RDMA listener on $MY_IP:$PORT"
+  step "nvmfd with the RDMA transport, then NVMe/RDMA listeners on $MY_IP:$PORT added live by RPC"
+  # No RDMA listener at start: the first live add starts the RDMA reactor, the second reaches
+  # it by message (SPDK's rpc.py order: create the transport, then add listeners).
   cat > /tmp/nvmfd.json <<JSON
 {"subsystems": [
  {"subsystem": "bdev", "config": [
@@ -34,19 +38,29 @@ target)
   {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"}},
   {"method": "nvmf_create_subsystem", "params": {"nqn": "$NQN", "allow_any_host": true,
      "serial_number": "NVMFDRDMA0001", "model_number": "nvmfd rdma"}},
-  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}},
-  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "$NQN", "listen_address":
-     {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "$MY_IP", "trsvcid": "$PORT"}}},
-  {"method": "nvmf_subsystem_add_listener", "params": {"nqn": "nqn.2014-08.org.nvmexpress.discovery",
-     "listen_address": {"trtype": "RDMA", "adrfam": "IPv4", "traddr": "$MY_IP", "trsvcid": "$PORT"}}}]}]}
+  {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}}]}]}
 JSON
   RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m 0 -r /tmp/nvmfd.sock > /job/nvmfd.log 2>&1 &
   pid=$!
   for _ in $(seq 150); do   # 15 s at most
-    grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log && break
+    [ -S /tmp/nvmfd.sock ] && break
     kill -0 "$pid" 2>/dev/null || break
     sleep 0.1
   done
+  [ -S /tmp/nvmfd.sock ] || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd's RPC socket did not appear"; }
+  # rpc.py's command line, by the shipped /job/nvmf (bounded)
+  rpc() { timeout 15 /job/nvmf rpc -s /tmp/nvmfd.sock -t 10 "$@" 2>&1; }
+  for nqn in nqn.2014-08.org.nvmexpress.discovery "$NQN"; do
+    out=$(rpc nvmf_subsystem_add_listener "$nqn" -t rdma -f ipv4 -a "$MY_IP" -s "$PORT") ||
+      { sed 's/^/  | /' /job/nvmfd.log; fail "nvmf_subsystem_add_listener $nqn: $out"; }
+    ok "listener added live: $nqn"
+  done
+  # a second address (port): reaches the running RDMA reactor by message
+  out=$(rpc nvmf_subsystem_add_listener "$NQN" -t rdma -f ipv4 -a "$MY_IP" -s $((PORT + 1))) ||
+    { sed 's/^/  | /' /job/nvmfd.log; fail "nvmf_subsystem_add_listener $NQN port $((PORT + 1)): $out"; }
+  [ "$(grep -c 'listening (NVMe/RDMA)' /job/nvmfd.log)" = 2 ] ||
+    { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd does not listen on both RDMA ports"; }
+  ok "listener added live on port $((PORT + 1)) too"
   grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd did not listen on rdma"; }
   ok "nvmfd listens (pid $pid)"
   touch /job/serving
@@ -59,6 +73,16 @@ JSON
   kill -0 "$pid" 2>/dev/null || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd died while serving"; }
   [ -e /job/stop ] || fail "no stop from the test within ${WAIT_S:-200} s"
   ok "stop requested"
+  step "the subsystem's RDMA listeners removed live"
+  for p in "$PORT" $((PORT + 1)); do
+    out=$(rpc nvmf_subsystem_remove_listener "$NQN" -t rdma -f ipv4 -a "$MY_IP" -s "$p") ||
+      fail "nvmf_subsystem_remove_listener port $p: $out"
+  done
+  grep -q "stopped listening on $MY_IP:$((PORT + 1)) (rdma" /job/nvmfd.log ||
+    { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd still listens on port $((PORT + 1))"; }
+  grep -q "stopped listening on $MY_IP:$PORT (rdma" /job/nvmfd.log &&
+    fail "the discovery listener on $MY_IP:$PORT was dropped with the subsystem's"
+  ok "removed (port $((PORT + 1)) no longer listened on; the discovery subsystem keeps $PORT)"
   step "SIGTERM: nvmfd shuts down, every queue was torn down"
   kill -TERM "$pid"
   for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -103,7 +103,7 @@ fn nvmf_host_against_nvmfd_over_rxe() {
             ("WAIT_S", "200".to_string()),
             ("REJECTED", "0".to_string()),
         ],
-        &[nvmfd.as_path()],
+        &[nvmfd.as_path(), nvmf.as_path()],
         Duration::from_secs(260),
     );
     if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {

@@ -29,6 +29,7 @@ fn kernel_host_against_nvmfd_over_rxe() {
     let t_all = Instant::now();
     let dir = work_dir("rdma_target");
     let nvmfd = nvmfd_binary();
+    let nvmf = nvmf_binary(); // `nvmf rpc` adds the RDMA listeners live
     let probe = nvmf_interop::rdma::rdma_example("rdma_connect_probe", "NVMF_RDMA_PROBE_BIN");
     let link = RxeLink::new();
     let target_env = vec![
@@ -42,7 +43,7 @@ fn kernel_host_against_nvmfd_over_rxe() {
         &link,
         "nvmfd-rdma.sh",
         &target_env,
-        &[nvmfd.as_path()],
+        &[nvmfd.as_path(), nvmf.as_path()],
         Duration::from_secs(300),
     );
     if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
@@ -110,6 +111,7 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
     let t_all = Instant::now();
     let dir = work_dir("rdma_target_kill");
     let nvmfd = nvmfd_binary();
+    let nvmf = nvmf_binary(); // `nvmf rpc` adds the RDMA listeners live
     let link = RxeLink::new();
     let target_env = vec![
         ("ROLE", "target".to_string()),
@@ -125,7 +127,7 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
         &link,
         "nvmfd-rdma.sh",
         &target_env,
-        &[nvmfd.as_path()],
+        &[nvmfd.as_path(), nvmf.as_path()],
         Duration::from_secs(300),
     );
     if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
