@@ -32,7 +32,7 @@ pub mod verbs;
 use std::io;
 use std::sync::OnceLock;
 
-pub use port::{FdChange, RdmaPort, DISCONNECT_GRACE};
+pub use port::{FdChange, PendingConn, PollStats, RdmaPort, DISCONNECT_GRACE};
 pub use queue::{Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
 
 /// What NVMe/RDMA states about its capsules (each connection's `PortInfo::caps`): host memory
