@@ -242,7 +242,7 @@ fn run(cli: Cli) -> Result<()> {
     warn_fd_limit(cli.max_connections);
 
     // Listeners: every reactor gets its own SO_REUSEPORT socket per NVMe/TCP
-    // address; NVMe/RDMA listeners belong to the RDMA reactor.
+    // address; NVMe/RDMA listeners belong to reactor 0's RDMA port.
     let (rdma_listeners, tcp_listeners): (Vec<_>, Vec<_>) = cfg
         .listen_addresses()
         .into_iter()
