@@ -712,8 +712,10 @@ impl RdmaPort {
     /// ibv_poll_cq). Returns the completions reaped.
     pub fn poll_unarmed(&mut self, fds: &mut dyn FnMut(FdChange)) -> usize {
         let mut total = 0;
-        for i in 0..self.unarmed.len() {
-            let key = self.unarmed[i];
+        // Taken out while the queues run: a connection destroyed meanwhile
+        // (after_work) is left out when the list is put back.
+        let mut keys = std::mem::take(&mut self.unarmed);
+        for &key in &keys {
             let n = self.reap(key);
             self.stats.busy_polls += 1;
             self.stats.polled_completions += n as u64;
@@ -722,6 +724,8 @@ impl RdmaPort {
                 self.after_work(key, fds);
             }
         }
+        keys.retain(|&k| self.conns.get(k).is_some_and(Option::is_some));
+        self.unarmed = keys;
         total
     }
 
