@@ -4,7 +4,8 @@
 //! as a NIC's DMA costs the CPU nothing) or an NVMe/TCP connection (`nvmf_tcp::Connection`,
 //! PDUs fed from memory, its output taken as if a socket had written it all). Neither counts
 //! system calls, sockets or verbs doorbells: it is the target's own work per I/O, the part a
-//! transport design decides. Run it under callgrind twice with different counts and subtract
+//! transport design decides. `tcpw`: 4 KiB writes with in-capsule data to a RAM disk
+//! (malloc) over NVMe/TCP instead. Run it under callgrind twice with different counts and subtract
 //! (BENCHMARKS.md, "NVMe/RDMA: instructions per I/O"):
 //!
 //!   valgrind --tool=callgrind target/release/examples/io_cost rdma 20000
@@ -29,9 +30,8 @@ const NQN: &str = "nqn.2024-01.io.nvmfd:cost";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000c0";
 const QD: u16 = 128;
 
-fn target(trtype: TransportType) -> Arc<Target> {
-    let cfg =
-        nvmf_testkit::model::single_namespace(NQN, trtype, "Null0", BdevKind::Null, 4096, 1 << 20);
+fn target(trtype: TransportType, kind: BdevKind) -> Arc<Target> {
+    let cfg = nvmf_testkit::model::single_namespace(NQN, trtype, "Bdev0", kind, 4096, 1 << 12);
     Target::from_config(&cfg).expect("target")
 }
 
@@ -145,7 +145,7 @@ fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQ
 }
 
 fn run_rdma(n: u64) -> u64 {
-    let t = target(TransportType::Rdma);
+    let t = target(TransportType::Rdma, BdevKind::Null);
     let mut dev = Device {
         posted: Default::default(),
         done: Vec::new(),
@@ -168,8 +168,13 @@ fn run_rdma(n: u64) -> u64 {
     dev.responses as u64
 }
 
-fn run_tcp(n: u64) -> u64 {
-    let t = target(TransportType::Tcp);
+fn run_tcp(n: u64, write: bool) -> u64 {
+    let kind = if write {
+        BdevKind::Malloc
+    } else {
+        BdevKind::Null
+    };
+    let t = target(TransportType::Tcp, kind);
     let params = TcpParams::new(t.limits(), true);
     let opts = EncodeOpts::new(false, false);
     let drain = |c: &mut Connection| -> usize {
@@ -201,13 +206,18 @@ fn run_tcp(n: u64) -> u64 {
     let cntlid = admin.queue().controller().expect("controller").cntlid();
     let mut io = connect(1, cntlid);
     let mut batch = Vec::new();
+    let payload = [0x5a; 4096];
     for cid in 0..QD {
-        encode_capsule_cmd(
-            &mut batch,
-            &opts,
-            &read(cid, u64::from(cid), SglDescriptor::transport(4096)),
-            &[],
-        );
+        if write {
+            let mut c = Command::new(IoOpcode::Write as u8, cid);
+            c.set_nsid(1)
+                .set_lba_range(u64::from(cid), 1)
+                .set_sgl(SglDescriptor::in_capsule(0, 4096));
+            encode_capsule_cmd(&mut batch, &opts, &c, &payload);
+        } else {
+            let sgl = SglDescriptor::transport(4096);
+            encode_capsule_cmd(&mut batch, &opts, &read(cid, u64::from(cid), sgl), &[]);
+        }
     }
     let mut bytes = 0u64;
     let mut issued = 0u64;
@@ -216,8 +226,13 @@ fn run_tcp(n: u64) -> u64 {
         issued += u64::from(QD);
         bytes += drain(&mut io) as u64;
     }
-    // 4096 bytes of data plus a C2HData header per read (SUCCESS flag: no response capsule).
-    bytes / 4096
+    if write {
+        // One 24-byte CapsuleResp per write.
+        bytes / 24
+    } else {
+        // 4096 bytes of data plus a C2HData header per read (SUCCESS flag: no response capsule).
+        bytes / 4096
+    }
 }
 
 fn main() {
@@ -226,9 +241,10 @@ fn main() {
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let done = match which.as_str() {
         "rdma" => run_rdma(n),
-        "tcp" => run_tcp(n),
+        "tcp" => run_tcp(n, false),
+        "tcpw" => run_tcp(n, true),
         other => {
-            eprintln!("usage: io_cost rdma|tcp [N]  (not {other:?})");
+            eprintln!("usage: io_cost rdma|tcp|tcpw [N]  (not {other:?})");
             std::process::exit(2);
         }
     };

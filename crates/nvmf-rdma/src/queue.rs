@@ -478,7 +478,7 @@ impl RdmaQueue {
         };
         let r = self
             .engine
-            .on_command(&mut self.wire, cmd, icd, true, now_ns);
+            .on_command(&mut self.wire, &cmd, icd, true, now_ns);
         // The capsule was consumed (in-capsule data copied or executed):
         // the buffer can take the next command.
         self.post_recv(i);
