@@ -472,13 +472,13 @@ impl RdmaQueue {
         }
         let buf = &mut self.recv[at..at + len];
         let (sqe, icd) = buf.split_at_mut(SQE_LEN);
-        let Ok(cmd) = Command::read_from_bytes(sqe) else {
+        let Ok(cmd) = Command::ref_from_bytes(sqe) else {
             self.engine.close("NVMe/RDMA capsule unreadable");
             return Ok(());
         };
         let r = self
             .engine
-            .on_command(&mut self.wire, &cmd, icd, true, now_ns);
+            .on_command(&mut self.wire, cmd, icd, true, now_ns);
         // The capsule was consumed (in-capsule data copied or executed):
         // the buffer can take the next command.
         self.post_recv(i);
