@@ -7,16 +7,16 @@
 //! data, hands read data and the completion over in order, bounds
 //! outstanding fetches, and times out a fetch in the transport's words.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
+use nvmf_config::{BdevKind, TransportType};
 use nvmf_core::request::{
-    BufPolicy, DataDesc, DataOut, Fabric, FaultKind, RequestEngine, RequestParams, RequestState,
-    SglKind, Slots,
+    DataDesc, DataOut, Fabric, FaultKind, RequestEngine, RequestParams, RequestState, SglKind,
+    Slots,
 };
-use nvmf_core::{PortInfo, Target, TransportCaps};
+use nvmf_core::{PortInfo, Target};
+use nvmf_testkit::inproc::{self, rw};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CC};
@@ -32,42 +32,15 @@ const KEYED: u8 = 0x40;
 const IN_CAPSULE: u8 = 0x01;
 
 fn target() -> Arc<Target> {
-    let cfg = nvmf_testkit::model::single_namespace(
-        NQN,
-        TransportType::Rdma,
-        "Ram",
-        BdevKind::Malloc,
-        512,
-        4096,
-    );
-    Target::from_config(&cfg).expect("target")
+    inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 4096)
 }
 
 fn port() -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps: TransportCaps {
-            keyed_sgls: true,
-            msdbd: 1,
-        },
-    })
+    inproc::port(TransportType::Rdma, inproc::KEYED_CAPS)
 }
 
 fn params(max_fetch_bytes: u32) -> RequestParams {
-    RequestParams {
-        in_capsule_data_size: 4096,
-        admin_in_capsule_data_size: 4096,
-        max_io_size: 131_072,
-        buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-        max_fetch_bytes,
-        fetch_timeout: Duration::from_secs(2),
-        fetch_timeout_name: "RDMA READ timeout",
-    }
+    inproc::rdma_request_params(max_fetch_bytes, Duration::from_secs(2))
 }
 
 /// A keyed SGL: address, 24-bit length, key (low byte only, enough here).
@@ -206,12 +179,6 @@ fn connect(
         );
     }
     e
-}
-
-fn rw(op: IoOpcode, cid: u16, slba: u64, nlb: u32, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(op as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, nlb).set_sgl(sgl);
-    c
 }
 
 #[test]

@@ -11,15 +11,14 @@
 //!   valgrind --tool=callgrind target/release/examples/io_cost rdma 20000
 //!   valgrind --tool=callgrind target/release/examples/io_cost rdma 120000
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
-use nvmf_core::request::{BufPolicy, RequestParams};
-use nvmf_core::{PortInfo, Target};
+use nvmf_config::{BdevKind, TransportType};
+use nvmf_core::Target;
 use nvmf_rdma::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
 use nvmf_tcp::{Connection, TcpParams};
+use nvmf_testkit::inproc;
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::{ConnectData, CC};
 use nvmf_wire::opcode::IoOpcode;
@@ -31,26 +30,11 @@ const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000
 const QD: u16 = 128;
 
 fn target(trtype: TransportType, kind: BdevKind) -> Arc<Target> {
-    let cfg = nvmf_testkit::model::single_namespace(NQN, trtype, "Bdev0", kind, 4096, 1 << 12);
-    Target::from_config(&cfg).expect("target")
-}
-
-fn port(trtype: TransportType, caps: nvmf_core::TransportCaps) -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".into(),
-        trsvcid: "4420".into(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps,
-    })
+    inproc::target(NQN, trtype, kind, 4096, 1 << 12)
 }
 
 fn read(cid: u16, slba: u64, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(IoOpcode::Read as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, 1).set_sgl(sgl);
-    c
+    inproc::rw(IoOpcode::Read, cid, slba, 1, sgl)
 }
 
 /// The device side of an RdmaQueue: receives in posting order, completions for every
@@ -113,19 +97,15 @@ impl Device {
 
 fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQueue {
     let p = RdmaQueueParams {
-        requests: RequestParams {
-            in_capsule_data_size: 4096,
-            admin_in_capsule_data_size: 4096,
-            max_io_size: 131_072,
-            buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-            max_fetch_bytes: 4 << 20,
-            fetch_timeout: Duration::from_secs(30),
-            fetch_timeout_name: "RDMA READ timeout",
-        },
+        requests: inproc::rdma_request_params(4 << 20, Duration::from_secs(30)),
         entries: QD,
         read_depth: 16,
     };
-    let mut q = RdmaQueue::new(t.clone(), port(TransportType::Rdma, nvmf_rdma::CAPS), &p);
+    let mut q = RdmaQueue::new(
+        t.clone(),
+        inproc::port(TransportType::Rdma, nvmf_rdma::CAPS),
+        &p,
+    );
     q.start();
     dev.run(&mut q);
     let data = ConnectData::new([1; 16], cntlid, NQN, HOST);
@@ -183,7 +163,11 @@ fn run_tcp(n: u64, write: bool) -> u64 {
         n
     };
     let connect = |qid: u16, cntlid: u16| -> Connection {
-        let mut c = Connection::new(t.clone(), port(TransportType::Tcp, nvmf_tcp::CAPS), &params);
+        let mut c = Connection::new(
+            t.clone(),
+            inproc::port(TransportType::Tcp, nvmf_tcp::CAPS),
+            &params,
+        );
         let mut b = Vec::new();
         encode_ic_req(&mut b, 0, false, false, 0);
         let data = ConnectData::new([1; 16], cntlid, NQN, HOST);
@@ -209,10 +193,8 @@ fn run_tcp(n: u64, write: bool) -> u64 {
     let payload = [0x5a; 4096];
     for cid in 0..QD {
         if write {
-            let mut c = Command::new(IoOpcode::Write as u8, cid);
-            c.set_nsid(1)
-                .set_lba_range(u64::from(cid), 1)
-                .set_sgl(SglDescriptor::in_capsule(0, 4096));
+            let sgl = SglDescriptor::in_capsule(0, 4096);
+            let c = inproc::rw(IoOpcode::Write, cid, u64::from(cid), 1, sgl);
             encode_capsule_cmd(&mut batch, &opts, &c, &payload);
         } else {
             let sgl = SglDescriptor::transport(4096);
