@@ -371,3 +371,52 @@ fn connection_refused_is_clear() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("Connection refused"), "{stderr}");
 }
+
+/// A target that stops answering (SIGSTOP: connections open, nothing
+/// answered) while `perf --verify` runs: the run drains for its I/O timeout
+/// (`--timeout 2`), then the read-back finds its queue still full and must
+/// fail after one more I/O timeout with an error naming the I/Os that never
+/// completed — not wait for minutes. Keep-alive is off so the only limit at
+/// work is the I/O timeout.
+#[test]
+fn perf_verify_against_a_silent_target_fails_within_its_io_timeout() {
+    let mut d = Daemon::start();
+    let trid = d.trid_str(NQN);
+    let args = [
+        "perf",
+        "-r",
+        &trid,
+        "-w",
+        "randrw",
+        "-o",
+        "4096",
+        "-q",
+        "8",
+        "-t",
+        "2",
+        "--verify",
+        "--timeout",
+        "2",
+        "--keep-alive-tmo",
+        "0",
+    ];
+    let t0 = Instant::now();
+    let child = nvmf_testkit::process::spawn_nvmf(&args);
+    std::thread::sleep(Duration::from_millis(1000));
+    d._d.signal(libc::SIGSTOP);
+    let out = nvmf_testkit::process::wait_bounded(child, Duration::from_secs(60), "nvmf perf");
+    let took = t0.elapsed();
+    d._d.signal(libc::SIGCONT);
+    let all = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        !out.status.success(),
+        "perf passed against a silent target\n{all}"
+    );
+    assert!(
+        all.contains("verify read-back:") && all.contains("never completed"),
+        "no read-back error naming the lost I/Os\n{all}"
+    );
+    // run 2 s + drain 2 s + read-back stall 2 s, plus connect and slack
+    assert!(took < Duration::from_secs(20), "took {took:?}\n{all}");
+    eprintln!("silent target: perf failed after {took:.1?}");
+}

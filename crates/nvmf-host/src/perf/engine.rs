@@ -860,7 +860,11 @@ fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
     }
 }
 
-/// Run one thread's workers until `deadline`, drain, then (verify) read back.
+/// Run one thread's workers until `deadline`, drain (at most `io_timeout`
+/// after it), then (verify) read back. The read-back has no overall limit (it
+/// reads every written unit) but may not stall: when no completion came for
+/// `io_timeout` while reads are outstanding, the thread fails with the
+/// number of I/Os that never completed (they are also reported per queue).
 /// With `ramp_pending`, every worker's statistics restart when the main
 /// thread sets `shared.ramp_over` (the end of the ramp).
 #[allow(clippy::too_many_arguments)]
@@ -870,7 +874,7 @@ pub(crate) fn run_thread(
     shared: &Shared,
     base: Instant,
     deadline: Instant,
-    drain: Duration,
+    io_timeout: Duration,
     spin: Duration,
     mut ramp_pending: bool,
 ) -> Result<()> {
@@ -885,7 +889,7 @@ pub(crate) fn run_thread(
         nfds
     ];
     let mut running = true;
-    let mut drain_until = deadline + drain;
+    let mut drain_until = deadline + io_timeout;
     let mut ios_total = 0u64;
     let mut bytes_total = 0u64;
     // Phase 0: timed run. Phase 1 (verify): read-back.
@@ -895,7 +899,8 @@ pub(crate) fn run_thread(
                 break;
             }
             running = true;
-            drain_until = Instant::now() + Duration::from_secs(600);
+            // Pushed on by every completion: a stall limit, not a run limit.
+            drain_until = Instant::now() + io_timeout;
         }
         loop {
             let now = Instant::now();
@@ -917,6 +922,9 @@ pub(crate) fn run_thread(
                 let n = w.poll_paths(base);
                 if n > 0 {
                     progress = true;
+                    if phase == 1 {
+                        drain_until = Instant::now() + io_timeout;
+                    }
                     ios_total += n as u64;
                     bytes_total += n as u64 * w.io_size as u64;
                     // Refill at once: the next poll sends these (as the
@@ -938,6 +946,12 @@ pub(crate) fn run_thread(
             }
             if !running && outstanding == 0 {
                 break;
+            }
+            if phase == 1 && outstanding > 0 && Instant::now() >= drain_until {
+                return Err(Error::Timeout(format!(
+                    "verify read-back: {outstanding} I/O(s) never completed (no completion for \
+                     {io_timeout:?}, the I/O timeout)"
+                )));
             }
             if !running && Instant::now() >= drain_until {
                 break; // lost I/Os are reported per queue

@@ -322,6 +322,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
         let duration = cfg.ramp + cfg.duration;
         let ramp = cfg.ramp;
         let spin = cfg.poll;
+        let io_timeout = cfg.connect.timeout;
         let h = std::thread::Builder::new()
             .name(format!("nvmf-perf-{t}"))
             .spawn(move || {
@@ -340,7 +341,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
                     &shared,
                     base,
                     start + duration,
-                    Duration::from_secs(10),
+                    io_timeout,
                     spin,
                     !ramp.is_zero(),
                 );
