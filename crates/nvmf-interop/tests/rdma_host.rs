@@ -74,3 +74,62 @@ fn nvmf_host_against_nvmfd_over_rxe() {
         &format!("host guest {:.1} s", host.wall.as_secs_f64()),
     );
 }
+
+/// The target vanishes mid-I/O (issue 13, host side): nvmfd serves in the listening guest; in
+/// the connecting guest (`tests/interop/nvmf-host-rdma-vanish.sh`) `nvmf perf` runs over rxe
+/// with `--timeout 5 --keep-alive-tmo 4`; once its queue pairs are up and I/O flows the test
+/// SIGKILLs the target guest's qemu. perf must then exit non-zero within 20 s (its stall bound:
+/// the I/O timeout, 5 s, plus the keep-alive timeout, 4 s; plus a TCG margin) with an error
+/// naming the target's address: no hang, no panic.
+#[test]
+fn nvmf_host_fails_cleanly_when_the_target_vanishes_mid_io() {
+    let Some(case) = RdmaCase::begin(
+        "nvmf_host_fails_cleanly_when_the_target_vanishes_mid_io",
+        "rdma_host_vanish",
+    ) else {
+        return;
+    };
+    let nvmfd = nvmfd_binary();
+    let nvmf = nvmf_binary();
+    let nqn = "nqn.2024-01.io.nvmfd:rdma";
+    let mut env = case.target_env(nqn);
+    env.push(("WAIT_S", "200".to_string()));
+    let mut target = case.serve(
+        "nvmfd-rdma.sh",
+        &env,
+        &[nvmfd.as_path(), nvmf.as_path()],
+        Duration::from_secs(260),
+        Duration::from_secs(120),
+    );
+    let mut host_env = case.host_env(nqn, HOST_ID);
+    host_env.push(("LIMIT_S", "20".to_string()));
+    let mut host = ListenGuest::start_connecting(
+        &case.dir,
+        "host",
+        &case.link,
+        "nvmf-host-rdma-vanish.sh",
+        &host_env,
+        &[nvmf.as_path()],
+        Duration::from_secs(200),
+    );
+    if let Err(e) = host.wait_for("perf-running", Duration::from_secs(150)) {
+        panic!("host guest: {e}\n==== nvmfd.log ====\n{}", case.nvmfd_log());
+    }
+    target.kill_qemu().expect("kill the target guest's qemu");
+    std::fs::write(host.job_dir().join("killed"), b"").expect("tell the host guest");
+    drop(target);
+    let host = host.finish(Duration::from_secs(90));
+    let took = host
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("perf failed "))
+        .unwrap_or("perf: no result line")
+        .to_string();
+    let passed = case.summary(guest_passed(&host), &took);
+    assert!(
+        passed,
+        "nvmf perf when its target vanished: {}\n{}",
+        nvmf_interop::rdma_case::first_fail(&host),
+        host.report(None)
+    );
+}

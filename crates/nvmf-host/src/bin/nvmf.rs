@@ -314,9 +314,9 @@ struct CommonConn {
     /// Request data digests (CRC32C over all data)
     #[arg(long, short = 'G')]
     data_digest: bool,
-    /// Seconds to wait for the connection and each admin command; in perf, also how long
-    /// outstanding I/Os may go without a completion when the run drains and in the verify
-    /// read-back before the run fails naming how many never completed
+    /// Seconds to wait for the connection and each admin command; in perf, also how long the
+    /// final drain waits, and (plus --keep-alive-tmo) how long I/Os in flight may go without any
+    /// completion (in the run and the verify read-back) before the run fails naming them
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     timeout: u64,
     /// Keep SQ flow control on the I/O queues (by default they ask the target to disable it,

@@ -323,6 +323,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
         let ramp = cfg.ramp;
         let spin = cfg.poll;
         let io_timeout = cfg.connect.timeout;
+        let stall = cfg.connect.timeout + cfg.connect.kato;
         let h = std::thread::Builder::new()
             .name(format!("nvmf-perf-{t}"))
             .spawn(move || {
@@ -342,6 +343,7 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
                     base,
                     start + duration,
                     io_timeout,
+                    stall,
                     spin,
                     !ramp.is_zero(),
                 );
