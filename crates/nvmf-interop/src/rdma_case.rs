@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 
 use crate::rdma::RDMA_PORT;
 use crate::{
-    begin, host_nqn, run_guest_rxe, say, work_dir, GuestRun, KernelTarget, ListenGuest, RxeLink,
+    begin, host_nqn, nvmf_binary, nvmfd_binary, run_guest_rxe, say, work_dir, GuestRun,
+    KernelTarget, ListenGuest, RxeLink,
 };
 
 /// The verdict of a guest scenario: exit status 0 and the script's last line.
@@ -96,6 +97,23 @@ impl RdmaCase {
             panic!("{}: listening guest ({script}): {e}", self.name);
         }
         g
+    }
+
+    /// nvmfd's NVMe/RDMA target in the listening guest (`nvmfd-rdma.sh` role target, a 32 MiB
+    /// malloc namespace `nqn`, `nvmfd` and `nvmf` shipped; `WAIT_S` 200) with `extra` env, up and
+    /// serving (bounded: 120 s to serve, 260 s in all).
+    pub fn serve_nvmfd(&self, nqn: &str, extra: &[(&'static str, String)]) -> ListenGuest {
+        let (nvmfd, nvmf) = (nvmfd_binary(), nvmf_binary());
+        let mut env = self.target_env(nqn);
+        env.push(("WAIT_S", "200".to_string()));
+        env.extend(extra.iter().cloned());
+        self.serve(
+            "nvmfd-rdma.sh",
+            &env,
+            &[nvmfd.as_path(), nvmf.as_path()],
+            Duration::from_secs(260),
+            Duration::from_secs(120),
+        )
     }
 
     /// nvmet-rdma in the listening guest (one `size_mb` MiB namespace), timed in a line.

@@ -47,19 +47,9 @@ fn nvmf_host_against_nvmfd_over_rxe() {
     let Some(case) = RdmaCase::begin("nvmf_host_against_nvmfd_over_rxe", "rdma_host_nvmfd") else {
         return;
     };
-    let nvmfd = nvmfd_binary();
     let nvmf = nvmf_binary();
     let nqn = "nqn.2024-01.io.nvmfd:rdma";
-    let mut env = case.target_env(nqn);
-    env.push(("WAIT_S", "200".to_string()));
-    env.push(("REJECTED", "0".to_string()));
-    let target = case.serve(
-        "nvmfd-rdma.sh",
-        &env,
-        &[nvmfd.as_path(), nvmf.as_path()],
-        Duration::from_secs(260),
-        Duration::from_secs(120),
-    );
+    let target = case.serve_nvmfd(nqn, &[("REJECTED", "0".to_string())]);
     let host = case.run_host(
         "nvmf-host-rdma.sh",
         &host_env(&case, nqn),
@@ -89,18 +79,9 @@ fn nvmf_host_fails_cleanly_when_the_target_vanishes_mid_io() {
     ) else {
         return;
     };
-    let nvmfd = nvmfd_binary();
     let nvmf = nvmf_binary();
     let nqn = "nqn.2024-01.io.nvmfd:rdma";
-    let mut env = case.target_env(nqn);
-    env.push(("WAIT_S", "200".to_string()));
-    let mut target = case.serve(
-        "nvmfd-rdma.sh",
-        &env,
-        &[nvmfd.as_path(), nvmf.as_path()],
-        Duration::from_secs(260),
-        Duration::from_secs(120),
-    );
+    let mut target = case.serve_nvmfd(nqn, &[]);
     let mut host_env = case.host_env(nqn, HOST_ID);
     host_env.push(("LIMIT_S", "20".to_string()));
     let mut host = ListenGuest::start_connecting(
