@@ -114,18 +114,7 @@ host)
   step "a host that vanishes right after its queue was accepted"
   run "$P" "$T" --expect-accept --vanish
   ok "gone without a disconnect"
-  modprobe nvme-rdma || fail "modprobe nvme-rdma"
-  dmesg_mark
-  step "nvme discover -t rdma -a $TARGET_IP -s $PORT"
-  run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
-  grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
-  grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
-  ok "discovery log lists $NQN over rdma"
-  step "nvme connect -t rdma $NQN"
-  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}"
-  CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
-  [ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
-  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  rdma_discover_connect
   run nvme id-ctrl "/dev/$CTRL"
   sgls=$(awk '$1 == "sgls" {print $3}' <<<"$LAST_OUT")
   [ -n "$sgls" ] && [ $((sgls & 4)) = 4 ] || fail "Identify SGLS $sgls: no keyed SGL data block support (bit 2)"
@@ -133,10 +122,7 @@ host)
   step "fio over rdma: 4k randrw 75/25 (in-capsule writes) and 128k sequential (RDMA READ writes), ${FIO_MB} MiB, crc32c verify"
   fio_suite rdma "$D" "$FIO_MB"
   ok "fio verified"
-  step "disconnect"
-  disconnect "$NQN"
-  dmesg_clean "during the rdma run"
-  ok "disconnected"
+  rdma_disconnect
   echo "ALL STEPS PASSED" ;;
 victim)
   H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
@@ -180,9 +166,6 @@ host2)
   step "fio 4k randrw ${FIO_MB} MiB, crc32c verify"
   fio_verify rdma-after-kill "$D" 1 --rw=randrw --rwmixread=75 --bs=4k --iodepth=16 --size="${FIO_MB}m"
   ok "fio verified"
-  step "disconnect"
-  disconnect "$NQN"
-  dmesg_clean "during the rdma run"
-  ok "disconnected"
+  rdma_disconnect
   echo "ALL STEPS PASSED" ;;
 esac
