@@ -37,6 +37,8 @@ fn kernel_host_against_nvmfd_over_rxe() {
         ("PORT", RDMA_PORT.to_string()),
         ("NQN", NQN.to_string()),
         ("WAIT_S", "240".to_string()),
+        // This test runs per-queue receives (rpc.py's -r); the others the default SRQ.
+        ("NO_SRQ", "1".to_string()),
     ];
     let mut target = ListenGuest::start(
         &dir,
@@ -83,6 +85,10 @@ fn kernel_host_against_nvmfd_over_rxe() {
     ));
     let log =
         std::fs::read_to_string(dir.join("listen-guest").join("nvmfd.log")).unwrap_or_default();
+    assert!(
+        log.contains("NVMe/RDMA receives: per queue") && !log.contains("receives: shared"),
+        "no_srq: nvmfd must use per-queue receives\n==== nvmfd.log ====\n{log}"
+    );
     assert!(
         passed,
         "kernel host against nvmfd over rdma failed\n==== host guest ====\n{}\n==== nvmfd guest \
@@ -213,6 +219,10 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
     let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
     let passed = ok(&host) && ok(&target) && active_now.as_deref() == Some("0");
     let log = read_log();
+    assert!(
+        log.contains("NVMe/RDMA receives: shared receive queue (SRQ)"),
+        "nvmfd must use a shared receive queue by default\n==== nvmfd.log ====\n{log}"
+    );
     say(&format!(
         "interop nvmfd_over_rxe_survives_a_host_killed_mid_io: {} (killed host's controller \
          destroyed {:.1} s after the kill, next host guest {:.1} s, total {:.1} s)",
