@@ -695,7 +695,6 @@ impl RdmaPort {
         };
         post(&mut c, &mut self.scratch)?;
         if srq.is_some() {
-            self.shared_attach(c.dev, usize::from(entries), true);
             self.post_shared(c.dev);
         }
         c.id.accept(&ConnParam {
@@ -708,6 +707,10 @@ impl RdmaPort {
         .map_err(|e| e.to_string())?;
         debug!(%peer, qid = req.qid, entries, read_depth, "NVMe/RDMA connection accepted");
         fds(FdChange::Add { fd: cq.fd(), key });
+        if srq.is_some() {
+            // Counted from here; destroy() takes it off again.
+            self.shared_attach(c.dev, usize::from(entries), true);
+        }
         self.conns[key] = Some(c);
         Ok(())
     }
