@@ -21,6 +21,8 @@
 #      FIO_MB (host, host2: 8)  WAIT_S (target, 200)
 #      REJECTED (target: connect requests the host sends bad, 5; rdma_host.rs's nvmf: 0)
 #      MIN_CLOSED (target: NVMe/RDMA queues at least closed by the end, 4)
+#      NO_SRQ (target: 1 = nvmf_create_transport with no_srq, rpc.py's -r: per-queue receives;
+#        else shared receive queues, the default; the log must show the mode used)
 . /job/lib.sh
 MY_IP=${TESTBED_LINK_IP:?no --link-ip}
 MY_IP=${MY_IP%/*}
@@ -35,7 +37,7 @@ target)
  {"subsystem": "bdev", "config": [
   {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 65536, "block_size": 512}}]},
  {"subsystem": "nvmf", "config": [
-  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"}},
+  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"$([ "${NO_SRQ:-0}" = 1 ] && echo ', "no_srq": true')}},
   {"method": "nvmf_create_subsystem", "params": {"nqn": "$NQN", "allow_any_host": true,
      "serial_number": "NVMFDRDMA0001", "model_number": "nvmfd rdma"}},
   {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}}]}]}
@@ -61,6 +63,16 @@ JSON
   [ "$(grep -c 'listening (NVMe/RDMA)' /job/nvmfd.log)" = 2 ] ||
     { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd does not listen on both RDMA ports"; }
   ok "listener added live on port $((PORT + 1)) too"
+  if [ "${NO_SRQ:-0}" = 1 ]; then
+    grep -q 'NVMe/RDMA receives: per queue.*no_srq is set' /job/nvmfd.log &&
+      ! grep -q 'receives: shared receive queue' /job/nvmfd.log ||
+      { sed 's/^/  | /' /job/nvmfd.log; fail "no_srq: nvmfd does not log per-queue receives"; }
+    ok "no_srq: per-queue receives"
+  else
+    grep -q 'NVMe/RDMA receives: shared receive queue (SRQ)' /job/nvmfd.log ||
+      { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd does not log a shared receive queue"; }
+    ok "shared receive queue: $(grep -o 'depth=[0-9]*' /job/nvmfd.log | head -1)"
+  fi
   grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd did not listen on rdma"; }
   ok "nvmfd listens (pid $pid)"
   touch /job/serving

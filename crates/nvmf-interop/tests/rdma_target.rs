@@ -30,6 +30,8 @@ fn kernel_host_against_nvmfd_over_rxe() {
     let probe = nvmf_interop::rdma::rdma_example("rdma_connect_probe", "NVMF_RDMA_PROBE_BIN");
     let mut target_env = case.target_env(NQN);
     target_env.push(("WAIT_S", "240".to_string()));
+    // This test runs per-queue receives (rpc.py's -r); the others the default SRQ.
+    target_env.push(("NO_SRQ", "1".to_string()));
     let target = case.serve(
         "nvmfd-rdma.sh",
         &target_env,
@@ -49,6 +51,11 @@ fn kernel_host_against_nvmfd_over_rxe() {
     );
     // The host is done (or failed): let nvmfd's guest stop it and check its log.
     let target = case.stop(target, Duration::from_secs(60));
+    let log = case.nvmfd_log();
+    assert!(
+        log.contains("NVMe/RDMA receives: per queue") && !log.contains("receives: shared"),
+        "no_srq: nvmfd must use per-queue receives\n==== nvmfd.log ====\n{log}"
+    );
     case.conclude_pair(
         &host,
         &target,
@@ -151,6 +158,10 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
         .map(str::to_string);
     let target = case.stop(target, Duration::from_secs(60));
     let log = read_log();
+    assert!(
+        log.contains("NVMe/RDMA receives: shared receive queue (SRQ)"),
+        "nvmfd must use a shared receive queue by default\n==== nvmfd.log ====\n{log}"
+    );
     for l in log.lines().filter(|l| {
         l.contains("controller destroyed")
             || l.contains("keep-alive timeout")
