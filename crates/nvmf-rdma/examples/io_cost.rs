@@ -100,6 +100,7 @@ fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQ
         requests: inproc::rdma_request_params(4 << 20, Duration::from_secs(30)),
         entries: QD,
         read_depth: 16,
+        shared_receives: false,
     };
     let mut q = RdmaQueue::new(
         t.clone(),

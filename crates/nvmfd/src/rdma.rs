@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, Result};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
-use nvmf_config::{ListenerConfig, TransportType};
+use nvmf_config::{ListenerConfig, RdmaOptions, TransportType};
 use nvmf_core::backend::{uring, wake};
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::Target;
@@ -73,6 +73,8 @@ pub struct RdmaControl {
     fetch_timeout: Duration,
     max_fetch_bytes: u32,
     connect_timeout: Duration,
+    /// The RDMA transport's own options (shared receive queues).
+    options: RdmaOptions,
     shutdown: Arc<AtomicBool>,
     running: Mutex<Option<RdmaReactor>>,
 }
@@ -80,12 +82,14 @@ pub struct RdmaControl {
 impl RdmaControl {
     /// No reactor yet; `fetch_timeout` and `max_fetch_bytes` are the
     /// daemon's data-transfer limits (`--h2c-timeout-ms`, `--max-r2t-bytes`),
-    /// `connect_timeout` its `--connect-timeout-ms`.
+    /// `connect_timeout` its `--connect-timeout-ms`; `options` the RDMA
+    /// transport's (`nvmf_create_transport -t RDMA`: SRQ or not, its depth).
     pub fn new(
         target: Arc<Target>,
         fetch_timeout: Duration,
         max_fetch_bytes: u32,
         connect_timeout: Duration,
+        options: RdmaOptions,
         shutdown: Arc<AtomicBool>,
     ) -> RdmaControl {
         RdmaControl {
@@ -93,6 +97,7 @@ impl RdmaControl {
             fetch_timeout,
             max_fetch_bytes,
             connect_timeout,
+            options,
             shutdown,
             running: Mutex::new(None),
         }
@@ -126,6 +131,7 @@ impl RdmaControl {
             l,
             params,
             self.connect_timeout,
+            &self.options,
             self.shutdown.clone(),
         )
         .map_err(|e| format!("{e:#}"))?;
@@ -193,11 +199,13 @@ fn start(
     first: &ListenerConfig,
     params: RequestParams,
     connect_timeout: Duration,
+    options: &RdmaOptions,
     shutdown: Arc<AtomicBool>,
 ) -> Result<RdmaReactor> {
     let what = format!("NVMe/RDMA listener {}:{}", first.traddr, first.trsvcid);
     let mut port =
         RdmaPort::new(target, params, connect_timeout).map_err(|e| anyhow!("{what}: {e}"))?;
+    port.set_options(options);
     port.listen(first).map_err(|e| anyhow!("{e}"))?;
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
