@@ -559,7 +559,7 @@ fn on_capsule(
         return Ok(());
     }
     let (sqe, icd) = buf.split_at_mut(SQE_LEN);
-    let Ok(cmd) = Command::read_from_bytes(sqe) else {
+    let Ok(cmd) = Command::ref_from_bytes(sqe) else {
         engine.close("NVMe/RDMA capsule unreadable");
         return Ok(());
     };

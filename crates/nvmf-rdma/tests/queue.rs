@@ -9,17 +9,16 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
-use nvmf_core::request::{BufPolicy, RequestParams};
-use nvmf_core::{PortInfo, Target, TransportCaps};
+use nvmf_config::{BdevKind, TransportType};
+use nvmf_core::{PortInfo, Target};
 use nvmf_rdma::{
     RdmaQueue, RdmaQueueParams, RecvPool, RecvPost, Region, WorkCompletion, WorkRequest,
 };
+use nvmf_testkit::inproc::{self, rw};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CC};
@@ -31,43 +30,16 @@ const NQN: &str = "nqn.2024-01.io.nvmfd:rdma";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000d1";
 
 fn target() -> Arc<Target> {
-    let cfg = nvmf_testkit::model::single_namespace(
-        NQN,
-        TransportType::Rdma,
-        "Ram",
-        BdevKind::Malloc,
-        512,
-        8192,
-    );
-    Target::from_config(&cfg).expect("target")
+    inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 8192)
 }
 
 fn port() -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps: TransportCaps {
-            keyed_sgls: true,
-            msdbd: 1,
-        },
-    })
+    inproc::port(TransportType::Rdma, nvmf_rdma::CAPS)
 }
 
 fn params(entries: u16, read_depth: u8) -> RdmaQueueParams {
     RdmaQueueParams {
-        requests: RequestParams {
-            in_capsule_data_size: 4096,
-            admin_in_capsule_data_size: 4096,
-            max_io_size: 131_072,
-            buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-            max_fetch_bytes: 4 << 20,
-            fetch_timeout: Duration::from_secs(30),
-            fetch_timeout_name: "RDMA READ timeout",
-        },
+        requests: inproc::rdma_request_params(4 << 20, Duration::from_secs(30)),
         entries,
         read_depth,
         shared_receives: false,
@@ -353,12 +325,6 @@ fn connected_shared(t: &Arc<Target>, buffers: u32) -> (Host, Host, Rc<RefCell<Sr
     io.send(&c, data.as_bytes());
     assert_eq!(io.last_status(1), Status::SUCCESS);
     (a, io, srq)
-}
-
-fn rw(op: IoOpcode, cid: u16, slba: u64, nlb: u32, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(op as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, nlb).set_sgl(sgl);
-    c
 }
 
 #[test]
