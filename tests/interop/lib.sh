@@ -102,6 +102,34 @@ disconnect() {  # nqn
   wait_no_ctrl "$1" || fail "controller of $1 still present 10 s after nvme disconnect"
 }
 
+# NVMe/RDMA with the kernel host (nvme-rdma): discover $NQN at $TARGET_IP:$PORT (listed with
+# trtype rdma), connect to it; sets CTRL (transport rdma) and D (namespace 1's block device).
+# H holds the host identity arguments; CONNECT_EXTRA more nvme connect options (word-split).
+# Marks dmesg first (see rdma_disconnect).
+rdma_discover_connect() {
+  modprobe nvme-rdma || fail "modprobe nvme-rdma"
+  dmesg_mark
+  step "nvme discover -t rdma -a $TARGET_IP -s $PORT"
+  run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
+  grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
+  grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
+  ok "discovery log lists $NQN over rdma"
+  step "nvme connect -t rdma $NQN ${CONNECT_EXTRA:-}"
+  # shellcheck disable=SC2086 # CONNECT_EXTRA: extra options, word-split on purpose
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" ${CONNECT_EXTRA:-}
+  CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
+  [ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
+  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+}
+
+# the end of an NVMe/RDMA kernel-host run: disconnect $NQN, nothing bad in dmesg since the mark
+rdma_disconnect() {
+  step "disconnect"
+  disconnect "$NQN"
+  dmesg_clean "during the rdma run"
+  ok "disconnected"
+}
+
 # fio with crc32c verification of everything written; fails on a non-zero exit status,
 # a non-zero error field, or less data moved than expected.
 #   fio_verify NAME DEV EXPECT_WRITE_KB fio-args...

@@ -26,6 +26,8 @@
 #        nvmfd runs one reactor per vCPU, at most 2)
 #      BUSY (target, 1: some completions must have been reaped by busy polls)
 #      WRITE_QUEUES (host: nvme connect --nr-write-queues, 1: a second I/O queue on a 1-vCPU host)
+#      NO_SRQ (target: 1 = nvmf_create_transport with no_srq, rpc.py's -r: per-queue receives;
+#        else shared receive queues, the default; the log must show the mode used)
 . /job/lib.sh
 MY_IP=${TESTBED_LINK_IP:?no --link-ip}
 MY_IP=${MY_IP%/*}
@@ -40,7 +42,7 @@ target)
  {"subsystem": "bdev", "config": [
   {"method": "bdev_malloc_create", "params": {"name": "Malloc0", "num_blocks": 65536, "block_size": 512}}]},
  {"subsystem": "nvmf", "config": [
-  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"}},
+  {"method": "nvmf_create_transport", "params": {"trtype": "RDMA"$([ "${NO_SRQ:-0}" = 1 ] && echo ', "no_srq": true')}},
   {"method": "nvmf_create_subsystem", "params": {"nqn": "$NQN", "allow_any_host": true,
      "serial_number": "NVMFDRDMA0001", "model_number": "nvmfd rdma"}},
   {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}}]}]}
@@ -69,6 +71,16 @@ JSON
   [ "$(grep -c 'listening (NVMe/RDMA)' /job/nvmfd.log)" = 2 ] ||
     { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd does not listen on both RDMA ports"; }
   ok "listener added live on port $((PORT + 1)) too"
+  if [ "${NO_SRQ:-0}" = 1 ]; then
+    grep -q 'NVMe/RDMA receives: per queue.*no_srq is set' /job/nvmfd.log &&
+      ! grep -q 'receives: shared receive queue' /job/nvmfd.log ||
+      { sed 's/^/  | /' /job/nvmfd.log; fail "no_srq: nvmfd does not log per-queue receives"; }
+    ok "no_srq: per-queue receives"
+  else
+    grep -q 'NVMe/RDMA receives: shared receive queue (SRQ)' /job/nvmfd.log ||
+      { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd does not log a shared receive queue"; }
+    ok "shared receive queue: $(grep -o 'depth=[0-9]*' /job/nvmfd.log | head -1)"
+  fi
   grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd did not listen on rdma"; }
   ok "nvmfd listens (pid $pid)"
   touch /job/serving
@@ -143,20 +155,9 @@ host)
   step "a host that vanishes right after its queue was accepted"
   run "$P" "$T" --expect-accept --vanish
   ok "gone without a disconnect"
-  modprobe nvme-rdma || fail "modprobe nvme-rdma"
-  dmesg_mark
-  step "nvme discover -t rdma -a $TARGET_IP -s $PORT"
-  run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
-  grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
-  grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
-  ok "discovery log lists $NQN over rdma"
-  step "nvme connect -t rdma $NQN --nr-write-queues=${WRITE_QUEUES:-1}"
   # a write queue besides the per-CPU I/O queue: two I/O queues on a 1-vCPU host, which
   # nvmfd's placement spreads over its reactors
-  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" --nr-write-queues="${WRITE_QUEUES:-1}"
-  CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
-  [ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
-  D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+  CONNECT_EXTRA="--nr-write-queues=${WRITE_QUEUES:-1}" rdma_discover_connect
   run nvme id-ctrl "/dev/$CTRL"
   sgls=$(awk '$1 == "sgls" {print $3}' <<<"$LAST_OUT")
   [ -n "$sgls" ] && [ $((sgls & 4)) = 4 ] || fail "Identify SGLS $sgls: no keyed SGL data block support (bit 2)"
@@ -164,10 +165,7 @@ host)
   step "fio over rdma: 4k randrw 75/25 (in-capsule writes) and 128k sequential (RDMA READ writes), ${FIO_MB} MiB, crc32c verify"
   fio_suite rdma "$D" "$FIO_MB"
   ok "fio verified"
-  step "disconnect"
-  disconnect "$NQN"
-  dmesg_clean "during the rdma run"
-  ok "disconnected"
+  rdma_disconnect
   echo "ALL STEPS PASSED" ;;
 victim)
   H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
@@ -211,9 +209,6 @@ host2)
   step "fio 4k randrw ${FIO_MB} MiB, crc32c verify"
   fio_verify rdma-after-kill "$D" 1 --rw=randrw --rwmixread=75 --bs=4k --iodepth=16 --size="${FIO_MB}m"
   ok "fio verified"
-  step "disconnect"
-  disconnect "$NQN"
-  dmesg_clean "during the rdma run"
-  ok "disconnected"
+  rdma_disconnect
   echo "ALL STEPS PASSED" ;;
 esac

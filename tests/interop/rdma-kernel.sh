@@ -42,27 +42,12 @@ if [ -n "${PUT_BIN:-}" ]; then
   ok "/job/$PUT_BIN --help"
 fi
 
-modprobe nvme-rdma || fail "modprobe nvme-rdma"
-dmesg_mark
-step "nvme discover -t rdma -a $TARGET_IP -s $PORT"
-run nvme discover -t rdma -a "$TARGET_IP" -s "$PORT" "${H[@]}"
-grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
-grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
-ok "discovery log lists $NQN over rdma"
-
-step "nvme connect -t rdma $NQN"
-run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}"
-CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
-[ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
-D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
+rdma_discover_connect
 ok "controller $CTRL (rdma), namespace $D"
 
 step "fio 4k randrw 75/25, ${FIO_MB} MiB, crc32c verify over rdma"
 fio_verify rdma-randrw-4k "$D" 1 --rw=randrw --rwmixread=75 --bs=4k --iodepth=16 --size="${FIO_MB}m"
 ok "fio verified"
 
-step "disconnect"
-disconnect "$NQN"
-dmesg_clean "during the rdma run"
-ok "disconnected"
+rdma_disconnect
 echo "ALL STEPS PASSED"

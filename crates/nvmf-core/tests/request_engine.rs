@@ -7,16 +7,16 @@
 //! data, hands read data and the completion over in order, bounds
 //! outstanding fetches, and times out a fetch in the transport's words.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
+use nvmf_config::{BdevKind, TransportType};
 use nvmf_core::request::{
-    BufPolicy, DataDesc, DataOut, Fabric, FaultKind, RequestEngine, RequestParams, RequestState,
-    SglKind, Slots,
+    DataDesc, DataOut, Fabric, FaultKind, RequestEngine, RequestParams, RequestState, SglKind,
+    Slots,
 };
-use nvmf_core::{PortInfo, Target, TransportCaps};
+use nvmf_core::{PortInfo, Target};
+use nvmf_testkit::inproc::{self, rw};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CC};
@@ -32,42 +32,15 @@ const KEYED: u8 = 0x40;
 const IN_CAPSULE: u8 = 0x01;
 
 fn target() -> Arc<Target> {
-    let cfg = nvmf_testkit::model::single_namespace(
-        NQN,
-        TransportType::Rdma,
-        "Ram",
-        BdevKind::Malloc,
-        512,
-        4096,
-    );
-    Target::from_config(&cfg).expect("target")
+    inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 4096)
 }
 
 fn port() -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps: TransportCaps {
-            keyed_sgls: true,
-            msdbd: 1,
-        },
-    })
+    inproc::port(TransportType::Rdma, inproc::KEYED_CAPS)
 }
 
 fn params(max_fetch_bytes: u32) -> RequestParams {
-    RequestParams {
-        in_capsule_data_size: 4096,
-        admin_in_capsule_data_size: 4096,
-        max_io_size: 131_072,
-        buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-        max_fetch_bytes,
-        fetch_timeout: Duration::from_secs(2),
-        fetch_timeout_name: "RDMA READ timeout",
-    }
+    inproc::rdma_request_params(max_fetch_bytes, Duration::from_secs(2))
 }
 
 /// A keyed SGL: address, 24-bit length, key (low byte only, enough here).
@@ -190,7 +163,8 @@ fn connect(
         .as_bytes()
         .to_vec();
     cmd.set_sgl(SglDescriptor::new(IN_CAPSULE, 0, data.len() as u32));
-    e.on_command(fab, cmd, &mut data, true, 0).expect("connect");
+    e.on_command(fab, &cmd, &mut data, true, 0)
+        .expect("connect");
     let Some(Op::Respond { status, .. }) = fab.ops.pop() else {
         panic!("no connect response")
     };
@@ -198,19 +172,13 @@ fn connect(
     if qid == 0 {
         // Enable the controller (CC.EN, 64-byte SQEs, 16-byte CQEs).
         let cc = Command::property_set(2, CC, false, 0x0046_0001);
-        e.on_command(fab, cc, &mut [], true, 0)
+        e.on_command(fab, &cc, &mut [], true, 0)
             .expect("property set");
         assert!(
             matches!(fab.ops.pop(), Some(Op::Respond { status, .. }) if status == Status::SUCCESS)
         );
     }
     e
-}
-
-fn rw(op: IoOpcode, cid: u16, slba: u64, nlb: u32, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(op as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, nlb).set_sgl(sgl);
-    c
 }
 
 #[test]
@@ -227,7 +195,7 @@ fn keyed_write_is_fetched_then_executed_and_read_back() {
         *b = (i * 7 + 3) as u8;
     }
     let w = rw(IoOpcode::Write, 10, 16, 16, keyed(0x1000, 8192, 0x5a));
-    io.on_command(&mut fab, w, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &w, &mut [], true, 0).unwrap();
     assert_eq!(
         fab.ops.pop(),
         Some(Op::Fetch {
@@ -254,7 +222,7 @@ fn keyed_write_is_fetched_then_executed_and_read_back() {
 
     // Read it back into host memory at 0x8000.
     let r = rw(IoOpcode::Read, 11, 16, 16, keyed(0x8000, 8192, 0x5b));
-    io.on_command(&mut fab, r, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &r, &mut [], true, 0).unwrap();
     assert_eq!(
         fab.ops.pop(),
         Some(Op::Respond {
@@ -275,17 +243,17 @@ fn keyed_write_is_fetched_then_executed_and_read_back() {
         0,
         SglDescriptor::new(IN_CAPSULE, 0, 512),
     );
-    io.on_command(&mut fab, w, &mut icd, true, 0).unwrap();
+    io.on_command(&mut fab, &w, &mut icd, true, 0).unwrap();
     assert!(
         matches!(fab.ops.pop(), Some(Op::Respond { cid: 12, status, .. }) if status == Status::SUCCESS)
     );
     let r = rw(IoOpcode::Read, 13, 40, 1, keyed(0x20000, 512, 1));
-    io.on_command(&mut fab, r, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &r, &mut [], true, 0).unwrap();
     assert_eq!(fab.host[0x20000..0x20200], vec![0xC3u8; 512][..]);
 
     // A damaged transfer fails with a transient transport error, not executed.
     let w = rw(IoOpcode::Write, 14, 0, 1, keyed(0x1000, 512, 2));
-    io.on_command(&mut fab, w, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &w, &mut [], true, 0).unwrap();
     let idx = (0..32)
         .find(|&i| io.slots().get(i).map(|s| s.state) == Some(RequestState::AwaitingHostData))
         .unwrap();
@@ -315,7 +283,7 @@ fn fetches_are_bounded_and_time_out_in_the_transports_words() {
             127,
             keyed(0, 65536, 3),
         );
-        io.on_command(&mut fab, w, &mut [], true, 0).unwrap();
+        io.on_command(&mut fab, &w, &mut [], true, 0).unwrap();
     }
     let fetches = fab
         .ops
@@ -341,7 +309,7 @@ fn sequence_and_command_id_faults_are_the_transports_to_report() {
     let mut fab = KeyedFabric::new();
     let mut e = RequestEngine::new(t.clone(), port(), &p);
     let r = rw(IoOpcode::Read, 1, 0, 1, keyed(0, 512, 1));
-    let f = e.on_command(&mut fab, r, &mut [], true, 0).unwrap_err();
+    let f = e.on_command(&mut fab, &r, &mut [], true, 0).unwrap_err();
     assert_eq!(f.kind, FaultKind::Sequence, "{f:?}");
     assert!(
         fab.ops.is_empty(),
@@ -352,16 +320,99 @@ fn sequence_and_command_id_faults_are_the_transports_to_report() {
     let cntlid = admin.queue().controller().unwrap().cntlid();
     let mut io = connect(&mut fab, &t, &p, 1, cntlid);
     let w = rw(IoOpcode::Write, 7, 0, 1, keyed(0, 512, 1));
-    io.on_command(&mut fab, w, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &w, &mut [], true, 0).unwrap();
     let again = rw(IoOpcode::Write, 7, 8, 1, keyed(0, 512, 1));
     let f = io
-        .on_command(&mut fab, again, &mut [], true, 0)
+        .on_command(&mut fab, &again, &mut [], true, 0)
         .unwrap_err();
     assert_eq!(f.kind, FaultKind::CommandId);
     // An SGL the transport does not take: SGL Descriptor Type Invalid.
     let bad = rw(IoOpcode::Read, 8, 0, 1, SglDescriptor::new(0x5A, 0, 512));
-    io.on_command(&mut fab, bad, &mut [], true, 0).unwrap();
+    io.on_command(&mut fab, &bad, &mut [], true, 0).unwrap();
     assert!(
         matches!(fab.ops.last(), Some(Op::Respond { cid: 8, status, .. }) if *status == Status::SGL_INVALID_DESCRIPTOR_TYPE.with_dnr())
+    );
+}
+
+/// Completes `cmd` with in-capsule `data` on `e` and returns its status.
+fn in_capsule_status(
+    e: &mut RequestEngine,
+    fab: &mut KeyedFabric,
+    cmd: &Command,
+    data: &mut [u8],
+) -> Status {
+    e.on_command(fab, cmd, data, true, 0).unwrap();
+    match fab.ops.pop() {
+        Some(Op::Respond { status, .. }) => status,
+        other => panic!("expected a response, got {other:?}"),
+    }
+}
+
+#[test]
+fn in_capsule_data_is_checked_against_the_queues_own_limit() {
+    let t = target();
+    // The admin queue takes more in-capsule data than the I/O queues (as
+    // NVMe/TCP's 8 KiB admin minimum does).
+    let p = RequestParams {
+        admin_in_capsule_data_size: 8192,
+        ..params(1 << 20)
+    };
+    let mut fab = KeyedFabric::new();
+    let mut admin = connect(&mut fab, &t, &p, 0, 0xFFFF);
+    let cntlid = admin.queue().controller().unwrap().cntlid();
+    let mut io = connect(&mut fab, &t, &p, 1, cntlid);
+
+    let w = |cid, len, offset| {
+        rw(
+            IoOpcode::Write,
+            cid,
+            0,
+            len / 512,
+            SglDescriptor::new(IN_CAPSULE, offset, len),
+        )
+    };
+    let mut icd = vec![0x3Cu8; 8192];
+    assert_eq!(
+        in_capsule_status(&mut io, &mut fab, &w(20, 4096, 0), &mut icd[..4096]),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        in_capsule_status(&mut io, &mut fab, &w(21, 4096, 16), &mut icd[..4096]),
+        Status::SGL_OFFSET_INVALID.with_dnr()
+    );
+    assert_eq!(
+        in_capsule_status(&mut io, &mut fab, &w(22, 8192, 0), &mut icd[..8192]),
+        Status::SGL_DATA_LENGTH_INVALID.with_dnr(),
+        "more than the I/O queue's limit, though within the admin queue's"
+    );
+    assert_eq!(
+        in_capsule_status(&mut io, &mut fab, &w(23, 4096, 0), &mut icd[..2048]),
+        Status::SGL_DATA_LENGTH_INVALID.with_dnr(),
+        "the capsule holds less than the descriptor says"
+    );
+    assert_eq!(io.in_flight(), 0);
+
+    // On the admin queue, 6000 bytes pass the transport check (the
+    // command itself is then the core's to judge); 9000 do not.
+    let set_features = |cid, len| {
+        let mut c = Command::new(0x09, cid);
+        c.set_sgl(SglDescriptor::new(IN_CAPSULE, 0, len));
+        c
+    };
+    let s = in_capsule_status(
+        &mut admin,
+        &mut fab,
+        &set_features(30, 6000),
+        &mut icd[..6000],
+    );
+    assert_ne!(s, Status::SGL_DATA_LENGTH_INVALID.with_dnr());
+    assert_eq!(
+        in_capsule_status(
+            &mut admin,
+            &mut fab,
+            &set_features(31, 9000),
+            &mut vec![0; 9000]
+        ),
+        Status::SGL_DATA_LENGTH_INVALID.with_dnr()
     );
 }

@@ -456,3 +456,25 @@ impl FileQueue {
         (p.tag, err)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An NVMe/RDMA file opens through the same connect as TCP; where RDMA cannot be used
+    /// (no rdma-core, no device, or nothing listening) the job's setup fails at once with the
+    /// address and the reason, not later in I/O.
+    #[test]
+    fn rdma_file_fails_at_setup_with_a_clear_error() {
+        let t0 = Instant::now();
+        let e = probe("trtype=rdma traddr=127.0.0.1 trsvcid=9 subnqn=nqn.2024-01.io.nvmfd:x")
+            .unwrap_err();
+        assert!(
+            e.contains("connect to 127.0.0.1:9 subsystem nqn.2024-01.io.nvmfd:x"),
+            "{e}"
+        );
+        assert!(e.to_ascii_lowercase().contains("rdma"), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(15), "{e}");
+        eprintln!("rdma probe without RDMA here: {e}");
+    }
+}

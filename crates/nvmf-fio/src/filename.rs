@@ -4,18 +4,22 @@
 //! ```text
 //! trtype=tcp traddr=127.0.0.1 trsvcid=4420 subnqn=nqn.2024-01.io.nvmfd\:default ns=1 [hostnqn=NQN] [hdgst=1] [ddgst=1]
 //!   [tls_key=/path/to/psk [tls_identity=0|1]]
+//! trtype=rdma traddr=10.77.0.1 trsvcid=4420 subnqn=nqn.2024-01.io.nvmfd\:default ns=1 [hostnqn=NQN]
 //! ```
 //!
 //! Words are separated by blanks; each is `key=value` (`key:value` also parses,
 //! but fio splits its filename option on ':' so a ':' must be written `\:`,
 //! which fio turns back into ':' before the engine sees the name). `traddr`
 //! and `subnqn` are required, `trsvcid` defaults to 4420, `ns` to 1,
-//! `trtype` (if given) must be tcp, `hdgst`/`ddgst` (0 or 1, default 0) ask
+//! `trtype` is tcp (the default) or rdma (NVMe/RDMA: the same queues over
+//! rdma_cm; needs rdma-core and an RDMA device when the job opens its files).
+//! NVMe/TCP only: `hdgst`/`ddgst` (0 or 1, default 0) ask
 //! for header/data digests, `tls_key` names a file holding a TLS PSK
 //! (`NVMeTLSkey-1:xx:...:`, mode 0600) to connect with TLS 1.3 (`tls_identity`:
 //! the PSK identity version, default 1). Everything but these is the transport ID
 //! syntax of nvmf-host (trid.rs), parsed there.
 
+use nvmf_host::trid::TrType;
 use nvmf_host::{TransportId, DISCOVERY_NQN};
 
 /// One parsed fio filename.
@@ -33,7 +37,7 @@ pub struct Target {
 
 /// The syntax, for error messages.
 pub const SYNTAX: &str =
-    "expected 'trtype=tcp traddr=ADDR trsvcid=PORT subnqn=NQN ns=N' (write each ':' in the NQN as '\\:')";
+    "expected 'trtype=tcp|rdma traddr=ADDR trsvcid=PORT subnqn=NQN ns=N' (write each ':' in the NQN as '\\:')";
 
 fn digest_flag(key: &str, value: &str) -> Result<bool, String> {
     match value {
@@ -66,8 +70,14 @@ pub fn parse(name: &str) -> Result<Target, String> {
                     _ => return Err(bad(format!("tls_identity={value}: expected 0 or 1"))),
                 }
             }
-            "trtype" if !value.eq_ignore_ascii_case("tcp") => {
-                return Err(bad(format!("trtype '{value}' is not supported (only tcp)")))
+            "trtype"
+                if !["tcp", "rdma"]
+                    .iter()
+                    .any(|t| value.eq_ignore_ascii_case(t)) =>
+            {
+                return Err(bad(format!(
+                    "trtype '{value}' is not supported (tcp or rdma)"
+                )))
             }
             k => {
                 if k == "subnqn" {
@@ -85,6 +95,18 @@ pub fn parse(name: &str) -> Result<Target, String> {
         return Err(bad(
             "subnqn (the NQN of an NVM subsystem) is required".into()
         ));
+    }
+    if trid.trtype == TrType::Rdma {
+        let tcp_only = [
+            (hdr_digest, "hdgst"),
+            (data_digest, "ddgst"),
+            (tls_key.is_some(), "tls_key"),
+        ];
+        if let Some((_, k)) = tcp_only.iter().find(|(on, _)| *on) {
+            return Err(bad(format!(
+                "{k} is an NVMe/TCP option; not with trtype=rdma"
+            )));
+        }
     }
     let nsid = trid.nsid.unwrap_or(1);
     if nsid == 0 || nsid == u32::MAX {
@@ -121,6 +143,28 @@ mod tests {
     }
 
     #[test]
+    fn rdma_names_parse() {
+        let t =
+            parse("trtype=rdma traddr=10.77.0.1 trsvcid=4421 subnqn=nqn.2024-01.io.nvmfd:r ns=3")
+                .unwrap();
+        assert_eq!(t.trid.trtype, TrType::Rdma);
+        assert_eq!(
+            (t.trid.traddr.as_str(), t.trid.trsvcid.as_str(), t.nsid),
+            ("10.77.0.1", "4421", 3)
+        );
+        assert!(!t.hdr_digest && !t.data_digest && t.tls_key.is_none());
+        // case-insensitive, IPv6, digests off said explicitly
+        let t = parse("trtype=RDMA traddr=fd00::1 subnqn=nqn.x hdgst=0").unwrap();
+        assert_eq!(t.trid.trtype, TrType::Rdma);
+        assert_eq!(t.trid.adrfam, nvmf_host::trid::AdrFam::Ipv6);
+        // tcp stays the default
+        assert_eq!(
+            parse("traddr=10.0.0.1 subnqn=nqn.x").unwrap().trid.trtype,
+            TrType::Tcp
+        );
+    }
+
+    #[test]
     fn defaults_port_and_namespace() {
         let t = parse("traddr=10.0.0.1 subnqn=nqn.x").unwrap();
         assert_eq!(t.trid.trsvcid, "4420");
@@ -133,7 +177,15 @@ mod tests {
             ("", "empty"),
             ("/dev/nvme0n1", "is not key=value"),
             ("traddr=127.0.0.1", "subnqn"),
-            ("traddr=127.0.0.1 subnqn=nqn.x trtype=rdma", "only tcp"),
+            ("traddr=127.0.0.1 subnqn=nqn.x trtype=fc", "tcp or rdma"),
+            (
+                "trtype=rdma traddr=127.0.0.1 subnqn=nqn.x hdgst=1",
+                "hdgst is an NVMe/TCP option",
+            ),
+            (
+                "trtype=RDMA traddr=127.0.0.1 subnqn=nqn.x tls_key=/k",
+                "tls_key is an NVMe/TCP option",
+            ),
             ("traddr=127.0.0.1 subnqn=nqn.x ns=0", "not a namespace ID"),
             ("traddr=127.0.0.1 subnqn=nqn.x ns=abc", "ns"),
             ("traddr=127.0.0.1 subnqn=nqn.x hdgst=2", "expected 0 or 1"),
@@ -146,7 +198,7 @@ mod tests {
             let e = parse(name).unwrap_err();
             assert!(e.contains(want), "{name:?}: {e}");
             assert!(
-                e.contains("trtype=tcp traddr="),
+                e.contains("trtype=tcp|rdma traddr="),
                 "{name:?} lacks the syntax: {e}"
             );
         }

@@ -48,7 +48,7 @@ pub struct DiscoveryEntry {
 }
 
 impl DiscoveryEntry {
-    fn from_wire(e: &DiscoveryLogEntry) -> DiscoveryEntry {
+    pub(crate) fn from_wire(e: &DiscoveryLogEntry) -> DiscoveryEntry {
         DiscoveryEntry {
             trtype: e.trtype,
             adrfam: e.adrfam,

@@ -16,9 +16,10 @@
 //! nothing here is on the per-I/O path beyond that.
 
 use crate::controller::{ConnectOptions, Controller};
+use crate::discovery::DiscoveryLog;
 use crate::error::{Error, Result};
 use crate::queue::IoQueue;
-use crate::trid::{TransportId, DISCOVERY_NQN};
+use crate::trid::{AdrFam, TrType, TransportId, DISCOVERY_NQN};
 use nvmf_wire::log::{AnaGroupDescriptor, AnaLogHeader};
 use nvmf_wire::zerocopy::FromBytes;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
@@ -415,8 +416,9 @@ impl Path {
     }
 }
 
-/// The transport IDs a discovery service lists for `subnqn` (NVMe/TCP
-/// records only), in log order, with the host NQN of `opts`.
+/// The transport IDs a discovery service lists for `subnqn` on the fabric
+/// the service was reached over (`discovery`'s trtype: TCP or RDMA; see
+/// [`paths_from_log`]), in log order, with the host NQN of `opts`.
 pub fn discover_paths(
     opts: &ConnectOptions,
     discovery: &TransportId,
@@ -428,12 +430,33 @@ pub fn discover_paths(
     o.kato = Duration::ZERO;
     let ctrl = Controller::connect(&o)?;
     let log = ctrl.discovery_log()?;
+    paths_from_log(&log, discovery, subnqn)
+}
+
+/// The paths to `subnqn` in a discovery log read through `discovery`: the
+/// records of `discovery`'s transport (NVMe/TCP records when it was reached
+/// over TCP, NVMe/RDMA records over RDMA; a record of another fabric is not
+/// a path this host can take the same way), one per address and port, in the
+/// log's order, each with `discovery`'s host NQN and namespace.
+pub fn paths_from_log(
+    log: &DiscoveryLog,
+    discovery: &TransportId,
+    subnqn: &str,
+) -> Result<Vec<TransportId>> {
+    let want = match discovery.trtype {
+        TrType::Tcp => nvmf_wire::log::TRTYPE_TCP,
+        TrType::Rdma => nvmf_wire::log::TRTYPE_RDMA,
+    };
     let mut out: Vec<TransportId> = Vec::new();
     for e in &log.entries {
-        if e.subnqn != subnqn || e.trtype != nvmf_wire::log::TRTYPE_TCP {
+        if e.subnqn != subnqn || e.trtype != want {
             continue;
         }
         let mut t = TransportId::tcp(&e.traddr, &e.trsvcid, subnqn);
+        t.trtype = discovery.trtype;
+        if e.adrfam == nvmf_wire::log::ADRFAM_IPV6 {
+            t.adrfam = AdrFam::Ipv6;
+        }
         t.hostnqn = discovery.hostnqn.clone();
         t.nsid = discovery.nsid;
         if !out
@@ -444,8 +467,12 @@ pub fn discover_paths(
         }
     }
     if out.is_empty() {
+        let fabric = match discovery.trtype {
+            TrType::Tcp => "NVMe/TCP",
+            TrType::Rdma => "NVMe/RDMA",
+        };
         return Err(Error::InvalidArg(format!(
-            "the discovery service at {}:{} lists no NVMe/TCP path to {subnqn}",
+            "the discovery service at {}:{} lists no {fabric} path to {subnqn}",
             discovery.traddr, discovery.trsvcid
         )));
     }
@@ -619,6 +646,91 @@ impl Drop for Monitor {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decoded discovery log with `records` = (trtype, adrfam, traddr, trsvcid, subnqn),
+    /// each through the wire encoding.
+    fn disc_log(records: &[(u8, u8, &str, &str, &str)]) -> DiscoveryLog {
+        use nvmf_wire::log::{DiscoveryLogEntry, SUBTYPE_NVM};
+        DiscoveryLog {
+            genctr: 1,
+            entries: records
+                .iter()
+                .enumerate()
+                .map(|(i, (tt, af, addr, svc, nqn))| {
+                    let w = DiscoveryLogEntry::new(
+                        *tt,
+                        *af,
+                        SUBTYPE_NVM,
+                        0,
+                        i as u16,
+                        32,
+                        svc,
+                        nqn,
+                        addr,
+                    );
+                    crate::discovery::DiscoveryEntry::from_wire(&w)
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn discovered_paths_follow_the_discovery_services_fabric() {
+        use nvmf_wire::log::{ADRFAM_IPV4, ADRFAM_IPV6, TRTYPE_RDMA, TRTYPE_TCP};
+        const SUB: &str = "nqn.2024-01.io.nvmfd:mp";
+        let log = disc_log(&[
+            (TRTYPE_TCP, ADRFAM_IPV4, "10.0.0.1", "4420", SUB),
+            (TRTYPE_RDMA, ADRFAM_IPV4, "10.77.0.1", "4420", SUB),
+            (
+                TRTYPE_RDMA,
+                ADRFAM_IPV4,
+                "10.77.0.1",
+                "4421",
+                "nqn.2024-01.io.nvmfd:other",
+            ),
+            (TRTYPE_RDMA, ADRFAM_IPV6, "fd00::1", "4420", SUB),
+            // the same RDMA address and port again (another port ID): one path
+            (TRTYPE_RDMA, ADRFAM_IPV4, "10.77.0.1", "4420", SUB),
+            (TRTYPE_TCP, ADRFAM_IPV4, "10.0.0.2", "4420", SUB),
+        ]);
+        let mut tcp = TransportId::tcp("10.0.0.1", "8009", DISCOVERY_NQN);
+        tcp.hostnqn = Some("nqn.2014-08.org.nvmexpress:uuid:h".into());
+        tcp.nsid = Some(2);
+        let p = paths_from_log(&log, &tcp, SUB).unwrap();
+        let got: Vec<_> = p.iter().map(|t| (t.trtype, t.traddr.as_str())).collect();
+        assert_eq!(got, [(TrType::Tcp, "10.0.0.1"), (TrType::Tcp, "10.0.0.2")]);
+        assert!(p
+            .iter()
+            .all(|t| t.hostnqn == tcp.hostnqn && t.nsid == Some(2)));
+        assert!(p.iter().all(|t| t.subnqn == SUB));
+
+        // Reached over RDMA: the RDMA records, deduplicated, IPv6 kept as such.
+        let mut rdma = tcp.clone();
+        rdma.trtype = TrType::Rdma;
+        let p = paths_from_log(&log, &rdma, SUB).unwrap();
+        let got: Vec<_> = p
+            .iter()
+            .map(|t| (t.trtype, t.adrfam, t.traddr.as_str(), t.trsvcid.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (TrType::Rdma, AdrFam::Ipv4, "10.77.0.1", "4420"),
+                (TrType::Rdma, AdrFam::Ipv6, "fd00::1", "4420")
+            ]
+        );
+
+        // No record of the fabric: a clear error naming it.
+        let tcp_only = disc_log(&[(TRTYPE_TCP, ADRFAM_IPV4, "10.0.0.1", "4420", SUB)]);
+        let e = paths_from_log(&tcp_only, &rdma, SUB)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no NVMe/RDMA path to"), "{e}");
+        let e = paths_from_log(&log, &tcp, "nqn.x:none")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no NVMe/TCP path to nqn.x:none"), "{e}");
+    }
 
     /// An ANA log with `groups` = (grpid, state, nsids).
     fn log(groups: &[(u32, u8, &[u32])]) -> Vec<u8> {

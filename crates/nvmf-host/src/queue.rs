@@ -543,15 +543,8 @@ impl IoQueue {
             if !self.s.done.is_empty() || timeout == Some(Duration::ZERO) {
                 return Ok(self.s.done.len());
             }
-            let left = match deadline {
-                None => None,
-                Some(d) => {
-                    let now = Instant::now();
-                    if now >= d {
-                        return Ok(0);
-                    }
-                    Some(d - now)
-                }
+            let Some(left) = time_left(deadline) else {
+                return Ok(0);
             };
             t.wait(left)?;
         }
@@ -608,6 +601,18 @@ impl IoQueue {
     }
 }
 
+/// What is left of a poll's `deadline`: `Some(None)` with none (wait for
+/// ever), `Some(Some(left))` before it, `None` once it has passed.
+fn time_left(deadline: Option<Instant>) -> Option<Option<Duration>> {
+    match deadline {
+        None => Some(None),
+        Some(d) => d
+            .checked_duration_since(Instant::now())
+            .filter(|l| !l.is_zero())
+            .map(Some),
+    }
+}
+
 /// `IoQueue::poll` over RDMA: drain the CQ; when nothing completed, arm it,
 /// look once more, then sleep on the completion channel (and CM events).
 /// A poll with timeout 0 leaves the CQ armed, so `raw_fd()` wakes a caller
@@ -630,15 +635,8 @@ fn poll_rdma(
         if timeout == Some(Duration::ZERO) {
             return Ok(0);
         }
-        let left = match deadline {
-            None => None,
-            Some(d) => {
-                let now = Instant::now();
-                if now >= d {
-                    return Ok(0);
-                }
-                Some(d - now)
-            }
+        let Some(left) = time_left(deadline) else {
+            return Ok(0);
         };
         r.wait(left)?;
     }

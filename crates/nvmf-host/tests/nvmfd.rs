@@ -371,3 +371,53 @@ fn connection_refused_is_clear() {
     let stderr = text(&out.stderr);
     assert!(stderr.contains("Connection refused"), "{stderr}");
 }
+
+/// A target that stops answering (SIGSTOP: connections open, nothing
+/// answered) while `perf --verify` runs: with I/Os in flight and no
+/// completion for the I/O timeout (`--timeout 2`) the run must fail with an
+/// error naming how many I/Os never completed and the path, not wait for the
+/// end of the run or for minutes in the read-back. Keep-alive is off so the
+/// only limit at work is the I/O timeout.
+#[test]
+fn perf_verify_against_a_silent_target_fails_within_its_io_timeout() {
+    let mut d = Daemon::start();
+    let trid = d.trid_str(NQN);
+    let args = [
+        "perf",
+        "-r",
+        &trid,
+        "-w",
+        "randrw",
+        "-o",
+        "4096",
+        "-q",
+        "8",
+        "-t",
+        "30",
+        "--verify",
+        "--timeout",
+        "2",
+        "--keep-alive-tmo",
+        "0",
+    ];
+    let t0 = Instant::now();
+    let child = nvmf_testkit::process::spawn_nvmf(&args);
+    std::thread::sleep(Duration::from_millis(1000));
+    d._d.signal(libc::SIGSTOP);
+    let out = nvmf_testkit::process::wait_bounded(child, Duration::from_secs(60), "nvmf perf");
+    let took = t0.elapsed();
+    d._d.signal(libc::SIGCONT);
+    let all = format!("{}\n{}", text(&out.stdout), text(&out.stderr));
+    assert!(
+        !out.status.success(),
+        "perf passed against a silent target\n{all}"
+    );
+    let line = all
+        .lines()
+        .find(|l| l.contains("never completed: no completion for 2s"))
+        .unwrap_or_else(|| panic!("no error naming the I/Os that never completed\n{all}"));
+    assert!(line.contains(&format!("127.0.0.1:{}", d.port)), "{line}");
+    // frozen after 1 s of a 30 s run: the I/O timeout (2 s) plus connect and slack
+    assert!(took < Duration::from_secs(10), "took {took:?}\n{all}");
+    eprintln!("silent target: perf failed after {took:.1?}: {line}");
+}

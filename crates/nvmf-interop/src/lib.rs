@@ -9,7 +9,8 @@
 //! ([`run_guest_on`] with a [`Kernel`]); [`run_guest_tls`] boots the 6.12 kernel with the trixie
 //! TLS userland (nvme-cli 2.13, keyctl, tlshd under `/opt/trixie`); [`multipath`] holds the multipath/HA pieces
 //! (several gateways on a shared file, a TCP forwarder a test can cut); [`rdma`] joins two
-//! guests with soft-RoCE (the kernel NVMe/RDMA target in one, a host scenario in the other).
+//! guests with soft-RoCE (the kernel NVMe/RDMA target in one, a host scenario in the other);
+//! [`rdma_case`] runs one such two-guest case from start to verdict.
 //!
 //! The tests are opt-in: without `NVMFD_INTEROP=1` each one prints a "skipped" line and
 //! passes. With it, a missing prerequisite (testbed, nvmfd binary) is a failure.
@@ -33,6 +34,8 @@ pub mod multipath;
 pub use multipath::{Forwarder, Gateway, Kernel};
 pub mod rdma;
 pub use rdma::{run_guest_rxe, ListenGuest, RxeLink};
+pub mod rdma_case;
+pub use rdma_case::{guest_passed, RdmaCase};
 
 /// Environment switch that enables the interop tests.
 pub const SWITCH: &str = "NVMFD_INTEROP";

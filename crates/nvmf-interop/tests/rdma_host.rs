@@ -9,73 +9,34 @@
 //! 0 errors, and a Connect to an unknown subsystem NQN that must fail with a clear error, not
 //! hang. Every step is bounded (`timeout`). Opt-in with NVMFD_INTEROP=1, like the others.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use nvmf_interop::rdma::RDMA_PORT;
 use nvmf_interop::*;
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:rdma-host";
 
+/// `nvmf-host-rdma.sh`'s environment against `nqn`.
+fn host_env(case: &RdmaCase, nqn: &str) -> Vec<(&'static str, String)> {
+    let mut env = case.host_env(nqn, HOST_ID);
+    env.push(("SECONDS_EACH", "3".to_string()));
+    env
+}
+
 #[test]
 fn nvmf_host_against_kernel_target_over_rxe() {
-    let Some(_serial) = begin("nvmf_host_against_kernel_target_over_rxe") else {
+    let Some(case) = RdmaCase::begin("nvmf_host_against_kernel_target_over_rxe", "rdma_host")
+    else {
         return;
     };
-    let t_all = Instant::now();
-    let dir = work_dir("rdma_host");
     let nvmf = nvmf_binary();
-    let link = RxeLink::new();
-    let t0 = Instant::now();
-    let target = KernelTarget::start_rdma(&dir, &link, NQN, 1, 32, &[]);
-    say(&format!(
-        "interop nvmf_host_against_kernel_target_over_rxe: nvmet-rdma ready on {}:{RDMA_PORT} in \
-         {:.1} s",
-        link.target_ip,
-        t0.elapsed().as_secs_f64()
-    ));
-    let env = vec![
-        ("PORT", RDMA_PORT.to_string()),
-        ("TARGET_IP", link.target_ip.to_string()),
-        ("NQN", NQN.to_string()),
-        ("HOSTNQN", host_nqn(HOST_ID)),
-        ("SECONDS_EACH", "3".to_string()),
-    ];
-    let run = run_guest_rxe(
-        &dir,
-        &link,
+    let target = case.kernel_target(NQN, 32);
+    let run = case.run_host(
         "nvmf-host-rdma.sh",
-        &env,
+        &host_env(&case, NQN),
         &[nvmf.as_path()],
         Duration::from_secs(180),
-        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
     );
-    let report = run.report(None);
-    println!("{report}");
-    let ok = run.status == 0 && run.stdout.contains("ALL STEPS PASSED");
-    say(&format!(
-        "interop nvmf_host_against_kernel_target_over_rxe: {} (guest status {}, guest {:.1} s, \
-         total {:.1} s)",
-        if ok { "passed" } else { "FAILED" },
-        run.status,
-        run.wall.as_secs_f64(),
-        t_all.elapsed().as_secs_f64()
-    ));
-    assert!(
-        ok,
-        "nvmf over rdma failed: {}\n{report}\n---- kernel target dmesg ----\n{}",
-        run.stdout
-            .lines()
-            .find(|l| l.starts_with("FAIL:"))
-            .unwrap_or("(no FAIL line; see the report)"),
-        target.dmesg()
-    );
-    let tdmesg = target.dmesg();
-    assert!(
-        tdmesg
-            .lines()
-            .any(|l| l.contains("creating nvm controller") && l.contains(NQN)),
-        "the kernel target logged no controller for {NQN}:\n{tdmesg}"
-    );
+    case.conclude_kernel(&run, &target, NQN);
 }
 
 /// The same `nvmf` scenario against nvmfd's own NVMe/RDMA target (a 32 MiB malloc namespace,
@@ -83,65 +44,73 @@ fn nvmf_host_against_kernel_target_over_rxe() {
 /// workspace over a real RDMA link; nvmfd must then shut down with every queue closed.
 #[test]
 fn nvmf_host_against_nvmfd_over_rxe() {
-    let Some(_serial) = begin("nvmf_host_against_nvmfd_over_rxe") else {
+    let Some(case) = RdmaCase::begin("nvmf_host_against_nvmfd_over_rxe", "rdma_host_nvmfd") else {
         return;
     };
-    let t_all = Instant::now();
-    let dir = work_dir("rdma_host_nvmfd");
-    let nvmfd = nvmfd_binary();
     let nvmf = nvmf_binary();
-    let link = RxeLink::new();
     let nqn = "nqn.2024-01.io.nvmfd:rdma";
-    let mut target = ListenGuest::start(
-        &dir,
-        &link,
-        "nvmfd-rdma.sh",
-        &[
-            ("ROLE", "target".to_string()),
-            ("PORT", RDMA_PORT.to_string()),
-            ("NQN", nqn.to_string()),
-            ("WAIT_S", "200".to_string()),
-            ("REJECTED", "0".to_string()),
-        ],
-        &[nvmfd.as_path(), nvmf.as_path()],
-        Duration::from_secs(260),
-    );
-    if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
-        panic!("nvmfd guest: {e}");
-    }
-    let host = run_guest_rxe(
-        &dir,
-        &link,
+    let target = case.serve_nvmfd(nqn, &[("REJECTED", "0".to_string())]);
+    let host = case.run_host(
         "nvmf-host-rdma.sh",
-        &[
-            ("PORT", RDMA_PORT.to_string()),
-            ("TARGET_IP", link.target_ip.to_string()),
-            ("NQN", nqn.to_string()),
-            ("HOSTNQN", host_nqn(HOST_ID)),
-            ("SECONDS_EACH", "3".to_string()),
-        ],
+        &host_env(&case, nqn),
         &[nvmf.as_path()],
         Duration::from_secs(180),
-        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
     );
-    let _ = std::fs::write(dir.join("listen-guest").join("stop"), b"");
-    let target = target.finish(Duration::from_secs(60));
-    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
-    let passed = ok(&host) && ok(&target);
-    say(&format!(
-        "interop nvmf_host_against_nvmfd_over_rxe: {} (host guest {:.1} s, total {:.1} s)",
-        if passed { "passed" } else { "FAILED" },
-        host.wall.as_secs_f64(),
-        t_all.elapsed().as_secs_f64()
-    ));
-    let log =
-        std::fs::read_to_string(dir.join("listen-guest").join("nvmfd.log")).unwrap_or_default();
+    let target = case.stop(target, Duration::from_secs(60));
+    case.conclude_pair(
+        &host,
+        &target,
+        true,
+        &format!("host guest {:.1} s", host.wall.as_secs_f64()),
+    );
+}
+
+/// The target vanishes mid-I/O (issue 13, host side): nvmfd serves in the listening guest; in
+/// the connecting guest (`tests/interop/nvmf-host-rdma-vanish.sh`) `nvmf perf` runs over rxe
+/// with `--timeout 5 --keep-alive-tmo 4`; once its queue pairs are up and I/O flows the test
+/// SIGKILLs the target guest's qemu. perf must then exit non-zero within 20 s (its stall bound:
+/// the I/O timeout, 5 s, plus the keep-alive timeout, 4 s; plus a TCG margin) with an error
+/// naming the target's address: no hang, no panic.
+#[test]
+fn nvmf_host_fails_cleanly_when_the_target_vanishes_mid_io() {
+    let Some(case) = RdmaCase::begin(
+        "nvmf_host_fails_cleanly_when_the_target_vanishes_mid_io",
+        "rdma_host_vanish",
+    ) else {
+        return;
+    };
+    let nvmf = nvmf_binary();
+    let nqn = "nqn.2024-01.io.nvmfd:rdma";
+    let mut target = case.serve_nvmfd(nqn, &[]);
+    let mut host_env = case.host_env(nqn, HOST_ID);
+    host_env.push(("LIMIT_S", "20".to_string()));
+    let mut host = ListenGuest::start_connecting(
+        &case.dir,
+        "host",
+        &case.link,
+        "nvmf-host-rdma-vanish.sh",
+        &host_env,
+        &[nvmf.as_path()],
+        Duration::from_secs(200),
+    );
+    if let Err(e) = host.wait_for("perf-running", Duration::from_secs(150)) {
+        panic!("host guest: {e}\n==== nvmfd.log ====\n{}", case.nvmfd_log());
+    }
+    target.kill_qemu().expect("kill the target guest's qemu");
+    std::fs::write(host.job_dir().join("killed"), b"").expect("tell the host guest");
+    drop(target);
+    let host = host.finish(Duration::from_secs(90));
+    let took = host
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("perf failed "))
+        .unwrap_or("perf: no result line")
+        .to_string();
+    let passed = case.summary(guest_passed(&host), &took);
     assert!(
         passed,
-        "nvmf against nvmfd over rdma failed\n==== host guest ====\n{}\n==== nvmfd guest \
-         ====\n{}\n==== nvmfd.log ====\n{}",
-        host.report(None),
-        target.report(None),
-        log
+        "nvmf perf when its target vanished: {}\n{}",
+        nvmf_interop::rdma_case::first_fail(&host),
+        host.report(None)
     );
 }

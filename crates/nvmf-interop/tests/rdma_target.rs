@@ -16,86 +16,63 @@
 
 use std::time::{Duration, Instant};
 
-use nvmf_interop::rdma::RDMA_PORT;
 use nvmf_interop::*;
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:rdma";
 
 #[test]
 fn kernel_host_against_nvmfd_over_rxe() {
-    let Some(_serial) = begin("kernel_host_against_nvmfd_over_rxe") else {
+    let Some(case) = RdmaCase::begin("kernel_host_against_nvmfd_over_rxe", "rdma_target") else {
         return;
     };
-    let t_all = Instant::now();
-    let dir = work_dir("rdma_target");
     let nvmfd = nvmfd_binary();
     let nvmf = nvmf_binary(); // `nvmf rpc` adds the RDMA listeners live
     let probe = nvmf_interop::rdma::rdma_example("rdma_connect_probe", "NVMF_RDMA_PROBE_BIN");
-    let link = RxeLink::new();
-    let target_env = vec![
-        ("ROLE", "target".to_string()),
-        ("PORT", RDMA_PORT.to_string()),
-        ("NQN", NQN.to_string()),
-        ("WAIT_S", "240".to_string()),
-        // two reactors (one per vCPU); the kernel host's two I/O queues (one of them a write
-        // queue) must land one on each; busy polling with a window long enough for TCG
+    let mut target_env = case.target_env(NQN);
+    target_env.push(("WAIT_S", "240".to_string()));
+    // This test runs per-queue receives (rpc.py's -r); the others the default SRQ.
+    target_env.push(("NO_SRQ", "1".to_string()));
+    // Two reactors (one per vCPU); the kernel host's two I/O queues (one of them a write
+    // queue) must land one on each; busy polling with a window long enough for TCG.
+    target_env.extend([
         ("GUEST_SMP", "2".to_string()),
         ("SPREAD", "1".to_string()),
         ("POLL_US", "1000".to_string()),
         ("BUSY", "1".to_string()),
-    ];
-    let mut target = ListenGuest::start(
-        &dir,
-        &link,
+    ]);
+    let target = case.serve(
         "nvmfd-rdma.sh",
         &target_env,
         &[nvmfd.as_path(), nvmf.as_path()],
         Duration::from_secs(300),
+        Duration::from_secs(120),
     );
-    if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
-        panic!("nvmfd guest: {e}");
-    }
-    let t_serving = t_all.elapsed();
-    let host_env = vec![
-        ("ROLE", "host".to_string()),
-        ("PORT", RDMA_PORT.to_string()),
-        ("TARGET_IP", link.target_ip.to_string()),
-        ("NQN", NQN.to_string()),
-        ("HOSTNQN", host_nqn(HOST_ID)),
-        ("HOSTID", HOST_ID.to_string()),
-        ("FIO_MB", "8".to_string()),
-    ];
-    let host = run_guest_rxe(
-        &dir,
-        &link,
+    let t_serving = case.elapsed();
+    let mut host_env = case.host_env(NQN, HOST_ID);
+    host_env.push(("ROLE", "host".to_string()));
+    host_env.push(("FIO_MB", "8".to_string()));
+    let host = case.run_host(
         "nvmfd-rdma.sh",
         &host_env,
         &[probe.as_path()],
         Duration::from_secs(240),
-        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
     );
     // The host is done (or failed): let nvmfd's guest stop it and check its log.
-    let _ = std::fs::write(dir.join("listen-guest").join("stop"), b"");
-    let target = target.finish(Duration::from_secs(60));
-    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
-    let passed = ok(&host) && ok(&target);
-    say(&format!(
-        "interop kernel_host_against_nvmfd_over_rxe: {} (nvmfd serving after {:.1} s, host guest \
-         {:.1} s, total {:.1} s)",
-        if passed { "passed" } else { "FAILED" },
-        t_serving.as_secs_f64(),
-        host.wall.as_secs_f64(),
-        t_all.elapsed().as_secs_f64()
-    ));
-    let log =
-        std::fs::read_to_string(dir.join("listen-guest").join("nvmfd.log")).unwrap_or_default();
+    let target = case.stop(target, Duration::from_secs(60));
+    let log = case.nvmfd_log();
     assert!(
-        passed,
-        "kernel host against nvmfd over rdma failed\n==== host guest ====\n{}\n==== nvmfd guest \
-         ====\n{}\n==== nvmfd.log ====\n{}",
-        host.report(None),
-        target.report(None),
-        log
+        log.contains("NVMe/RDMA receives: per queue") && !log.contains("receives: shared"),
+        "no_srq: nvmfd must use per-queue receives\n==== nvmfd.log ====\n{log}"
+    );
+    case.conclude_pair(
+        &host,
+        &target,
+        true,
+        &format!(
+            "nvmfd serving after {:.1} s, host guest {:.1} s",
+            t_serving.as_secs_f64(),
+            host.wall.as_secs_f64()
+        ),
     );
 }
 
@@ -111,18 +88,16 @@ const VICTIM_HOST_ID: &str = "6f1b1f3c-0c52-4c6e-9d1e-6e7666d0000b";
 /// and disconnects; active_controllers is 0 again and nvmfd shuts down cleanly without a panic.
 #[test]
 fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
-    let Some(_serial) = begin("nvmfd_over_rxe_survives_a_host_killed_mid_io") else {
+    let Some(case) = RdmaCase::begin(
+        "nvmfd_over_rxe_survives_a_host_killed_mid_io",
+        "rdma_target_kill",
+    ) else {
         return;
     };
-    let t_all = Instant::now();
-    let dir = work_dir("rdma_target_kill");
     let nvmfd = nvmfd_binary();
     let nvmf = nvmf_binary(); // `nvmf rpc` adds the RDMA listeners live
-    let link = RxeLink::new();
-    let target_env = vec![
-        ("ROLE", "target".to_string()),
-        ("PORT", RDMA_PORT.to_string()),
-        ("NQN", NQN.to_string()),
+    let mut target_env = case.target_env(NQN);
+    target_env.extend([
         ("WAIT_S", "240".to_string()),
         ("REJECTED", "0".to_string()),
         // two reactors, no busy polling (every completion found after a CQ wake-up)
@@ -130,33 +105,22 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
         ("POLL_US", "0".to_string()),
         // the victim's admin queue and at least one I/O queue, host2's discovery and admin queues
         ("MIN_CLOSED", "4".to_string()),
-    ];
-    let mut target = ListenGuest::start(
-        &dir,
-        &link,
+    ]);
+    let target = case.serve(
         "nvmfd-rdma.sh",
         &target_env,
         &[nvmfd.as_path(), nvmf.as_path()],
         Duration::from_secs(300),
+        Duration::from_secs(120),
     );
-    if let Err(e) = target.wait_for("serving", Duration::from_secs(120)) {
-        panic!("nvmfd guest: {e}");
-    }
-    let log_path = dir.join("listen-guest").join("nvmfd.log");
-    let read_log = || std::fs::read_to_string(&log_path).unwrap_or_default();
+    let read_log = || case.nvmfd_log();
     let victim_nqn = host_nqn(VICTIM_HOST_ID);
-    let victim_env = vec![
-        ("ROLE", "victim".to_string()),
-        ("PORT", RDMA_PORT.to_string()),
-        ("TARGET_IP", link.target_ip.to_string()),
-        ("NQN", NQN.to_string()),
-        ("HOSTNQN", victim_nqn.clone()),
-        ("HOSTID", VICTIM_HOST_ID.to_string()),
-    ];
+    let mut victim_env = case.host_env(NQN, VICTIM_HOST_ID);
+    victim_env.push(("ROLE", "victim".to_string()));
     let mut victim = ListenGuest::start_connecting(
-        &dir,
+        &case.dir,
         "victim",
-        &link,
+        &case.link,
         "nvmfd-rdma.sh",
         &victim_env,
         &[],
@@ -191,24 +155,10 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
         !log.contains("panicked"),
         "nvmfd panicked\n==== nvmfd.log ====\n{log}"
     );
-    let host_env = vec![
-        ("ROLE", "host2".to_string()),
-        ("PORT", RDMA_PORT.to_string()),
-        ("TARGET_IP", link.target_ip.to_string()),
-        ("NQN", NQN.to_string()),
-        ("HOSTNQN", host_nqn(HOST_ID)),
-        ("HOSTID", HOST_ID.to_string()),
-        ("FIO_MB", "4".to_string()),
-    ];
-    let host = run_guest_rxe(
-        &dir,
-        &link,
-        "nvmfd-rdma.sh",
-        &host_env,
-        &[],
-        Duration::from_secs(150),
-        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
-    );
+    let mut host_env = case.host_env(NQN, HOST_ID);
+    host_env.push(("ROLE", "host2".to_string()));
+    host_env.push(("FIO_MB", "4".to_string()));
+    let host = case.run_host("nvmfd-rdma.sh", &host_env, &[], Duration::from_secs(150));
     // the last controller count nvmfd logged before its shutdown: every controller is gone
     let log = read_log();
     let active_now = log
@@ -217,19 +167,12 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
         .filter_map(|v| v.split_whitespace().next())
         .next_back()
         .map(str::to_string);
-    let _ = std::fs::write(dir.join("listen-guest").join("stop"), b"");
-    let target = target.finish(Duration::from_secs(60));
-    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
-    let passed = ok(&host) && ok(&target) && active_now.as_deref() == Some("0");
+    let target = case.stop(target, Duration::from_secs(60));
     let log = read_log();
-    say(&format!(
-        "interop nvmfd_over_rxe_survives_a_host_killed_mid_io: {} (killed host's controller \
-         destroyed {:.1} s after the kill, next host guest {:.1} s, total {:.1} s)",
-        if passed { "passed" } else { "FAILED" },
-        teardown.unwrap_or_default().as_secs_f64(),
-        host.wall.as_secs_f64(),
-        t_all.elapsed().as_secs_f64()
-    ));
+    assert!(
+        log.contains("NVMe/RDMA receives: shared receive queue (SRQ)"),
+        "nvmfd must use a shared receive queue by default\n==== nvmfd.log ====\n{log}"
+    );
     for l in log.lines().filter(|l| {
         l.contains("controller destroyed")
             || l.contains("keep-alive timeout")
@@ -239,11 +182,15 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
     }) {
         say(&format!("  nvmfd: {l}"));
     }
-    assert!(
-        passed,
-        "nvmfd after a host killed mid-I/O: failed (active_controllers last logged: {active_now:?})\n\
-         ==== next host guest ====\n{}\n==== nvmfd guest ====\n{}\n==== nvmfd.log ====\n{log}",
-        host.report(None),
-        target.report(None),
+    case.conclude_pair(
+        &host,
+        &target,
+        active_now.as_deref() == Some("0"),
+        &format!(
+            "killed host's controller destroyed {:.1} s after the kill, next host guest {:.1} s, \
+             active_controllers last logged: {active_now:?}",
+            teardown.unwrap_or_default().as_secs_f64(),
+            host.wall.as_secs_f64()
+        ),
     );
 }

@@ -11,7 +11,7 @@
 //! Opt-in with NVMFD_INTEROP=1, like rdma_testbed.rs.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nvmf_interop::*;
 
@@ -25,67 +25,48 @@ fn pingpong_binary() -> PathBuf {
 
 #[test]
 fn verbs_pingpong_between_guests() {
-    let Some(_serial) = begin("verbs_pingpong_between_guests") else {
+    let Some(case) = RdmaCase::begin("verbs_pingpong_between_guests", "rdma_verbs") else {
         return;
     };
-    let t_all = Instant::now();
     let bin = pingpong_binary();
-    let dir = work_dir("rdma_verbs");
-    let link = RxeLink::new();
     let env = |role: &str| {
         vec![
             ("ROLE", role.to_string()),
             ("PORT", PORT.to_string()),
             ("TIMEOUT", "90".to_string()),
-            ("PEER_IP", link.target_ip.to_string()),
+            ("PEER_IP", case.link.target_ip.to_string()),
             // the server listens on the IPv6 wildcard (dual stack): an IPv6 sockaddr, and a
             // listener bound to no device, whose connections each bring their own
             ("LISTEN_IP", "[::]".to_string()),
         ]
     };
-    let mut server = ListenGuest::start(
-        &dir,
-        &link,
+    let server = case.serve(
         "rdma-verbs.sh",
         &env("server"),
         &[bin.as_path()],
         Duration::from_secs(150),
+        Duration::from_secs(90),
     );
-    if let Err(e) = server.wait_for("serving", Duration::from_secs(90)) {
-        panic!("rdma_pingpong server guest: {e}");
-    }
-    let client = run_guest_rxe(
-        &dir,
-        &link,
+    let client = case.run_host(
         "rdma-verbs.sh",
         &env("client"),
         &[bin.as_path()],
         Duration::from_secs(150),
-        |cp, _| format!("fail: no checkpoint {cp} in this scenario"),
     );
-    let ok = |r: &GuestRun| r.status == 0 && r.stdout.contains("ALL STEPS PASSED");
     // a server whose client failed would wait for one until its timeout: stop it then
-    let server = server.finish(if ok(&client) {
+    let server = server.finish(if guest_passed(&client) {
         Duration::from_secs(30)
     } else {
         Duration::ZERO
     });
-    let passed = ok(&client) && ok(&server);
-    say(&format!(
-        "interop verbs_pingpong_between_guests: {} (client {}, server {}, total {:.1} s)",
-        if passed { "passed" } else { "FAILED" },
-        client.status,
-        server.status,
-        t_all.elapsed().as_secs_f64()
-    ));
-    assert!(
-        passed,
-        "rdma_pingpong between guests failed\n==== client guest ====\n{}\n==== server guest ====\n{}",
-        client.report(None),
-        server.report(None)
+    case.conclude_pair(
+        &client,
+        &server,
+        true,
+        &format!("client {}, server {}", client.status, server.status),
     );
     // the program's own checks ran (not only its exit status)
-    let peer_line = format!("connection from peer {} port", link.host_ip);
+    let peer_line = format!("connection from peer {} port", case.link.host_ip);
     for (who, run, line) in [
         ("client", &client, "rejected as expected"),
         ("client", &client, "invalidated by the server's SEND"),

@@ -4,21 +4,21 @@
 //! as a NIC's DMA costs the CPU nothing) or an NVMe/TCP connection (`nvmf_tcp::Connection`,
 //! PDUs fed from memory, its output taken as if a socket had written it all). Neither counts
 //! system calls, sockets or verbs doorbells: it is the target's own work per I/O, the part a
-//! transport design decides. Run it under callgrind twice with different counts and subtract
+//! transport design decides. `tcpw`: 4 KiB writes with in-capsule data to a RAM disk
+//! (malloc) over NVMe/TCP instead. Run it under callgrind twice with different counts and subtract
 //! (BENCHMARKS.md, "NVMe/RDMA: instructions per I/O"):
 //!
 //!   valgrind --tool=callgrind target/release/examples/io_cost rdma 20000
 //!   valgrind --tool=callgrind target/release/examples/io_cost rdma 120000
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
-use nvmf_core::request::{BufPolicy, RequestParams};
-use nvmf_core::{PortInfo, Target};
+use nvmf_config::{BdevKind, TransportType};
+use nvmf_core::Target;
 use nvmf_rdma::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
 use nvmf_tcp::{Connection, TcpParams};
+use nvmf_testkit::inproc;
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::fabrics::{ConnectData, CC};
 use nvmf_wire::opcode::IoOpcode;
@@ -29,28 +29,12 @@ const NQN: &str = "nqn.2024-01.io.nvmfd:cost";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000c0";
 const QD: u16 = 128;
 
-fn target(trtype: TransportType) -> Arc<Target> {
-    let cfg =
-        nvmf_testkit::model::single_namespace(NQN, trtype, "Null0", BdevKind::Null, 4096, 1 << 20);
-    Target::from_config(&cfg).expect("target")
-}
-
-fn port(trtype: TransportType, caps: nvmf_core::TransportCaps) -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".into(),
-        trsvcid: "4420".into(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps,
-    })
+fn target(trtype: TransportType, kind: BdevKind) -> Arc<Target> {
+    inproc::target(NQN, trtype, kind, 4096, 1 << 12)
 }
 
 fn read(cid: u16, slba: u64, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(IoOpcode::Read as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, 1).set_sgl(sgl);
-    c
+    inproc::rw(IoOpcode::Read, cid, slba, 1, sgl)
 }
 
 /// The device side of an RdmaQueue: receives in posting order, completions for every
@@ -113,19 +97,16 @@ impl Device {
 
 fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQueue {
     let p = RdmaQueueParams {
-        requests: RequestParams {
-            in_capsule_data_size: 4096,
-            admin_in_capsule_data_size: 4096,
-            max_io_size: 131_072,
-            buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-            max_fetch_bytes: 4 << 20,
-            fetch_timeout: Duration::from_secs(30),
-            fetch_timeout_name: "RDMA READ timeout",
-        },
+        requests: inproc::rdma_request_params(4 << 20, Duration::from_secs(30)),
         entries: QD,
         read_depth: 16,
+        shared_receives: false,
     };
-    let mut q = RdmaQueue::new(t.clone(), port(TransportType::Rdma, nvmf_rdma::CAPS), &p);
+    let mut q = RdmaQueue::new(
+        t.clone(),
+        inproc::port(TransportType::Rdma, nvmf_rdma::CAPS),
+        &p,
+    );
     q.start();
     dev.run(&mut q);
     let data = ConnectData::new([1; 16], cntlid, NQN, HOST);
@@ -145,7 +126,7 @@ fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQ
 }
 
 fn run_rdma(n: u64) -> u64 {
-    let t = target(TransportType::Rdma);
+    let t = target(TransportType::Rdma, BdevKind::Null);
     let mut dev = Device {
         posted: Default::default(),
         done: Vec::new(),
@@ -168,8 +149,13 @@ fn run_rdma(n: u64) -> u64 {
     dev.responses as u64
 }
 
-fn run_tcp(n: u64) -> u64 {
-    let t = target(TransportType::Tcp);
+fn run_tcp(n: u64, write: bool) -> u64 {
+    let kind = if write {
+        BdevKind::Malloc
+    } else {
+        BdevKind::Null
+    };
+    let t = target(TransportType::Tcp, kind);
     let params = TcpParams::new(t.limits(), true);
     let opts = EncodeOpts::new(false, false);
     let drain = |c: &mut Connection| -> usize {
@@ -178,7 +164,11 @@ fn run_tcp(n: u64) -> u64 {
         n
     };
     let connect = |qid: u16, cntlid: u16| -> Connection {
-        let mut c = Connection::new(t.clone(), port(TransportType::Tcp, nvmf_tcp::CAPS), &params);
+        let mut c = Connection::new(
+            t.clone(),
+            inproc::port(TransportType::Tcp, nvmf_tcp::CAPS),
+            &params,
+        );
         let mut b = Vec::new();
         encode_ic_req(&mut b, 0, false, false, 0);
         let data = ConnectData::new([1; 16], cntlid, NQN, HOST);
@@ -201,13 +191,16 @@ fn run_tcp(n: u64) -> u64 {
     let cntlid = admin.queue().controller().expect("controller").cntlid();
     let mut io = connect(1, cntlid);
     let mut batch = Vec::new();
+    let payload = [0x5a; 4096];
     for cid in 0..QD {
-        encode_capsule_cmd(
-            &mut batch,
-            &opts,
-            &read(cid, u64::from(cid), SglDescriptor::transport(4096)),
-            &[],
-        );
+        if write {
+            let sgl = SglDescriptor::in_capsule(0, 4096);
+            let c = inproc::rw(IoOpcode::Write, cid, u64::from(cid), 1, sgl);
+            encode_capsule_cmd(&mut batch, &opts, &c, &payload);
+        } else {
+            let sgl = SglDescriptor::transport(4096);
+            encode_capsule_cmd(&mut batch, &opts, &read(cid, u64::from(cid), sgl), &[]);
+        }
     }
     let mut bytes = 0u64;
     let mut issued = 0u64;
@@ -216,8 +209,13 @@ fn run_tcp(n: u64) -> u64 {
         issued += u64::from(QD);
         bytes += drain(&mut io) as u64;
     }
-    // 4096 bytes of data plus a C2HData header per read (SUCCESS flag: no response capsule).
-    bytes / 4096
+    if write {
+        // One 24-byte CapsuleResp per write.
+        bytes / 24
+    } else {
+        // 4096 bytes of data plus a C2HData header per read (SUCCESS flag: no response capsule).
+        bytes / 4096
+    }
 }
 
 fn main() {
@@ -226,9 +224,10 @@ fn main() {
     let n: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(100_000);
     let done = match which.as_str() {
         "rdma" => run_rdma(n),
-        "tcp" => run_tcp(n),
+        "tcp" => run_tcp(n, false),
+        "tcpw" => run_tcp(n, true),
         other => {
-            eprintln!("usage: io_cost rdma|tcp [N]  (not {other:?})");
+            eprintln!("usage: io_cost rdma|tcp|tcpw [N]  (not {other:?})");
             std::process::exit(2);
         }
     };

@@ -10,6 +10,8 @@
 //! * [`client`]: waiting for CM events and resolving a peer, for one-connection tools.
 //! * [`queue`]: [`RdmaQueue`], one NVMe/RDMA queue as a sans-I/O state machine over the core's
 //!   request engine (capsules from RECVs in, RDMA READ / WRITE / SEND work requests out).
+//! * [`srq`]: [`RecvPool`], the receive buffers of a device's shared receive queue (sans-I/O:
+//!   posted / held / idle per buffer).
 //! * [`port`]: [`RdmaPort`], the target side: CM listeners, connect-request checks, accept /
 //!   reject, the verbs glue that runs each connection's queue, teardown.
 //! * [`verbs`]: per-connection resources — [`ProtectionDomain`] (one per device, shared),
@@ -27,6 +29,7 @@ pub mod cm;
 mod ffi;
 pub mod port;
 pub mod queue;
+pub mod srq;
 pub mod verbs;
 
 use std::io;
@@ -34,6 +37,7 @@ use std::sync::OnceLock;
 
 pub use port::{FdChange, PendingConn, PollStats, RdmaPort, DISCONNECT_GRACE};
 pub use queue::{Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
+pub use srq::{RecvPool, RecvPost};
 
 /// What NVMe/RDMA states about its capsules (each connection's `PortInfo::caps`): host memory
 /// is reached through Keyed SGL Data Block descriptors, one per command.

@@ -31,6 +31,21 @@
 //! an accept with CRQSIZE; the READ depth is the smallest of the host's
 //! grant, the device's limit and [`MAX_READ_DEPTH`].
 //!
+//! Receives: by default (SPDK's `no_srq` false) each device whose
+//! attributes offer shared receive queues (`max_srq` > 0) gets one SRQ of
+//! `max_srq_depth` entries (clamped to the device's `max_srq_wr`) with a
+//! [`RecvPool`] of capsule buffers (64 + in-capsule data size each)
+//! registered once and all posted; every queue pair on that device is
+//! created with it and posts no receive of its own. A receive completion
+//! arrives on the completion queue of the queue pair it was consumed by
+//! (one CQ per connection), its `wr_id` names the pool buffer and its
+//! `qp_num` is checked against that connection's; the queue parses the
+//! capsule in place and gives the buffer back, and the pool's idle buffers
+//! are reposted as one list per reactor turn. A connection destroyed with
+//! receive completions still on its CQ gives those buffers back first.
+//! With `no_srq`, or on a device without SRQs (or whose SRQ could not be
+//! set up), each queue owns and posts one receive buffer per entry.
+//!
 //! Memory registration: receive and response buffers once per connection;
 //! a slot's data buffer when the slot first needs it and again only if that
 //! buffer was reallocated (it grows rarely and is reused across commands):
@@ -55,7 +70,7 @@ use std::os::fd::RawFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use nvmf_config::{AddressFamily, ListenerConfig, TransportType};
+use nvmf_config::{AddressFamily, ListenerConfig, RdmaOptions, TransportType};
 use nvmf_core::request::RequestParams;
 use nvmf_core::{PortInfo, Target};
 use nvmf_wire::rdma::{negotiate_read_depth, parse_connect_request, RdmaQueueLimits};
@@ -64,9 +79,10 @@ use tracing::{debug, info, warn};
 
 use crate::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 use crate::queue::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
+use crate::srq::{RecvPool, RecvPost};
 use crate::verbs::{
-    Access, Completion, CompletionQueue, MemoryRegion, ProtectionDomain, QpCaps, RecvWr, SendOp,
-    SendWr, Sge,
+    Access, Completion, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpCaps, RecvWr,
+    SendOp, SendWr, Sge, SharedReceiveQueue,
 };
 
 /// RDMA READs a queue keeps in flight at most (the device and the host
@@ -159,8 +175,23 @@ struct Listener {
     cfg: ListenerConfig,
 }
 
-/// Per-device resources shared by its connections.
+/// A device's shared receive queue and its buffers. Field order is drop
+/// order: the SRQ (destroyed once no queue pair holds it), then the
+/// registration, then the buffers.
+struct SrqRes {
+    srq: Arc<SharedReceiveQueue>,
+    mr: MemoryRegion,
+    pool: RecvPool,
+    /// Queue entries (host queue depths) of the connections using it now.
+    entries: usize,
+    /// Those exceed the pool (logged once per crossing).
+    oversubscribed: bool,
+}
+
+/// Per-device resources shared by its connections. The SRQ goes before the
+/// protection domain.
 struct DeviceRes {
+    srq: Option<SrqRes>,
     pd: Arc<ProtectionDomain>,
     /// The shared zero buffer, registered for local reads (RDMA WRITE source).
     zeroes: Option<MemoryRegion>,
@@ -172,7 +203,8 @@ struct DeviceRes {
 struct Conn {
     id: CmId,
     slot_mrs: Vec<Option<MemoryRegion>>,
-    recv_mr: MemoryRegion,
+    /// The queue's own receive buffers (none with a shared receive queue).
+    recv_mr: Option<MemoryRegion>,
     resp_mr: MemoryRegion,
     zero_lkey: Option<u32>,
     cq: Arc<CompletionQueue>,
@@ -191,6 +223,13 @@ struct Conn {
     listen: SocketAddr,
     /// Held while the connection lives (the daemon's placement ticket).
     _ticket: Option<Box<dyn std::any::Any + Send>>,
+    /// Its device (key of `RdmaPort::devices`).
+    dev: usize,
+    /// Its queue pair's number (receive completions of a shared receive
+    /// queue must name it).
+    qp_num: u32,
+    /// Queue entries (the host's queue depth).
+    entries: u16,
 }
 
 /// The RDMA target port of one reactor (see the module documentation).
@@ -215,6 +254,10 @@ pub struct RdmaPort {
     stats: PollStats,
     /// The reactor that owns the port (log lines).
     reactor: usize,
+    /// Shared receive queues: `max_srq_depth` and `no_srq`.
+    rdma: RdmaOptions,
+    srq_posts: Vec<RecvPost>,
+    srq_wrs: Vec<RecvWr>,
 }
 
 impl RdmaPort {
@@ -241,6 +284,9 @@ impl RdmaPort {
             unarmed: Vec::new(),
             stats: PollStats::default(),
             reactor: 0,
+            rdma: RdmaOptions::default(),
+            srq_posts: Vec::new(),
+            srq_wrs: Vec::new(),
         })
     }
 
@@ -264,6 +310,13 @@ impl RdmaPort {
     /// [`RdmaPort::arm_unarmed`]).
     pub fn has_unarmed(&self) -> bool {
         !self.unarmed.is_empty()
+    }
+
+    /// The RDMA transport's options (`nvmf_create_transport -t RDMA`):
+    /// shared receive queues (`no_srq`, `max_srq_depth`). Before the first
+    /// listener; defaults to SPDK's (SRQ where the device has them, 4096).
+    pub fn set_options(&mut self, o: &RdmaOptions) {
+        self.rdma = *o;
     }
 
     /// The CM event channel's fd (readable: call [`RdmaPort::on_cm_events`]).
@@ -291,6 +344,19 @@ impl RdmaPort {
         id.listen(addr, 128)
             .map_err(|e| format!("{what}: {e} (is an RDMA device bound to that address?)"))?;
         info!(traddr = %cfg.traddr, trsvcid = %cfg.trsvcid, "listening (NVMe/RDMA)");
+        // A listener on a device's address knows its device: set up its
+        // receives now, so the log says at once whether an SRQ is used.
+        match id.device() {
+            Some(dev) => {
+                if let Err(e) = self.device_res(dev) {
+                    warn!(traddr = %cfg.traddr, "RDMA device resources: {e} (retried at the first connection)");
+                }
+            }
+            None => info!(
+                traddr = %cfg.traddr,
+                "NVMe/RDMA receives: chosen per device at its first connection (wildcard listener)"
+            ),
+        }
         let l = Some(Listener {
             id,
             cfg: cfg.clone(),
@@ -535,35 +601,140 @@ impl RdmaPort {
         }
     }
 
-    fn device(&mut self, id: &CmId) -> Result<&DeviceRes, String> {
+    fn device(&mut self, id: &CmId) -> Result<&mut DeviceRes, String> {
         let dev = id.device().ok_or("the connection has no RDMA device")?;
-        match self.devices.entry(dev.key()) {
-            std::collections::hash_map::Entry::Occupied(e) => Ok(e.into_mut()),
-            std::collections::hash_map::Entry::Vacant(v) => {
-                let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
-                let zeroes =
-                    nvmf_core::backend::zeroes(nvmf_core::backend::ZEROES_LEN).and_then(|z| {
-                        // SAFETY: the zero buffer is static and never written.
-                        unsafe {
-                            MemoryRegion::new(
-                                &pd,
-                                z.as_ptr() as *mut u8,
-                                z.len(),
-                                Access::default(),
-                            )
-                        }
-                        .ok()
-                    });
-                let max_read = dev
-                    .limits()
-                    .map(|l| l.max_qp_init_rd_atom.min(255) as u8)
-                    .unwrap_or(1);
-                Ok(v.insert(DeviceRes {
+        self.device_res(dev)
+    }
+
+    /// The resources of `dev`, set up on first use: protection domain, the
+    /// zero buffer's registration, and (unless `no_srq`, where the device
+    /// has them) the shared receive queue with its buffers all posted.
+    fn device_res(&mut self, dev: Device) -> Result<&mut DeviceRes, String> {
+        if !self.devices.contains_key(&dev.key()) {
+            let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
+            let zeroes = nvmf_core::backend::zeroes(nvmf_core::backend::ZEROES_LEN).and_then(|z| {
+                // SAFETY: the zero buffer is static and never written.
+                unsafe { MemoryRegion::new(&pd, z.as_ptr() as *mut u8, z.len(), Access::default()) }
+                    .ok()
+            });
+            let limits = dev.limits().ok();
+            let max_read = limits
+                .as_ref()
+                .map(|l| l.max_qp_init_rd_atom.min(255) as u8)
+                .unwrap_or(1);
+            let srq = self.shared_receives(&pd, limits.as_ref());
+            self.devices.insert(
+                dev.key(),
+                DeviceRes {
+                    srq,
                     pd,
                     zeroes,
                     max_read,
-                }))
+                },
+            );
+            self.post_shared(dev.key());
+        }
+        self.devices
+            .get_mut(&dev.key())
+            .ok_or_else(|| "RDMA device resources missing".to_string())
+    }
+
+    /// A shared receive queue for the device of `pd`, or `None` (logged:
+    /// why not) where queues post their own receives.
+    fn shared_receives(
+        &self,
+        pd: &Arc<ProtectionDomain>,
+        limits: Option<&crate::verbs::DeviceLimits>,
+    ) -> Option<SrqRes> {
+        let why_not = if self.rdma.no_srq {
+            Some("no_srq is set".to_string())
+        } else {
+            match limits {
+                None => Some("the device's attributes could not be read".to_string()),
+                Some(l) if l.max_srq == 0 || l.max_srq_wr == 0 => {
+                    Some("the device has no shared receive queues".to_string())
+                }
+                Some(_) => None,
             }
+        };
+        if let Some(why) = why_not {
+            info!(reason = %why, "NVMe/RDMA receives: per queue (one buffer per queue entry)");
+            return None;
+        }
+        let max_wr = limits.map(|l| l.max_srq_wr).unwrap_or(0);
+        let depth = self.rdma.max_srq_depth.min(max_wr).max(1);
+        let icd = self
+            .requests
+            .in_capsule_data_size
+            .max(self.requests.admin_in_capsule_data_size);
+        let capsule = 64 + icd as usize;
+        let set_up = || -> Result<SrqRes, String> {
+            let srq = SharedReceiveQueue::new(pd, depth).map_err(|e| e.to_string())?;
+            let mut pool = RecvPool::new(depth, capsule);
+            let mem = pool.memory();
+            // SAFETY: the pool's memory is one allocation never resized,
+            // dropped after the registration and the SRQ (field order in
+            // SrqRes).
+            let mr =
+                unsafe { MemoryRegion::new(pd, mem.as_mut_ptr(), mem.len(), Access::LOCAL_WRITE) }
+                    .map_err(|e| e.to_string())?;
+            Ok(SrqRes {
+                srq,
+                mr,
+                pool,
+                entries: 0,
+                oversubscribed: false,
+            })
+        };
+        match set_up() {
+            Ok(r) => {
+                let qd = self
+                    .target
+                    .limits_for(TransportType::Rdma)
+                    .max_queue_depth
+                    .max(1);
+                info!(
+                    depth,
+                    requested = self.rdma.max_srq_depth,
+                    device_max = max_wr,
+                    capsule_bytes = capsule,
+                    full_depth_io_queues = depth as usize / usize::from(qd),
+                    "NVMe/RDMA receives: shared receive queue (SRQ)"
+                );
+                Some(r)
+            }
+            Err(e) => {
+                warn!("NVMe/RDMA receives: per queue (the shared receive queue could not be set up: {e})");
+                None
+            }
+        }
+    }
+
+    /// Posts the idle buffers of device `dev`'s shared receive queue as one
+    /// list (a failed post leaves the rest idle, tried again next turn).
+    fn post_shared(&mut self, dev: usize) {
+        let Some(s) = self.devices.get_mut(&dev).and_then(|d| d.srq.as_mut()) else {
+            return;
+        };
+        self.srq_posts.clear();
+        s.pool.take_posts(&mut self.srq_posts);
+        if self.srq_posts.is_empty() {
+            return;
+        }
+        let (base, lkey) = (s.mr.addr(), s.mr.lkey());
+        self.srq_wrs.clear();
+        self.srq_wrs.extend(self.srq_posts.iter().map(|p| RecvWr {
+            wr_id: p.wr_id,
+            sge: Sge {
+                addr: base + p.offset as u64,
+                len: p.len,
+                lkey,
+            },
+        }));
+        if let Err(e) = s.srq.post_recv(&self.srq_wrs) {
+            warn!("posting shared receive buffers failed: {e}");
+            s.pool
+                .not_posted(&self.srq_posts[e.posted.min(self.srq_posts.len())..]);
         }
     }
 
@@ -578,12 +749,13 @@ impl RdmaPort {
             ticket,
         } = p;
         let cfg = &cfg;
-        let (pd, zero_lkey, max_read) = {
+        let (pd, zero_lkey, max_read, srq) = {
             let d = self.device(&id)?;
             (
                 d.pd.clone(),
                 d.zeroes.as_ref().map(|m| m.lkey()),
                 d.max_read,
+                d.srq.as_ref().map(|s| s.srq.clone()),
             )
         };
         let read_depth = match negotiate_read_depth(initiator_depth, max_read, MAX_READ_DEPTH) {
@@ -598,10 +770,11 @@ impl RdmaPort {
         let dev = pd.device();
         let cq_depth = 3 * u32::from(entries) + SEND_SLACK;
         let cq = CompletionQueue::new(dev, cq_depth).map_err(|e| e.to_string())?;
-        id.create_qp(
+        id.create_qp_with(
             &pd,
             &cq,
             &cq,
+            srq.as_ref(),
             QpCaps {
                 send_depth: 2 * u32::from(entries) + SEND_SLACK,
                 recv_depth: u32::from(entries),
@@ -611,6 +784,7 @@ impl RdmaPort {
             },
         )
         .map_err(|e| e.to_string())?;
+        let qp_num = id.qp_num().unwrap_or(0);
         let local = id.local_addr();
         let port = Arc::new(PortInfo {
             trtype: TransportType::Rdma,
@@ -631,14 +805,20 @@ impl RdmaPort {
                 requests: self.requests.clone(),
                 entries,
                 read_depth,
+                shared_receives: srq.is_some(),
             },
         );
         let rb = queue.recv_buffers();
         // SAFETY: the receive and response buffers are owned by `queue`,
         // never resized, and outlive the registrations (field order in Conn).
-        let recv_mr =
-            unsafe { MemoryRegion::new(&pd, rb.as_mut_ptr(), rb.len(), Access::LOCAL_WRITE) }
-                .map_err(|e| e.to_string())?;
+        let recv_mr = if srq.is_some() {
+            None
+        } else {
+            Some(
+                unsafe { MemoryRegion::new(&pd, rb.as_mut_ptr(), rb.len(), Access::LOCAL_WRITE) }
+                    .map_err(|e| e.to_string())?,
+            )
+        };
         let sb = queue.response_buffers();
         let resp_mr =
             unsafe { MemoryRegion::new(&pd, sb.as_mut_ptr(), sb.len(), Access::default()) }
@@ -669,8 +849,14 @@ impl RdmaPort {
             peer,
             listen,
             _ticket: ticket,
+            dev: dev.key(),
+            qp_num,
+            entries,
         };
         post(&mut c, &mut self.scratch)?;
+        if srq.is_some() {
+            self.post_shared(c.dev);
+        }
         c.id.accept(&ConnParam {
             private_data: accept.as_bytes(),
             responder_resources: 0,
@@ -681,6 +867,10 @@ impl RdmaPort {
         .map_err(|e| e.to_string())?;
         debug!(%peer, qid = req.qid, entries, read_depth, reactor = self.reactor, "NVMe/RDMA connection accepted");
         fds(FdChange::Add { fd: cq.fd(), key });
+        if srq.is_some() {
+            // Counted from here; destroy() takes it off again.
+            self.shared_attach(c.dev, usize::from(entries), true);
+        }
         self.conns[key] = Some(c);
         Ok(())
     }
@@ -784,21 +974,60 @@ impl RdmaPort {
                 if !wc.is_ok() && c.closing.is_none() {
                     debug!(peer = %c.peer, status = %wc.status_str(), wr_id = wc.wr_id(), "RDMA work request failed");
                 }
-                c.queue.on_completion(
-                    &WorkCompletion {
-                        wr_id: wc.wr_id(),
-                        ok: wc.is_ok(),
-                        byte_len: wc.byte_len(),
-                    },
-                    now_ns,
-                );
+                let w = WorkCompletion {
+                    wr_id: wc.wr_id(),
+                    ok: wc.is_ok(),
+                    byte_len: wc.byte_len(),
+                };
+                if RecvPool::owns(w.wr_id) {
+                    let Some(s) = self.devices.get_mut(&c.dev).and_then(|d| d.srq.as_mut()) else {
+                        continue;
+                    };
+                    if wc.qp_num() == c.qp_num {
+                        c.queue.on_shared_recv(&mut s.pool, &w, now_ns);
+                    } else if let Some(i) = s.pool.complete(w.wr_id) {
+                        // Cannot happen with one CQ per connection; the
+                        // buffer goes back rather than being lost.
+                        warn!(peer = %c.peer, qp_num = wc.qp_num(), "shared receive completion for another queue pair: dropped");
+                        s.pool.give_back(i);
+                    }
+                    continue;
+                }
+                c.queue.on_completion(&w, now_ns);
             }
             if n < POLL_BATCH {
                 break;
             }
         }
+        let dev = c.dev;
         self.stats.completions += total as u64;
+        self.post_shared(dev);
         total
+    }
+
+    /// Counts `entries` queue entries (a connection's queue depth) on or off
+    /// device `dev`'s shared receive queue, and logs when they come to
+    /// exceed its buffers: the hosts' queue depths are then not all backed,
+    /// and a host may see receiver-not-ready retries (the RC transport
+    /// retries them: `rnr_retry_count` 7, no error) under full load.
+    fn shared_attach(&mut self, dev: usize, entries: usize, on: bool) {
+        let Some(s) = self.devices.get_mut(&dev).and_then(|d| d.srq.as_mut()) else {
+            return;
+        };
+        if on {
+            s.entries += entries;
+        } else {
+            s.entries = s.entries.saturating_sub(entries);
+        }
+        let over = s.entries > s.pool.count();
+        if over && !s.oversubscribed {
+            info!(
+                queue_entries = s.entries,
+                srq_buffers = s.pool.count(),
+                "NVMe/RDMA queue depths now exceed the shared receive queue (hosts may be told receiver-not-ready under full load; raise max_srq_depth)"
+            );
+        }
+        s.oversubscribed = over;
     }
 
     /// Posts what connection `key` asked for and disconnects it if it must close.
@@ -824,6 +1053,10 @@ impl RdmaPort {
     /// Timer tick and backend completions: every connection's queue polls
     /// (keep-alive, asynchronous events, deferred completions).
     pub fn tick(&mut self, now: Instant, fds: &mut dyn FnMut(FdChange)) {
+        let devs: Vec<usize> = self.devices.keys().copied().collect();
+        for dev in devs {
+            self.post_shared(dev);
+        }
         for key in 0..self.conns.len() {
             if let Some(c) = self.conns[key].as_mut() {
                 c.queue.poll(now);
@@ -875,6 +1108,9 @@ impl RdmaPort {
         fds(FdChange::Remove { fd: c.cq.fd(), key });
         self.unarmed.retain(|&k| k != key);
         let st = self.stats;
+        if !c.queue.owns_receives() {
+            self.shared_detach(&c);
+        }
         info!(
             peer = %c.peer,
             qid = c.queue.queue().qid(),
@@ -891,6 +1127,43 @@ impl RdmaPort {
     }
 }
 
+impl RdmaPort {
+    /// A connection on a shared receive queue goes: receive completions
+    /// still on its CQ (capsules it will never run, flushes) give their
+    /// buffers back, so none is lost to the pool; its entries no longer
+    /// count against the SRQ. The queue pair is destroyed after this (by
+    /// the caller dropping the connection); the buffers are reposted with
+    /// the next batch.
+    fn shared_detach(&mut self, c: &Conn) {
+        let Some(s) = self.devices.get_mut(&c.dev).and_then(|d| d.srq.as_mut()) else {
+            return;
+        };
+        // Bounded: the CQ holds at most its depth.
+        let rounds = c.cq.depth() as usize / POLL_BATCH + 2;
+        let mut back = 0usize;
+        for _ in 0..rounds {
+            self.wcs.clear();
+            self.wcs.resize_with(POLL_BATCH, Completion::default);
+            let n = c.cq.poll(&mut self.wcs).unwrap_or(0);
+            for wc in &self.wcs[..n] {
+                if RecvPool::owns(wc.wr_id()) {
+                    if let Some(i) = s.pool.complete(wc.wr_id()) {
+                        s.pool.give_back(i);
+                        back += 1;
+                    }
+                }
+            }
+            if n < POLL_BATCH {
+                break;
+            }
+        }
+        if back > 0 {
+            debug!(peer = %c.peer, buffers = back, "shared receive buffers of a closed queue pair given back");
+        }
+        self.shared_attach(c.dev, usize::from(c.entries), false);
+    }
+}
+
 impl Conn {
     fn queue_close(&mut self) {
         self.queue.close_now("RDMA completion queue failed");
@@ -902,7 +1175,11 @@ impl Conn {
         let region = self.queue.region_mut(l.region);
         let (ptr, cap) = (region.as_mut_ptr(), region.len());
         let lkey = match l.region {
-            Region::Recv(_) => self.recv_mr.lkey(),
+            Region::Recv(_) => self
+                .recv_mr
+                .as_ref()
+                .map(|m| m.lkey())
+                .ok_or("no receive buffers of its own (shared receive queue)")?,
             Region::Response(_) => self.resp_mr.lkey(),
             Region::Zeroes => {
                 let z =

@@ -2,7 +2,8 @@
 //! of the core's request engine, with no verbs call in it.
 //!
 //! Owns [`RdmaQueue`]: the receive buffers for command capsules (SQE +
-//! in-capsule data, one per queue entry), the response buffers (one CQE per
+//! in-capsule data, one per queue entry; none when the queue pair takes its
+//! receives from a shared receive queue, see below), the response buffers (one CQE per
 //! slot, plus a few for completions without a slot), the queue's RDMA READ
 //! accounting (at most the negotiated read depth in flight; more wait in
 //! order), and the core's `RequestEngine`, to which it is the [`Fabric`].
@@ -21,6 +22,17 @@
 //! → the slot is free once the SEND completed, so neither its data nor its
 //! response buffer is reused while the device may still read them. Every
 //! RECV is reposted as soon as its capsule was handed over.
+//!
+//! Shared receive queue ([`RdmaQueueParams::shared_receives`]): the queue
+//! owns no receive buffer and posts no receive. A capsule arrives in a
+//! buffer of the device's [`RecvPool`]; [`RdmaQueue::on_shared_recv`]
+//! parses the SQE in place and gives the in-capsule data to the engine, which
+//! never keeps the capsule past the call (in-capsule data is copied into
+//! the slot when the backend is asynchronous, else executed from the
+//! buffer before it returns; a host over its queue size is a protocol
+//! fault, so no command waits holding its capsule). The buffer goes back to
+//! the pool before the call returns, also when the completion failed (a
+//! flush) or the queue is closing: no copy, no buffer held across turns.
 //!
 //! Buffers the work requests name ([`Region`]) belong to this queue (receive
 //! and response buffers, slot buffers) or are the shared zero buffer; the
@@ -42,6 +54,8 @@ use nvmf_wire::rdma::{KeyedSgl, KeyedSglError};
 use nvmf_wire::zerocopy::{FromBytes, IntoBytes};
 use tracing::debug;
 
+use crate::srq::RecvPool;
+
 /// Bytes of a submission queue entry.
 const SQE_LEN: usize = 64;
 /// Bytes of a completion queue entry.
@@ -61,6 +75,10 @@ pub struct RdmaQueueParams {
     /// RDMA READs in flight at most (negotiated from the host's initiator
     /// depth and the device's limit).
     pub read_depth: u8,
+    /// The queue pair takes its receives from a shared receive queue: no
+    /// receive buffer of its own, capsules through
+    /// [`RdmaQueue::on_shared_recv`].
+    pub shared_receives: bool,
 }
 
 /// A buffer a work request names.
@@ -151,7 +169,8 @@ struct Wire {
 pub struct RdmaQueue {
     engine: RequestEngine,
     wire: Wire,
-    /// `entries` receive buffers of `recv_len` bytes each.
+    /// `entries` receive buffers of `recv_len` bytes each (none with a
+    /// shared receive queue).
     recv: Vec<u8>,
     recv_len: usize,
     entries: u16,
@@ -313,13 +332,18 @@ impl RdmaQueue {
                 reads_waiting: VecDeque::new(),
                 sends_in_flight: 0,
             },
-            recv: vec![0; usize::from(entries) * recv_len],
+            recv: if params.shared_receives {
+                Vec::new()
+            } else {
+                vec![0; usize::from(entries) * recv_len]
+            },
             recv_len,
-            entries,
+            entries: if params.shared_receives { 0 } else { entries },
         }
     }
 
-    /// Posts every receive buffer (once, before accepting the connection).
+    /// Posts every receive buffer (once, before accepting the connection;
+    /// nothing with a shared receive queue).
     pub fn start(&mut self) {
         for i in 0..self.entries {
             self.post_recv(i);
@@ -465,25 +489,43 @@ impl RdmaQueue {
     fn on_recv(&mut self, i: u16, byte_len: u32, now_ns: u64) -> Result<(), Fault> {
         let at = usize::from(i) * self.recv_len;
         let len = (byte_len as usize).min(self.recv_len);
-        if len < SQE_LEN {
-            self.engine
-                .close("NVMe/RDMA capsule shorter than a command");
-            return Ok(());
-        }
-        let buf = &mut self.recv[at..at + len];
-        let (sqe, icd) = buf.split_at_mut(SQE_LEN);
-        let Ok(cmd) = Command::read_from_bytes(sqe) else {
-            self.engine.close("NVMe/RDMA capsule unreadable");
+        let Some(buf) = self.recv.get_mut(at..at + len) else {
             return Ok(());
         };
-        let r = self
-            .engine
-            .on_command(&mut self.wire, cmd, icd, true, now_ns);
+        let r = on_capsule(&mut self.engine, &mut self.wire, buf, now_ns);
         // The capsule was consumed (in-capsule data copied or executed):
         // the buffer can take the next command.
         self.post_recv(i);
-        r?;
-        self.engine.after_input(&mut self.wire)
+        r
+    }
+
+    /// A receive completion of a shared receive queue (its `wr_id` names a
+    /// buffer of `pool`, it arrived on this queue's queue pair): the capsule
+    /// is parsed from the pool's buffer, which is given back to the pool
+    /// before this returns (the caller reposts the pool's idle buffers in a
+    /// batch). A failed (flushed) receive closes the queue, as its own
+    /// receives do. A `wr_id` the pool does not hold as posted is ignored.
+    pub fn on_shared_recv(&mut self, pool: &mut RecvPool, wc: &WorkCompletion, now_ns: u64) {
+        let Some(i) = pool.complete(wc.wr_id) else {
+            debug!(
+                wr_id = wc.wr_id,
+                "receive completion for a shared buffer not posted: ignored"
+            );
+            return;
+        };
+        if !wc.ok {
+            pool.give_back(i);
+            self.engine.close("RDMA work request failed or flushed");
+            return;
+        }
+        let buf = pool.capsule(i, wc.byte_len as usize);
+        let r = on_capsule(&mut self.engine, &mut self.wire, buf, now_ns);
+        // The engine keeps nothing of the capsule (see the module
+        // documentation): the buffer can go back at once.
+        pool.give_back(i);
+        if let Err(f) = r {
+            self.fault(f);
+        }
     }
 
     /// Timer tick: late completions, timeouts, buffer waits.
@@ -493,8 +535,34 @@ impl RdmaQueue {
         }
     }
 
+    /// Whether the queue owns its receive buffers (no shared receive queue).
+    pub fn owns_receives(&self) -> bool {
+        self.entries > 0
+    }
+
     fn fault(&mut self, f: Fault) {
         debug!(peer = %self.engine.queue().port().peer, reason = f.reason, "NVMe/RDMA queue fault: disconnecting");
         self.engine.close(f.reason);
     }
+}
+
+/// One capsule (SQE + in-capsule data, `buf` as received) to the engine.
+/// A capsule shorter than an SQE closes the queue.
+fn on_capsule(
+    engine: &mut RequestEngine,
+    wire: &mut Wire,
+    buf: &mut [u8],
+    now_ns: u64,
+) -> Result<(), Fault> {
+    if buf.len() < SQE_LEN {
+        engine.close("NVMe/RDMA capsule shorter than a command");
+        return Ok(());
+    }
+    let (sqe, icd) = buf.split_at_mut(SQE_LEN);
+    let Ok(cmd) = Command::ref_from_bytes(sqe) else {
+        engine.close("NVMe/RDMA capsule unreadable");
+        return Ok(());
+    };
+    engine.on_command(wire, cmd, icd, true, now_ns)?;
+    engine.after_input(wire)
 }

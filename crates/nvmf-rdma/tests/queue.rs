@@ -3,17 +3,22 @@
 //! receive buffers in order, serving RDMA READ and WRITE from and into its
 //! own memory, receiving SENDs) and the device's completion queue. Checks
 //! the work requests the queue asks for, their order and bounds, and the
-//! data that ends up in host memory and on the namespace.
+//! data that ends up in host memory and on the namespace. With a shared
+//! receive queue the test also plays the device's SRQ: capsules land in the
+//! next posted buffer of a pool several queues share.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nvmf_config::{AddressFamily, BdevKind, TransportType};
-use nvmf_core::request::{BufPolicy, RequestParams};
-use nvmf_core::{PortInfo, Target, TransportCaps};
-use nvmf_rdma::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
+use nvmf_config::{BdevKind, TransportType};
+use nvmf_core::{PortInfo, Target};
+use nvmf_rdma::{
+    RdmaQueue, RdmaQueueParams, RecvPool, RecvPost, Region, WorkCompletion, WorkRequest,
+};
+use nvmf_testkit::inproc::{self, rw};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::{ConnectData, CC};
@@ -25,45 +30,60 @@ const NQN: &str = "nqn.2024-01.io.nvmfd:rdma";
 const HOST: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-0000000000d1";
 
 fn target() -> Arc<Target> {
-    let cfg = nvmf_testkit::model::single_namespace(
-        NQN,
-        TransportType::Rdma,
-        "Ram",
-        BdevKind::Malloc,
-        512,
-        8192,
-    );
-    Target::from_config(&cfg).expect("target")
+    inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 8192)
 }
 
 fn port() -> Arc<PortInfo> {
-    Arc::new(PortInfo {
-        trtype: TransportType::Rdma,
-        adrfam: AddressFamily::Ipv4,
-        traddr: "192.0.2.1".to_string(),
-        trsvcid: "4420".to_string(),
-        peer: "192.0.2.2:50000".parse::<SocketAddr>().unwrap(),
-        tls: None,
-        caps: TransportCaps {
-            keyed_sgls: true,
-            msdbd: 1,
-        },
-    })
+    inproc::port(TransportType::Rdma, nvmf_rdma::CAPS)
 }
 
 fn params(entries: u16, read_depth: u8) -> RdmaQueueParams {
     RdmaQueueParams {
-        requests: RequestParams {
-            in_capsule_data_size: 4096,
-            admin_in_capsule_data_size: 4096,
-            max_io_size: 131_072,
-            buffers: BufPolicy::new(64 << 20, 4096, 131_072),
-            max_fetch_bytes: 4 << 20,
-            fetch_timeout: Duration::from_secs(30),
-            fetch_timeout_name: "RDMA READ timeout",
-        },
+        requests: inproc::rdma_request_params(4 << 20, Duration::from_secs(30)),
         entries,
         read_depth,
+        shared_receives: false,
+    }
+}
+
+/// Capsule bytes of the pool (64 + the in-capsule data size of `params`).
+const CAPSULE: usize = 64 + 4096;
+
+/// A device's shared receive queue as the test plays it: the pool, and its
+/// buffers posted on the SRQ in the order the device fills them.
+struct Srq {
+    pool: RecvPool,
+    posted: VecDeque<RecvPost>,
+}
+
+impl Srq {
+    fn new(count: u32) -> Rc<RefCell<Srq>> {
+        let mut s = Srq {
+            pool: RecvPool::new(count, CAPSULE),
+            posted: VecDeque::new(),
+        };
+        s.repost();
+        assert_eq!(s.posted.len(), count as usize, "every buffer posted");
+        Rc::new(RefCell::new(s))
+    }
+
+    /// The caller's batched repost of the buffers given back.
+    fn repost(&mut self) {
+        let mut v = Vec::new();
+        self.pool.take_posts(&mut v);
+        self.posted.extend(v);
+    }
+
+    /// The device puts a capsule into the next posted buffer (whichever
+    /// queue pair it arrives on) and reports the receive completion.
+    fn fill(&mut self, capsule: &[u8], ok: bool) -> WorkCompletion {
+        let p = self.posted.pop_front().expect("a posted shared buffer");
+        self.pool.memory()[p.offset..p.offset + capsule.len()].copy_from_slice(capsule);
+        WorkCompletion {
+            wr_id: p.wr_id,
+            ok,
+            byte_len: capsule.len() as u32,
+        }
     }
 }
 
@@ -80,6 +100,8 @@ struct Host {
     /// Reads left unserved (for depth checks) when `hold_reads` is set.
     held: Vec<WorkRequest>,
     hold_reads: bool,
+    /// The shared receive queue the queue pair takes its receives from.
+    srq: Option<Rc<RefCell<Srq>>>,
 }
 
 impl Host {
@@ -94,12 +116,40 @@ impl Host {
             log: Vec::new(),
             held: Vec::new(),
             hold_reads: false,
+            srq: None,
         };
         h.run();
         assert_eq!(
             h.posted.len(),
             usize::from(p.entries),
             "every receive buffer posted"
+        );
+        h
+    }
+
+    /// A queue pair on the shared receive queue `srq`: it posts no receive.
+    fn shared(t: &Arc<Target>, p: &RdmaQueueParams, srq: &Rc<RefCell<Srq>>) -> Host {
+        let p = RdmaQueueParams {
+            shared_receives: true,
+            ..p.clone()
+        };
+        let mut q = RdmaQueue::new(t.clone(), port(), &p);
+        q.start();
+        let mut h = Host {
+            q,
+            mem: vec![0; 1 << 20],
+            posted: VecDeque::new(),
+            responses: Vec::new(),
+            log: Vec::new(),
+            held: Vec::new(),
+            hold_reads: false,
+            srq: Some(srq.clone()),
+        };
+        h.run();
+        assert!(h.posted.is_empty(), "no receive of its own");
+        assert!(
+            h.q.recv_buffers().is_empty(),
+            "no receive buffer of its own"
         );
         h
     }
@@ -193,6 +243,17 @@ impl Host {
     /// The host sends a capsule: the device puts it in the next posted
     /// receive buffer.
     fn send(&mut self, cmd: &Command, icd: &[u8]) {
+        if let Some(srq) = self.srq.clone() {
+            let mut capsule = cmd.as_bytes().to_vec();
+            capsule.extend_from_slice(icd);
+            let mut srq = srq.borrow_mut();
+            let wc = srq.fill(&capsule, true);
+            self.q.on_shared_recv(&mut srq.pool, &wc, 0);
+            srq.repost();
+            drop(srq);
+            self.run();
+            return;
+        }
         let wr_id = self.posted.pop_front().expect("a posted receive buffer");
         let i = (wr_id & 0xffff) as u16;
         let buf = self.q.region_mut(Region::Recv(i));
@@ -243,10 +304,27 @@ fn connected(t: &Arc<Target>, read_depth: u8) -> (Host, Host) {
     (a, io)
 }
 
-fn rw(op: IoOpcode, cid: u16, slba: u64, nlb: u32, sgl: SglDescriptor) -> Command {
-    let mut c = Command::new(op as u8, cid);
-    c.set_nsid(1).set_lba_range(slba, nlb).set_sgl(sgl);
-    c
+/// As [`connected`], both queue pairs on one shared receive queue of
+/// `buffers` buffers.
+fn connected_shared(t: &Arc<Target>, buffers: u32) -> (Host, Host, Rc<RefCell<Srq>>) {
+    let srq = Srq::new(buffers);
+    let mut a = Host::shared(t, &params(32, 4), &srq);
+    let data = ConnectData::new([4; 16], 0xFFFF, NQN, HOST);
+    a.mem[0x100..0x100 + 1024].copy_from_slice(data.as_bytes());
+    let mut c = Command::connect(1, 0, 31, 0, 0);
+    c.set_sgl(keyed(0x100, 1024, 0x11, false));
+    a.send(&c, &[]);
+    assert_eq!(a.last_status(1), Status::SUCCESS);
+    a.send(&Command::property_set(2, CC, false, 0x0046_0001), &[]);
+    assert_eq!(a.last_status(2), Status::SUCCESS);
+    let cntlid = a.q.queue().controller().unwrap().cntlid();
+    let mut io = Host::shared(t, &params(32, 4), &srq);
+    let data = ConnectData::new([4; 16], cntlid, NQN, HOST);
+    let mut c = Command::connect(1, 1, 31, 0, 0);
+    c.set_sgl(SglDescriptor::in_capsule(0, 1024));
+    io.send(&c, data.as_bytes());
+    assert_eq!(io.last_status(1), Status::SUCCESS);
+    (a, io, srq)
 }
 
 #[test]
@@ -503,4 +581,125 @@ fn error_completions_close_the_queue_once_and_nothing_more_is_posted() {
     drop(io);
     drop(a);
     assert_eq!(t.active_controllers(), 0, "the controller was freed");
+}
+
+/// Two queue pairs (admin and I/O) on one shared receive queue of 4
+/// buffers: every capsule (Connects, in-capsule writes, keyed reads, admin
+/// commands in between) is parsed from a pool buffer, each buffer is given
+/// back and reposted right after its command, so 4 buffers carry far more
+/// commands than that, and neither queue ever posts a receive.
+#[test]
+fn shared_receive_capsules_run_from_the_pool_and_every_buffer_goes_back() {
+    let t = target();
+    let (mut a, mut io, srq) = connected_shared(&t, 4);
+    for k in 0..12u16 {
+        let fill = [k as u8 ^ 0xA5; 1024];
+        io.send(
+            &rw(
+                IoOpcode::Write,
+                100 + k,
+                u64::from(k) * 2,
+                2,
+                SglDescriptor::in_capsule(0, 1024),
+            ),
+            &fill,
+        );
+        assert_eq!(io.last_status(100 + k), Status::SUCCESS);
+        let at = 0x8000 + usize::from(k) * 0x400;
+        io.send(
+            &rw(
+                IoOpcode::Read,
+                200 + k,
+                u64::from(k) * 2,
+                2,
+                keyed(at as u64, 1024, 0x55, false),
+            ),
+            &[],
+        );
+        assert_eq!(io.last_status(200 + k), Status::SUCCESS);
+        assert_eq!(io.mem[at..at + 1024], fill[..], "in-capsule data landed");
+        // the admin queue takes its capsules from the same pool
+        a.send(&Command::new(0x18, 300 + k), &[]); // Keep Alive
+        assert_eq!(a.last_status(300 + k), Status::SUCCESS);
+        let s = srq.borrow();
+        assert_eq!(s.pool.held(), 0, "no buffer kept after its command");
+        assert_eq!(s.pool.posted(), 4, "every buffer posted again");
+    }
+    for h in [&a, &io] {
+        assert!(
+            !h.log.iter().any(|w| matches!(w, WorkRequest::Recv { .. })),
+            "a queue on a shared receive queue posts no receive"
+        );
+    }
+    assert!(a.q.close_reason().is_none() && io.q.close_reason().is_none());
+}
+
+/// A queue pair dies with shared buffers it consumed: the flushed receive
+/// closes its queue and gives the buffer back; a runt capsule on another
+/// queue does too; the same completion seen again (or a wr_id never
+/// posted) is ignored, so no buffer is posted twice; buffers the device
+/// took for a queue pair whose completions the caller drains after the
+/// queue is gone go back through the pool alone; the other queue keeps
+/// working on the same pool.
+#[test]
+fn a_queue_dying_with_shared_buffers_loses_none_and_posts_none_twice() {
+    let t = target();
+    let (mut a, mut io, srq) = connected_shared(&t, 4);
+    // a capsule in flight for the I/O queue pair when it dies: flushed
+    let wc = srq.borrow_mut().fill(&[0u8; 64], false);
+    io.q.on_shared_recv(&mut srq.borrow_mut().pool, &wc, 0);
+    assert!(
+        io.q.close_reason().is_some(),
+        "a flushed receive closes the queue"
+    );
+    assert_eq!(srq.borrow().pool.held(), 0);
+    assert_eq!(srq.borrow().pool.idle(), 1, "the flushed buffer came back");
+    // the flush delivered twice, and a stale wr_id: nothing changes
+    io.q.on_shared_recv(&mut srq.borrow_mut().pool, &wc, 0);
+    let stale = WorkCompletion {
+        wr_id: wc.wr_id + 1000,
+        ok: true,
+        byte_len: 64,
+    };
+    io.q.on_shared_recv(&mut srq.borrow_mut().pool, &stale, 0);
+    assert_eq!(srq.borrow().pool.idle(), 1, "given back once");
+    srq.borrow_mut().repost();
+    assert_eq!(srq.borrow().pool.posted(), 4);
+    // two more capsules the device took for the dying queue pair, never
+    // delivered to its queue: the caller drains its CQ and gives them back
+    let lost: Vec<WorkCompletion> = (0..2)
+        .map(|_| srq.borrow_mut().fill(&[0u8; 64], true))
+        .collect();
+    drop(io);
+    {
+        let mut s = srq.borrow_mut();
+        for wc in &lost {
+            let i = s.pool.complete(wc.wr_id).expect("posted");
+            s.pool.give_back(i);
+        }
+        s.repost();
+        assert_eq!((s.pool.posted(), s.pool.held()), (4, 0), "none lost");
+        assert_eq!(s.posted.len(), 4, "each buffer on the SRQ once");
+        let mut ids: Vec<u64> = s.posted.iter().map(|p| p.wr_id).collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 4, "no buffer posted twice");
+    }
+    // a runt capsule on the admin queue: closed, buffer back
+    let mut b = {
+        let (b, _io2, _srq2) = connected_shared(&t, 4);
+        b
+    };
+    let s2 = b.srq.clone().unwrap();
+    let wc = s2.borrow_mut().fill(&[0u8; 40], true);
+    b.q.on_shared_recv(&mut s2.borrow_mut().pool, &wc, 0);
+    assert_eq!(
+        b.q.close_reason(),
+        Some("NVMe/RDMA capsule shorter than a command")
+    );
+    assert_eq!(s2.borrow().pool.held(), 0);
+    // the surviving admin queue still runs on the first pool
+    a.send(&Command::new(0x18, 77), &[]);
+    assert_eq!(a.last_status(77), Status::SUCCESS);
+    assert_eq!(srq.borrow().pool.posted(), 4);
 }

@@ -46,6 +46,7 @@ use nvmf_wire::pdu::{
     DATA_LAST, DATA_SUCCESS, FES_DATA_LIMIT_EXCEEDED, FES_DATA_OUT_OF_RANGE,
     FES_HEADER_DIGEST_ERROR, FES_INVALID_HEADER_FIELD, FES_PDU_SEQUENCE_ERROR,
 };
+use nvmf_wire::zerocopy::FromBytes;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -78,6 +79,8 @@ const FEI_DATA_DATAO: u32 = 12;
 const FEI_DATA_DATAL: u32 = 16;
 /// Common header FLAGS byte (H2CData DATA_LAST).
 const FEI_FLAGS: u32 = 1;
+/// CapsuleCmd header: the 8-byte common header and the 64-byte command.
+const CAPSULE_CMD_HLEN: usize = 72;
 
 /// Transport parameters shared by every connection of a target.
 #[derive(Debug, Clone)]
@@ -569,14 +572,27 @@ impl Connection {
                             self.on_h2c_term(fes, fei);
                             Ok(())
                         }
-                        Pdu::CapsuleCmd {
-                            hdr,
-                            data_digest_ok,
-                            ..
-                        } => {
-                            let cmd = hdr.cmd;
-                            let data = &mut rx[doff..doff + dlen];
-                            self.on_capsule(cmd, data, data_digest_ok)
+                        Pdu::CapsuleCmd { data_digest_ok, .. } => {
+                            // The command is used where it arrived (no
+                            // copy): the receive buffer is split after the
+                            // 72-byte header, the in-capsule data (if any)
+                            // being behind it.
+                            let hend = pdu_start + CAPSULE_CMD_HLEN;
+                            let (head, tail) = rx.split_at_mut(hend);
+                            let data = if dlen == 0 {
+                                &mut []
+                            } else {
+                                let at = doff - hend;
+                                &mut tail[at..at + dlen]
+                            };
+                            match Command::ref_from_bytes(&head[pdu_start + 8..]) {
+                                Ok(cmd) => self.on_capsule(cmd, data, data_digest_ok),
+                                Err(_) => Err(PduError::new(
+                                    FES_INVALID_HEADER_FIELD,
+                                    0,
+                                    "CapsuleCmd header unreadable",
+                                )),
+                            }
                         }
                         Pdu::H2CData {
                             hdr,
@@ -684,7 +700,7 @@ impl Connection {
         }
     }
 
-    fn on_capsule(&mut self, cmd: Command, data: &mut [u8], ddok: bool) -> Result<(), PduError> {
+    fn on_capsule(&mut self, cmd: &Command, data: &mut [u8], ddok: bool) -> Result<(), PduError> {
         self.require_ready()?;
         if !ddok {
             debug!(peer = %self.engine.queue().port().peer, cid = cmd.cid(), "in-capsule data digest error");

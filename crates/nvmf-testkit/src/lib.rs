@@ -13,6 +13,8 @@
 //!   (`testbed/ceph-cluster`) with the `rbd`/`ceph` CLIs against it, for RBD namespaces.
 //! * [`model`]: in-process target configurations (one subsystem, one namespace) for the
 //!   core's and the transports' own tests.
+//! * [`inproc`]: around such a model, the target, a connection's `PortInfo` and an NVMe/RDMA
+//!   queue's request-engine limits (the request engine's and the RDMA queue's tests).
 //! * Here: [`free_port`], [`trid`], [`text`], [`TestDir`], and the measurements the hostile
 //!   tests share ([`p99`], [`rss`]).
 
@@ -24,6 +26,7 @@ use std::time::Duration;
 pub mod bins;
 pub mod ceph;
 pub mod daemon;
+pub mod inproc;
 pub mod model;
 pub mod process;
 

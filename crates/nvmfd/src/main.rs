@@ -282,6 +282,9 @@ fn run(cli: Cli) -> Result<()> {
         std::time::Duration::from_millis(cli.h2c_timeout_ms),
         cli.max_r2t_bytes,
         std::time::Duration::from_millis(cli.connect_timeout_ms),
+        cfg.transport(TransportType::Rdma)
+            .and_then(|t| t.rdma)
+            .unwrap_or_default(),
     ));
     let mut peers = Vec::new();
     let mut reactors = Vec::new();

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
-use nvmf_config::{ListenerConfig, TransportType};
+use nvmf_config::{ListenerConfig, RdmaOptions, TransportType};
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::Target;
 use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
@@ -60,23 +60,29 @@ pub struct RdmaSetup {
     pub target: Arc<Target>,
     pub params: RequestParams,
     pub connect_timeout: Duration,
+    /// The RDMA transport's own options (`nvmf_create_transport -t RDMA`:
+    /// shared receive queues or not, their depth).
+    pub options: RdmaOptions,
 }
 
 impl RdmaSetup {
     /// `fetch_timeout` and `max_fetch_bytes` are the daemon's data-transfer
     /// limits (`--h2c-timeout-ms`, `--max-r2t-bytes`), `connect_timeout`
-    /// its `--connect-timeout-ms`; the RDMA transport's limits are taken now.
+    /// its `--connect-timeout-ms`, `options` the RDMA transport's; the RDMA
+    /// transport's limits are taken now.
     pub fn new(
         target: Arc<Target>,
         fetch_timeout: Duration,
         max_fetch_bytes: u32,
         connect_timeout: Duration,
+        options: RdmaOptions,
     ) -> RdmaSetup {
         let params = request_params(&target, fetch_timeout, max_fetch_bytes);
         RdmaSetup {
             target,
             params,
             connect_timeout,
+            options,
         }
     }
 }
@@ -318,6 +324,7 @@ impl RdmaSide {
                 setup.connect_timeout,
             )?;
             port.set_reactor(self.reactor);
+            port.set_options(&setup.options);
             port.set_busy_poll(self.busy_poll);
             reg.register(
                 &mut SourceFd(&port.channel_fd()),

@@ -218,6 +218,9 @@ pub struct RequestEngine {
     /// When `poll` next checks the fetch timeout and idle buffers.
     next_housekeeping: Instant,
     late: Vec<Completion>,
+    /// In-capsule data that fits whichever queue this is (the smaller of
+    /// the two limits): the inline fast path's check.
+    icd_either: u32,
     sq_flow_disabled: bool,
     close: Option<&'static str>,
     stats: RequestStats,
@@ -262,6 +265,9 @@ impl RequestEngine {
             coarse_now: now,
             next_housekeeping: now,
             late: Vec::with_capacity(16),
+            icd_either: params
+                .in_capsule_data_size
+                .min(params.admin_in_capsule_data_size),
             sq_flow_disabled: false,
             close: None,
             stats: RequestStats::default(),
@@ -377,30 +383,33 @@ impl RequestEngine {
     pub fn on_command<F: Fabric>(
         &mut self,
         fab: &mut F,
-        cmd: Command,
+        cmd: &Command,
         data: &mut [u8],
         data_ok: bool,
         start_ns: u64,
     ) -> Result<(), Fault> {
         self.stats.commands += 1;
-        if !self.qp.is_connected() && !is_connect(&cmd) {
+        if !self.qp.is_connected() && !is_connect(cmd) {
             // Nothing but a Connect may come first: fail before asking for
             // (or taking in) any data.
             return Err(Fault::sequence("command before Fabrics Connect"));
         }
-        let idx = self.alloc(&cmd)?;
-        if let Some(s) = self.slots.get_mut(idx) {
-            s.start_ns = start_ns;
-        }
+        let idx = self.alloc(cmd)?;
+        // One look-up of the new slot: its arrival time, and the direction
+        // `alloc` worked out.
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
+        slot.start_ns = start_ns;
+        let xfer = slot.xfer;
         if !data_ok {
             self.stats.data_errors += 1;
             debug!(peer = %self.qp.port().peer, cid = cmd.cid(), "in-capsule data damaged");
             self.complete_status(fab, idx, Status::TRANSIENT_TRANSPORT_ERROR);
             return Ok(());
         }
-        let sgl = *cmd.sgl();
-        let DataDesc { kind, len } = fab.describe(&sgl);
-        let xfer = Xfer::of(&cmd);
+        let sgl = cmd.sgl();
+        let DataDesc { kind, len } = fab.describe(sgl);
         match xfer {
             Xfer::None => self.execute(fab, idx, Src::None),
             Xfer::Bidi => {
@@ -413,22 +422,27 @@ impl RequestEngine {
                 Ok(())
             }
             Xfer::HostToCtrl if kind == SglKind::InCapsule => {
-                self.in_capsule(fab, idx, sgl.address(), len, data)
+                let offset = sgl.address();
+                if offset == 0
+                    && len <= self.icd_either
+                    && data.len() == len as usize
+                    && !self.qp.needs_stable_buffers()
+                {
+                    // The common case, kept inline: executed in place.
+                    self.execute(fab, idx, Src::Capsule(data))
+                } else {
+                    self.in_capsule(fab, idx, offset, len, data)
+                }
             }
             Xfer::HostToCtrl if kind == SglKind::Transport => {
-                let Some(slot) = self.slots.get_mut(idx) else {
-                    return Ok(());
-                };
+                // (`alloc` set `received` to 0.)
                 slot.len = len;
-                slot.received = 0;
                 self.start_or_wait(fab, idx, xfer, len)
             }
             // A read's data always goes through the transport; NVMe/TCP
             // hosts may describe it as in-capsule (ignored for reads).
             Xfer::CtrlToHost if kind != SglKind::Unsupported => {
-                if let Some(slot) = self.slots.get_mut(idx) {
-                    slot.len = len;
-                }
+                slot.len = len;
                 self.start_or_wait(fab, idx, xfer, len)
             }
             _ => {
@@ -458,7 +472,9 @@ impl RequestEngine {
         }
     }
 
-    /// Host→controller data in the capsule.
+    /// Host→controller data in the capsule: the checks, and the copy into
+    /// the slot buffer for an asynchronous backend.
+    #[inline(never)]
     fn in_capsule<F: Fabric>(
         &mut self,
         fab: &mut F,
@@ -743,13 +759,13 @@ impl RequestEngine {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
-        let cmd = slot.cmd;
+        // The command is read in place from its slot (no copy).
         let res = match src {
-            Src::None => self.qp.execute(&cmd, &mut []),
-            Src::Capsule(d) => self.qp.execute(&cmd, d),
+            Src::None => self.qp.execute(&slot.cmd, &mut []),
+            Src::Capsule(d) => self.qp.execute(&slot.cmd, d),
             Src::Slot => {
-                let len = slot.len as usize;
-                self.qp.execute(&cmd, slot.data_mut(len))
+                let (cmd, data) = slot.cmd_and_data_mut();
+                self.qp.execute(cmd, data)
             }
         };
         match res {
@@ -792,16 +808,16 @@ impl RequestEngine {
         let Some(slot) = self.slots.get(idx) else {
             return;
         };
-        let cmd = slot.cmd;
-        let (xfer, len, start_ns) = (slot.xfer, slot.len, slot.start_ns);
-        self.slots.set_state(idx, RequestState::Completing);
+        let (xfer, len) = (slot.xfer, slot.len);
         let ok = cqe.status().is_success();
         // Per-namespace counters and latency (capsule received → response
-        // queued, here).
-        self.qp.record_io(&cmd, ok, start_ns);
-        if is_connect(&cmd) {
+        // queued, here), from the command in its slot (no copy).
+        self.qp.record_io(&slot.cmd, ok, slot.start_ns);
+        if is_connect(&slot.cmd) {
+            let cmd = slot.cmd;
             self.after_connect(&cmd, ok);
         }
+        self.slots.set_state(idx, RequestState::Completing);
         let data = if xfer == Xfer::CtrlToHost && len > 0 && ok {
             match zero_data
                 .then(|| crate::backend::zeroes(len as usize))

@@ -235,6 +235,15 @@ impl Slot {
         &mut self.buf[..n]
     }
 
+    /// The command and the first `len` bytes of its buffer (`data_mut(len)`)
+    /// at once, `len` being the slot's transfer length: what execution
+    /// needs, without copying the command out of the slot.
+    #[inline]
+    pub fn cmd_and_data_mut(&mut self) -> (&Command, &mut [u8]) {
+        let n = (self.len as usize).min(self.buf.len());
+        (&self.cmd, &mut self.buf[..n])
+    }
+
     /// The first `len` bytes of the slot buffer (must already be allocated).
     pub fn data(&self, len: usize) -> &[u8] {
         &self.buf[..len.min(self.buf.len())]

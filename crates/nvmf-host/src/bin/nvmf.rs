@@ -314,7 +314,9 @@ struct CommonConn {
     /// Request data digests (CRC32C over all data)
     #[arg(long, short = 'G')]
     data_digest: bool,
-    /// Seconds to wait for the connection and each admin command
+    /// Seconds to wait for the connection and each admin command; in perf, also how long the
+    /// final drain waits, and (plus --keep-alive-tmo) how long I/Os in flight may go without any
+    /// completion (in the run and the verify read-back) before the run fails naming them
     #[arg(long, default_value_t = 10, value_name = "SECONDS")]
     timeout: u64,
     /// Keep SQ flow control on the I/O queues (by default they ask the target to disable it,

@@ -282,6 +282,11 @@ impl Worker {
         self.tag_path.len() - self.free_tags.len()
     }
 
+    /// Tags sent on a path and not completed (not those waiting for one).
+    fn in_flight(&self) -> usize {
+        self.tag_path.iter().filter(|&&p| p != NO_PATH).count()
+    }
+
     #[inline]
     fn is_busy(&self, u: u64) -> bool {
         self.busy[(u / 64) as usize] & (1 << (u % 64)) != 0
@@ -860,7 +865,39 @@ fn wait_any(fds: &mut [libc::pollfd], qs: &[Worker], timeout: Duration) {
     }
 }
 
-/// Run one thread's workers until `deadline`, drain, then (verify) read back.
+/// Err when the thread's workers have I/Os in flight on a path (not only
+/// waiting for one) after `stall` without a completion.
+fn stalled(qs: &[Worker], phase: usize, stall: Duration) -> Result<()> {
+    let stuck: usize = qs.iter().map(Worker::in_flight).sum();
+    if stuck == 0 {
+        return Ok(());
+    }
+    let paths = qs
+        .iter()
+        .find(|w| w.in_flight() > 0)
+        .map(Worker::path_summary)
+        .unwrap_or_default();
+    Err(Error::Timeout(format!(
+        "{}: {stuck} I/O(s) never completed: no completion for {stall:?} (the I/O timeout \
+         --timeout plus the keep-alive timeout) from {paths}",
+        if phase == 1 {
+            "verify read-back"
+        } else {
+            "I/O"
+        }
+    )))
+}
+
+/// Run one thread's workers until `deadline`, drain (at most `io_timeout`
+/// after it), then (verify) read back. Neither phase may stall: when I/Os
+/// are in flight and none of the thread's queues completed anything for
+/// `stall` (the I/O timeout plus the keep-alive timeout: longer than a
+/// keep-alive takes to find a frozen path, so with several paths the
+/// commands of a frozen one move first) (a target that stopped answering without closing: a frozen
+/// process, a machine gone from an RDMA fabric that reports no error), the
+/// thread fails naming how many I/Os never completed and on which paths
+/// (they are also reported per queue). The read-back has no overall limit:
+/// it reads every written unit.
 /// With `ramp_pending`, every worker's statistics restart when the main
 /// thread sets `shared.ramp_over` (the end of the ramp).
 #[allow(clippy::too_many_arguments)]
@@ -870,7 +907,8 @@ pub(crate) fn run_thread(
     shared: &Shared,
     base: Instant,
     deadline: Instant,
-    drain: Duration,
+    io_timeout: Duration,
+    stall: Duration,
     spin: Duration,
     mut ramp_pending: bool,
 ) -> Result<()> {
@@ -885,9 +923,10 @@ pub(crate) fn run_thread(
         nfds
     ];
     let mut running = true;
-    let mut drain_until = deadline + drain;
+    let mut drain_until = deadline + io_timeout;
     let mut ios_total = 0u64;
     let mut bytes_total = 0u64;
+    let mut last_completion = Instant::now();
     // Phase 0: timed run. Phase 1 (verify): read-back.
     for phase in 0..2 {
         if phase == 1 {
@@ -895,7 +934,8 @@ pub(crate) fn run_thread(
                 break;
             }
             running = true;
-            drain_until = Instant::now() + Duration::from_secs(600);
+            last_completion = Instant::now();
+            drain_until = last_completion + io_timeout;
         }
         loop {
             let now = Instant::now();
@@ -917,6 +957,10 @@ pub(crate) fn run_thread(
                 let n = w.poll_paths(base);
                 if n > 0 {
                     progress = true;
+                    last_completion = Instant::now();
+                    if phase == 1 {
+                        drain_until = last_completion + io_timeout;
+                    }
                     ios_total += n as u64;
                     bytes_total += n as u64 * w.io_size as u64;
                     // Refill at once: the next poll sends these (as the
@@ -938,6 +982,9 @@ pub(crate) fn run_thread(
             }
             if !running && outstanding == 0 {
                 break;
+            }
+            if outstanding > 0 && last_completion.elapsed() >= stall {
+                stalled(qs, phase, stall)?;
             }
             if !running && Instant::now() >= drain_until {
                 break; // lost I/Os are reported per queue

@@ -322,6 +322,8 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
         let duration = cfg.ramp + cfg.duration;
         let ramp = cfg.ramp;
         let spin = cfg.poll;
+        let io_timeout = cfg.connect.timeout;
+        let stall = cfg.connect.timeout + cfg.connect.kato;
         let h = std::thread::Builder::new()
             .name(format!("nvmf-perf-{t}"))
             .spawn(move || {
@@ -340,7 +342,8 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
                     &shared,
                     base,
                     start + duration,
-                    Duration::from_secs(10),
+                    io_timeout,
+                    stall,
                     spin,
                     !ramp.is_zero(),
                 );
