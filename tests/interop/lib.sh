@@ -104,7 +104,8 @@ disconnect() {  # nqn
 
 # NVMe/RDMA with the kernel host (nvme-rdma): discover $NQN at $TARGET_IP:$PORT (listed with
 # trtype rdma), connect to it; sets CTRL (transport rdma) and D (namespace 1's block device).
-# H holds the host identity arguments. Marks dmesg first (see rdma_disconnect).
+# H holds the host identity arguments; CONNECT_EXTRA more nvme connect options (word-split).
+# Marks dmesg first (see rdma_disconnect).
 rdma_discover_connect() {
   modprobe nvme-rdma || fail "modprobe nvme-rdma"
   dmesg_mark
@@ -113,8 +114,9 @@ rdma_discover_connect() {
   grep -q "subnqn: *$NQN" <<<"$LAST_OUT" || fail "the discovery log does not list $NQN"
   grep -q 'trtype: *rdma' <<<"$LAST_OUT" || fail "the discovery log entry is not trtype rdma"
   ok "discovery log lists $NQN over rdma"
-  step "nvme connect -t rdma $NQN"
-  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}"
+  step "nvme connect -t rdma $NQN ${CONNECT_EXTRA:-}"
+  # shellcheck disable=SC2086 # CONNECT_EXTRA: extra options, word-split on purpose
+  run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" ${CONNECT_EXTRA:-}
   CTRL=$(ctrl_of "$NQN") || fail "no live controller for $NQN after nvme connect"
   [ "$(cat "/sys/class/nvme/$CTRL/transport")" = rdma ] || fail "$CTRL transport is not rdma"
   D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"

@@ -21,6 +21,11 @@
 #      FIO_MB (host, host2: 8)  WAIT_S (target, 200)
 #      REJECTED (target: connect requests the host sends bad, 5; rdma_host.rs's nvmf: 0)
 #      MIN_CLOSED (target: NVMe/RDMA queues at least closed by the end, 4)
+#      POLL_US (target: nvmfd --poll-us, 50)
+#      SPREAD (target, 1: I/O queues must have been placed on two reactors; needs 2 vCPUs:
+#        nvmfd runs one reactor per vCPU, at most 2)
+#      BUSY (target, 1: some completions must have been reaped by busy polls)
+#      WRITE_QUEUES (host: nvme connect --nr-write-queues, 1: a second I/O queue on a 1-vCPU host)
 #      NO_SRQ (target: 1 = nvmf_create_transport with no_srq, rpc.py's -r: per-queue receives;
 #        else shared receive queues, the default; the log must show the mode used)
 . /job/lib.sh
@@ -42,7 +47,10 @@ target)
      "serial_number": "NVMFDRDMA0001", "model_number": "nvmfd rdma"}},
   {"method": "nvmf_subsystem_add_ns", "params": {"nqn": "$NQN", "namespace": {"bdev_name": "Malloc0"}}}]}]}
 JSON
-  RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m 0 -r /tmp/nvmfd.sock > /job/nvmfd.log 2>&1 &
+  NCPU=$(nproc); [ "$NCPU" -ge 2 ] && CORES=0,1 || CORES=0
+  info "nvmfd reactors on core(s) $CORES of $NCPU, --poll-us ${POLL_US:-50}"
+  RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m "$CORES" --poll-us "${POLL_US:-50}" \
+    -r /tmp/nvmfd.sock > /job/nvmfd.log 2>&1 &
   pid=$!
   for _ in $(seq 150); do   # 15 s at most
     [ -S /tmp/nvmfd.sock ] && break
@@ -111,6 +119,27 @@ JSON
   info "connect requests rejected: $rejected"
   [ "$rejected" = "${REJECTED:-5}" ] || fail "nvmfd logged $rejected rejected connect requests, the host sent ${REJECTED:-5} bad ones"
   ok "clean shutdown"
+  step "NVMe/RDMA queues on the reactors: placement and completion polling"
+  grep 'I/O queue placed on reactor' /job/nvmfd.log | sed 's/^/  | /'
+  grep 'NVMe/RDMA port closed' /job/nvmfd.log | sed 's/^/  | /'
+  if [ "${SPREAD:-0}" = 1 ]; then
+    [ "$CORES" = 0,1 ] || fail "SPREAD needs 2 vCPUs (this guest has $NCPU)"
+    for r in 0 1; do
+      grep -q "I/O queue placed on reactor $r" /job/nvmfd.log || fail "no I/O queue was placed on reactor $r"
+      grep 'NVMe/RDMA connection closed' /job/nvmfd.log | grep -q "reactor=$r" ||
+        fail "no NVMe/RDMA queue was served (and closed) on reactor $r"
+    done
+    ok "I/O queues served on reactors 0 and 1"
+  fi
+  sum() { grep 'NVMe/RDMA port closed' /job/nvmfd.log | sed -n "s/.* $1=\([0-9]*\).*/\1/p" | awk '{s+=$1} END {print s+0}'; }
+  polled=$(sum polled_completions); wakeups=$(sum cq_wakeups); total=$(sum completions)
+  info "completions $total: $polled by busy polls, $wakeups CQ wake-ups"
+  if [ "${POLL_US:-50}" = 0 ]; then
+    [ "$polled" = 0 ] || fail "--poll-us 0 but $polled completions were busy-polled"
+  elif [ "${BUSY:-0}" = 1 ]; then
+    [ "$polled" -gt 0 ] || fail "--poll-us ${POLL_US:-50}: no completion was reaped by a busy poll"
+  fi
+  ok "completion polling as configured"
   echo "ALL STEPS PASSED" ;;
 host)
   FIO_MB=${FIO_MB:-8}
@@ -126,7 +155,9 @@ host)
   step "a host that vanishes right after its queue was accepted"
   run "$P" "$T" --expect-accept --vanish
   ok "gone without a disconnect"
-  rdma_discover_connect
+  # a write queue besides the per-CPU I/O queue: two I/O queues on a 1-vCPU host, which
+  # nvmfd's placement spreads over its reactors
+  CONNECT_EXTRA="--nr-write-queues=${WRITE_QUEUES:-1}" rdma_discover_connect
   run nvme id-ctrl "/dev/$CTRL"
   sgls=$(awk '$1 == "sgls" {print $3}' <<<"$LAST_OUT")
   [ -n "$sgls" ] && [ $((sgls & 4)) = 4 ] || fail "Identify SGLS $sgls: no keyed SGL data block support (bit 2)"

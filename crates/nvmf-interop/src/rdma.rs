@@ -152,7 +152,8 @@ pub struct ListenGuest {
 
 impl ListenGuest {
     /// Boots the guest (`dir/listen-guest` is its job dir) with `env` exported to the script and
-    /// `put_bins` shipped with `--put-bin`; returns at once.
+    /// `put_bins` shipped with `--put-bin`; returns at once. `GUEST_SMP` in `env` sets the
+    /// guest's vCPUs.
     pub fn start(
         dir: &Path,
         link: &RxeLink,
@@ -219,6 +220,10 @@ impl ListenGuest {
             .arg("--put")
             .arg(root.join("tests/interop/lib.sh"))
             .args(link_args);
+        // GUEST_SMP in `env`: the guest's vCPUs (the testbed's default is 1).
+        if let Some((_, n)) = env.iter().find(|(k, _)| *k == "GUEST_SMP") {
+            cmd.arg("--smp").arg(n);
+        }
         for b in put_bins {
             cmd.arg("--put-bin").arg(b);
         }

@@ -32,6 +32,14 @@ fn kernel_host_against_nvmfd_over_rxe() {
     target_env.push(("WAIT_S", "240".to_string()));
     // This test runs per-queue receives (rpc.py's -r); the others the default SRQ.
     target_env.push(("NO_SRQ", "1".to_string()));
+    // Two reactors (one per vCPU); the kernel host's two I/O queues (one of them a write
+    // queue) must land one on each; busy polling with a window long enough for TCG.
+    target_env.extend([
+        ("GUEST_SMP", "2".to_string()),
+        ("SPREAD", "1".to_string()),
+        ("POLL_US", "1000".to_string()),
+        ("BUSY", "1".to_string()),
+    ]);
     let target = case.serve(
         "nvmfd-rdma.sh",
         &target_env,
@@ -92,6 +100,9 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
     target_env.extend([
         ("WAIT_S", "240".to_string()),
         ("REJECTED", "0".to_string()),
+        // two reactors, no busy polling (every completion found after a CQ wake-up)
+        ("GUEST_SMP", "2".to_string()),
+        ("POLL_US", "0".to_string()),
         // the victim's admin queue and at least one I/O queue, host2's discovery and admin queues
         ("MIN_CLOSED", "4".to_string()),
     ]);

@@ -7,7 +7,19 @@
 //! queue's buffers, the queue state machine). One reactor thread owns a
 //! port and everything in it for its life; the thread's epoll waits on the
 //! event channel's fd and each connection's completion channel fd (the
-//! port says which to add and remove through [`FdChange`]).
+//! port says which to add and remove through [`FdChange`]). Each nvmfd
+//! reactor has its own port: the listening one routes a checked connect
+//! request to another reactor's port as a [`PendingConn`] (queue
+//! placement), which migrates the id to its own event channel and accepts
+//! it there, so a connection lives on one reactor from its accept on.
+//!
+//! Completion polling: with busy polling on ([`RdmaPort::set_busy_poll`]) a
+//! completion queue that delivered work is left unarmed and polled by the
+//! reactor's spin turns ([`RdmaPort::poll_unarmed`]); when the reactor is
+//! about to sleep it arms them all and polls each once more
+//! ([`RdmaPort::arm_unarmed`]), so a completion that raced the arm is not
+//! left for an event that never comes. [`PollStats`] counts wake-ups
+//! against completions.
 //!
 //! Connection set-up: a CONNECT_REQUEST's private data is checked
 //! (`nvmf_wire::rdma::parse_connect_request`: RECFMT, QID, HSQSIZE,
@@ -78,6 +90,8 @@ use crate::verbs::{
 pub const MAX_READ_DEPTH: u8 = 16;
 /// Token of listener `i` in CM events: `LISTENER_TOKEN + i`.
 const LISTENER_TOKEN: u64 = 1 << 48;
+/// Token of an id parked for another reactor (its events are ignored here).
+const PARKED_TOKEN: u64 = u64::MAX;
 /// Completions taken from a CQ per poll call.
 const POLL_BATCH: usize = 32;
 /// Send-queue entries beyond two per queue entry (responses without a slot).
@@ -98,6 +112,59 @@ pub enum FdChange {
         fd: RawFd,
         key: usize,
     },
+}
+
+/// A connect request checked on the listening port and bound for another
+/// reactor's port: [`RdmaPort::accept_pending`] there migrates the id to
+/// that port's event channel and accepts it. The CONNECT_REQUEST event is
+/// already acknowledged (so the id can migrate). Send: the id is (librdmacm
+/// ids are used from one thread at a time, and this one is only in transit).
+pub struct PendingConn {
+    id: CmId,
+    req: nvmf_wire::rdma::ConnectRequest,
+    initiator_depth: u8,
+    cfg: ListenerConfig,
+    listen: SocketAddr,
+    peer: SocketAddr,
+    /// Held while the connection lives (the daemon's placement ticket).
+    pub ticket: Option<Box<dyn std::any::Any + Send>>,
+}
+
+impl PendingConn {
+    /// Marks the id as in transit: an event this port still sees for it
+    /// is ignored. Call before sending it to another reactor.
+    pub fn park(&mut self) {
+        self.id.set_token(PARKED_TOKEN);
+    }
+    /// The queue ID the host asked for (0: admin).
+    pub fn qid(&self) -> u16 {
+        self.req.qid
+    }
+    /// The controller ID the host named (I/O queues; 0: none).
+    pub fn cntlid(&self) -> u16 {
+        self.req.cntlid
+    }
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+    /// The local address the request came in on, when known.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.id.local_addr()
+    }
+}
+
+/// Completion-polling counters of one port (the effect of busy polling:
+/// completions per wake-up).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PollStats {
+    /// Completion-channel events handled (the reactor woke for a CQ).
+    pub cq_wakeups: u64,
+    /// Busy polls of unarmed CQs (no wake-up, no system call to sleep).
+    pub busy_polls: u64,
+    /// Work completions reaped, all ways.
+    pub completions: u64,
+    /// Of those, reaped by busy polls.
+    pub polled_completions: u64,
 }
 
 /// A listening id and what it was configured as.
@@ -151,8 +218,11 @@ struct Conn {
     accepted_at: Instant,
     established: bool,
     peer: SocketAddr,
-    /// Index of the listener the connection came in on.
-    listener: usize,
+    /// The listen address the connection came in on (possibly on another
+    /// reactor's port).
+    listen: SocketAddr,
+    /// Held while the connection lives (the daemon's placement ticket).
+    _ticket: Option<Box<dyn std::any::Any + Send>>,
     /// Its device (key of `RdmaPort::devices`).
     dev: usize,
     /// Its queue pair's number (receive completions of a shared receive
@@ -177,6 +247,13 @@ pub struct RdmaPort {
     connect_timeout: std::time::Duration,
     wcs: Vec<Completion>,
     scratch: PostScratch,
+    /// Leave a CQ that delivered work unarmed for the reactor's busy polls.
+    busy_poll: bool,
+    /// Connections whose CQ is not armed (busy polling).
+    unarmed: Vec<usize>,
+    stats: PollStats,
+    /// The reactor that owns the port (log lines).
+    reactor: usize,
     /// Shared receive queues: `max_srq_depth` and `no_srq`.
     rdma: RdmaOptions,
     srq_posts: Vec<RecvPost>,
@@ -203,10 +280,36 @@ impl RdmaPort {
             connect_timeout,
             wcs: Vec::with_capacity(POLL_BATCH),
             scratch: PostScratch::default(),
+            busy_poll: false,
+            unarmed: Vec::new(),
+            stats: PollStats::default(),
+            reactor: 0,
             rdma: RdmaOptions::default(),
             srq_posts: Vec::new(),
             srq_wrs: Vec::new(),
         })
+    }
+
+    /// Names the owning reactor in log lines.
+    pub fn set_reactor(&mut self, id: usize) {
+        self.reactor = id;
+    }
+
+    /// Busy polling on: a CQ that delivered work stays unarmed until
+    /// [`RdmaPort::arm_unarmed`].
+    pub fn set_busy_poll(&mut self, on: bool) {
+        self.busy_poll = on;
+    }
+
+    /// Completion-polling counters so far.
+    pub fn poll_stats(&self) -> PollStats {
+        self.stats
+    }
+
+    /// Whether a CQ is left unarmed (the reactor must not sleep without
+    /// [`RdmaPort::arm_unarmed`]).
+    pub fn has_unarmed(&self) -> bool {
+        !self.unarmed.is_empty()
     }
 
     /// The RDMA transport's options (`nvmf_create_transport -t RDMA`):
@@ -294,15 +397,13 @@ impl RdmaPort {
         unlisten: bool,
         fds: &mut dyn FnMut(FdChange),
     ) -> usize {
-        let Some(index) = self.listener_index(addr) else {
-            return 0;
-        };
+        let index = self.listener_index(addr);
         let mut n = 0;
         for key in 0..self.conns.len() {
             let Some(c) = self.conns[key].as_mut() else {
                 continue;
             };
-            if c.listener != index || c.closing.is_some() {
+            if c.listen != addr || c.closing.is_some() {
                 continue;
             }
             let of_nqn = |nqn: &str| {
@@ -318,7 +419,7 @@ impl RdmaPort {
             self.after_work(key, fds);
             n += 1;
         }
-        if unlisten {
+        if let (true, Some(index)) = (unlisten, index) {
             if let Some(l) = self.listeners[index].take() {
                 info!(traddr = %l.cfg.traddr, trsvcid = %l.cfg.trsvcid, "stopped listening (NVMe/RDMA)");
             }
@@ -332,12 +433,19 @@ impl RdmaPort {
     }
 
     /// Handles every pending CM event.
-    pub fn on_cm_events(&mut self, fds: &mut dyn FnMut(FdChange)) {
+    /// `route` sees every checked connect request: it returns it to accept
+    /// it on this port, or takes it (sends it to another reactor's port,
+    /// after [`PendingConn::park`]) and returns None.
+    pub fn on_cm_events(
+        &mut self,
+        fds: &mut dyn FnMut(FdChange),
+        route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>,
+    ) {
         // Bounded: the channel holds what arrived; each call takes at most
         // this many and the reactor comes back on the next readiness.
         for _ in 0..256 {
             match self.channel.next_event() {
-                Ok(Some(ev)) => self.on_cm_event(ev, fds),
+                Ok(Some(ev)) => self.on_cm_event(ev, fds, route),
                 Ok(None) => return,
                 Err(e) => {
                     warn!("RDMA CM event channel: {e}");
@@ -347,9 +455,19 @@ impl RdmaPort {
         }
     }
 
-    fn on_cm_event(&mut self, ev: CmEvent, fds: &mut dyn FnMut(FdChange)) {
+    fn on_cm_event(
+        &mut self,
+        ev: CmEvent,
+        fds: &mut dyn FnMut(FdChange),
+        route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>,
+    ) {
+        if ev.token == PARKED_TOKEN {
+            // An id on its way to another reactor's port.
+            debug!(kind = ?ev.kind, "RDMA CM event of a connection in transit ignored");
+            return;
+        }
         match ev.kind {
-            CmEventKind::ConnectRequest => self.on_connect_request(ev, fds),
+            CmEventKind::ConnectRequest => self.on_connect_request(ev, fds, route),
             CmEventKind::Established => {
                 if let Some(c) = self.conn_mut(ev.token) {
                     c.established = true;
@@ -407,11 +525,16 @@ impl RdmaPort {
         self.conns.get_mut(token as usize).and_then(|c| c.as_mut())
     }
 
-    fn on_connect_request(&mut self, mut ev: CmEvent, fds: &mut dyn FnMut(FdChange)) {
+    fn on_connect_request(
+        &mut self,
+        mut ev: CmEvent,
+        fds: &mut dyn FnMut(FdChange),
+        route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>,
+    ) {
         let Some(id) = ev.request.take() else {
             return;
         };
-        let Some((listener, l)) = ev
+        let Some((_, l)) = ev
             .token
             .checked_sub(LISTENER_TOKEN)
             .and_then(|i| Some((i as usize, self.listeners.get(i as usize)?.as_ref()?)))
@@ -438,9 +561,43 @@ impl RdmaPort {
                 return;
             }
         };
-        match self.accept(id, &ev, req, (listener, &cfg), peer, fds) {
+        let listen = match listen_addr(&cfg) {
+            Ok(a) => a,
+            Err(e) => {
+                warn!(%peer, "NVMe/RDMA connect request on a bad listener: {e}");
+                return;
+            }
+        };
+        let p = PendingConn {
+            id,
+            req,
+            initiator_depth: ev.initiator_depth,
+            cfg,
+            listen,
+            peer,
+            ticket: None,
+        };
+        if let Some(p) = route(p) {
+            self.accept_here(p, fds);
+        }
+    }
+
+    /// Accepts a connection request the listening port (possibly another
+    /// reactor's) checked and routed here: its id moves to this port's
+    /// event channel first.
+    pub fn accept_pending(&mut self, mut p: PendingConn, fds: &mut dyn FnMut(FdChange)) {
+        if let Err(e) = p.id.migrate(&self.channel) {
+            warn!(peer = %p.peer, qid = p.req.qid, "NVMe/RDMA connection not moved to reactor {}: {e}", self.reactor);
+            return;
+        }
+        self.accept_here(p, fds);
+    }
+
+    fn accept_here(&mut self, p: PendingConn, fds: &mut dyn FnMut(FdChange)) {
+        let (peer, qid) = (p.peer, p.req.qid);
+        match self.accept(p, fds) {
             Ok(()) => {}
-            Err(e) => warn!(%peer, qid = req.qid, "NVMe/RDMA connection not set up: {e}"),
+            Err(e) => warn!(%peer, qid, "NVMe/RDMA connection not set up: {e}"),
         }
     }
 
@@ -581,15 +738,17 @@ impl RdmaPort {
         }
     }
 
-    fn accept(
-        &mut self,
-        mut id: CmId,
-        ev: &CmEvent,
-        req: nvmf_wire::rdma::ConnectRequest,
-        (listener, cfg): (usize, &ListenerConfig),
-        peer: SocketAddr,
-        fds: &mut dyn FnMut(FdChange),
-    ) -> Result<(), String> {
+    fn accept(&mut self, p: PendingConn, fds: &mut dyn FnMut(FdChange)) -> Result<(), String> {
+        let PendingConn {
+            mut id,
+            req,
+            initiator_depth,
+            cfg,
+            listen,
+            peer,
+            ticket,
+        } = p;
+        let cfg = &cfg;
         let (pd, zero_lkey, max_read, srq) = {
             let d = self.device(&id)?;
             (
@@ -599,7 +758,7 @@ impl RdmaPort {
                 d.srq.as_ref().map(|s| s.srq.clone()),
             )
         };
-        let read_depth = match negotiate_read_depth(ev.initiator_depth, max_read, MAX_READ_DEPTH) {
+        let read_depth = match negotiate_read_depth(initiator_depth, max_read, MAX_READ_DEPTH) {
             Ok(d) => d,
             Err(st) => {
                 warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected");
@@ -688,7 +847,8 @@ impl RdmaPort {
             accepted_at: Instant::now(),
             established: false,
             peer,
-            listener,
+            listen,
+            _ticket: ticket,
             dev: dev.key(),
             qp_num,
             entries,
@@ -705,7 +865,7 @@ impl RdmaPort {
             rnr_retry_count: 7,
         })
         .map_err(|e| e.to_string())?;
-        debug!(%peer, qid = req.qid, entries, read_depth, "NVMe/RDMA connection accepted");
+        debug!(%peer, qid = req.qid, entries, read_depth, reactor = self.reactor, "NVMe/RDMA connection accepted");
         fds(FdChange::Add { fd: cq.fd(), key });
         if srq.is_some() {
             // Counted from here; destroy() takes it off again.
@@ -716,64 +876,133 @@ impl RdmaPort {
     }
 
     /// Connection `key`'s completion channel is readable: takes every
-    /// completion, runs the queue, posts what it asks for.
+    /// completion, runs the queue, posts what it asks for. The CQ is armed
+    /// again (poll, arm, poll: a completion that arrived between the last
+    /// poll and the arm would otherwise wait for the next one), unless busy
+    /// polling is on and this poll found work: then it stays unarmed for
+    /// [`RdmaPort::poll_unarmed`].
     pub fn on_cq(&mut self, key: usize, fds: &mut dyn FnMut(FdChange)) {
         let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
             return;
         };
         let _ = c.cq.drain_events();
+        self.stats.cq_wakeups += 1;
+        let n = self.reap(key);
+        if self.busy_poll && n > 0 {
+            if !self.unarmed.contains(&key) {
+                self.unarmed.push(key);
+            }
+        } else if !self.unarmed.contains(&key) {
+            self.arm_and_reap(key);
+        }
+        self.after_work(key, fds);
+    }
+
+    /// Busy poll: every unarmed CQ is polled once (no system call beyond
+    /// ibv_poll_cq). Returns the completions reaped.
+    pub fn poll_unarmed(&mut self, fds: &mut dyn FnMut(FdChange)) -> usize {
+        let mut total = 0;
+        // Taken out while the queues run: a connection destroyed meanwhile
+        // (after_work) is left out when the list is put back.
+        let mut keys = std::mem::take(&mut self.unarmed);
+        for &key in &keys {
+            let n = self.reap(key);
+            self.stats.busy_polls += 1;
+            self.stats.polled_completions += n as u64;
+            total += n;
+            if n > 0 {
+                self.after_work(key, fds);
+            }
+        }
+        keys.retain(|&k| self.conns.get(k).is_some_and(Option::is_some));
+        self.unarmed = keys;
+        total
+    }
+
+    /// Before the reactor sleeps: every unarmed CQ is armed and polled once
+    /// more (the re-arm race). Returns the completions that last poll found
+    /// (non-zero: do not sleep yet).
+    pub fn arm_unarmed(&mut self, fds: &mut dyn FnMut(FdChange)) -> usize {
+        let mut total = 0;
+        let keys = std::mem::take(&mut self.unarmed);
+        for &key in &keys {
+            let n = self.arm_and_reap(key);
+            total += n;
+            if n > 0 {
+                self.after_work(key, fds);
+            }
+        }
+        self.unarmed = keys;
+        self.unarmed.clear();
+        total
+    }
+
+    /// Arms connection `key`'s CQ and polls it once more.
+    fn arm_and_reap(&mut self, key: usize) -> usize {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
+            return 0;
+        };
+        if let Err(e) = c.cq.arm() {
+            warn!(peer = %c.peer, "arming the completion queue failed: {e}");
+            c.queue_close();
+            return 0;
+        }
+        self.reap(key)
+    }
+
+    /// Takes every completion of connection `key`'s CQ into its queue.
+    fn reap(&mut self, key: usize) -> usize {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
+            return 0;
+        };
         let now_ns = nvmf_core::stats::now_ns();
-        // Poll, re-arm, poll again: a completion that arrived between the
-        // last poll and the arm would otherwise wait for the next one.
-        for round in 0..2 {
-            loop {
-                self.wcs.clear();
-                self.wcs.resize_with(POLL_BATCH, Completion::default);
-                let n = match c.cq.poll(&mut self.wcs) {
-                    Ok(n) => n,
-                    Err(e) => {
-                        warn!(peer = %c.peer, "polling the completion queue failed: {e}");
-                        c.queue_close();
-                        break;
-                    }
-                };
-                for wc in &self.wcs[..n] {
-                    if !wc.is_ok() && c.closing.is_none() {
-                        debug!(peer = %c.peer, status = %wc.status_str(), wr_id = wc.wr_id(), "RDMA work request failed");
-                    }
-                    let w = WorkCompletion {
-                        wr_id: wc.wr_id(),
-                        ok: wc.is_ok(),
-                        byte_len: wc.byte_len(),
-                    };
-                    if RecvPool::owns(w.wr_id) {
-                        let Some(s) = self.devices.get_mut(&c.dev).and_then(|d| d.srq.as_mut())
-                        else {
-                            continue;
-                        };
-                        if wc.qp_num() == c.qp_num {
-                            c.queue.on_shared_recv(&mut s.pool, &w, now_ns);
-                        } else if let Some(i) = s.pool.complete(w.wr_id) {
-                            // Cannot happen with one CQ per connection; the
-                            // buffer goes back rather than being lost.
-                            warn!(peer = %c.peer, qp_num = wc.qp_num(), "shared receive completion for another queue pair: dropped");
-                            s.pool.give_back(i);
-                        }
-                        continue;
-                    }
-                    c.queue.on_completion(&w, now_ns);
-                }
-                if n < POLL_BATCH {
+        let mut total = 0;
+        // Bounded: a CQ holds at most its depth; stop after that many batches.
+        for _ in 0..1024 {
+            self.wcs.clear();
+            self.wcs.resize_with(POLL_BATCH, Completion::default);
+            let n = match c.cq.poll(&mut self.wcs) {
+                Ok(n) => n,
+                Err(e) => {
+                    warn!(peer = %c.peer, "polling the completion queue failed: {e}");
+                    c.queue_close();
                     break;
                 }
+            };
+            total += n;
+            for wc in &self.wcs[..n] {
+                if !wc.is_ok() && c.closing.is_none() {
+                    debug!(peer = %c.peer, status = %wc.status_str(), wr_id = wc.wr_id(), "RDMA work request failed");
+                }
+                let w = WorkCompletion {
+                    wr_id: wc.wr_id(),
+                    ok: wc.is_ok(),
+                    byte_len: wc.byte_len(),
+                };
+                if RecvPool::owns(w.wr_id) {
+                    let Some(s) = self.devices.get_mut(&c.dev).and_then(|d| d.srq.as_mut()) else {
+                        continue;
+                    };
+                    if wc.qp_num() == c.qp_num {
+                        c.queue.on_shared_recv(&mut s.pool, &w, now_ns);
+                    } else if let Some(i) = s.pool.complete(w.wr_id) {
+                        // Cannot happen with one CQ per connection; the
+                        // buffer goes back rather than being lost.
+                        warn!(peer = %c.peer, qp_num = wc.qp_num(), "shared receive completion for another queue pair: dropped");
+                        s.pool.give_back(i);
+                    }
+                    continue;
+                }
+                c.queue.on_completion(&w, now_ns);
             }
-            if round == 0 && c.cq.arm().is_err() {
+            if n < POLL_BATCH {
                 break;
             }
         }
         let dev = c.dev;
+        self.stats.completions += total as u64;
         self.post_shared(dev);
-        self.after_work(key, fds);
+        total
     }
 
     /// Counts `entries` queue entries (a connection's queue depth) on or off
@@ -877,6 +1106,8 @@ impl RdmaPort {
             return;
         };
         fds(FdChange::Remove { fd: c.cq.fd(), key });
+        self.unarmed.retain(|&k| k != key);
+        let st = self.stats;
         if !c.queue.owns_receives() {
             self.shared_detach(&c);
         }
@@ -885,6 +1116,11 @@ impl RdmaPort {
             qid = c.queue.queue().qid(),
             connected = c.established,
             why,
+            reactor = self.reactor,
+            cq_wakeups = st.cq_wakeups,
+            busy_polls = st.busy_polls,
+            completions = st.completions,
+            polled_completions = st.polled_completions,
             "NVMe/RDMA connection closed"
         );
         drop(c);

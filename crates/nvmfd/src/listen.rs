@@ -2,7 +2,7 @@
 //! nonblocking `SO_REUSEPORT` listener per reactor for it, so that every
 //! reactor accepts connections for itself (the kernel spreads them; queue
 //! placement in `placement.rs` may then move I/O queues). NVMe/TCP only:
-//! NVMe/RDMA listeners belong to the RDMA reactor (`rdma.rs`).
+//! NVMe/RDMA listeners belong to reactor 0's RDMA port (`rdma.rs`).
 
 use anyhow::{anyhow, Context, Result};
 use nvmf_config::{AddressFamily, ListenerConfig, TransportType};

@@ -63,7 +63,7 @@ pub struct Live {
     reactors: Vec<ReactorHandle>,
     applied: Mutex<Applied>,
     started: Instant,
-    /// NVMe/RDMA listeners: the RDMA reactor's control handle.
+    /// NVMe/RDMA listeners: routed to the reactors' RDMA ports.
     rdma: Arc<crate::rdma::RdmaControl>,
 }
 
@@ -244,8 +244,8 @@ impl Live {
         // 2. New listen addresses, bound in every reactor.
         let mut want: Vec<Arc<ListenAddr>> = Vec::new();
         let mut newly_bound: Vec<Arc<ListenAddr>> = Vec::new();
-        // NVMe/RDMA listen addresses are the RDMA reactor's (it starts with
-        // the first one); those added here are undone on failure too.
+        // NVMe/RDMA listen addresses are reactor 0's RDMA port's (created
+        // with the first one); those added here are undone on failure too.
         let rdma_old: Vec<&ListenerConfig> = old
             .listen_addresses()
             .into_iter()

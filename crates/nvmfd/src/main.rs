@@ -4,9 +4,9 @@
 //! config (or the embedded default), creates the target and applies the host
 //! limits, binds the listeners for every reactor, sets up queue placement
 //! (`--queue-placement`, with each reactor core's NUMA node), starts the
-//! pinned reactor threads (and the NVMe/RDMA reactor, `rdma.rs`, when the
-//! configuration has RDMA listeners) and waits for SIGINT/SIGTERM to shut
-//! them down.
+//! pinned reactor threads (which also serve NVMe/RDMA, `rdma.rs`: RDMA
+//! listeners reach reactor 0 once they run) and waits for SIGINT/SIGTERM
+//! to shut them down.
 
 mod cli;
 mod cpus;
@@ -242,7 +242,7 @@ fn run(cli: Cli) -> Result<()> {
     warn_fd_limit(cli.max_connections);
 
     // Listeners: every reactor gets its own SO_REUSEPORT socket per NVMe/TCP
-    // address; NVMe/RDMA listeners belong to the RDMA reactor.
+    // address; NVMe/RDMA listeners belong to reactor 0's RDMA port.
     let (rdma_listeners, tcp_listeners): (Vec<_>, Vec<_>) = cfg
         .listen_addresses()
         .into_iter()
@@ -276,6 +276,16 @@ fn run(cli: Cli) -> Result<()> {
             None
         }
     };
+    // NVMe/RDMA: every reactor creates its own port on first use.
+    let rdma_setup = Arc::new(rdma::RdmaSetup::new(
+        target.clone(),
+        std::time::Duration::from_millis(cli.h2c_timeout_ms),
+        cli.max_r2t_bytes,
+        std::time::Duration::from_millis(cli.connect_timeout_ms),
+        cfg.transport(TransportType::Rdma)
+            .and_then(|t| t.rdma)
+            .unwrap_or_default(),
+    ));
     let mut peers = Vec::new();
     let mut reactors = Vec::new();
     let mut wakers = Vec::new();
@@ -319,6 +329,7 @@ fn run(cli: Cli) -> Result<()> {
             peers: Arc::new(Vec::new()),
             nic_nodes: Default::default(),
             tls: tls_ctx.clone(),
+            rdma: Some(rdma_setup.clone()),
         });
     }
     // Every reactor can hand a queue to every other one.
@@ -327,21 +338,9 @@ fn run(cli: Cli) -> Result<()> {
         r.peers = peers.clone();
     }
 
-    // NVMe/RDMA: its own reactor, started with the first RDMA listener
-    // (here, or later by RPC).
-    let rdma = Arc::new(rdma::RdmaControl::new(
-        target.clone(),
-        std::time::Duration::from_millis(cli.h2c_timeout_ms),
-        cli.max_r2t_bytes,
-        std::time::Duration::from_millis(cli.connect_timeout_ms),
-        cfg.transport(TransportType::Rdma)
-            .and_then(|t| t.rdma)
-            .unwrap_or_default(),
-        shutdown.clone(),
-    ));
-    for l in &rdma_listeners {
-        rdma.listen(l).map_err(|e| anyhow::anyhow!("{e}"))?;
-    }
+    // NVMe/RDMA listeners go to reactor 0 by message (after the reactors
+    // start, below; later ones by RPC).
+    let rdma = Arc::new(rdma::RdmaControl::new(peers.clone()));
 
     // Control plane: its own threads; changes reach reactors by message.
     let live = Arc::new(live::Live::new(
@@ -399,6 +398,19 @@ fn run(cli: Cli) -> Result<()> {
             .context("spawning a reactor thread")?;
         threads.push(t);
     }
+    for l in &rdma_listeners {
+        if let Err(e) = rdma.listen(l) {
+            shutdown.store(true, Ordering::SeqCst);
+            for w in &wakers {
+                let _ = w.wake();
+            }
+            rpc.shutdown();
+            for t in threads {
+                let _ = t.join();
+            }
+            anyhow::bail!("{e}");
+        }
+    }
 
     let sig = signals
         .forever()
@@ -418,7 +430,6 @@ fn run(cli: Cli) -> Result<()> {
     for t in threads {
         let _ = t.join();
     }
-    rdma.stop();
     info!("shutdown complete");
     Ok(())
 }

@@ -1,48 +1,95 @@
-//! The NVMe/RDMA reactor: one thread that owns the target's RDMA port
-//! (`nvmf_rdma::RdmaPort`: CM listeners, every RDMA queue pair accepted on
-//! them) for its life. Its epoll set holds the RDMA CM event channel, each
-//! connection's completion channel (added and removed as the port says),
-//! the thread's backend wake-up eventfd (io_uring and helper completions)
-//! and a waker for shutdown. Run to completion like the TCP reactors: a
-//! readable completion channel is drained, the queue runs, and everything
-//! it asks for is posted in one list per queue; a 100 ms tick drives
-//! keep-alive, asynchronous events and deferred completions; the thread
-//! sleeps in epoll when idle.
+//! NVMe/RDMA on the reactors: each reactor thread owns an RDMA port
+//! (`nvmf_rdma::RdmaPort`: its own CM event channel and the queue pairs it
+//! serves), created on that thread when it first needs one, with the CM
+//! channel and every connection's completion channel in the reactor's own
+//! epoll (`RdmaSide`, a local of the reactor loop: the port never crosses
+//! threads).
 //!
-//! [`RdmaControl`] is the control plane's handle: the first RDMA listener
-//! (at start, or added live by RPC) starts the reactor; later ones, and
-//! removals, reach it by message (channel + waker) and are answered within
-//! a bounded wait, like the TCP reactors' commands.
+//! Listeners live on reactor 0's port. A checked connect request is routed
+//! there ([`route`]): the admin queue stays on reactor 0; an I/O queue is
+//! placed by the shared queue placement (`placement.rs`: fewest queues of
+//! its controller, then fewest in total, the NIC's NUMA node) before it is
+//! accepted, using the QID and CNTLID of the request's private data (the
+//! controller is named by CNTLID; see [`ctrl_key`]), and sent to its
+//! reactor as `ReactorCmd::Rdma(RdmaCmd::Adopt)`; that reactor migrates the
+//! id to its own event channel and accepts it, so the queue pair, its CQ
+//! and its completion channel belong to one reactor for their whole life
+//! and nothing established ever moves.
+//!
+//! Busy polling (`--poll-us`): a CQ that delivered work is left unarmed
+//! and polled on the reactor's spin turns; when the poll window passes
+//! without work the reactor arms every such CQ, polls each once more (the
+//! arm race) and only then sleeps in epoll, so an idle reactor costs no CPU.
+//!
+//! [`RdmaControl`] is the control plane's handle: listeners go to reactor
+//! 0 (its first one creates the port), removals to every reactor (each
+//! disconnects its queues that came in on the address), answered within a
+//! bounded wait.
 
-use std::net::SocketAddr;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, Result};
 use mio::unix::SourceFd;
-use mio::{Events, Interest, Poll, Registry, Token, Waker};
+use mio::{Interest, Registry, Token};
 use nvmf_config::{ListenerConfig, RdmaOptions, TransportType};
-use nvmf_core::backend::{uring, wake};
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::Target;
-use nvmf_rdma::{FdChange, RdmaPort};
-use tracing::{info, warn};
+use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
+use tracing::{debug, info, warn};
 
-const WAKER: Token = Token(0);
-const CM: Token = Token(1);
-const BACKEND: Token = Token(2);
-const CONN_BASE: usize = 16;
-const TICK: Duration = Duration::from_millis(100);
+use crate::live::ReactorHandle;
+use crate::placement::{CtrlKey, Placement};
+use crate::reactor::ReactorCmd;
 
-/// How long the control plane waits for the RDMA reactor's answer.
+/// Token of the reactor's RDMA CM event channel.
+pub const CM_TOKEN: usize = CQ_BASE - 1;
+/// Token of RDMA connection `key`'s completion channel: `CQ_BASE + key`
+/// (far above the TCP connection tokens).
+pub const CQ_BASE: usize = 1 << 40;
+
+/// How long the control plane waits for a reactor's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
+/// The reactor whose port holds the CM listeners.
+const LISTENING_REACTOR: usize = 0;
 
-/// A message from the control plane to the RDMA reactor.
+/// What every reactor needs to create its RDMA port.
+pub struct RdmaSetup {
+    pub target: Arc<Target>,
+    pub params: RequestParams,
+    pub connect_timeout: Duration,
+    /// The RDMA transport's own options (`nvmf_create_transport -t RDMA`:
+    /// shared receive queues or not, their depth).
+    pub options: RdmaOptions,
+}
+
+impl RdmaSetup {
+    /// `fetch_timeout` and `max_fetch_bytes` are the daemon's data-transfer
+    /// limits (`--h2c-timeout-ms`, `--max-r2t-bytes`), `connect_timeout`
+    /// its `--connect-timeout-ms`, `options` the RDMA transport's; the RDMA
+    /// transport's limits are taken now.
+    pub fn new(
+        target: Arc<Target>,
+        fetch_timeout: Duration,
+        max_fetch_bytes: u32,
+        connect_timeout: Duration,
+        options: RdmaOptions,
+    ) -> RdmaSetup {
+        let params = request_params(&target, fetch_timeout, max_fetch_bytes);
+        RdmaSetup {
+            target,
+            params,
+            connect_timeout,
+            options,
+        }
+    }
+}
+
+/// An NVMe/RDMA message from the control plane or another reactor.
 pub enum RdmaCmd {
-    /// Listen on one more address.
+    /// Listen on one more address (reactor 0).
     Listen {
         cfg: ListenerConfig,
         reply: Sender<Result<(), String>>,
@@ -56,119 +103,67 @@ pub enum RdmaCmd {
         unlisten: bool,
         reply: Sender<usize>,
     },
+    /// Accept a connection request the listening reactor placed here.
+    Adopt(Box<PendingConn>),
 }
 
-/// A running RDMA reactor: its thread, its waker (shutdown and commands)
-/// and its command channel.
-struct RdmaReactor {
-    waker: Arc<Waker>,
-    tx: Sender<RdmaCmd>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-/// The control plane's handle on NVMe/RDMA: starts the reactor with the
-/// first RDMA listener, sends it later listeners and removals, stops it.
+/// The control plane's handle on NVMe/RDMA (through the reactors' command
+/// channels).
 pub struct RdmaControl {
-    target: Arc<Target>,
-    fetch_timeout: Duration,
-    max_fetch_bytes: u32,
-    connect_timeout: Duration,
-    /// The RDMA transport's own options (shared receive queues).
-    options: RdmaOptions,
-    shutdown: Arc<AtomicBool>,
-    running: Mutex<Option<RdmaReactor>>,
+    reactors: Arc<Vec<ReactorHandle>>,
 }
 
 impl RdmaControl {
-    /// No reactor yet; `fetch_timeout` and `max_fetch_bytes` are the
-    /// daemon's data-transfer limits (`--h2c-timeout-ms`, `--max-r2t-bytes`),
-    /// `connect_timeout` its `--connect-timeout-ms`; `options` the RDMA
-    /// transport's (`nvmf_create_transport -t RDMA`: SRQ or not, its depth).
-    pub fn new(
-        target: Arc<Target>,
-        fetch_timeout: Duration,
-        max_fetch_bytes: u32,
-        connect_timeout: Duration,
-        options: RdmaOptions,
-        shutdown: Arc<AtomicBool>,
-    ) -> RdmaControl {
-        RdmaControl {
-            target,
-            fetch_timeout,
-            max_fetch_bytes,
-            connect_timeout,
-            options,
-            shutdown,
-            running: Mutex::new(None),
-        }
+    pub fn new(reactors: Arc<Vec<ReactorHandle>>) -> RdmaControl {
+        RdmaControl { reactors }
     }
 
-    /// Listens on `l` (an NVMe/RDMA listener). The first one starts the
-    /// RDMA reactor, with the RDMA transport's limits as configured now.
-    /// Fails with the reason when RDMA cannot be used here (no rdma-core,
-    /// no device, an address no RDMA device has).
+    /// Listens on `l` (an NVMe/RDMA listener) on the listening reactor;
+    /// the first one creates its RDMA port. Fails with the reason when RDMA
+    /// cannot be used here (no rdma-core, no device, an address no RDMA
+    /// device has).
     pub fn listen(&self, l: &ListenerConfig) -> Result<(), String> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(r) = running.as_ref() {
-            let (tx, rx) = channel();
-            let cmd = RdmaCmd::Listen {
-                cfg: l.clone(),
-                reply: tx,
-            };
-            if r.tx.send(cmd).is_err() || r.waker.wake().is_err() {
-                return Err("the NVMe/RDMA reactor is not running".into());
-            }
-            return rx.recv_timeout(REPLY_WAIT).unwrap_or_else(|_| {
-                Err(format!(
-                    "NVMe/RDMA listener {}:{}: the RDMA reactor did not answer within {:?}",
-                    l.traddr, l.trsvcid, REPLY_WAIT
-                ))
-            });
-        }
-        let params = request_params(&self.target, self.fetch_timeout, self.max_fetch_bytes);
-        let r = start(
-            self.target.clone(),
-            l,
-            params,
-            self.connect_timeout,
-            &self.options,
-            self.shutdown.clone(),
-        )
-        .map_err(|e| format!("{e:#}"))?;
-        *running = Some(r);
-        Ok(())
-    }
-
-    /// See [`RdmaCmd::Drop`]; 0 when no RDMA reactor runs.
-    pub fn drop_listener(&self, addr: SocketAddr, only_nqn: Option<&str>, unlisten: bool) -> usize {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(r) = running.as_ref() else {
-            return 0;
+        let Some(r) = self.reactors.get(LISTENING_REACTOR) else {
+            return Err("no reactor to serve NVMe/RDMA".into());
         };
         let (tx, rx) = channel();
-        let cmd = RdmaCmd::Drop {
-            addr,
-            only_nqn: only_nqn.map(str::to_string),
-            unlisten,
+        let cmd = ReactorCmd::Rdma(RdmaCmd::Listen {
+            cfg: l.clone(),
             reply: tx,
-        };
-        if r.tx.send(cmd).is_err() || r.waker.wake().is_err() {
-            return 0;
+        });
+        if !r.send(cmd) {
+            return Err("the reactors are not running".into());
         }
-        rx.recv_timeout(REPLY_WAIT).unwrap_or(0)
+        rx.recv_timeout(REPLY_WAIT).unwrap_or_else(|_| {
+            Err(format!(
+                "NVMe/RDMA listener {}:{}: the reactor did not answer within {:?}",
+                l.traddr, l.trsvcid, REPLY_WAIT
+            ))
+        })
     }
 
-    /// Stops the reactor (the shutdown flag must be set) and waits for it.
-    pub fn stop(&self) {
-        let r = self
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        if let Some(r) = r {
-            let _ = r.waker.wake();
-            let _ = r.thread.join();
+    /// See [`RdmaCmd::Drop`], summed over the reactors.
+    pub fn drop_listener(&self, addr: SocketAddr, only_nqn: Option<&str>, unlisten: bool) -> usize {
+        let mut rxs = Vec::new();
+        for r in self.reactors.iter() {
+            let (tx, rx) = channel();
+            let cmd = ReactorCmd::Rdma(RdmaCmd::Drop {
+                addr,
+                only_nqn: only_nqn.map(str::to_string),
+                unlisten,
+                reply: tx,
+            });
+            if r.send(cmd) {
+                rxs.push(rx);
+            }
         }
+        let deadline = Instant::now() + REPLY_WAIT;
+        rxs.iter()
+            .map(|rx| {
+                rx.recv_timeout(deadline.saturating_duration_since(Instant::now()))
+                    .unwrap_or(0)
+            })
+            .sum()
     }
 }
 
@@ -193,40 +188,263 @@ fn request_params(target: &Target, fetch_timeout: Duration, max_fetch_bytes: u32
     }
 }
 
-/// Starts listening on `first` (NVMe/RDMA) and the thread that serves it.
-fn start(
-    target: Arc<Target>,
-    first: &ListenerConfig,
-    params: RequestParams,
-    connect_timeout: Duration,
-    options: &RdmaOptions,
-    shutdown: Arc<AtomicBool>,
-) -> Result<RdmaReactor> {
-    let what = format!("NVMe/RDMA listener {}:{}", first.traddr, first.trsvcid);
-    let mut port =
-        RdmaPort::new(target, params, connect_timeout).map_err(|e| anyhow!("{what}: {e}"))?;
-    port.set_options(options);
-    port.listen(first).map_err(|e| anyhow!("{e}"))?;
-    let poll = Poll::new()?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
-    let (tx, rx) = channel();
-    let thread = std::thread::Builder::new()
-        .name("rdma-reactor".into())
-        .spawn(move || run(port, poll, rx, shutdown))?;
-    Ok(RdmaReactor { waker, tx, thread })
+/// The placement key of an RDMA I/O queue's controller before its Fabrics
+/// Connect: the host's address and the CNTLID of the connect request's
+/// private data (the Linux host and `nvmf` send it on I/O queues). Odd, so
+/// it never equals a TCP queue's key (the address of its controller, an
+/// aligned pointer). A host that sends CNTLID 0 has all its queues counted
+/// as one controller's, which still spreads them.
+pub fn ctrl_key(peer: IpAddr, cntlid: u16) -> CtrlKey {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    peer.hash(&mut h);
+    cntlid.hash(&mut h);
+    (h.finish() as usize) | 1
 }
 
-/// Carries out the control plane's messages.
-fn commands(port: &mut RdmaPort, rx: &Receiver<RdmaCmd>, fds: &mut dyn FnMut(FdChange)) {
-    // Bounded: what was sent before this wake-up (the sender waits for each
-    // answer, so there are few).
-    for _ in 0..64 {
-        let Ok(cmd) = rx.try_recv() else {
+/// Where reactor `me` serves a connect request it received: returns it to
+/// accept here (admin queues; no placement; placed here), or sends it to
+/// the reactor the placement chose and returns None.
+pub fn route(
+    me: usize,
+    placement: Option<&Arc<Placement>>,
+    peers: &[ReactorHandle],
+    nic_nodes: &mut HashMap<IpAddr, Option<u32>>,
+    mut p: PendingConn,
+) -> Option<PendingConn> {
+    let Some(placement) = placement else {
+        return Some(p);
+    };
+    if p.qid() == 0 {
+        return Some(p);
+    }
+    let node = p.local_addr().and_then(|a| {
+        *nic_nodes
+            .entry(a.ip())
+            .or_insert_with(|| crate::numa::nic_node(a.ip()))
+    });
+    let placed = placement.place(ctrl_key(p.peer().ip(), p.cntlid()), node);
+    let to = placed.reactor();
+    info!(
+        reactor = me,
+        peer = %p.peer(),
+        qid = p.qid(),
+        cntlid = p.cntlid(),
+        "NVMe/RDMA I/O queue placed on reactor {to}"
+    );
+    p.ticket = Some(Box::new(placed));
+    if to == me {
+        return Some(p);
+    }
+    let Some(peer) = peers.get(to) else {
+        warn!(
+            reactor = me,
+            "no reactor {to} for an NVMe/RDMA queue; served here"
+        );
+        return Some(p);
+    };
+    p.park();
+    if !peer.send(ReactorCmd::Rdma(RdmaCmd::Adopt(Box::new(p)))) {
+        // Only at shutdown: the request was dropped (rejected) with the message.
+        debug!(
+            reactor = me,
+            "reactor {to} is gone; NVMe/RDMA connect request dropped"
+        );
+    }
+    None
+}
+
+/// What a reactor turn does with the RDMA CQs busy polling left unarmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CqTurn {
+    /// None is unarmed: nothing to do.
+    Nothing,
+    /// In the poll window: poll them (no sleep this turn).
+    Poll,
+    /// The window has passed: arm them and poll each once more before
+    /// sleeping (a completion found then keeps the reactor polling).
+    Arm,
+}
+
+/// The busy-polling policy of one turn (pure, see the tests).
+pub fn cq_turn(has_unarmed: bool, now: Instant, spin_until: Option<Instant>) -> CqTurn {
+    if !has_unarmed {
+        CqTurn::Nothing
+    } else if spin_until.is_some_and(|t| now < t) {
+        CqTurn::Poll
+    } else {
+        CqTurn::Arm
+    }
+}
+
+/// One reactor's NVMe/RDMA side: its port (created on first use, on the
+/// reactor's thread) and the epoll registrations it asks for.
+pub struct RdmaSide {
+    setup: Option<Arc<RdmaSetup>>,
+    port: Option<RdmaPort>,
+    registry: Option<Registry>,
+    reactor: usize,
+    busy_poll: bool,
+    changes: Vec<FdChange>,
+}
+
+impl RdmaSide {
+    /// `setup` None: RDMA is not configured for this daemon (every RDMA
+    /// message is answered with an error). `busy_poll`: `--poll-us` > 0.
+    pub fn new(
+        setup: Option<Arc<RdmaSetup>>,
+        registry: &Registry,
+        reactor: usize,
+        busy_poll: bool,
+    ) -> RdmaSide {
+        RdmaSide {
+            setup,
+            port: None,
+            registry: registry.try_clone().ok(),
+            reactor,
+            busy_poll,
+            changes: Vec::new(),
+        }
+    }
+
+    /// The port, created (and its CM channel registered) on first use.
+    fn port(&mut self) -> Result<&mut RdmaPort, String> {
+        if self.port.is_none() {
+            let setup = self
+                .setup
+                .as_ref()
+                .ok_or("NVMe/RDMA is not set up in this daemon")?;
+            let reg = self
+                .registry
+                .as_ref()
+                .ok_or("the reactor's epoll registry cannot be shared")?;
+            let mut port = RdmaPort::new(
+                setup.target.clone(),
+                setup.params.clone(),
+                setup.connect_timeout,
+            )?;
+            port.set_reactor(self.reactor);
+            port.set_options(&setup.options);
+            port.set_busy_poll(self.busy_poll);
+            reg.register(
+                &mut SourceFd(&port.channel_fd()),
+                Token(CM_TOKEN),
+                Interest::READABLE,
+            )
+            .map_err(|e| format!("cannot watch the RDMA CM event channel: {e}"))?;
+            info!(
+                reactor = self.reactor,
+                busy_poll = self.busy_poll,
+                "NVMe/RDMA port ready"
+            );
+            self.port = Some(port);
+        }
+        Ok(self.port.as_mut().expect("just created"))
+    }
+
+    /// RDMA connections served here.
+    pub fn connections(&self) -> usize {
+        self.port.as_ref().map_or(0, RdmaPort::connections)
+    }
+
+    /// Whether a CQ is unarmed (busy polling): arm before sleeping.
+    pub fn has_unarmed(&self) -> bool {
+        self.port.as_ref().is_some_and(RdmaPort::has_unarmed)
+    }
+
+    fn apply(&mut self) {
+        let Some(reg) = self.registry.as_ref() else {
+            self.changes.clear();
             return;
         };
+        for ch in self.changes.drain(..) {
+            match ch {
+                FdChange::Add { fd, key } => {
+                    if let Err(e) =
+                        reg.register(&mut SourceFd(&fd), Token(CQ_BASE + key), Interest::READABLE)
+                    {
+                        warn!("cannot watch an RDMA completion channel: {e}");
+                    }
+                }
+                FdChange::Remove { fd, .. } => {
+                    let _ = reg.deregister(&mut SourceFd(&fd));
+                }
+            }
+        }
+    }
+
+    /// The CM channel is readable; `route` decides where connect requests go.
+    pub fn on_cm(&mut self, route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>) {
+        let Some(port) = self.port.as_mut() else {
+            return;
+        };
+        let changes = &mut self.changes;
+        port.on_cm_events(&mut |c| changes.push(c), route);
+        self.apply();
+    }
+
+    /// Token `t` (at or above [`CQ_BASE`]) is readable.
+    pub fn on_cq(&mut self, t: usize) {
+        let Some(port) = self.port.as_mut() else {
+            return;
+        };
+        let changes = &mut self.changes;
+        port.on_cq(t - CQ_BASE, &mut |c| changes.push(c));
+        self.apply();
+    }
+
+    /// A busy-poll turn: the unarmed CQs are polled. Completions reaped.
+    pub fn poll_unarmed(&mut self) -> usize {
+        let Some(port) = self.port.as_mut() else {
+            return 0;
+        };
+        let changes = &mut self.changes;
+        let n = port.poll_unarmed(&mut |c| changes.push(c));
+        self.apply();
+        n
+    }
+
+    /// Before sleeping: arm every unarmed CQ and poll it once more.
+    /// Completions that last poll found (non-zero: do not sleep yet).
+    pub fn arm_unarmed(&mut self) -> usize {
+        let Some(port) = self.port.as_mut() else {
+            return 0;
+        };
+        let changes = &mut self.changes;
+        let n = port.arm_unarmed(&mut |c| changes.push(c));
+        self.apply();
+        n
+    }
+
+    /// Backend completions arrived.
+    pub fn poll_executing(&mut self) {
+        let Some(port) = self.port.as_mut() else {
+            return;
+        };
+        let changes = &mut self.changes;
+        port.poll_executing(&mut |c| changes.push(c));
+        self.apply();
+    }
+
+    /// The reactor's tick (keep-alive, connect timeout, disconnect grace).
+    pub fn tick(&mut self, now: Instant) {
+        let Some(port) = self.port.as_mut() else {
+            return;
+        };
+        let changes = &mut self.changes;
+        port.tick(now, &mut |c| changes.push(c));
+        self.apply();
+    }
+
+    /// Carries out an NVMe/RDMA message.
+    pub fn command(&mut self, cmd: RdmaCmd) {
         match cmd {
             RdmaCmd::Listen { cfg, reply } => {
-                let _ = reply.send(port.listen(&cfg));
+                let r = self
+                    .port()
+                    .map_err(|e| format!("NVMe/RDMA listener {}:{}: {e}", cfg.traddr, cfg.trsvcid))
+                    .and_then(|p| p.listen(&cfg));
+                let _ = reply.send(r);
             }
             RdmaCmd::Drop {
                 addr,
@@ -234,89 +452,104 @@ fn commands(port: &mut RdmaPort, rx: &Receiver<RdmaCmd>, fds: &mut dyn FnMut(FdC
                 unlisten,
                 reply,
             } => {
-                let n = port.drop_listener(addr, only_nqn.as_deref(), unlisten, fds);
+                let n = match self.port.as_mut() {
+                    Some(port) => {
+                        let changes = &mut self.changes;
+                        port.drop_listener(addr, only_nqn.as_deref(), unlisten, &mut |c| {
+                            changes.push(c)
+                        })
+                    }
+                    None => 0,
+                };
+                self.apply();
                 let _ = reply.send(n);
             }
-        }
-    }
-}
-
-fn apply(reg: &Registry, ch: FdChange) {
-    match ch {
-        FdChange::Add { fd, key } => {
-            if let Err(e) = reg.register(
-                &mut SourceFd(&fd),
-                Token(CONN_BASE + key),
-                Interest::READABLE,
-            ) {
-                warn!("cannot watch an RDMA completion channel: {e}");
-            }
-        }
-        FdChange::Remove { fd, .. } => {
-            let _ = reg.deregister(&mut SourceFd(&fd));
-        }
-    }
-}
-
-fn run(mut port: RdmaPort, mut poll: Poll, rx: Receiver<RdmaCmd>, shutdown: Arc<AtomicBool>) {
-    let cm: RawFd = port.channel_fd();
-    if let Err(e) = poll
-        .registry()
-        .register(&mut SourceFd(&cm), CM, Interest::READABLE)
-    {
-        warn!("cannot watch the RDMA CM event channel: {e}: NVMe/RDMA connections are not served");
-        return;
-    }
-    uring::set_batching(true);
-    if let Ok(fd) = wake::fd() {
-        let _ = poll
-            .registry()
-            .register(&mut SourceFd(&fd), BACKEND, Interest::READABLE);
-    }
-    info!("NVMe/RDMA reactor running");
-    let mut events = Events::with_capacity(256);
-    let mut next_tick = Instant::now() + TICK;
-    let mut changes: Vec<FdChange> = Vec::new();
-    while !shutdown.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        let timeout = if port.connections() == 0 {
-            None
-        } else {
-            Some(next_tick.saturating_duration_since(now))
-        };
-        if let Err(e) = poll.poll(&mut events, timeout) {
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                warn!("epoll failed: {e}");
-            }
-            continue;
-        }
-        let mut backend = false;
-        for ev in events.iter() {
-            match ev.token() {
-                WAKER => commands(&mut port, &rx, &mut |c| changes.push(c)),
-                CM => port.on_cm_events(&mut |c| changes.push(c)),
-                BACKEND => {
-                    wake::clear();
-                    backend = true;
+            RdmaCmd::Adopt(p) => match self.port().map(|_| ()) {
+                Ok(()) => {
+                    let changes = &mut self.changes;
+                    if let Some(port) = self.port.as_mut() {
+                        port.accept_pending(*p, &mut |c| changes.push(c));
+                    }
+                    self.apply();
                 }
-                Token(t) => port.on_cq(t - CONN_BASE, &mut |c| changes.push(c)),
-            }
-            for c in changes.drain(..) {
-                apply(poll.registry(), c);
-            }
-        }
-        if uring::flush() > 0 || backend {
-            port.poll_executing(&mut |c| changes.push(c));
-            uring::flush();
-        }
-        let now = Instant::now();
-        if now >= next_tick {
-            next_tick = now + TICK;
-            port.tick(now, &mut |c| changes.push(c));
-        }
-        for c in changes.drain(..) {
-            apply(poll.registry(), c);
+                Err(e) => warn!(
+                    reactor = self.reactor,
+                    peer = %p.peer(),
+                    "NVMe/RDMA queue not accepted: {e}"
+                ),
+            },
         }
     }
-    info!("NVMe/RDMA reactor stopped");
+
+    /// At reactor shutdown: every RDMA connection is destroyed (queue pair
+    /// first) with the port; the completion counters are logged.
+    pub fn shut_down(&mut self) {
+        if let Some(port) = self.port.take() {
+            let st = port.poll_stats();
+            info!(
+                reactor = self.reactor,
+                connections = port.connections(),
+                cq_wakeups = st.cq_wakeups,
+                busy_polls = st.busy_polls,
+                completions = st.completions,
+                polled_completions = st.polled_completions,
+                "NVMe/RDMA port closed"
+            );
+            drop(port);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unarmed_cqs_are_polled_in_the_window_and_armed_after_it() {
+        let now = Instant::now();
+        let later = now + Duration::from_micros(50);
+        assert_eq!(cq_turn(false, now, Some(later)), CqTurn::Nothing);
+        assert_eq!(cq_turn(false, now, None), CqTurn::Nothing);
+        assert_eq!(cq_turn(true, now, Some(later)), CqTurn::Poll);
+        // window over, or never opened (--poll-us 0 leaves none unarmed,
+        // but arming is the safe answer): never sleep with a CQ unarmed
+        assert_eq!(cq_turn(true, later, Some(later)), CqTurn::Arm);
+        assert_eq!(cq_turn(true, now, Some(now)), CqTurn::Arm);
+        assert_eq!(cq_turn(true, now, None), CqTurn::Arm);
+    }
+
+    #[test]
+    fn rdma_controller_keys_are_odd_and_per_host_and_cntlid() {
+        let a: IpAddr = "10.0.0.2".parse().unwrap();
+        let b: IpAddr = "10.0.0.3".parse().unwrap();
+        assert_eq!(ctrl_key(a, 1), ctrl_key(a, 1));
+        assert_ne!(ctrl_key(a, 1), ctrl_key(a, 2));
+        assert_ne!(ctrl_key(a, 1), ctrl_key(b, 1));
+        for k in [ctrl_key(a, 0), ctrl_key(a, 1), ctrl_key(b, 7)] {
+            assert_eq!(k & 1, 1, "never an aligned controller pointer");
+        }
+    }
+
+    #[test]
+    fn rdma_io_queues_of_one_controller_spread_over_reactors() {
+        // The placement the listening reactor applies to RDMA I/O queues
+        // (keyed before Connect): 4 I/O queues of one controller on 2
+        // reactors land 2 and 2; a second controller's first queue goes to
+        // the reactor with fewer queues in total.
+        let p = Placement::new(vec![None, None]);
+        let host: IpAddr = "10.0.0.2".parse().unwrap();
+        let k1 = ctrl_key(host, 1);
+        let placed: Vec<_> = (0..4).map(|_| p.place(k1, None)).collect();
+        let on0 = placed.iter().filter(|x| x.reactor() == 0).count();
+        assert_eq!(
+            on0,
+            2,
+            "{:?}",
+            placed.iter().map(|x| x.reactor()).collect::<Vec<_>>()
+        );
+        let extra = p.place(k1, None);
+        let k2 = ctrl_key(host, 2);
+        let other = p.place(k2, None);
+        assert_ne!(extra.reactor(), other.reactor());
+    }
 }

@@ -29,6 +29,13 @@
 //! wake-up of a halted CPU; an idle one blocks in epoll (no timer without
 //! connections), so it costs no CPU.
 //!
+//! NVMe/RDMA (`rdma.rs`): each reactor has an RDMA side (its own port,
+//! created on first use) whose CM channel and completion channels sit in
+//! this epoll set; reactor 0 listens and routes I/O queues to the reactor
+//! the placement picks before they are accepted. Busy polling covers them:
+//! in the poll window unarmed CQs are polled each turn; before blocking
+//! they are armed and polled once more.
+//!
 //! Limits and liveness (`limits.rs`): every accepted connection is first
 //! admitted against the connection caps shared by all reactors (over the
 //! cap: closed at once with RST), then gets TCP keepalive and
@@ -54,6 +61,7 @@ use crate::live::ReactorHandle;
 use crate::numa;
 use crate::paths::PathTable;
 use crate::placement::{Placed, Placement};
+use crate::rdma::{cq_turn, CqTurn, RdmaCmd, RdmaSetup, RdmaSide};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -150,6 +158,9 @@ pub struct Reactor {
     /// TLS 1.3 PSK server context (identity lookup in the target's TLS
     /// table) for connections on listeners that require TLS.
     pub tls: Arc<SslContext>,
+    /// What an RDMA port needs (created on this reactor's thread when it
+    /// first gets an RDMA listener or queue).
+    pub rdma: Option<Arc<RdmaSetup>>,
 }
 
 /// Where a reactor's time goes, as SPDK's `thread_get_stats` reports it:
@@ -204,6 +215,8 @@ pub enum ReactorCmd {
     /// Take over a connected I/O queue that another reactor accepted
     /// (queue placement): register its socket here and serve it at once.
     Adopt(MovedConn),
+    /// NVMe/RDMA: listeners, removals, and connect requests placed here.
+    Rdma(RdmaCmd),
 }
 
 /// A connection on its way from one reactor to another: the socket, the
@@ -363,6 +376,12 @@ impl Reactor {
                 "no backend wake-up eventfd (completions from other threads wait for the tick): {e}"
             ),
         }
+        let mut rdma = RdmaSide::new(
+            self.rdma.clone(),
+            self.poll.registry(),
+            self.id,
+            !self.poll_window.is_zero(),
+        );
         let mut uring_ready = false;
         let mut events = Events::with_capacity(1024);
         let mut conns: Slab<Conn> = Slab::with_capacity(64);
@@ -378,7 +397,16 @@ impl Reactor {
         let mut spin_until: Option<Instant> = None;
 
         while !self.shutdown.load(Ordering::Relaxed) {
-            let now = Instant::now();
+            let mut now = Instant::now();
+            // RDMA CQs left unarmed by busy polling: before blocking, arm
+            // them and poll once more (a completion that raced the arm
+            // keeps the reactor polling).
+            if cq_turn(rdma.has_unarmed(), now, spin_until) == CqTurn::Arm {
+                if rdma.arm_unarmed() > 0 {
+                    spin_until = Some(now + self.poll_window);
+                }
+                now = Instant::now();
+            }
             // No connection and nothing to retry: sleep until an accept or
             // a wake-up, no timer. Otherwise wake for the next tick.
             let timeout = if !again.is_empty()
@@ -386,7 +414,7 @@ impl Reactor {
                 || spin_until.is_some_and(|t| now < t)
             {
                 Some(Duration::ZERO)
-            } else if conns.is_empty() && !retry_accept {
+            } else if conns.is_empty() && rdma.connections() == 0 && !retry_accept {
                 None
             } else {
                 Some(next_tick.saturating_duration_since(now))
@@ -400,8 +428,15 @@ impl Reactor {
             if self.shutdown.load(Ordering::Relaxed) {
                 break;
             }
-            let woke = (!events.is_empty() || !again.is_empty() || !accept_again.is_empty())
-                .then(Instant::now);
+            // Busy poll of the unarmed RDMA CQs in the window.
+            let polled = if cq_turn(rdma.has_unarmed(), now, spin_until) == CqTurn::Poll {
+                rdma.poll_unarmed()
+            } else {
+                0
+            };
+            let woke =
+                (!events.is_empty() || !again.is_empty() || !accept_again.is_empty() || polled > 0)
+                    .then(Instant::now);
             if let (Some(w), false) = (woke, self.poll_window.is_zero()) {
                 // Work arrived: more is likely soon (the host's next
                 // command); poll for it instead of sleeping.
@@ -410,7 +445,15 @@ impl Reactor {
             for ev in events.iter() {
                 let t = ev.token().0;
                 if t == WAKER_TOKEN.0 {
-                    self.commands(&mut conns, &mut again_next);
+                    self.commands(&mut conns, &mut again_next, &mut rdma);
+                    continue;
+                } else if t == crate::rdma::CM_TOKEN {
+                    let (me, placement, peers) = (self.id, self.placement.as_ref(), &self.peers);
+                    let nics = &mut self.nic_nodes;
+                    rdma.on_cm(&mut |p| crate::rdma::route(me, placement, peers, nics, p));
+                    continue;
+                } else if t >= crate::rdma::CQ_BASE {
+                    rdma.on_cq(t);
                     continue;
                 } else if t == URING_TOKEN.0 {
                     wake::clear();
@@ -463,6 +506,7 @@ impl Reactor {
             // File bdev completions: deliver them now, not on the next tick.
             if uring::flush() > 0 || std::mem::take(&mut uring_ready) {
                 self.poll_executing(&mut conns, &mut again, &mut tick_keys);
+                rdma.poll_executing();
                 uring::flush();
             }
 
@@ -470,10 +514,11 @@ impl Reactor {
             if let Some(w) = woke {
                 self.busy.busy_ns += now.saturating_duration_since(w).as_nanos() as u64;
             }
-            if conns.is_empty() && !retry_accept {
+            if conns.is_empty() && rdma.connections() == 0 && !retry_accept {
                 next_tick = now + TICK;
             } else if now >= next_tick {
                 next_tick = now + TICK;
+                rdma.tick(now);
                 let id = self.id;
                 self.log.roll(now, |k| {
                     info!(reactor = id, "suppressed {k} similar messages")
@@ -532,6 +577,7 @@ impl Reactor {
             let _ = self.poll.registry().deregister(&mut c.sock);
         }
         drop(conns);
+        rdma.shut_down();
         debug!(reactor = self.id, connections = n, "reactor stopped");
     }
 
@@ -856,7 +902,7 @@ impl Reactor {
     }
 
     /// Runs the control-plane commands waiting in the channel.
-    fn commands(&mut self, conns: &mut Slab<Conn>, again: &mut Vec<usize>) {
+    fn commands(&mut self, conns: &mut Slab<Conn>, again: &mut Vec<usize>, rdma: &mut RdmaSide) {
         while let Ok(cmd) = self.commands.try_recv() {
             match cmd {
                 ReactorCmd::Listen { addr, reply } => {
@@ -921,6 +967,7 @@ impl Reactor {
                     let _ = reply.send(self.snapshot(conns));
                 }
                 ReactorCmd::Adopt(m) => self.adopt(*m.0, conns, again),
+                ReactorCmd::Rdma(cmd) => rdma.command(cmd),
             }
         }
     }
