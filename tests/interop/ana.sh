@@ -28,9 +28,13 @@ path_ctrl() {
   return 1
 }
 # hidden per-path disk (nvmeScCnN) of namespace 1 under controller $1
+# (the host scans namespaces after the controller turns live: wait up to 10 s for the disk)
 path_disk() {
-  local d
-  for d in /sys/class/nvme/"$1"/nvme*c*n1; do [ -e "$d" ] && { echo "${d##*/}"; return 0; }; done
+  local d i
+  for i in $(seq 100); do
+    for d in /sys/class/nvme/"$1"/nvme*c*n1; do [ -e "$d" ] && { echo "${d##*/}"; return 0; }; done
+    sleep 0.1
+  done
   return 1
 }
 ana_of() { cat "/sys/block/$1/ana_state" 2>/dev/null || echo none; }
