@@ -28,6 +28,9 @@
 #      WRITE_QUEUES (host: nvme connect --nr-write-queues, 1: a second I/O queue on a 1-vCPU host)
 #      NO_SRQ (target: 1 = nvmf_create_transport with no_srq, rpc.py's -r: per-queue receives;
 #        else shared receive queues, the default; the log must show the mode used)
+#      RPC_STATS (target, 1: once an I/O queue was placed, poll (1/s) until
+#        nvmf_subsystem_get_qpairs lists the host's RDMA queues active, then nvmf_get_stats
+#        and /metrics (nvmfd --metrics on 127.0.0.1) must show RDMA queues and completions)
 . /job/lib.sh
 MY_IP=${TESTBED_LINK_IP:?no --link-ip}
 MY_IP=${MY_IP%/*}
@@ -49,8 +52,9 @@ target)
 JSON
   NCPU=$(nproc); [ "$NCPU" -ge 2 ] && CORES=0,1 || CORES=0
   info "nvmfd reactors on core(s) $CORES of $NCPU, --poll-us ${POLL_US:-50}"
+  METRICS=(); [ "${RPC_STATS:-0}" = 1 ] && METRICS=(--metrics 127.0.0.1:9464)
   RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m "$CORES" --poll-us "${POLL_US:-50}" \
-    -r /tmp/nvmfd.sock > /job/nvmfd.log 2>&1 &
+    -r /tmp/nvmfd.sock "${METRICS[@]}" > /job/nvmfd.log 2>&1 &
   pid=$!
   for _ in $(seq 150); do   # 15 s at most
     [ -S /tmp/nvmfd.sock ] && break
@@ -83,13 +87,46 @@ JSON
   fi
   grep -q 'listening (NVMe/RDMA)' /job/nvmfd.log || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd did not listen on rdma"; }
   ok "nvmfd listens (pid $pid)"
+  # RPC_STATS: the connected host's RDMA queues in nvmf_subsystem_get_qpairs, the reactors'
+  # RDMA entries in nvmf_get_stats and the RDMA series of /metrics. 1: not yet (retried).
+  sum_of() { grep -o "\"$1\":[0-9]*" | cut -d: -f2 | awk '{s+=$1} END {print s+0}'; }
+  rpc_stats() {
+    QP=$(rpc nvmf_subsystem_get_qpairs "$NQN" | tr -d ' \n') || return 1
+    grep -q '"qid":[1-9][0-9]*,"state":"active"' <<<"$QP" || return 1
+    grep -q '"trtype":"TCP"' <<<"$QP" && fail "RDMA queues listed as TCP: $QP"
+    [ "$(grep -o '"trtype":"RDMA"' <<<"$QP" | wc -l)" -ge 4 ] &&
+      grep -q "\"traddr\":\"$MY_IP\"" <<<"$QP" && grep -q "\"trsvcid\":\"$PORT\"" <<<"$QP" ||
+      fail "nvmf_subsystem_get_qpairs: no RDMA listen/peer addresses: $QP"
+    ST=$(rpc nvmf_get_stats | tr -d ' \n') || fail "nvmf_get_stats: $ST"
+    grep -q '"trtype":"RDMA"' <<<"$ST" || fail "nvmf_get_stats: no RDMA transport: $ST"
+    [ "$(sum_of completions <<<"$ST")" -gt 0 ] && [ "$(sum_of cq_wakeups <<<"$ST")" -gt 0 ] &&
+      [ "$(sum_of current_io_qpairs <<<"$ST")" -ge 1 ] && [ "$(sum_of qpairs <<<"$ST")" -ge 2 ] ||
+      fail "nvmf_get_stats: RDMA counters or queues missing: $ST"
+    M=$(exec 3<>/dev/tcp/127.0.0.1/9464 && printf 'GET /metrics HTTP/1.0\r\n\r\n' >&3 &&
+      timeout 5 cat <&3) || fail "GET /metrics failed"
+    grep -q '^nvmf_rdma_completions_total{reactor="[01]"} [1-9]' <<<"$M" &&
+      grep -q '^nvmf_rdma_cq_wakeups_total{reactor=' <<<"$M" &&
+      grep -q '^nvmf_path_qpairs{.*transport="RDMA".*} [1-9]' <<<"$M" ||
+      fail "/metrics: no RDMA series: $(grep -i rdma <<<"$M")"
+    info "qpairs: $(grep -o '"qid":[0-9]*,"state":"[a-z]*"' <<<"$QP" | tr '\n' ' ')"
+    info "RDMA per reactor: $(grep -o '"\(cq_wakeups\|busy_polls\|completions\)":[0-9]*' <<<"$ST" | tr '\n' ' ')"
+    return 0
+  }
   touch /job/serving
   step "serving until the test says stop"
-  for _ in $(seq $((${WAIT_S:-200} * 10))); do
+  stats_seen=0
+  for i in $(seq $((${WAIT_S:-200} * 10))); do
     [ -e /job/stop ] && break
     kill -0 "$pid" 2>/dev/null || break
+    if [ "${RPC_STATS:-0}" = 1 ] && [ "$stats_seen" = 0 ] && [ $((i % 10)) = 0 ] &&
+       grep -q 'I/O queue placed on reactor' /job/nvmfd.log && rpc_stats; then
+      stats_seen=1
+      ok "RDMA queues in nvmf_subsystem_get_qpairs, RDMA counters in nvmf_get_stats and /metrics"
+    fi
     sleep 0.1
   done
+  [ "${RPC_STATS:-0}" = 1 ] && [ "$stats_seen" = 0 ] &&
+    fail "the connected host's RDMA queues never showed in nvmf_subsystem_get_qpairs: ${QP:-}"
   kill -0 "$pid" 2>/dev/null || { sed 's/^/  | /' /job/nvmfd.log; fail "nvmfd died while serving"; }
   [ -e /job/stop ] || fail "no stop from the test within ${WAIT_S:-200} s"
   ok "stop requested"

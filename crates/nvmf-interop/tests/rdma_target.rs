@@ -39,6 +39,9 @@ fn kernel_host_against_nvmfd_over_rxe() {
         ("SPREAD", "1".to_string()),
         ("POLL_US", "1000".to_string()),
         ("BUSY", "1".to_string()),
+        // While the host is connected: its RDMA queues in nvmf_subsystem_get_qpairs, the
+        // reactors' RDMA counters in nvmf_get_stats and /metrics.
+        ("RPC_STATS", "1".to_string()),
     ]);
     let target = case.serve(
         "nvmfd-rdma.sh",

@@ -35,7 +35,7 @@ pub mod verbs;
 use std::io;
 use std::sync::OnceLock;
 
-pub use port::{FdChange, PendingConn, PollStats, RdmaPort, DISCONNECT_GRACE};
+pub use port::{ConnView, FdChange, OnDestroy, PendingConn, PollStats, RdmaPort, DISCONNECT_GRACE};
 pub use queue::{Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
 pub use srq::{RecvPool, RecvPost};
 

@@ -258,6 +258,28 @@ pub struct RdmaPort {
     rdma: RdmaOptions,
     srq_posts: Vec<RecvPost>,
     srq_wrs: Vec<RecvWr>,
+    /// Sees each connection's queue as it is destroyed (the daemon folds
+    /// the counters of closed queues into its statistics).
+    on_destroy: Option<OnDestroy>,
+}
+
+/// See [`RdmaPort::set_on_destroy`].
+pub type OnDestroy = Box<dyn FnMut(&nvmf_core::queue::QueuePair) + Send>;
+
+/// One connection as the daemon's statistics and queue listings see it
+/// (read only; [`RdmaPort::conn_views`]).
+pub struct ConnView<'a> {
+    /// The queue (controller, QID, counters).
+    pub queue: &'a nvmf_core::queue::QueuePair,
+    pub peer: SocketAddr,
+    /// The listen address it came in on.
+    pub listen: SocketAddr,
+    /// Commands received and not answered.
+    pub in_flight: usize,
+    /// Commands executing in a backend now.
+    pub executing: usize,
+    /// Disconnect requested (going away).
+    pub closing: bool,
 }
 
 impl RdmaPort {
@@ -287,6 +309,7 @@ impl RdmaPort {
             rdma: RdmaOptions::default(),
             srq_posts: Vec::new(),
             srq_wrs: Vec::new(),
+            on_destroy: None,
         })
     }
 
@@ -304,6 +327,23 @@ impl RdmaPort {
     /// Completion-polling counters so far.
     pub fn poll_stats(&self) -> PollStats {
         self.stats
+    }
+
+    /// The connections alive, for statistics (read only).
+    pub fn conn_views(&self) -> impl Iterator<Item = ConnView<'_>> + '_ {
+        self.conns.iter().flatten().map(|c| ConnView {
+            queue: c.queue.queue(),
+            peer: c.peer,
+            listen: c.listen,
+            in_flight: c.queue.in_flight(),
+            executing: c.queue.executing(),
+            closing: c.closing.is_some(),
+        })
+    }
+
+    /// `f` sees each connection's queue as the connection is destroyed.
+    pub fn set_on_destroy(&mut self, f: OnDestroy) {
+        self.on_destroy = Some(f);
     }
 
     /// Whether a CQ is left unarmed (the reactor must not sleep without
@@ -1106,6 +1146,9 @@ impl RdmaPort {
             return;
         };
         fds(FdChange::Remove { fd: c.cq.fd(), key });
+        if let Some(f) = self.on_destroy.as_mut() {
+            f(c.queue.queue());
+        }
         self.unarmed.retain(|&k| k != key);
         let st = self.stats;
         if !c.queue.owns_receives() {

@@ -392,6 +392,11 @@ impl RdmaQueue {
         self.engine.executing() > 0
     }
 
+    /// Commands executing in a backend now.
+    pub fn executing(&self) -> usize {
+        self.engine.executing()
+    }
+
     /// Commands received and not answered.
     pub fn in_flight(&self) -> usize {
         self.engine.in_flight()

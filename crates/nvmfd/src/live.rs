@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::listen::{self, ListenAddr};
 use crate::paths::PathTable;
-use crate::reactor::{ReactorCmd, ReactorSnapshot};
+use crate::reactor::{RdmaSnapshot, ReactorCmd, ReactorSnapshot};
 
 /// How long the RPC thread waits for a reactor's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
@@ -112,6 +112,20 @@ impl Live {
             t.merge(&s.paths);
         }
         t
+    }
+
+    /// What `/metrics` shows: counters by path (both transports) and each
+    /// reactor's NVMe/RDMA side (reactors with an RDMA port only).
+    pub fn gather_metrics(&self) -> (PathTable, Vec<(usize, RdmaSnapshot)>) {
+        let mut t = PathTable::default();
+        let mut rdma = Vec::new();
+        for s in self.snapshots() {
+            t.merge(&s.paths);
+            if let Some(r) = s.rdma {
+                rdma.push((s.id, r));
+            }
+        }
+        (t, rdma)
     }
 
     pub fn uptime_us(&self) -> u64 {
@@ -580,38 +594,7 @@ impl LiveTarget for Live {
     }
 
     fn qpairs(&self, nqn: &str) -> Vec<Value> {
-        let mut out = Vec::new();
-        for s in self.snapshots() {
-            for q in &s.qpairs {
-                if q.subnqn.as_deref() != Some(nqn) {
-                    continue;
-                }
-                out.push(json!({
-                    "cntlid": q.cntlid,
-                    "qid": q.qid,
-                    "state": if q.connected { "active" } else { "connecting" },
-                    "thread": poll_group_name(s.id),
-                    "listen_address": listener_json(&q.listen),
-                    "peer_address": {
-                        "trtype": "TCP",
-                        "adrfam": if q.peer.is_ipv6() { "IPv6" } else { "IPv4" },
-                        "traddr": q.peer.ip().to_string(),
-                        "trsvcid": q.peer.port().to_string(),
-                    },
-                    // nvmfd's addition: this queue's counters.
-                    "stats": {
-                        "commands": q.stats.commands,
-                        "reads": q.stats.reads,
-                        "writes": q.stats.writes,
-                        "bytes_read": q.stats.bytes_read,
-                        "bytes_written": q.stats.bytes_written,
-                        "errors": q.stats.errors,
-                        "in_flight": q.in_flight,
-                    },
-                }));
-            }
-        }
-        out
+        qpairs_json(&self.snapshots(), nqn)
     }
 
     fn thread_stats(&self) -> Value {
@@ -638,44 +621,127 @@ impl LiveTarget for Live {
     }
 
     fn stats(&self) -> Value {
-        let snaps = self.snapshots();
-        let mut paths = PathTable::default();
-        for s in &snaps {
-            paths.merge(&s.paths);
-        }
-        let groups: Vec<Value> = snaps
-            .iter()
-            .map(|s| {
-                json!({
-                    "name": poll_group_name(s.id),
-                    "admin_qpairs": s.admin_qpairs,
-                    "io_qpairs": s.io_qpairs,
-                    "current_admin_qpairs": s.current_admin_qpairs,
-                    "current_io_qpairs": s.current_io_qpairs,
-                    "pending_bdev_io": s.pending_bdev_io,
-                    "completed_nvme_io": s.stats.commands,
-                    "transports": [{
-                        "trtype": "TCP",
-                        "pending_qpairs": s.pending_qpairs,
-                        "reads": s.stats.reads,
-                        "writes": s.stats.writes,
-                        "bytes_read": s.stats.bytes_read,
-                        "bytes_written": s.stats.bytes_written,
-                        "errors": s.stats.errors,
-                        "errors_by_status": crate::paths::errors_json(&s.stats),
-                        "in_flight": s.paths.paths.values().map(|p| p.in_flight).sum::<u64>(),
-                    }],
-                })
-            })
-            .collect();
-        json!({
-            // Counters are plain counts; nvmfd has no TSC ticks: 1 tick = 1 µs.
-            "tick_rate": 1_000_000u64,
-            "uptime_us": self.uptime_us(),
-            "poll_groups": groups,
-            "listeners": crate::paths::listeners_json(&paths),
-        })
+        stats_json(&self.snapshots(), self.uptime_us())
     }
+}
+
+/// `nvmf_subsystem_get_qpairs` of subsystem `nqn` from the reactors'
+/// snapshots: both transports, SPDK's fields (`listen_address` and
+/// `peer_address` carry the queue's `trtype`) and nvmfd's `stats`.
+fn qpairs_json(snaps: &[ReactorSnapshot], nqn: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for s in snaps {
+        for q in &s.qpairs {
+            if q.subnqn.as_deref() != Some(nqn) {
+                continue;
+            }
+            let state = if q.closing {
+                "deactivating"
+            } else if q.connected {
+                "active"
+            } else {
+                "connecting"
+            };
+            out.push(json!({
+                "cntlid": q.cntlid,
+                "qid": q.qid,
+                "state": state,
+                "thread": poll_group_name(s.id),
+                "listen_address": listener_json(&q.listen),
+                "peer_address": {
+                    "trtype": q.listen.trtype.as_str(),
+                    "adrfam": if q.peer.is_ipv6() { "IPv6" } else { "IPv4" },
+                    "traddr": q.peer.ip().to_string(),
+                    "trsvcid": q.peer.port().to_string(),
+                },
+                // nvmfd's addition: this queue's counters.
+                "stats": {
+                    "commands": q.stats.commands,
+                    "reads": q.stats.reads,
+                    "writes": q.stats.writes,
+                    "bytes_read": q.stats.bytes_read,
+                    "bytes_written": q.stats.bytes_written,
+                    "errors": q.stats.errors,
+                    "in_flight": q.in_flight,
+                },
+            }));
+        }
+    }
+    out
+}
+
+/// `nvmf_get_stats` from the reactors' snapshots: one poll group per
+/// reactor with a transport entry for NVMe/TCP and, where the reactor has
+/// an RDMA port, one for NVMe/RDMA (its queues, I/O counters and
+/// completion-polling counters).
+fn stats_json(snaps: &[ReactorSnapshot], uptime_us: u64) -> Value {
+    let mut paths = PathTable::default();
+    for s in snaps {
+        paths.merge(&s.paths);
+    }
+    let groups: Vec<Value> = snaps
+        .iter()
+        .map(|s| {
+            let tcp_in_flight: u64 = s
+                .qpairs
+                .iter()
+                .filter(|q| {
+                    q.listen.trtype == nvmf_config::TransportType::Tcp && q.qid != 0 && q.connected
+                })
+                .map(|q| q.in_flight as u64)
+                .sum();
+            let mut transports = vec![json!({
+                "trtype": "TCP",
+                "pending_qpairs": s.pending_qpairs,
+                "reads": s.stats.reads,
+                "writes": s.stats.writes,
+                "bytes_read": s.stats.bytes_read,
+                "bytes_written": s.stats.bytes_written,
+                "errors": s.stats.errors,
+                "errors_by_status": crate::paths::errors_json(&s.stats),
+                "in_flight": tcp_in_flight,
+            })];
+            let mut completed = s.stats.commands;
+            if let Some(r) = &s.rdma {
+                completed += r.stats.commands;
+                transports.push(json!({
+                    "trtype": "RDMA",
+                    "qpairs": r.qpairs,
+                    "pending_qpairs": r.pending_qpairs,
+                    "reads": r.stats.reads,
+                    "writes": r.stats.writes,
+                    "bytes_read": r.stats.bytes_read,
+                    "bytes_written": r.stats.bytes_written,
+                    "errors": r.stats.errors,
+                    "errors_by_status": crate::paths::errors_json(&r.stats),
+                    "in_flight": r.in_flight,
+                    // The reactor's port, all its devices together (SPDK
+                    // breaks its poll counts out per device).
+                    "cq_wakeups": r.poll.cq_wakeups,
+                    "busy_polls": r.poll.busy_polls,
+                    "completions": r.poll.completions,
+                    "polled_completions": r.poll.polled_completions,
+                }));
+            }
+            json!({
+                "name": poll_group_name(s.id),
+                "admin_qpairs": s.admin_qpairs,
+                "io_qpairs": s.io_qpairs,
+                "current_admin_qpairs": s.current_admin_qpairs,
+                "current_io_qpairs": s.current_io_qpairs,
+                "pending_bdev_io": s.pending_bdev_io,
+                "completed_nvme_io": completed,
+                "transports": transports,
+            })
+        })
+        .collect();
+    json!({
+        // Counters are plain counts; nvmfd has no TSC ticks: 1 tick = 1 µs.
+        "tick_rate": 1_000_000u64,
+        "uptime_us": uptime_us,
+        "poll_groups": groups,
+        "listeners": crate::paths::listeners_json(&paths),
+    })
 }
 
 fn poll_group_name(id: usize) -> String {
@@ -694,4 +760,171 @@ fn listener_json(l: &ListenerConfig) -> Value {
 /// Host identifier as SPDK prints it (UUID form).
 fn format_hostid(id: &[u8; 16]) -> String {
     nvmf_config::format_uuid(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::{PathKey, PathStats};
+    use crate::reactor::{QpairSnapshot, RdmaSnapshot};
+    use nvmf_config::{AddressFamily, TransportType};
+    use nvmf_core::controller::QueueStats;
+
+    const NQN: &str = "nqn.2016-06.io.spdk:cnode1";
+
+    fn qpair(trtype: TransportType, qid: u16, port: &str, peer: &str) -> QpairSnapshot {
+        QpairSnapshot {
+            subnqn: Some(NQN.into()),
+            cntlid: Some(1),
+            qid,
+            connected: true,
+            closing: false,
+            listen: ListenerConfig {
+                trtype,
+                adrfam: AddressFamily::Ipv4,
+                traddr: "10.0.0.1".into(),
+                trsvcid: port.into(),
+            },
+            peer: peer.parse().unwrap(),
+            stats: QueueStats {
+                commands: 5,
+                reads: 3,
+                ..Default::default()
+            },
+            in_flight: 2,
+        }
+    }
+
+    /// Reactor 0 serves a TCP I/O queue and an RDMA admin queue, reactor 1
+    /// an RDMA I/O queue being disconnected; reactor 2 has no RDMA port.
+    fn snaps() -> Vec<ReactorSnapshot> {
+        let rdma = |qpairs, wakeups| RdmaSnapshot {
+            poll: nvmf_rdma::PollStats {
+                cq_wakeups: wakeups,
+                busy_polls: 40,
+                completions: 100,
+                polled_completions: 60,
+            },
+            qpairs,
+            pending_qpairs: 0,
+            stats: QueueStats {
+                commands: 9,
+                writes: 4,
+                ..Default::default()
+            },
+            in_flight: 1,
+        };
+        let mut closing = qpair(TransportType::Rdma, 1, "4420", "10.0.0.2:40001");
+        closing.closing = true;
+        vec![
+            ReactorSnapshot {
+                id: 0,
+                qpairs: vec![
+                    qpair(TransportType::Tcp, 1, "4420", "10.0.0.2:50000"),
+                    qpair(TransportType::Rdma, 0, "4420", "10.0.0.2:40000"),
+                ],
+                stats: QueueStats {
+                    commands: 7,
+                    ..Default::default()
+                },
+                rdma: Some(rdma(1, 12)),
+                ..Default::default()
+            },
+            ReactorSnapshot {
+                id: 1,
+                qpairs: vec![closing],
+                rdma: Some(rdma(1, 30)),
+                ..Default::default()
+            },
+            ReactorSnapshot {
+                id: 2,
+                ..Default::default()
+            },
+        ]
+    }
+
+    #[test]
+    fn rdma_queues_are_listed_with_their_transport() {
+        let q = qpairs_json(&snaps(), NQN);
+        assert_eq!(q.len(), 3, "{q:#?}");
+        assert_eq!(q[0]["listen_address"]["trtype"], "TCP");
+        assert_eq!(q[0]["peer_address"]["trtype"], "TCP");
+        let admin = &q[1];
+        assert_eq!(
+            admin["listen_address"],
+            json!({"trtype": "RDMA", "adrfam": "IPv4", "traddr": "10.0.0.1", "trsvcid": "4420"})
+        );
+        assert_eq!(
+            admin["peer_address"],
+            json!({"trtype": "RDMA", "adrfam": "IPv4", "traddr": "10.0.0.2", "trsvcid": "40000"})
+        );
+        assert_eq!(admin["cntlid"], 1);
+        assert_eq!(admin["qid"], 0);
+        assert_eq!(admin["state"], "active");
+        assert_eq!(admin["thread"], "nvmf_tgt_poll_group_000");
+        assert_eq!(admin["stats"]["commands"], 5);
+        let io = &q[2];
+        assert_eq!(io["qid"], 1);
+        assert_eq!(io["state"], "deactivating");
+        assert_eq!(io["thread"], "nvmf_tgt_poll_group_001");
+        assert!(qpairs_json(&snaps(), "nqn.other").is_empty());
+    }
+
+    #[test]
+    fn rdma_transport_stats_per_poll_group() {
+        let v = stats_json(&snaps(), 1000);
+        let g = v["poll_groups"].as_array().unwrap();
+        assert_eq!(g.len(), 3);
+        let t0 = g[0]["transports"].as_array().unwrap();
+        assert_eq!(t0.len(), 2, "{v:#}");
+        assert_eq!(t0[0]["trtype"], "TCP");
+        // the TCP entry counts the TCP queue only
+        assert_eq!(t0[0]["in_flight"], 2);
+        let r = &t0[1];
+        assert_eq!(r["trtype"], "RDMA");
+        assert_eq!(r["qpairs"], 1);
+        assert_eq!(r["cq_wakeups"], 12);
+        assert_eq!(r["busy_polls"], 40);
+        assert_eq!(r["completions"], 100);
+        assert_eq!(r["polled_completions"], 60);
+        assert_eq!(r["writes"], 4);
+        assert_eq!(r["in_flight"], 1);
+        // completed_nvme_io: both transports
+        assert_eq!(g[0]["completed_nvme_io"], 16);
+        assert_eq!(g[1]["transports"][1]["cq_wakeups"], 30);
+        // no RDMA port: TCP only
+        assert_eq!(g[2]["transports"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn listeners_are_told_apart_by_transport() {
+        let mut t = PathTable::default();
+        for (trtype, commands) in [("TCP", 3), ("RDMA", 5)] {
+            let key = PathKey {
+                subnqn: NQN.into(),
+                listener: "10.0.0.1:4420".into(),
+                trtype,
+                hostnqn: "nqn.host".into(),
+                cntlid: 1,
+            };
+            let mut p = PathStats {
+                qpairs: 2,
+                ..Default::default()
+            };
+            p.stats.commands = commands;
+            t.paths.insert(key, p);
+        }
+        let l = crate::paths::listeners_json(&t);
+        let l = l.as_array().unwrap();
+        assert_eq!(l.len(), 2, "{l:#?}");
+        let rdma = l.iter().find(|x| x["trtype"] == "RDMA").unwrap();
+        assert_eq!(rdma["commands"], 5);
+        assert_eq!(rdma["listener"], "10.0.0.1:4420");
+        let p = crate::paths::path_stats_json(&t, 1, 1);
+        assert!(p["paths"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|x| x["trtype"] == "RDMA" && x["commands"] == 5));
+    }
 }

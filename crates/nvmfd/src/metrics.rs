@@ -10,14 +10,18 @@
 //! with `prometheus-client`; any other path is 404, any other method 405,
 //! a malformed request 400, an oversized one 431.
 //!
-//! Series (labels `subsystem`, `listener` = `traddr:trsvcid`, `host` = host
-//! NQN, `cntlid`, and `namespace` = NSID where per namespace):
+//! Series (labels `subsystem`, `listener` = `traddr:trsvcid`, `transport`
+//! = `TCP` or `RDMA`, `host` = host NQN, `cntlid`, and `namespace` = NSID
+//! where per namespace):
 //! `nvmf_path_commands_total`, `nvmf_path_errors_total` (+ `status`),
 //! `nvmf_path_in_flight`, `nvmf_path_qpairs`, `nvmf_ns_reads_total`,
 //! `nvmf_ns_writes_total`, `nvmf_ns_read_bytes_total`,
 //! `nvmf_ns_written_bytes_total`, `nvmf_ns_errors_total`,
 //! `nvmf_ns_read_latency_seconds`, `nvmf_ns_write_latency_seconds`
-//! (histograms, one bucket per power of two from 1 µs to 34 s).
+//! (histograms, one bucket per power of two from 1 µs to 34 s). Per
+//! reactor with an NVMe/RDMA port (label `reactor`): `nvmf_rdma_qpairs`,
+//! `nvmf_rdma_cq_wakeups_total`, `nvmf_rdma_busy_polls_total`,
+//! `nvmf_rdma_completions_total`, `nvmf_rdma_polled_completions_total`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -35,6 +39,7 @@ use tracing::{debug, info, warn};
 
 use crate::live::Live;
 use crate::paths::{PathKey, PathTable};
+use crate::reactor::RdmaSnapshot;
 
 /// Largest request accepted (request line + headers).
 pub const MAX_REQUEST: usize = 8192;
@@ -138,7 +143,8 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     let req = read_request(&mut s)?;
     let (status, ctype, body, head) = match req {
         Req::Metrics { head } => {
-            let body = encode(&live.gather_paths());
+            let (paths, rdma) = live.gather_metrics();
+            let body = encode(&paths, &rdma);
             ("200 OK", CONTENT_TYPE, body, head)
         }
         Req::NotFound => (
@@ -195,10 +201,12 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The exposition of a path table (OpenMetrics text, ends with `# EOF`).
-pub fn encode(t: &PathTable) -> String {
+/// The exposition of a path table and the reactors' NVMe/RDMA sides
+/// (OpenMetrics text, ends with `# EOF`).
+pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)]) -> String {
     let mut reg = Registry::default();
     reg.register_collector(Box::new(Paths(t.clone())));
+    reg.register_collector(Box::new(Rdma(rdma.to_vec())));
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
@@ -208,12 +216,70 @@ pub fn encode(t: &PathTable) -> String {
 #[derive(Debug)]
 struct Paths(PathTable);
 
+/// Each reactor's NVMe/RDMA side, by reactor id.
+#[derive(Debug)]
+struct Rdma(Vec<(usize, RdmaSnapshot)>);
+
+impl Collector for Rdma {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        type Get = fn(&RdmaSnapshot) -> u64;
+        let metrics: [(&str, &str, MetricType, Get); 5] = [
+            (
+                "nvmf_rdma_qpairs",
+                "NVMe/RDMA queue pairs the reactor serves now",
+                MetricType::Gauge,
+                |r| r.qpairs,
+            ),
+            (
+                "nvmf_rdma_cq_wakeups",
+                "Completion-channel events the reactor handled (woken for a CQ)",
+                MetricType::Counter,
+                |r| r.poll.cq_wakeups,
+            ),
+            (
+                "nvmf_rdma_busy_polls",
+                "Busy polls of unarmed CQs (no wake-up)",
+                MetricType::Counter,
+                |r| r.poll.busy_polls,
+            ),
+            (
+                "nvmf_rdma_completions",
+                "Work completions reaped, all ways",
+                MetricType::Counter,
+                |r| r.poll.completions,
+            ),
+            (
+                "nvmf_rdma_polled_completions",
+                "Work completions reaped by busy polls",
+                MetricType::Counter,
+                |r| r.poll.polled_completions,
+            ),
+        ];
+        for (name, help, ty, get) in metrics {
+            let mut m = enc.encode_descriptor(name, help, None, ty)?;
+            for (id, r) in &self.0 {
+                let l: Labels = vec![("reactor", id.to_string())];
+                let mut f = m.encode_family(&l)?;
+                match ty {
+                    MetricType::Counter => f.encode_counter::<NoLabelSet, _, u64>(&get(r), None)?,
+                    _ => f.encode_gauge(&get(r))?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 type Labels = Vec<(&'static str, String)>;
 
 fn path_labels(k: &PathKey) -> Labels {
     vec![
         ("subsystem", k.subnqn.clone()),
         ("listener", k.listener.clone()),
+        ("transport", k.trtype.to_string()),
         ("host", k.hostnqn.clone()),
         ("cntlid", k.cntlid.to_string()),
     ]
@@ -391,6 +457,53 @@ mod tests {
         );
         assert_eq!(parse(b"GET /metrics HTTP/1.1\r\n"), None);
         assert_eq!(parse(b"\x01\x02 garbage\r\n\r\n"), Some(Req::Bad));
+    }
+
+    #[test]
+    fn rdma_queues_and_poll_counters_are_exposed() {
+        use crate::paths::PathStats;
+        let mut t = PathTable::default();
+        let key = PathKey {
+            subnqn: "nqn.s".into(),
+            listener: "10.0.0.1:4420".into(),
+            trtype: "RDMA",
+            hostnqn: "nqn.h".into(),
+            cntlid: 3,
+        };
+        let mut p = PathStats {
+            qpairs: 2,
+            ..Default::default()
+        };
+        p.stats.commands = 11;
+        t.paths.insert(key, p);
+        let r = RdmaSnapshot {
+            poll: nvmf_rdma::PollStats {
+                cq_wakeups: 7,
+                busy_polls: 8,
+                completions: 9,
+                polled_completions: 4,
+            },
+            qpairs: 2,
+            ..Default::default()
+        };
+        let body = encode(&t, &[(1, r)]);
+        let has = |line: &str| body.lines().any(|l| l == line);
+        assert!(
+            has(
+                r#"nvmf_path_qpairs{subsystem="nqn.s",listener="10.0.0.1:4420",transport="RDMA",host="nqn.h",cntlid="3"} 2"#
+            ),
+            "{body}"
+        );
+        assert!(has(
+            r#"nvmf_path_commands_total{subsystem="nqn.s",listener="10.0.0.1:4420",transport="RDMA",host="nqn.h",cntlid="3"} 11"#
+        ));
+        assert!(has(r#"nvmf_rdma_qpairs{reactor="1"} 2"#), "{body}");
+        assert!(has(r#"nvmf_rdma_cq_wakeups_total{reactor="1"} 7"#));
+        assert!(has(r#"nvmf_rdma_busy_polls_total{reactor="1"} 8"#));
+        assert!(has(r#"nvmf_rdma_completions_total{reactor="1"} 9"#));
+        assert!(has(r#"nvmf_rdma_polled_completions_total{reactor="1"} 4"#));
+        // no RDMA port anywhere: no RDMA series
+        assert!(!encode(&t, &[]).contains("nvmf_rdma_"));
     }
 
     #[test]

@@ -28,6 +28,9 @@ pub struct PathKey {
     pub subnqn: String,
     /// `traddr:trsvcid` of the listener the host connected through.
     pub listener: String,
+    /// Its transport, SPDK's spelling (`TCP`, `RDMA`): a TCP and an RDMA
+    /// listener may share `traddr:trsvcid`.
+    pub trtype: &'static str,
     pub hostnqn: String,
     /// 0: controllers gone, folded together (see `CLOSED_PATHS_MAX`).
     pub cntlid: u16,
@@ -41,6 +44,7 @@ impl PathKey {
         Some(PathKey {
             subnqn: ctrl.subsystem().nqn().to_string(),
             listener: listener_name(&port.traddr, &port.trsvcid),
+            trtype: port.trtype.as_str(),
             hostnqn: ctrl.hostnqn().to_string(),
             cntlid: ctrl.cntlid(),
         })
@@ -212,6 +216,7 @@ pub fn path_stats_json(t: &PathTable, tick_rate: u64, uptime_us: u64) -> Value {
             json!({
                 "subnqn": k.subnqn,
                 "listener": k.listener,
+                "trtype": k.trtype,
                 "hostnqn": k.hostnqn,
                 "cntlid": k.cntlid,
                 "qpairs": p.qpairs,
@@ -233,18 +238,21 @@ pub fn path_stats_json(t: &PathTable, tick_rate: u64, uptime_us: u64) -> Value {
 }
 
 /// Per-listener totals for `nvmf_get_stats` (`listeners`): every path
-/// through a listener added up.
+/// through a listener (address and transport) added up.
 pub fn listeners_json(t: &PathTable) -> Value {
-    let mut by: std::collections::BTreeMap<&str, PathStats> = Default::default();
+    let mut by: std::collections::BTreeMap<(&str, &str), PathStats> = Default::default();
     for (k, p) in &t.paths {
-        by.entry(k.listener.as_str()).or_default().add(p);
+        by.entry((k.listener.as_str(), k.trtype))
+            .or_default()
+            .add(p);
     }
     Value::Array(
         by.into_iter()
-            .map(|(l, p)| {
+            .map(|((l, trtype), p)| {
                 let (reads, writes, br, bw, rl, wl) = p.io_totals();
                 json!({
                     "listener": l,
+                    "trtype": trtype,
                     "qpairs": p.qpairs,
                     "in_flight": p.in_flight,
                     "commands": p.stats.commands,

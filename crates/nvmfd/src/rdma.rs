@@ -21,6 +21,12 @@
 //! without work the reactor arms every such CQ, polls each once more (the
 //! arm race) and only then sleeps in epoll, so an idle reactor costs no CPU.
 //!
+//! Statistics: a snapshot (`ReactorCmd::Snapshot`) lists the port's queues
+//! next to the TCP ones (`nvmf_subsystem_get_qpairs`, per-path counters)
+//! with its completion-polling counters (`nvmf_get_stats`, `/metrics`);
+//! the counters of destroyed queues are folded in as the port destroys
+//! them (`RdmaClosed`), as the reactor does for TCP connections.
+//!
 //! [`RdmaControl`] is the control plane's handle: listeners go to reactor
 //! 0 (its first one creates the port), removals to every reactor (each
 //! disconnects its queues that came in on the address), answered within a
@@ -29,20 +35,23 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use mio::unix::SourceFd;
 use mio::{Interest, Registry, Token};
 use nvmf_config::{ListenerConfig, RdmaOptions, TransportType};
+use nvmf_core::controller::QueueStats;
+use nvmf_core::queue::QueuePair;
 use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::Target;
 use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
 use tracing::{debug, info, warn};
 
 use crate::live::ReactorHandle;
+use crate::paths::PathTable;
 use crate::placement::{CtrlKey, Placement};
-use crate::reactor::ReactorCmd;
+use crate::reactor::{QpairSnapshot, RdmaSnapshot, ReactorCmd, ReactorSnapshot};
 
 /// Token of the reactor's RDMA CM event channel.
 pub const CM_TOKEN: usize = CQ_BASE - 1;
@@ -277,11 +286,46 @@ pub fn cq_turn(has_unarmed: bool, now: Instant, spin_until: Option<Instant>) -> 
     }
 }
 
+/// The counters of a reactor's destroyed RDMA queues (folded in by the
+/// port's destroy hook, read by snapshots).
+#[derive(Debug, Default)]
+struct RdmaClosed {
+    admin_qpairs: u64,
+    io_qpairs: u64,
+    stats: QueueStats,
+    paths: PathTable,
+}
+
+impl RdmaClosed {
+    fn fold(&mut self, q: &QueuePair) {
+        if q.is_connected() {
+            if q.is_admin() {
+                self.admin_qpairs += 1;
+            } else {
+                self.io_qpairs += 1;
+            }
+        }
+        self.stats.add(q.stats());
+        self.paths.fold_closed(q);
+    }
+}
+
+/// The listener an RDMA queue came in on, as the queue listings show it.
+fn rdma_listener(a: SocketAddr) -> ListenerConfig {
+    ListenerConfig {
+        trtype: TransportType::Rdma,
+        adrfam: nvmf_rdma::port::adrfam_of(&a),
+        traddr: a.ip().to_string(),
+        trsvcid: a.port().to_string(),
+    }
+}
+
 /// One reactor's NVMe/RDMA side: its port (created on first use, on the
 /// reactor's thread) and the epoll registrations it asks for.
 pub struct RdmaSide {
     setup: Option<Arc<RdmaSetup>>,
     port: Option<RdmaPort>,
+    closed: Arc<Mutex<RdmaClosed>>,
     registry: Option<Registry>,
     reactor: usize,
     busy_poll: bool,
@@ -300,6 +344,7 @@ impl RdmaSide {
         RdmaSide {
             setup,
             port: None,
+            closed: Arc::default(),
             registry: registry.try_clone().ok(),
             reactor,
             busy_poll,
@@ -326,6 +371,10 @@ impl RdmaSide {
             port.set_reactor(self.reactor);
             port.set_options(&setup.options);
             port.set_busy_poll(self.busy_poll);
+            let closed = self.closed.clone();
+            port.set_on_destroy(Box::new(move |q| {
+                closed.lock().unwrap_or_else(|e| e.into_inner()).fold(q)
+            }));
             reg.register(
                 &mut SourceFd(&port.channel_fd()),
                 Token(CM_TOKEN),
@@ -345,6 +394,55 @@ impl RdmaSide {
     /// RDMA connections served here.
     pub fn connections(&self) -> usize {
         self.port.as_ref().map_or(0, RdmaPort::connections)
+    }
+
+    /// Adds this reactor's RDMA queues and counters to its snapshot (see
+    /// [`ReactorSnapshot`]); nothing without a port.
+    pub fn add_to_snapshot(&self, s: &mut ReactorSnapshot) {
+        let Some(port) = self.port.as_ref() else {
+            return;
+        };
+        let mut r = RdmaSnapshot {
+            poll: port.poll_stats(),
+            ..Default::default()
+        };
+        {
+            let closed = self.closed.lock().unwrap_or_else(|e| e.into_inner());
+            r.stats = closed.stats;
+            s.admin_qpairs += closed.admin_qpairs;
+            s.io_qpairs += closed.io_qpairs;
+            s.paths.merge(&closed.paths);
+        }
+        for v in port.conn_views() {
+            let q = v.queue;
+            r.qpairs += 1;
+            r.stats.add(q.stats());
+            s.paths.add_open(q, v.in_flight);
+            s.pending_bdev_io += v.executing as u64;
+            if !q.is_connected() {
+                r.pending_qpairs += 1;
+            } else if q.is_admin() {
+                s.current_admin_qpairs += 1;
+                s.admin_qpairs += 1;
+            } else {
+                s.current_io_qpairs += 1;
+                s.io_qpairs += 1;
+                r.in_flight += v.in_flight as u64;
+            }
+            let ctrl = q.controller();
+            s.qpairs.push(QpairSnapshot {
+                subnqn: ctrl.map(|c| c.subsystem().nqn().to_string()),
+                cntlid: ctrl.map(|c| c.cntlid()),
+                qid: q.qid(),
+                connected: q.is_connected(),
+                closing: v.closing,
+                listen: rdma_listener(v.listen),
+                peer: v.peer,
+                stats: *q.stats(),
+                in_flight: v.in_flight,
+            });
+        }
+        s.rdma = Some(r);
     }
 
     /// Whether a CQ is unarmed (busy polling): arm before sleeping.

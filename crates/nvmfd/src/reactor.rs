@@ -237,6 +237,9 @@ pub struct QpairSnapshot {
     pub cntlid: Option<u16>,
     pub qid: u16,
     pub connected: bool,
+    /// Going away (NVMe/RDMA: disconnect requested, not yet destroyed).
+    pub closing: bool,
+    /// The listener it came in on (its `trtype` is the queue's transport).
     pub listen: nvmf_config::ListenerConfig,
     pub peer: SocketAddr,
     /// This queue's counters, and its commands received and not answered.
@@ -244,7 +247,26 @@ pub struct QpairSnapshot {
     pub in_flight: usize,
 }
 
+/// A reactor's NVMe/RDMA side as `nvmf_get_stats` and `/metrics` report
+/// it (present once the reactor has an RDMA port).
+#[derive(Debug, Clone, Default)]
+pub struct RdmaSnapshot {
+    /// The port's completion-polling counters since it was created.
+    pub poll: nvmf_rdma::PollStats,
+    /// RDMA queues open now (connected or not).
+    pub qpairs: u64,
+    /// Of those, not (yet) connected to a controller.
+    pub pending_qpairs: u64,
+    /// Counters of its queues, closed and open.
+    pub stats: QueueStats,
+    /// Commands received and not answered on its open I/O queues.
+    pub in_flight: u64,
+}
+
 /// What a reactor reports for `nvmf_get_stats` / `nvmf_subsystem_get_qpairs`.
+/// `qpairs`, the queue-pair counts, `pending_bdev_io` and `paths` cover
+/// both transports; `stats` and `pending_qpairs` are NVMe/TCP's, `rdma`
+/// NVMe/RDMA's own.
 #[derive(Debug, Clone, Default)]
 pub struct ReactorSnapshot {
     pub id: usize,
@@ -266,6 +288,8 @@ pub struct ReactorSnapshot {
     /// Nanoseconds busy / idle since the reactor started.
     pub busy_ns: u64,
     pub idle_ns: u64,
+    /// NVMe/RDMA (None: this reactor has no RDMA port).
+    pub rdma: Option<RdmaSnapshot>,
 }
 
 /// A reactor's view of one TCP connection.
@@ -964,7 +988,9 @@ impl Reactor {
                     let _ = reply.send(keys.len());
                 }
                 ReactorCmd::Snapshot { reply } => {
-                    let _ = reply.send(self.snapshot(conns));
+                    let mut s = self.snapshot(conns);
+                    rdma.add_to_snapshot(&mut s);
+                    let _ = reply.send(s);
                 }
                 ReactorCmd::Adopt(m) => self.adopt(*m.0, conns, again),
                 ReactorCmd::Rdma(cmd) => rdma.command(cmd),
@@ -1036,6 +1062,7 @@ impl Reactor {
                 cntlid: ctrl.map(|c| c.cntlid()),
                 qid: q.qid(),
                 connected: q.is_connected(),
+                closing: false,
                 listen: c.laddr.cfg.clone(),
                 peer: c.peer,
                 stats: *q.stats(),
