@@ -514,7 +514,9 @@ impl RdmaQueue {
         self.completions = self.completions.wrapping_add(1);
         if kind == WR_PROBE {
             self.probe_at = None;
-            if !wc.ok {
+            if wc.ok {
+                debug!(peer = %self.engine.queue().port().peer, qid = self.engine.queue().qid(), "liveness probe answered");
+            } else {
                 self.engine.close("liveness probe failed (peer gone)");
             }
             return;
@@ -632,6 +634,7 @@ impl RdmaQueue {
         }
         let since = *self.quiet_since.get_or_insert(now);
         if now.saturating_duration_since(since) >= self.live.idle {
+            debug!(peer = %self.engine.queue().port().peer, qid = self.engine.queue().qid(), "liveness probe sent");
             self.probe_at = Some(now);
             self.probes += 1;
             self.wire.out.push(WorkRequest::Probe { wr_id: WR_PROBE });
