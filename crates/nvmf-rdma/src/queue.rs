@@ -183,7 +183,17 @@ const WR_READ: u64 = 2 << 32;
 const WR_SEND: u64 = 3 << 32;
 const WR_SEND_EXTRA: u64 = 4 << 32;
 const WR_WRITE: u64 = 5 << 32;
-const WR_PROBE: u64 = 6 << 32;
+const WR_PROBE: u64 = 7 << 32;
+// The shared receive pool's kind is seen on the same completion queue: no
+// kind of the queue's may equal it.
+const _: () = {
+    let kinds = [WR_RECV, WR_READ, WR_SEND, WR_SEND_EXTRA, WR_WRITE, WR_PROBE];
+    let mut i = 0;
+    while i < kinds.len() {
+        assert!(kinds[i] != crate::srq::WR_SHARED_RECV);
+        i += 1;
+    }
+};
 const WR_KIND: u64 = 0xffff_ffff << 32;
 
 /// The NVMe/RDMA side of the queue: the engine's [`Fabric`].

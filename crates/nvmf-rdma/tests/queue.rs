@@ -845,3 +845,17 @@ fn no_probe_while_commands_complete_or_before_connect() {
     io.tick(t0 + S(60));
     assert!(io.probes.is_empty());
 }
+
+#[test]
+fn a_probe_on_a_shared_receive_queue_is_not_taken_for_a_receive() {
+    let t = target();
+    let (_a, mut io, _srq) = connected_shared(&t, 64);
+    let t0 = Instant::now();
+    io.tick(t0);
+    io.tick(t0 + S(10));
+    assert_eq!(io.probes.len(), 1);
+    // the port routes completions the pool owns to the pool: a probe's must not be one
+    assert!(!RecvPool::owns(io.probes[0]));
+    io.answer_probe(true);
+    assert_eq!(io.q.close_reason(), None);
+}
