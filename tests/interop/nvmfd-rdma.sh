@@ -11,9 +11,12 @@
 #   with crc32c verify, disconnect, clean dmesg. Before that, bad connect private data from
 #   /job/rdma_connect_probe (rejected with the NVMe/RDMA status each) and a host that vanishes
 #   right after its admin queue was accepted.
-# ROLE=victim (a connecting guest the test kills): connects with a KATO s (5) keep-alive timeout, runs
-#   fio 4k randrw at iodepth 32 with no end, writes /job/fio-running once commands are in
-#   flight, and waits to be killed (SIGKILL of its qemu: no disconnect, work requests pending).
+# ROLE=victim (a connecting guest the test kills): connects with a KATO s (5) keep-alive timeout
+#   (0 is not possible for an I/O controller: nvme-cli leaves it out, and the 6.1 kernel turns
+#   keep_alive_tmo=0 written to /dev/nvme-fabrics into its default 5 s), stays idle IDLE_S s (0;
+#   nvmfd's liveness probes reach its quiet queues), runs fio 4k randrw at iodepth 32 with no end, writes /job/fio-running once
+#   commands are in flight, and waits to be killed (SIGKILL of its qemu: no disconnect, work
+#   requests pending).
 # ROLE=host2 (the host after the victim, same link address): discover, connect, fio verify,
 #   disconnect, clean dmesg.
 #
@@ -211,6 +214,12 @@ victim)
   run nvme connect -t rdma -a "$TARGET_IP" -s "$PORT" -n "$NQN" "${H[@]}" --keep-alive-tmo="${KATO:-5}"
   D=$(ns_dev "$NQN" 1) || fail "no block device for namespace 1"
   ok "namespace $D"
+  if [ "${IDLE_S:-0}" -gt 0 ]; then
+    step "idle for $IDLE_S s (the target probes quiet queues), then one read"
+    sleep "$IDLE_S"
+    dd if="$D" of=/dev/null bs=4k count=1 iflag=direct 2>/dev/null || fail "read from $D after idling"
+    ok "still served after $IDLE_S s idle"
+  fi
   step "fio 4k randrw iodepth 32 until this guest is killed"
   fio --name=victim --filename="$D" --direct=1 --ioengine=libaio --rw=randrw \
       --bs=4k --iodepth=32 --time_based --runtime=300 > /job/fio.out 2>&1 &

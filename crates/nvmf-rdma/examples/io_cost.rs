@@ -63,6 +63,12 @@ impl Device {
                         byte_len: 0,
                     }),
                     WorkRequest::Write { .. } => {}
+                    // the device answers a liveness probe; none comes while I/O flows
+                    WorkRequest::Probe { wr_id } => self.done.push(WorkCompletion {
+                        wr_id,
+                        ok: true,
+                        byte_len: 0,
+                    }),
                     WorkRequest::Send { wr_id, .. } => {
                         self.responses += 1;
                         self.done.push(WorkCompletion {

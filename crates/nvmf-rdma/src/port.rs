@@ -1273,7 +1273,10 @@ pub(crate) struct PostScratch {
     work: Vec<WorkRequest>,
     recvs: Vec<RecvWr>,
     sges: Vec<Sge>,
-    ops: Vec<(u64, SendOp<'static>, bool)>,
+    /// Work request ID, operation, signaled, with the SGE at the same index
+    /// of `sges` (false: none, a zero-length probe; its `sges` entry is a
+    /// placeholder).
+    ops: Vec<(u64, SendOp<'static>, bool, bool)>,
 }
 
 /// Posts the queue's work requests: receives as one list, sends as one list
@@ -1301,7 +1304,7 @@ fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
             } => {
                 s.sges.push(c.sge(&local)?);
                 s.ops
-                    .push((wr_id, SendOp::RdmaRead { remote_addr, rkey }, true));
+                    .push((wr_id, SendOp::RdmaRead { remote_addr, rkey }, true, true));
             }
             WorkRequest::Write {
                 wr_id,
@@ -1311,7 +1314,7 @@ fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
             } => {
                 s.sges.push(c.sge(&local)?);
                 s.ops
-                    .push((wr_id, SendOp::RdmaWrite { remote_addr, rkey }, false));
+                    .push((wr_id, SendOp::RdmaWrite { remote_addr, rkey }, false, true));
             }
             WorkRequest::Send {
                 wr_id,
@@ -1323,7 +1326,23 @@ fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
                     Some(rkey) => SendOp::SendWithInvalidate { rkey },
                     None => SendOp::Send,
                 };
-                s.ops.push((wr_id, op, true));
+                s.ops.push((wr_id, op, true, true));
+            }
+            WorkRequest::Probe { wr_id } => {
+                s.sges.push(Sge {
+                    addr: 0,
+                    len: 0,
+                    lkey: 0,
+                });
+                s.ops.push((
+                    wr_id,
+                    SendOp::RdmaWrite {
+                        remote_addr: 0,
+                        rkey: 0,
+                    },
+                    true,
+                    false,
+                ));
             }
         }
     }
@@ -1339,11 +1358,15 @@ fn post(c: &mut Conn, s: &mut PostScratch) -> Result<(), String> {
     };
     let mut chunk = [blank; POST_CHUNK];
     for (ops, sges) in s.ops.chunks(POST_CHUNK).zip(s.sges.chunks(POST_CHUNK)) {
-        for (k, (&(wr_id, op, signaled), sge)) in ops.iter().zip(sges).enumerate() {
+        for (k, (&(wr_id, op, signaled, has_sge), sge)) in ops.iter().zip(sges).enumerate() {
             chunk[k] = SendWr {
                 wr_id,
                 op,
-                local: std::slice::from_ref(sge),
+                local: if has_sge {
+                    std::slice::from_ref(sge)
+                } else {
+                    &[]
+                },
                 signaled,
                 inline: false,
             };

@@ -34,6 +34,17 @@
 //! the pool before the call returns, also when the completion failed (a
 //! flush) or the queue is closing: no copy, no buffer held across turns.
 //!
+//! Liveness ([`Liveness`]): a connected queue that saw no work completion
+//! for [`Liveness::idle`] (10 s) gets a probe, a signaled zero-length RDMA
+//! WRITE ([`WorkRequest::Probe`]: no local buffer, no remote key; the host's
+//! HCA acknowledges it and touches no memory, the host sees no completion).
+//! A probe that completes in error, or not within [`Liveness::deadline`]
+//! (5 s), closes the queue: the peer is gone. This catches a host that died
+//! when nothing else would: keep-alive off (KATO 0) and a queue pair whose
+//! ACK timeout is infinite or whose retries outlast the wait (soft-RoCE).
+//! While completions arrive no probe is sent; per I/O the cost is one
+//! counter increment.
+//!
 //! Buffers the work requests name ([`Region`]) belong to this queue (receive
 //! and response buffers, slot buffers) or are the shared zero buffer; the
 //! caller registers them (once per buffer, not per I/O: slot buffers only
@@ -41,7 +52,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use nvmf_core::queue::AER_LIMIT;
 use nvmf_core::request::{
@@ -63,6 +74,26 @@ const CQE_LEN: usize = 16;
 /// Response buffers for completions without a slot (AERs answered after
 /// their slot was given up).
 const EXTRA_RESPONSES: usize = AER_LIMIT + 4;
+
+/// When a queue probes its peer and when it gives up on it (see the module
+/// documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Liveness {
+    /// A connected queue with no work completion for this long sends a
+    /// probe (zero: never).
+    pub idle: Duration,
+    /// A probe not completed this long after it was posted closes the queue.
+    pub deadline: Duration,
+}
+
+impl Default for Liveness {
+    fn default() -> Liveness {
+        Liveness {
+            idle: Duration::from_secs(10),
+            deadline: Duration::from_secs(5),
+        }
+    }
+}
 
 /// Parameters of one NVMe/RDMA queue.
 #[derive(Debug, Clone)]
@@ -129,6 +160,10 @@ pub enum WorkRequest {
         local: Local,
         invalidate: Option<u32>,
     },
+    /// Liveness probe: a signaled zero-length RDMA WRITE (no scatter/gather
+    /// entry, remote address and key 0, which a zero-length WRITE does not
+    /// check).
+    Probe { wr_id: u64 },
 }
 
 /// What completed, as the caller read it from the completion queue.
@@ -148,6 +183,17 @@ const WR_READ: u64 = 2 << 32;
 const WR_SEND: u64 = 3 << 32;
 const WR_SEND_EXTRA: u64 = 4 << 32;
 const WR_WRITE: u64 = 5 << 32;
+const WR_PROBE: u64 = 7 << 32;
+// The shared receive pool's kind is seen on the same completion queue: no
+// kind of the queue's may equal it.
+const _: () = {
+    let kinds = [WR_RECV, WR_READ, WR_SEND, WR_SEND_EXTRA, WR_WRITE, WR_PROBE];
+    let mut i = 0;
+    while i < kinds.len() {
+        assert!(kinds[i] != crate::srq::WR_SHARED_RECV);
+        i += 1;
+    }
+};
 const WR_KIND: u64 = 0xffff_ffff << 32;
 
 /// The NVMe/RDMA side of the queue: the engine's [`Fabric`].
@@ -174,6 +220,16 @@ pub struct RdmaQueue {
     recv: Vec<u8>,
     recv_len: usize,
     entries: u16,
+    live: Liveness,
+    /// Work completions seen (the probe's idle clock restarts when it moves).
+    completions: u64,
+    /// `completions` at the last tick, and since when it has not moved.
+    seen: u64,
+    quiet_since: Option<Instant>,
+    /// The probe in flight: when it was posted.
+    probe_at: Option<Instant>,
+    /// Probes posted and answered (statistics and tests).
+    probes: u64,
 }
 
 impl Wire {
@@ -339,7 +395,28 @@ impl RdmaQueue {
             },
             recv_len,
             entries: if params.shared_receives { 0 } else { entries },
+            live: Liveness::default(),
+            completions: 0,
+            seen: 0,
+            quiet_since: None,
+            probe_at: None,
+            probes: 0,
         }
+    }
+
+    /// Sets when the queue probes its peer (default [`Liveness::default`]).
+    pub fn set_liveness(&mut self, live: Liveness) {
+        self.live = live;
+    }
+
+    /// Liveness probes posted so far.
+    pub fn probes(&self) -> u64 {
+        self.probes
+    }
+
+    /// Whether a liveness probe is in flight.
+    pub fn probing(&self) -> bool {
+        self.probe_at.is_some()
     }
 
     /// Posts every receive buffer (once, before accepting the connection;
@@ -449,6 +526,16 @@ impl RdmaQueue {
     pub fn on_completion(&mut self, wc: &WorkCompletion, now_ns: u64) {
         let idx = (wc.wr_id & 0xffff) as u16;
         let kind = wc.wr_id & WR_KIND;
+        self.completions = self.completions.wrapping_add(1);
+        if kind == WR_PROBE {
+            self.probe_at = None;
+            if wc.ok {
+                debug!(peer = %self.engine.queue().port().peer, qid = self.engine.queue().qid(), "liveness probe answered");
+            } else {
+                self.engine.close("liveness probe failed (peer gone)");
+            }
+            return;
+        }
         if kind == WR_SEND || kind == WR_SEND_EXTRA {
             self.wire.sends_in_flight = self.wire.sends_in_flight.saturating_sub(1);
         }
@@ -511,6 +598,7 @@ impl RdmaQueue {
     /// batch). A failed (flushed) receive closes the queue, as its own
     /// receives do. A `wr_id` the pool does not hold as posted is ignored.
     pub fn on_shared_recv(&mut self, pool: &mut RecvPool, wc: &WorkCompletion, now_ns: u64) {
+        self.completions = self.completions.wrapping_add(1);
         let Some(i) = pool.complete(wc.wr_id) else {
             debug!(
                 wr_id = wc.wr_id,
@@ -533,10 +621,38 @@ impl RdmaQueue {
         }
     }
 
-    /// Timer tick: late completions, timeouts, buffer waits.
+    /// Timer tick: late completions, timeouts, buffer waits, liveness.
     pub fn poll(&mut self, now: Instant) {
         if let Err(f) = self.engine.poll(&mut self.wire, now) {
             self.fault(f);
+        }
+        self.check_liveness(now);
+    }
+
+    /// Probes a quiet peer; closes the queue when a probe went unanswered.
+    fn check_liveness(&mut self, now: Instant) {
+        if self.live.idle.is_zero() || self.engine.close_reason().is_some() {
+            return;
+        }
+        if let Some(at) = self.probe_at {
+            if now.saturating_duration_since(at) > self.live.deadline {
+                debug!(peer = %self.engine.queue().port().peer, "liveness probe unanswered");
+                self.engine
+                    .close("liveness probe not answered in time (peer gone)");
+            }
+            return;
+        }
+        if self.completions != self.seen || !self.engine.queue().is_connected() {
+            self.seen = self.completions;
+            self.quiet_since = Some(now);
+            return;
+        }
+        let since = *self.quiet_since.get_or_insert(now);
+        if now.saturating_duration_since(since) >= self.live.idle {
+            debug!(peer = %self.engine.queue().port().peer, qid = self.engine.queue().qid(), "liveness probe sent");
+            self.probe_at = Some(now);
+            self.probes += 1;
+            self.wire.out.push(WorkRequest::Probe { wr_id: WR_PROBE });
         }
     }
 

@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::rc::Rc;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nvmf_config::{BdevKind, TransportType};
 use nvmf_core::{PortInfo, Target};
@@ -102,6 +102,8 @@ struct Host {
     hold_reads: bool,
     /// The shared receive queue the queue pair takes its receives from.
     srq: Option<Rc<RefCell<Srq>>>,
+    /// Liveness probes posted and not yet completed (the test completes them).
+    probes: Vec<u64>,
 }
 
 impl Host {
@@ -117,6 +119,7 @@ impl Host {
             held: Vec::new(),
             hold_reads: false,
             srq: None,
+            probes: Vec::new(),
         };
         h.run();
         assert_eq!(
@@ -144,6 +147,7 @@ impl Host {
             held: Vec::new(),
             hold_reads: false,
             srq: Some(srq.clone()),
+            probes: Vec::new(),
         };
         h.run();
         assert!(h.posted.is_empty(), "no receive of its own");
@@ -167,6 +171,7 @@ impl Host {
                 self.log.push(wr);
                 match wr {
                     WorkRequest::Recv { wr_id, .. } => self.posted.push_back(wr_id),
+                    WorkRequest::Probe { wr_id } => self.probes.push(wr_id),
                     WorkRequest::Read { .. } if self.hold_reads => self.held.push(wr),
                     WorkRequest::Read { .. } => done.push(self.serve(wr)),
                     WorkRequest::Write { .. } => {
@@ -354,6 +359,7 @@ fn writes_are_read_from_host_memory_and_reads_written_back_before_the_response()
             WorkRequest::Read { .. } => "read",
             WorkRequest::Write { .. } => "write",
             WorkRequest::Send { .. } => "send",
+            WorkRequest::Probe { .. } => "probe",
         })
         .collect();
     let mut sorted = kinds.clone();
@@ -702,4 +708,154 @@ fn a_queue_dying_with_shared_buffers_loses_none_and_posts_none_twice() {
     a.send(&Command::new(0x18, 77), &[]);
     assert_eq!(a.last_status(77), Status::SUCCESS);
     assert_eq!(srq.borrow().pool.posted(), 4);
+}
+
+impl Host {
+    /// A timer tick at `at`, then the work it asked for.
+    fn tick(&mut self, at: Instant) {
+        self.q.poll(at);
+        self.run();
+    }
+
+    /// The device completes the oldest probe.
+    fn answer_probe(&mut self, ok: bool) {
+        let wr_id = self.probes.remove(0);
+        self.q.on_completion(
+            &WorkCompletion {
+                wr_id,
+                ok,
+                byte_len: 0,
+            },
+            0,
+        );
+        self.run();
+    }
+}
+
+const S: fn(u64) -> Duration = Duration::from_secs;
+
+#[test]
+fn a_quiet_queue_is_probed_and_an_answered_probe_keeps_it() {
+    let t = target();
+    let (_a, mut io) = connected(&t, 4);
+    let t0 = Instant::now();
+    io.tick(t0);
+    io.tick(t0 + Duration::from_millis(9_900));
+    assert!(io.probes.is_empty(), "no probe before 10 s of quiet");
+    io.tick(t0 + S(10));
+    assert_eq!(io.probes.len(), 1, "a probe after 10 s of quiet");
+    assert!(matches!(io.log.last(), Some(WorkRequest::Probe { .. })));
+    assert!(io.q.probing());
+    // one probe at a time; within its deadline the queue stays open
+    io.tick(t0 + S(14));
+    io.tick(t0 + S(15));
+    assert_eq!(io.probes.len(), 1);
+    assert_eq!(io.q.close_reason(), None);
+    io.answer_probe(true);
+    assert!(!io.q.probing());
+    assert_eq!(
+        io.q.close_reason(),
+        None,
+        "an answered probe keeps the queue"
+    );
+    // the answer restarts the quiet clock: the next probe 10 s later
+    io.tick(t0 + S(16));
+    io.tick(t0 + S(25));
+    assert!(io.probes.is_empty());
+    io.tick(t0 + S(26));
+    assert_eq!(io.probes.len(), 1);
+    assert_eq!(io.q.probes(), 2);
+    assert!(
+        io.responses.iter().all(|(c, _)| c.cid() == 1),
+        "no command answered"
+    );
+}
+
+#[test]
+fn a_failed_probe_closes_the_queue() {
+    let t = target();
+    let (_a, mut io) = connected(&t, 4);
+    let t0 = Instant::now();
+    io.tick(t0);
+    io.tick(t0 + S(10));
+    assert_eq!(io.probes.len(), 1);
+    io.answer_probe(false);
+    assert_eq!(
+        io.q.close_reason(),
+        Some("liveness probe failed (peer gone)")
+    );
+    io.tick(t0 + S(30));
+    assert!(io.probes.is_empty(), "no probe once closing");
+}
+
+#[test]
+fn an_unanswered_probe_closes_the_queue_after_its_deadline() {
+    let t = target();
+    let (mut a, _io) = connected(&t, 4);
+    let t0 = Instant::now();
+    a.tick(t0);
+    a.tick(t0 + S(10));
+    assert_eq!(a.probes.len(), 1, "the admin queue is probed too");
+    a.tick(t0 + S(15));
+    assert_eq!(a.q.close_reason(), None, "still within the 5 s deadline");
+    a.tick(t0 + Duration::from_millis(15_100));
+    assert_eq!(
+        a.q.close_reason(),
+        Some("liveness probe not answered in time (peer gone)")
+    );
+    // the flush of the probe after the disconnect changes nothing
+    a.answer_probe(false);
+    assert_eq!(
+        a.q.close_reason(),
+        Some("liveness probe not answered in time (peer gone)")
+    );
+}
+
+#[test]
+fn no_probe_while_commands_complete_or_before_connect() {
+    let t = target();
+    let (_a, mut io) = connected(&t, 4);
+    let t0 = Instant::now();
+    io.tick(t0);
+    for i in 1..=40u64 {
+        let cid = 10 + i as u16;
+        io.send(
+            &rw(IoOpcode::Read, cid, 0, 8, keyed(0x1000, 4096, 0x22, false)),
+            &[],
+        );
+        assert_eq!(io.last_status(cid), Status::SUCCESS);
+        io.tick(t0 + S(i));
+    }
+    assert!(io.probes.is_empty(), "no probe while I/O flows");
+    assert_eq!(io.q.probes(), 0);
+
+    // a queue pair that never sent its Fabrics Connect (the connect timeout's job)
+    let mut fresh = Host::new(&t, &params(32, 4));
+    fresh.tick(t0);
+    fresh.tick(t0 + S(60));
+    assert!(fresh.probes.is_empty());
+
+    // probing off
+    let (_a, mut io) = connected(&t, 4);
+    io.q.set_liveness(nvmf_rdma::Liveness {
+        idle: Duration::ZERO,
+        deadline: S(5),
+    });
+    io.tick(t0);
+    io.tick(t0 + S(60));
+    assert!(io.probes.is_empty());
+}
+
+#[test]
+fn a_probe_on_a_shared_receive_queue_is_not_taken_for_a_receive() {
+    let t = target();
+    let (_a, mut io, _srq) = connected_shared(&t, 64);
+    let t0 = Instant::now();
+    io.tick(t0);
+    io.tick(t0 + S(10));
+    assert_eq!(io.probes.len(), 1);
+    // the port routes completions the pool owns to the pool: a probe's must not be one
+    assert!(!RecvPool::owns(io.probes[0]));
+    io.answer_probe(true);
+    assert_eq!(io.q.close_reason(), None);
 }
