@@ -400,14 +400,7 @@ fn run(cli: Cli) -> Result<()> {
     }
     for l in &rdma_listeners {
         if let Err(e) = rdma.listen(l) {
-            shutdown.store(true, Ordering::SeqCst);
-            for w in &wakers {
-                let _ = w.wake();
-            }
-            rpc.shutdown();
-            for t in threads {
-                let _ = t.join();
-            }
+            stop_all(&shutdown, &wakers, &mut rpc, threads);
             anyhow::bail!("{e}");
         }
     }
@@ -422,16 +415,26 @@ fn run(cli: Cli) -> Result<()> {
         "SIGTERM"
     };
     info!("received {name}, shutting down");
+    stop_all(&shutdown, &wakers, &mut rpc, threads);
+    info!("shutdown complete");
+    Ok(())
+}
+
+/// Stops every reactor and the RPC server, and waits for the reactor threads.
+fn stop_all(
+    shutdown: &AtomicBool,
+    wakers: &[Arc<mio::Waker>],
+    rpc: &mut nvmf_rpc::RpcServer,
+    threads: Vec<std::thread::JoinHandle<()>>,
+) {
     shutdown.store(true, Ordering::SeqCst);
-    for w in &wakers {
+    for w in wakers {
         let _ = w.wake();
     }
     rpc.shutdown();
     for t in threads {
         let _ = t.join();
     }
-    info!("shutdown complete");
-    Ok(())
 }
 
 /// Says so when the descriptor limit is below what --max-connections allows

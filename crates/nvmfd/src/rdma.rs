@@ -51,7 +51,7 @@ use tracing::{debug, info, warn};
 use crate::live::ReactorHandle;
 use crate::paths::PathTable;
 use crate::placement::{CtrlKey, Placement};
-use crate::reactor::{QpairSnapshot, RdmaSnapshot, ReactorCmd, ReactorSnapshot};
+use crate::reactor::{OpenQueue, QueueKind, RdmaSnapshot, ReactorCmd, ReactorSnapshot};
 
 /// Token of the reactor's RDMA CM event channel.
 pub const CM_TOKEN: usize = CQ_BASE - 1;
@@ -417,30 +417,18 @@ impl RdmaSide {
             let q = v.queue;
             r.qpairs += 1;
             r.stats.add(q.stats());
-            s.paths.add_open(q, v.in_flight);
-            s.pending_bdev_io += v.executing as u64;
-            if !q.is_connected() {
-                r.pending_qpairs += 1;
-            } else if q.is_admin() {
-                s.current_admin_qpairs += 1;
-                s.admin_qpairs += 1;
-            } else {
-                s.current_io_qpairs += 1;
-                s.io_qpairs += 1;
-                r.in_flight += v.in_flight as u64;
-            }
-            let ctrl = q.controller();
-            s.qpairs.push(QpairSnapshot {
-                subnqn: ctrl.map(|c| c.subsystem().nqn().to_string()),
-                cntlid: ctrl.map(|c| c.cntlid()),
-                qid: q.qid(),
-                connected: q.is_connected(),
+            let open = OpenQueue {
+                in_flight: v.in_flight,
+                executing: v.executing,
                 closing: v.closing,
                 listen: rdma_listener(v.listen),
                 peer: v.peer,
-                stats: *q.stats(),
-                in_flight: v.in_flight,
-            });
+            };
+            match s.add_open_queue(q, open) {
+                QueueKind::Pending => r.pending_qpairs += 1,
+                QueueKind::Admin => {}
+                QueueKind::Io => r.in_flight += v.in_flight as u64,
+            }
         }
         s.rdma = Some(r);
     }

@@ -67,7 +67,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
 use nvmf_core::backend::{uring, wake};
 use nvmf_core::controller::QueueStats;
-use nvmf_core::queue::PortInfo;
+use nvmf_core::queue::{PortInfo, QueuePair};
 use nvmf_core::target::Target;
 use nvmf_tcp::{Connection, TcpParams};
 use nvmf_tls::{Handshake, ServerHandshake, TlsStream};
@@ -245,6 +245,59 @@ pub struct QpairSnapshot {
     /// This queue's counters, and its commands received and not answered.
     pub stats: QueueStats,
     pub in_flight: usize,
+}
+
+/// What an open queue is, for the counts the transports keep apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QueueKind {
+    /// Fabrics Connect not done yet.
+    Pending,
+    Admin,
+    Io,
+}
+
+/// One open queue as its transport sees it (the rest comes from its `QueuePair`).
+pub struct OpenQueue {
+    pub in_flight: usize,
+    /// Commands executing in a backend.
+    pub executing: usize,
+    pub closing: bool,
+    pub listen: nvmf_config::ListenerConfig,
+    pub peer: SocketAddr,
+}
+
+impl ReactorSnapshot {
+    /// Counts one open queue of either transport (paths, backend work,
+    /// connected admin/I/O queues) and lists it; returns what it is, so the
+    /// caller can count pending queues and transport totals its own way.
+    pub fn add_open_queue(&mut self, q: &QueuePair, open: OpenQueue) -> QueueKind {
+        self.paths.add_open(q, open.in_flight);
+        self.pending_bdev_io += open.executing as u64;
+        let kind = if !q.is_connected() {
+            QueueKind::Pending
+        } else if q.is_admin() {
+            self.current_admin_qpairs += 1;
+            self.admin_qpairs += 1;
+            QueueKind::Admin
+        } else {
+            self.current_io_qpairs += 1;
+            self.io_qpairs += 1;
+            QueueKind::Io
+        };
+        let ctrl = q.controller();
+        self.qpairs.push(QpairSnapshot {
+            subnqn: ctrl.map(|c| c.subsystem().nqn().to_string()),
+            cntlid: ctrl.map(|c| c.cntlid()),
+            qid: q.qid(),
+            connected: q.is_connected(),
+            closing: open.closing,
+            listen: open.listen,
+            peer: open.peer,
+            stats: *q.stats(),
+            in_flight: open.in_flight,
+        });
+        kind
+    }
 }
 
 /// A reactor's NVMe/RDMA side as `nvmf_get_stats` and `/metrics` report
@@ -1045,29 +1098,16 @@ impl Reactor {
         for (_, c) in conns.iter() {
             let q = c.sm.queue();
             s.stats.add(q.stats());
-            s.paths.add_open(q, c.sm.in_flight());
-            s.pending_bdev_io += c.sm.backend_pending() as u64;
-            let ctrl = q.controller();
-            if !q.is_connected() {
-                s.pending_qpairs += 1;
-            } else if q.is_admin() {
-                s.current_admin_qpairs += 1;
-                s.admin_qpairs += 1;
-            } else {
-                s.current_io_qpairs += 1;
-                s.io_qpairs += 1;
-            }
-            s.qpairs.push(QpairSnapshot {
-                subnqn: ctrl.map(|c| c.subsystem().nqn().to_string()),
-                cntlid: ctrl.map(|c| c.cntlid()),
-                qid: q.qid(),
-                connected: q.is_connected(),
+            let open = OpenQueue {
+                in_flight: c.sm.in_flight(),
+                executing: c.sm.backend_pending(),
                 closing: false,
                 listen: c.laddr.cfg.clone(),
                 peer: c.peer,
-                stats: *q.stats(),
-                in_flight: c.sm.in_flight(),
-            });
+            };
+            if s.add_open_queue(q, open) == QueueKind::Pending {
+                s.pending_qpairs += 1;
+            }
         }
         s
     }
