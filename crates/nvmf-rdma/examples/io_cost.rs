@@ -107,6 +107,7 @@ fn rdma_queue(t: &Arc<Target>, dev: &mut Device, qid: u16, cntlid: u16) -> RdmaQ
         entries: QD,
         read_depth: 16,
         shared_receives: false,
+        connect: None,
     };
     let mut q = RdmaQueue::new(
         t.clone(),

@@ -846,6 +846,7 @@ impl RdmaPort {
                 entries,
                 read_depth,
                 shared_receives: srq.is_some(),
+                connect: Some(req),
             },
         );
         let rb = queue.recv_buffers();

@@ -61,7 +61,8 @@ use nvmf_core::request::{
 use nvmf_core::{PortInfo, QueuePair, Target};
 use nvmf_wire::command::{Command, SglDescriptor, SGL_ID_IN_CAPSULE};
 use nvmf_wire::completion::Completion;
-use nvmf_wire::rdma::{KeyedSgl, KeyedSglError};
+use nvmf_wire::rdma::{ConnectRequest, KeyedSgl, KeyedSglError};
+use nvmf_wire::status::Status;
 use nvmf_wire::zerocopy::{FromBytes, IntoBytes};
 use tracing::debug;
 
@@ -110,6 +111,12 @@ pub struct RdmaQueueParams {
     /// receive buffer of its own, capsules through
     /// [`RdmaQueue::on_shared_recv`].
     pub shared_receives: bool,
+    /// The RDMA_CM connect request the queue was accepted for: its
+    /// Fabrics Connect must name the same QID and SQSIZE (= HSQSIZE) and,
+    /// for an I/O queue that named one, the same controller. `None` only
+    /// where no CM exchange took place (in-process tests and tools): the
+    /// queue still never holds more commands than `entries`.
+    pub connect: Option<ConnectRequest>,
 }
 
 /// A buffer a work request names.
@@ -209,6 +216,12 @@ struct Wire {
     reads_waiting: VecDeque<(u16, u32)>,
     /// SENDs posted and not completed (each holds a slot or an extra buffer).
     sends_in_flight: usize,
+    /// The connect request's values the Fabrics Connect must match.
+    cm: Option<ConnectRequest>,
+    /// A response for a slot beyond the response buffers was asked for
+    /// (cannot happen while the engine honours `max_outstanding`): the
+    /// queue closes rather than write past or over a buffer.
+    overflow: bool,
 }
 
 /// One NVMe/RDMA queue (see the module documentation).
@@ -233,10 +246,12 @@ pub struct RdmaQueue {
 }
 
 impl Wire {
-    fn response_slot(&mut self, at: usize, cqe: &Completion) -> u16 {
-        let b = &mut self.responses[at * CQE_LEN..(at + 1) * CQE_LEN];
+    /// Writes `cqe` into response buffer `at`; `None` when there is no
+    /// such buffer.
+    fn response_slot(&mut self, at: usize, cqe: &Completion) -> Option<u16> {
+        let b = self.responses.get_mut(at * CQE_LEN..(at + 1) * CQE_LEN)?;
         b.copy_from_slice(cqe.as_bytes());
-        at as u16
+        Some(at as u16)
     }
 
     fn post_read(&mut self, slots: &Slots, idx: u16, len: u32) {
@@ -301,6 +316,12 @@ impl Fabric for Wire {
         data: DataOut,
         _sq_flow_disabled: bool,
     ) -> bool {
+        if usize::from(idx) >= self.slots {
+            // Its response buffer would be an extra one (AER answers the
+            // device may still be reading) or past the end.
+            self.overflow = true;
+            return false;
+        }
         let keyed = slots
             .get(idx)
             .and_then(|s| KeyedSgl::decode(s.cmd.sgl()).ok());
@@ -325,7 +346,10 @@ impl Fabric for Wire {
                 rkey: k.key,
             });
         }
-        let at = self.response_slot(usize::from(idx), cqe);
+        let Some(at) = self.response_slot(usize::from(idx), cqe) else {
+            self.overflow = true;
+            return false;
+        };
         self.out.push(WorkRequest::Send {
             wr_id: WR_SEND | u64::from(idx),
             local: Local {
@@ -352,7 +376,10 @@ impl Fabric for Wire {
             );
             return;
         };
-        let at = self.response_slot(self.slots + usize::from(i), cqe);
+        let Some(at) = self.response_slot(self.slots + usize::from(i), cqe) else {
+            self.extra_free.push(i);
+            return;
+        };
         self.out.push(WorkRequest::Send {
             wr_id: WR_SEND_EXTRA | u64::from(i),
             local: Local {
@@ -363,6 +390,35 @@ impl Fabric for Wire {
             invalidate: None,
         });
         self.sends_in_flight += 1;
+    }
+
+    fn check_connect(&self, qid: u16, sqsize: u16, cntlid: u16) -> Result<(), Status> {
+        let Some(req) = self.cm else {
+            return Ok(());
+        };
+        if !req.matches_connect(qid, sqsize) {
+            debug!(
+                cm_qid = req.qid,
+                cm_hsqsize = req.hsqsize,
+                qid,
+                sqsize,
+                "NVMe/RDMA Connect does not match the connect request's QID/HSQSIZE: refused"
+            );
+            return Err(Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+        }
+        if !req.is_admin() && req.cntlid != 0 && req.cntlid != cntlid {
+            debug!(
+                cm_cntlid = req.cntlid,
+                cntlid,
+                "NVMe/RDMA I/O Connect names another controller than its connect request: refused"
+            );
+            return Err(Status::CONNECT_INVALID_PARAMETERS.with_dnr());
+        }
+        Ok(())
+    }
+
+    fn max_outstanding(&self) -> Option<usize> {
+        Some(self.slots)
     }
 }
 
@@ -387,6 +443,8 @@ impl RdmaQueue {
                 reads_in_flight: 0,
                 reads_waiting: VecDeque::new(),
                 sends_in_flight: 0,
+                cm: params.connect,
+                overflow: false,
             },
             recv: if params.shared_receives {
                 Vec::new()
@@ -461,6 +519,9 @@ impl RdmaQueue {
 
     /// Set once the queue must be disconnected.
     pub fn close_reason(&self) -> Option<&'static str> {
+        if self.wire.overflow {
+            return Some("NVMe/RDMA response buffers exceeded");
+        }
         self.engine.close_reason()
     }
 
@@ -566,6 +627,7 @@ impl RdmaQueue {
         if let Err(f) = res {
             self.fault(f);
         }
+        self.check_overflow();
     }
 
     fn start_waiting_reads(&mut self) {
@@ -619,6 +681,7 @@ impl RdmaQueue {
         if let Err(f) = r {
             self.fault(f);
         }
+        self.check_overflow();
     }
 
     /// Timer tick: late completions, timeouts, buffer waits, liveness.
@@ -626,6 +689,7 @@ impl RdmaQueue {
         if let Err(f) = self.engine.poll(&mut self.wire, now) {
             self.fault(f);
         }
+        self.check_overflow();
         self.check_liveness(now);
     }
 
@@ -659,6 +723,14 @@ impl RdmaQueue {
     /// Whether the queue owns its receive buffers (no shared receive queue).
     pub fn owns_receives(&self) -> bool {
         self.entries > 0
+    }
+
+    /// A response buffer overflow (see `Wire::overflow`) ends the queue.
+    fn check_overflow(&mut self) {
+        if self.wire.overflow && self.engine.close_reason().is_none() {
+            debug!(peer = %self.engine.queue().port().peer, "NVMe/RDMA response buffers exceeded: disconnecting");
+            self.engine.close("NVMe/RDMA response buffers exceeded");
+        }
     }
 
     fn fault(&mut self, f: Fault) {

@@ -43,6 +43,7 @@ fn params(entries: u16, read_depth: u8) -> RdmaQueueParams {
         entries,
         read_depth,
         shared_receives: false,
+        connect: None,
     }
 }
 
@@ -858,4 +859,122 @@ fn a_probe_on_a_shared_receive_queue_is_not_taken_for_a_receive() {
     assert!(!RecvPool::owns(io.probes[0]));
     io.answer_probe(true);
     assert_eq!(io.q.close_reason(), None);
+}
+
+/// An admin queue connected as in [`connected`], and the controller ID.
+fn admin(t: &Arc<Target>) -> (Host, u16) {
+    let mut a = Host::new(t, &params(32, 4));
+    let data = ConnectData::new([4; 16], 0xFFFF, NQN, HOST);
+    let mut c = Command::connect(1, 0, 31, 0, 0);
+    c.set_sgl(SglDescriptor::in_capsule(0, 1024));
+    a.send(&c, data.as_bytes());
+    assert_eq!(a.last_status(1), Status::SUCCESS);
+    a.send(&Command::property_set(2, CC, false, 0x0046_0001), &[]);
+    assert_eq!(a.last_status(2), Status::SUCCESS);
+    let cntlid = a.q.queue().controller().unwrap().cntlid();
+    (a, cntlid)
+}
+
+/// An I/O queue accepted for the RDMA_CM request `req` (its entries from
+/// HSQSIZE, as the port sizes it).
+fn io_for(t: &Arc<Target>, req: nvmf_wire::rdma::ConnectRequest) -> Host {
+    let p = RdmaQueueParams {
+        entries: req.hsqsize + 1,
+        connect: Some(req),
+        ..params(2, 4)
+    };
+    Host::new(t, &p)
+}
+
+#[test]
+fn the_fabrics_connect_must_match_the_rdma_cm_request() {
+    // Issue 23 finding 1: a host asks for HSQSIZE 1 in the CM request (the
+    // queue is sized for 2 commands) and then Connects with SQSIZE 127.
+    let t = target();
+    let (_a, cntlid) = admin(&t);
+    let req = nvmf_wire::rdma::ConnectRequest {
+        qid: 1,
+        hrqsize: 2,
+        hsqsize: 1,
+        cntlid,
+    };
+    let data = ConnectData::new([4; 16], cntlid, NQN, HOST);
+    let refused = Status::CONNECT_INVALID_PARAMETERS.with_dnr();
+    // SQSIZE above the request's HSQSIZE.
+    let mut io = io_for(&t, req);
+    io.send(&Command::connect(1, 1, 127, 0, 0), data.as_bytes());
+    assert_eq!(
+        io.last_status(1),
+        refused,
+        "SQSIZE 127 on an HSQSIZE 1 queue"
+    );
+    assert!(!io.q.queue().is_connected());
+    // Another QID than the request's.
+    io.send(&Command::connect(2, 2, 1, 0, 0), data.as_bytes());
+    assert_eq!(
+        io.last_status(2),
+        refused,
+        "QID 2 on a queue requested as QID 1"
+    );
+    // Another controller than the request named.
+    let mut other = req;
+    other.cntlid = cntlid.wrapping_add(7);
+    let mut io2 = io_for(&t, other);
+    io2.send(&Command::connect(3, 1, 1, 0, 0), data.as_bytes());
+    assert_eq!(
+        io2.last_status(3),
+        refused,
+        "CNTLID differs from the request's"
+    );
+    // The matching Connect is taken.
+    io.send(&Command::connect(4, 1, 1, 0, 0), data.as_bytes());
+    assert_eq!(io.last_status(4), Status::SUCCESS);
+    assert_eq!(io.q.queue().depth(), 2);
+}
+
+#[test]
+fn a_host_over_the_queues_response_buffers_is_disconnected_not_a_panic() {
+    // Issue 23 finding 1, without the CM check (connect: None): the queue
+    // was sized for 2 commands, the Connect said 128. Before the engine
+    // capped its slots at the transport's `max_outstanding`, the 11th
+    // outstanding command indexed past the response buffers (a panic on
+    // the reactor) and the 3rd..10th overwrote the buffers of AER answers.
+    let t = target();
+    let (_a, cntlid) = admin(&t);
+    let mut io = Host::new(&t, &params(2, 4));
+    let data = ConnectData::new([4; 16], cntlid, NQN, HOST);
+    io.send(&Command::connect(1, 1, 127, 0, 0), data.as_bytes());
+    assert_eq!(io.last_status(1), Status::SUCCESS);
+    io.hold_reads = true;
+    for cid in 0..16u16 {
+        if io.q.close_reason().is_some() {
+            break;
+        }
+        io.send(
+            &rw(
+                IoOpcode::Write,
+                100 + cid,
+                u64::from(cid) * 16,
+                16,
+                keyed(0x1000, 8192, 7, false),
+            ),
+            &[],
+        );
+    }
+    // Whatever is held completes without touching a buffer that is not
+    // the slot's own (the READs still waiting for read depth follow).
+    io.hold_reads = false;
+    for _ in 0..32 {
+        let Some(wr) = io.held.pop() else { break };
+        let wc = io.serve(wr);
+        io.q.on_completion(&wc, 0);
+        io.run();
+    }
+    assert!(
+        io.q.close_reason().is_some(),
+        "a host over the queue's size is a protocol fault"
+    );
+    for (c, _) in &io.responses {
+        assert!(c.cid() == 1 || (100..116).contains(&c.cid()));
+    }
 }

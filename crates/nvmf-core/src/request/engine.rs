@@ -34,6 +34,7 @@ use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
 use nvmf_wire::opcode::{AdminOpcode, FabricsType};
 use nvmf_wire::status::Status;
+use nvmf_wire::zerocopy::FromBytes;
 use tracing::{debug, warn};
 
 use super::slots::{AllocError, BufPolicy, RequestState, Slots, Xfer};
@@ -133,6 +134,24 @@ pub trait Fabric {
     /// Queue a completion that belongs to no slot (an answer for a command
     /// whose slot was already given up).
     fn respond_unslotted(&mut self, cqe: &Completion);
+
+    /// The transport's say in a Fabrics Connect, before the core executes
+    /// it: `qid` and `sqsize` from the command, `cntlid` from its data.
+    /// An error status completes the Connect unexecuted (NVMe/RDMA: the
+    /// queue was sized from the RDMA_CM connect request, which the Connect
+    /// must match). Control path only (one call per Connect).
+    fn check_connect(&self, qid: u16, sqsize: u16, cntlid: u16) -> Result<(), Status> {
+        let _ = (qid, sqsize, cntlid);
+        Ok(())
+    }
+
+    /// Most commands the transport can have outstanding on this queue
+    /// (its response buffers), if it has such a bound: the engine never
+    /// grows its slots beyond it, whatever the Connect asked for, so a host
+    /// that sends more is a protocol fault, not an index past a buffer.
+    fn max_outstanding(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// What kind of protocol error a [`Fault`] is.
@@ -759,6 +778,17 @@ impl RequestEngine {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
+        if is_connect(&slot.cmd) {
+            if let Err(st) =
+                transport_connect_check(fab, &slot.cmd, &src, slot.data(slot.len as usize))
+            {
+                self.complete_status(fab, idx, st);
+                return Ok(());
+            }
+        }
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
         // The command is read in place from its slot (no copy).
         let res = match src {
             Src::None => self.qp.execute(&slot.cmd, &mut []),
@@ -815,7 +845,7 @@ impl RequestEngine {
         self.qp.record_io(&slot.cmd, ok, slot.start_ns);
         if is_connect(&slot.cmd) {
             let cmd = slot.cmd;
-            self.after_connect(&cmd, ok);
+            self.after_connect(&cmd, ok, fab.max_outstanding());
         }
         self.slots.set_state(idx, RequestState::Completing);
         let data = if xfer == Xfer::CtrlToHost && len > 0 && ok {
@@ -846,9 +876,14 @@ impl RequestEngine {
         }
     }
 
-    fn after_connect(&mut self, cmd: &Command, ok: bool) {
+    fn after_connect(&mut self, cmd: &Command, ok: bool, cap: Option<usize>) {
         if ok && self.qp.is_connected() {
-            let depth = usize::from(self.qp.depth()).max(1);
+            // Never more slots than the transport has room to answer for
+            // (`Fabric::max_outstanding`): beyond that a host is over its
+            // queue size, which `alloc` turns into a protocol fault.
+            let depth = usize::from(self.qp.depth())
+                .min(cap.unwrap_or(usize::MAX))
+                .max(1);
             self.slots.grow(depth);
             self.need_buf.reserve(depth);
             self.sq_flow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
@@ -859,6 +894,28 @@ impl RequestEngine {
         // Connect is accepted; the daemon's connect timeout closes a
         // connection that never gets connected.
     }
+}
+
+/// Asks the transport about a Connect ([`Fabric::check_connect`]): the
+/// controller ID comes from the Connect data, wherever it is (in the
+/// capsule or fetched into the slot); without readable data the core's own
+/// checks answer.
+#[cold]
+fn transport_connect_check<F: Fabric>(
+    fab: &F,
+    cmd: &Command,
+    src: &Src<'_>,
+    slot_data: &[u8],
+) -> Result<(), Status> {
+    let data: &[u8] = match src {
+        Src::None => &[],
+        Src::Capsule(d) => &**d,
+        Src::Slot => slot_data,
+    };
+    let cntlid = nvmf_wire::fabrics::ConnectData::ref_from_prefix(data)
+        .map(|(d, _)| d.cntlid())
+        .unwrap_or(0);
+    fab.check_connect(cmd.qid(), cmd.sqsize(), cntlid)
 }
 
 /// A Fabrics Connect command.
