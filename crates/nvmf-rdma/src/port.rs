@@ -67,6 +67,7 @@
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -75,7 +76,7 @@ use nvmf_core::request::RequestParams;
 use nvmf_core::{PortInfo, Target};
 use nvmf_wire::rdma::{negotiate_read_depth, parse_connect_request, RdmaQueueLimits};
 use nvmf_wire::zerocopy::IntoBytes;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 use crate::queue::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
@@ -230,6 +231,8 @@ struct Conn {
     qp_num: u32,
     /// Queue entries (the host's queue depth).
     entries: u16,
+    /// Its queue panicked: destroyed at once, never run again.
+    poisoned: bool,
 }
 
 /// The RDMA target port of one reactor (see the module documentation).
@@ -485,7 +488,19 @@ impl RdmaPort {
         // this many and the reactor comes back on the next readiness.
         for _ in 0..256 {
             match self.channel.next_event() {
-                Ok(Some(ev)) => self.on_cm_event(ev, fds, route),
+                Ok(Some(ev)) => {
+                    // A bug costs this event (its id is dropped), not the
+                    // reactor and every queue on it.
+                    let kind = ev.kind;
+                    if catch_unwind(AssertUnwindSafe(|| self.on_cm_event(ev, fds, route))).is_err()
+                    {
+                        error!(
+                            reactor = self.reactor,
+                            ?kind,
+                            "internal error (panic) handling an RDMA CM event: event dropped"
+                        );
+                    }
+                }
                 Ok(None) => return,
                 Err(e) => {
                     warn!("RDMA CM event channel: {e}");
@@ -893,6 +908,7 @@ impl RdmaPort {
             dev: dev.key(),
             qp_num,
             entries,
+            poisoned: false,
         };
         post(&mut c, &mut self.scratch)?;
         if srq.is_some() {
@@ -1025,7 +1041,14 @@ impl RdmaPort {
                         continue;
                     };
                     if wc.qp_num() == c.qp_num {
-                        c.queue.on_shared_recv(&mut s.pool, &w, now_ns);
+                        let q = &mut c.queue;
+                        if catch_unwind(AssertUnwindSafe(|| {
+                            q.on_shared_recv(&mut s.pool, &w, now_ns)
+                        }))
+                        .is_err()
+                        {
+                            c.poisoned = true;
+                        }
                     } else if let Some(i) = s.pool.complete(w.wr_id) {
                         // Cannot happen with one CQ per connection; the
                         // buffer goes back rather than being lost.
@@ -1034,9 +1057,12 @@ impl RdmaPort {
                     }
                     continue;
                 }
-                c.queue.on_completion(&w, now_ns);
+                let q = &mut c.queue;
+                if catch_unwind(AssertUnwindSafe(|| q.on_completion(&w, now_ns))).is_err() {
+                    c.poisoned = true;
+                }
             }
-            if n < POLL_BATCH {
+            if n < POLL_BATCH || c.poisoned {
                 break;
             }
         }
@@ -1076,9 +1102,24 @@ impl RdmaPort {
         let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
             return;
         };
-        if let Err(e) = post(c, &mut self.scratch) {
-            warn!(peer = %c.peer, "posting work requests failed: {e}");
-            c.queue_close();
+        if !c.poisoned {
+            let scratch = &mut self.scratch;
+            match catch_unwind(AssertUnwindSafe(|| post(c, scratch))) {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(peer = %c.peer, "posting work requests failed: {e}");
+                    c.queue_close();
+                }
+                Err(_) => c.poisoned = true,
+            }
+        }
+        if c.poisoned {
+            // A bug must cost one queue, not the reactor: the queue is not
+            // run again, its queue pair goes at once (nothing it posted is
+            // trusted) and the host sees the connection end.
+            error!(peer = %c.peer, reactor = self.reactor, "internal error (panic) while serving an NVMe/RDMA queue: connection destroyed");
+            self.destroy(key, "internal error (panic)", fds);
+            return;
         }
         if let Some(reason) = c.queue.close_reason() {
             if c.closing.is_none() {
@@ -1100,7 +1141,10 @@ impl RdmaPort {
         }
         for key in 0..self.conns.len() {
             if let Some(c) = self.conns[key].as_mut() {
-                c.queue.poll(now);
+                let q = &mut c.queue;
+                if !c.poisoned && catch_unwind(AssertUnwindSafe(|| q.poll(now))).is_err() {
+                    c.poisoned = true;
+                }
                 if !self.connect_timeout.is_zero()
                     && !c.queue.queue().is_connected()
                     && now.saturating_duration_since(c.accepted_at) > self.connect_timeout
@@ -1135,7 +1179,10 @@ impl RdmaPort {
         for key in 0..self.conns.len() {
             if let Some(c) = self.conns[key].as_mut() {
                 if c.queue.has_executing() {
-                    c.queue.poll(now);
+                    let q = &mut c.queue;
+                    if !c.poisoned && catch_unwind(AssertUnwindSafe(|| q.poll(now))).is_err() {
+                        c.poisoned = true;
+                    }
                     self.after_work(key, fds);
                 }
             }
@@ -1148,7 +1195,10 @@ impl RdmaPort {
         };
         fds(FdChange::Remove { fd: c.cq.fd(), key });
         if let Some(f) = self.on_destroy.as_mut() {
-            f(c.queue.queue());
+            let q = c.queue.queue();
+            if catch_unwind(AssertUnwindSafe(|| f(q))).is_err() {
+                error!(peer = %c.peer, "internal error (panic) folding a closed NVMe/RDMA queue's counters");
+            }
         }
         self.unarmed.retain(|&k| k != key);
         let st = self.stats;
@@ -1167,7 +1217,10 @@ impl RdmaPort {
             polled_completions = st.polled_completions,
             "NVMe/RDMA connection closed"
         );
-        drop(c);
+        let peer = c.peer;
+        if catch_unwind(AssertUnwindSafe(move || drop(c))).is_err() {
+            error!(%peer, "internal error (panic) while destroying an NVMe/RDMA connection");
+        }
     }
 }
 

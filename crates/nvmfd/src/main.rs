@@ -21,6 +21,7 @@ mod rbd_clusters;
 mod rdma;
 mod reactor;
 mod resize;
+mod supervise;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -389,12 +390,29 @@ fn run(cli: Cli) -> Result<()> {
     ])
     .context("installing signal handlers")?;
 
+    // A reactor that dies (a panic no connection's guard caught) stops
+    // the daemon with an error instead of leaving it half dead.
+    let death: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
     let mut threads = Vec::new();
     for r in reactors {
         let name = format!("reactor-{}", r.id);
+        let (id, shutdown, death) = (r.id, shutdown.clone(), death.clone());
         let t = std::thread::Builder::new()
             .name(name)
-            .spawn(move || r.run())
+            .spawn(move || {
+                supervise::run_supervised(
+                    id,
+                    &shutdown,
+                    move || r.run(),
+                    |why| {
+                        let mut d = death.lock().unwrap_or_else(|e| e.into_inner());
+                        d.get_or_insert(why);
+                        drop(d);
+                        // Wakes the main thread's signal wait.
+                        let _ = signal_hook::low_level::raise(signal_hook::consts::SIGTERM);
+                    },
+                )
+            })
             .context("spawning a reactor thread")?;
         threads.push(t);
     }
@@ -414,8 +432,14 @@ fn run(cli: Cli) -> Result<()> {
     } else {
         "SIGTERM"
     };
-    info!("received {name}, shutting down");
+    let died = death.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if died.is_none() {
+        info!("received {name}, shutting down");
+    }
     stop_all(&shutdown, &wakers, &mut rpc, threads);
+    if let Some(why) = died {
+        anyhow::bail!("{why}");
+    }
     info!("shutdown complete");
     Ok(())
 }

@@ -695,6 +695,12 @@ impl Reactor {
                     continue;
                 }
             };
+            // Debug builds only: the supervision test kills a reactor the
+            // way a bug outside every connection's guard would.
+            #[cfg(debug_assertions)]
+            if std::env::var("NVMFD_DEBUG_PANIC_REACTOR").is_ok_and(|v| v == self.id.to_string()) {
+                panic!("injected by NVMFD_DEBUG_PANIC_REACTOR on an accept");
+            }
             if let Err(e) = sock.set_nodelay(true) {
                 debug!("TCP_NODELAY failed for {peer}: {e}");
             }

@@ -748,3 +748,47 @@ fn half_open_peer_of_a_kato_0_controller_is_torn_down() {
     );
     drop((admin, io));
 }
+
+#[test]
+fn a_dead_reactor_stops_the_daemon_with_an_error() {
+    // Issue 23: a reactor thread that dies (a panic outside every
+    // connection's guard; injected in debug builds on reactor 1's first
+    // accept) used to end silently, leaving its queues dead in a daemon that
+    // still looked alive. Now the daemon logs which reactor died and why and
+    // exits non-zero at once, for its supervisor to restart it.
+    let port = free_port();
+    let mut nvmfd = nvmf_testkit::Daemon::builder(config_json(port))
+        .args(["-m", "0,1"])
+        .env("NVMFD_DEBUG_PANIC_REACTOR", "1")
+        .listening(&[port])
+        .ready_within(Duration::from_secs(10))
+        .start();
+    // The kernel spreads connections over the reactors' SO_REUSEPORT
+    // listeners by their addresses: one of 40 lands on reactor 1 (all on
+    // reactor 0: odds of 2^-40).
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut socks = Vec::new();
+    for _ in 0..40 {
+        if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(1)) {
+            socks.push(s);
+        }
+        if !nvmfd.running() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let status = nvmfd.wait_exit(Duration::from_secs(15)).unwrap_or_else(|| {
+        panic!(
+            "nvmfd still running after reactor 1 died:\n{}",
+            nvmfd.logs()
+        )
+    });
+    assert!(!status.success(), "exit status {status}:\n{}", nvmfd.logs());
+    let logs = nvmfd.logs();
+    assert!(
+        logs.contains(
+            "reactor 1 died: internal error (panic): injected by NVMFD_DEBUG_PANIC_REACTOR"
+        ),
+        "{logs}"
+    );
+}
