@@ -48,9 +48,13 @@
 //!
 //! Memory registration: receive and response buffers once per connection;
 //! a slot's data buffer when the slot first needs it and again only if that
-//! buffer was reallocated (it grows rarely and is reused across commands):
-//! no registration per I/O. The shared zero buffer (null reads) once per
-//! protection domain.
+//! buffer is a new allocation (it grows rarely and is reused across
+//! commands): no registration per I/O. A registration is keyed by the
+//! buffer's allocation ID, not its address (a buffer freed under budget
+//! pressure may come back at the same address, and a registration of the
+//! freed pages would take RDMA READ data away from it), and the tick drops
+//! the registrations of buffers freed since, so they pin nothing. The
+//! shared zero buffer (null reads) once per protection domain.
 //!
 //! Teardown: a queue that must close (protocol error, keep-alive, a failed
 //! or flushed work request) is disconnected; on DISCONNECTED (host-initiated
@@ -203,7 +207,9 @@ struct DeviceRes {
 /// `id`) goes first, the buffers (in `queue`) last.
 struct Conn {
     id: CmId,
-    slot_mrs: Vec<Option<MemoryRegion>>,
+    /// Slot `i`'s data buffer registration, with the ID of the buffer
+    /// allocation it was made for (`Slot::buffer_id`).
+    slot_mrs: Vec<Option<(MemoryRegion, u64)>>,
     /// The queue's own receive buffers (none with a shared receive queue).
     recv_mr: Option<MemoryRegion>,
     resp_mr: MemoryRegion,
@@ -1145,6 +1151,7 @@ impl RdmaPort {
                 if !c.poisoned && catch_unwind(AssertUnwindSafe(|| q.poll(now))).is_err() {
                     c.poisoned = true;
                 }
+                c.release_stale_registrations();
                 if !self.connect_timeout.is_zero()
                     && !c.queue.queue().is_connected()
                     && now.saturating_duration_since(c.accepted_at) > self.connect_timeout
@@ -1261,7 +1268,30 @@ impl RdmaPort {
     }
 }
 
+/// Whether a slot buffer must be registered (again) before a work request
+/// names it: `registered` is the registration's (address, length, buffer
+/// ID), `now` the buffer's. Address and length are not enough: a buffer
+/// freed under budget pressure and allocated again may come back at the
+/// same address, and a registration of the old allocation then names the
+/// old pages (an RDMA READ would land there, not in the buffer).
+fn needs_registration(registered: Option<(u64, usize, u64)>, now: (u64, usize, u64)) -> bool {
+    registered != Some(now)
+}
+
 impl Conn {
+    /// Drops the registrations of slot buffers that were freed or
+    /// reallocated since (they pin memory the slot no longer owns). Control
+    /// path: the port's tick.
+    fn release_stale_registrations(&mut self) {
+        for (i, r) in self.slot_mrs.iter_mut().enumerate() {
+            if let Some((_, id)) = r {
+                if self.queue.slot_buffer_id(i as u16) != *id {
+                    *r = None;
+                }
+            }
+        }
+    }
+
     fn queue_close(&mut self) {
         self.queue.close_now("RDMA completion queue failed");
     }
@@ -1288,24 +1318,32 @@ impl Conn {
                 });
             }
             Region::Slot(i) => {
+                let buf_id = self.queue.slot_buffer_id(i);
                 let i = usize::from(i);
                 if self.slot_mrs.len() <= i {
                     self.slot_mrs.resize_with(i + 1, || None);
                 }
-                let fresh = match &self.slot_mrs[i] {
-                    Some(mr) => mr.addr() != ptr as u64 || mr.len() != cap,
-                    None => true,
-                };
-                if fresh {
+                let registered = self.slot_mrs[i]
+                    .as_ref()
+                    .map(|(mr, id)| (mr.addr(), mr.len(), *id));
+                if needs_registration(registered, (ptr as u64, cap, buf_id)) {
+                    // The old registration (if any) names memory that was
+                    // freed: dropped (unpinned) before the new one is made.
+                    self.slot_mrs[i] = None;
                     // SAFETY: the slot buffer stays allocated while a work
                     // request uses it (the slot is busy until its SEND
-                    // completed); a reallocation is seen here and
-                    // registered anew before use.
+                    // completed); a new allocation (even at the same
+                    // address) has a new ID and is registered anew before
+                    // use, and a freed one's registration is dropped by
+                    // `release_stale_registrations`.
                     let mr = unsafe { MemoryRegion::new(&self.pd, ptr, cap, Access::LOCAL_WRITE) }
                         .map_err(|e| e.to_string())?;
-                    self.slot_mrs[i] = Some(mr);
+                    self.slot_mrs[i] = Some((mr, buf_id));
                 }
-                self.slot_mrs[i].as_ref().map(|m| m.lkey()).unwrap_or(0)
+                self.slot_mrs[i]
+                    .as_ref()
+                    .map(|(m, _)| m.lkey())
+                    .unwrap_or(0)
             }
         };
         Ok(Sge {
@@ -1471,6 +1509,32 @@ mod tests {
             adrfam: AddressFamily::Ipv4,
             traddr: traddr.into(),
             trsvcid: trsvcid.into(),
+        }
+    }
+
+    #[test]
+    fn a_buffer_allocated_again_at_the_same_address_is_registered_again() {
+        use nvmf_core::request::AlignedBuf;
+        // Issue 23 finding 2: a slot buffer freed under budget pressure and
+        // allocated again. The allocator may well return the same address
+        // and length; the old rule (address and length equal: reuse the
+        // registration) then kept a registration of the freed pages.
+        let mut b = AlignedBuf::new();
+        b.grow(65536);
+        let first = (b.as_ptr() as u64, b.len(), b.id());
+        b.free();
+        b.grow(65536);
+        let again = (b.as_ptr() as u64, b.len(), b.id());
+        assert!(needs_registration(Some(first), again));
+        assert!(
+            !needs_registration(Some(again), again),
+            "same allocation: reused"
+        );
+        assert!(needs_registration(None, again));
+        // Seen with glibc: the same address comes back, which is why the
+        // buffer's allocation ID has to be part of the key.
+        if first.0 == again.0 {
+            assert_ne!(first.2, again.2);
         }
     }
 

@@ -572,6 +572,12 @@ impl RdmaQueue {
         }
     }
 
+    /// The allocation ID of slot `i`'s data buffer (0: none); see
+    /// `Slot::buffer_id`.
+    pub fn slot_buffer_id(&self, i: u16) -> u64 {
+        self.engine.slots().get(i).map_or(0, |s| s.buffer_id())
+    }
+
     /// All receive buffers (one registration).
     pub fn recv_buffers(&mut self) -> &mut [u8] {
         &mut self.recv

@@ -22,7 +22,7 @@
 use nvmf_wire::command::Command;
 use std::alloc::{self, Layout};
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Alignment of slot data buffers (O_DIRECT on 512- and 4096-byte devices).
@@ -30,10 +30,19 @@ pub const BUF_ALIGN: usize = 4096;
 
 /// A zero-initialised, 4096-byte aligned byte buffer that only grows.
 /// Growing keeps the old contents.
+///
+/// Each allocation has an ID unique in the process ([`AlignedBuf::id`]),
+/// so that whoever keeps something tied to the memory (an RDMA memory
+/// registration) can tell a buffer freed and allocated again, even when
+/// the allocator hands back the same address and length.
 pub struct AlignedBuf {
     ptr: NonNull<u8>,
     len: usize,
+    id: u64,
 }
+
+/// The next [`AlignedBuf`] allocation's ID (0 is "no allocation").
+static NEXT_BUF_ID: AtomicU64 = AtomicU64::new(1);
 
 // SAFETY: owns its allocation exclusively, like a Vec<u8>.
 unsafe impl Send for AlignedBuf {}
@@ -45,7 +54,14 @@ impl AlignedBuf {
         AlignedBuf {
             ptr: NonNull::dangling(),
             len: 0,
+            id: 0,
         }
+    }
+
+    /// The ID of the current allocation (0 while empty): changes whenever
+    /// the memory does (grown into a new allocation, or freed).
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// Grows to `len` bytes (new bytes zero), keeping the contents.
@@ -66,6 +82,7 @@ impl AlignedBuf {
         }
         self.ptr = p;
         self.len = len;
+        self.id = NEXT_BUF_ID.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Frees the allocation (the buffer becomes empty).
@@ -75,6 +92,7 @@ impl AlignedBuf {
             // SAFETY: allocated by `grow` with this layout.
             unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) };
             self.len = 0;
+            self.id = 0;
         }
     }
 }
@@ -252,6 +270,13 @@ impl Slot {
     /// Bytes currently allocated for data.
     pub fn capacity(&self) -> usize {
         self.buf.len()
+    }
+
+    /// The ID of the data buffer's current allocation (0: none; see
+    /// [`AlignedBuf::id`]): a registration of the buffer made under another
+    /// ID names memory that was freed.
+    pub fn buffer_id(&self) -> u64 {
+        self.buf.id()
     }
 }
 
