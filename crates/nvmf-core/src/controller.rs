@@ -18,13 +18,16 @@ use std::sync::{Arc, Mutex, Weak};
 use crate::ana::PathAna;
 use crate::stats::ErrorTable;
 use crate::subsystem::Subsystem;
-use crate::target::{LimitHit, Target};
+use crate::target::{Budget, LimitHit, Target};
 
 /// Why an I/O queue could not be claimed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ClaimError {
-    /// QID 0, above the negotiated number of queues, or already connected.
+    /// QID 0, or above the negotiated number of queues.
     InvalidQid,
+    /// Another connected queue has this QID (a host's reconnect racing its
+    /// old queue's teardown, or another host that knows this one's NQN).
+    Taken,
     /// The host NQN holds as many I/O queues as it may.
     Limit(LimitHit),
 }
@@ -58,6 +61,9 @@ pub enum CloseReason {
     HostRemoved = 4,
     /// The listener the controller connected through was removed.
     ListenerRemoved = 5,
+    /// Its pool (discovery, or not yet authenticated) was full and it was
+    /// the oldest member (`target::HostLimits`).
+    Evicted = 6,
 }
 
 impl CloseReason {
@@ -68,6 +74,7 @@ impl CloseReason {
             CloseReason::SubsystemRemoved => "subsystem removed",
             CloseReason::HostRemoved => "host removed from the subsystem",
             CloseReason::ListenerRemoved => "listener removed",
+            CloseReason::Evicted => "evicted: its controller pool is full (oldest first)",
         }
     }
 
@@ -78,6 +85,7 @@ impl CloseReason {
             3 => Some(CloseReason::SubsystemRemoved),
             4 => Some(CloseReason::HostRemoved),
             5 => Some(CloseReason::ListenerRemoved),
+            6 => Some(CloseReason::Evicted),
             _ => None,
         }
     }
@@ -179,6 +187,9 @@ pub struct Controller {
     /// The target whose host limits admitted this controller (dangling for
     /// controllers built outside a target, e.g. in unit tests).
     admitted_by: Weak<Target>,
+    /// The budget it is counted in (`target::Budget` as u8): changes once,
+    /// from unauthenticated to NVM, when its host authenticates.
+    budget: AtomicU8,
 }
 
 impl Controller {
@@ -212,15 +223,36 @@ impl Controller {
             ana_path: None,
             stats: AtomicStats::default(),
             admitted_by: Weak::new(),
+            budget: AtomicU8::new(Budget::None as u8),
         }
     }
 
     /// This controller holds a reservation of `target`'s host limits
     /// (`Target::admit_controller` succeeded for it): give it back on drop,
     /// and count its I/O queues against the host too.
-    pub(crate) fn with_admission(mut self, target: &Arc<Target>) -> Controller {
+    pub(crate) fn with_admission(mut self, target: &Arc<Target>, budget: Budget) -> Controller {
         self.admitted_by = Arc::downgrade(target);
+        self.budget = AtomicU8::new(budget as u8);
         self
+    }
+
+    /// The budget of the target's host limits this controller is counted in.
+    pub fn budget(&self) -> Budget {
+        Budget::from_u8(self.budget.load(Ordering::Acquire))
+    }
+
+    /// Its host authenticated: a controller of the unauthenticated pool
+    /// moves to its host NQN's budget (idempotent: re-authentication does
+    /// nothing). Fails when the host is over a cap.
+    pub(crate) fn promote(&self) -> Result<(), crate::target::LimitHit> {
+        match self.admitted_by.upgrade() {
+            Some(t) => t.promote_controller(self),
+            None => Ok(()),
+        }
+    }
+
+    pub(crate) fn set_budget(&self, b: Budget) {
+        self.budget.store(b as u8, Ordering::Release);
     }
 
     /// The ANA path this controller reads its group states from.
@@ -271,6 +303,13 @@ impl Controller {
             .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire);
     }
 
+    /// [`Controller::kill`] that says whether it was alive (this reason won).
+    pub fn kill_if_alive(&self, reason: CloseReason) -> bool {
+        self.dead
+            .compare_exchange(0, reason as u8, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
     #[inline]
     pub fn is_dead(&self) -> bool {
         self.dead.load(Ordering::Relaxed) != 0
@@ -316,7 +355,8 @@ impl Controller {
                 *slot = true;
                 Ok(())
             }
-            _ => Err(ClaimError::InvalidQid),
+            Some(_) => Err(ClaimError::Taken),
+            None => Err(ClaimError::InvalidQid),
         }
     }
 
@@ -529,7 +569,13 @@ impl Drop for Controller {
             *slot = false;
             t.release_io_queue(&self.hostnqn);
         }
-        t.release_controller(&self.hostnqn);
+        match self.budget() {
+            Budget::Nvm => t.release_controller(&self.hostnqn),
+            b @ (Budget::Discovery | Budget::Unauthenticated) => {
+                t.release_pooled(b, self.close_reason() == Some(CloseReason::Evicted))
+            }
+            Budget::None => {}
+        }
     }
 }
 

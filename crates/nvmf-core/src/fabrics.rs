@@ -18,7 +18,8 @@
 //!
 //! Do Not Retry on a Connect rejection: set only where the command itself
 //! is malformed (record format, SQSIZE, a static controller ID on an admin
-//! Connect, a QID out of range or taken). A rejection that a later
+//! Connect, a QID out of range). A QID already connected is refused without
+//! DNR (the queue holding it may be on its way out). A rejection that a later
 //! reconfiguration or teardown can cure leaves DNR clear, as SPDK's target
 //! does: no such subsystem, the subsystem does not listen on this port, the
 //! host is not (yet) allowed, the controller an I/O queue names is gone, no
@@ -26,6 +27,15 @@
 //! (`nvmf_should_reconnect`), so a DNR there would lose a host for good
 //! across a subsystem's delete and re-create (live maintenance); without it
 //! the host retries every reconnect_delay until ctrl_loss_tmo.
+//!
+//! Authentication (DH-HMAC-CHAP) comes after Connect, so nothing a host
+//! that must authenticate needs is given away before it has: its admin
+//! Connect makes a controller in the unauthenticated pool
+//! (`target::HostLimits`, evicting its oldest when full) that counts against
+//! the host NQN only once authenticated, and its I/O-queue Connect claims
+//! the queue ID and the host's I/O queue budget only once that queue has
+//! authenticated ([`claim_after_auth`]). An I/O-queue Connect must carry
+//! its controller's Host Identifier as well as its host NQN.
 //!
 //! Every refusal is logged through the target's rate limit
 //! (`Target::set_log_rate`): a host may repeat a refused Connect on one
@@ -45,7 +55,7 @@ use nvmf_wire::zerocopy::FromBytes;
 use crate::controller::{ClaimError, Controller};
 use crate::error::{connect_ipo_iattr, Outcome, INVALID_FIELD, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::queue::PortInfo;
-use crate::target::Target;
+use crate::target::{Budget, Target};
 use crate::transport::TransportLimits;
 
 /// Byte offsets of Connect fields, reported in IPO.
@@ -56,6 +66,8 @@ pub mod ipo {
     pub const QID: u16 = 42;
     /// SQE: submission queue size.
     pub const SQSIZE: u16 = 44;
+    /// Data: host identifier.
+    pub const HOSTID: u16 = 0;
     /// Data: controller ID.
     pub const CNTLID: u16 = 16;
     /// Data: subsystem NQN.
@@ -81,7 +93,23 @@ pub(crate) enum Connected {
         ctrl: Arc<Controller>,
         qid: u16,
         depth: u16,
+        /// The queue ID (and the host's I/O queue budget) is held. False
+        /// for a queue that must authenticate first: it claims them once
+        /// its host has ([`claim_after_auth`]), so a host that cannot
+        /// authenticate holds nothing a real one needs.
+        claimed: bool,
     },
+}
+
+/// An I/O queue's host authenticated: its queue ID and the host's budget
+/// are claimed now. A refusal ends the queue (logged by the caller).
+pub(crate) fn claim_after_auth(ctrl: &Controller, qid: u16) -> Result<(), &'static str> {
+    match ctrl.claim_io_queue(qid) {
+        Ok(()) => Ok(()),
+        Err(ClaimError::InvalidQid) => Err("queue ID out of range"),
+        Err(ClaimError::Taken) => Err("queue ID already connected"),
+        Err(ClaimError::Limit(_)) => Err("host I/O queue limit reached"),
+    }
 }
 
 /// Over a host limit: Connect Controller Busy, retryable (see the top comment).
@@ -202,9 +230,24 @@ pub(crate) fn connect(
         } else {
             limits.max_io_qpairs_per_ctrlr
         };
-        if let Err(hit) = target.admit_controller(hostnqn) {
-            target.refusal_log(|| tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached"));
-            return Err(over_limit());
+        // Which budget the controller is counted in (see
+        // `target::HostLimits`): discovery controllers and those of hosts
+        // that must still authenticate in their own evicting pools, so that
+        // neither can use up the controllers a real host needs.
+        let budget = if subsys.is_discovery() {
+            Budget::Discovery
+        } else if subsys.host_keys(hostnqn).is_some() {
+            Budget::Unauthenticated
+        } else {
+            Budget::Nvm
+        };
+        if budget == Budget::Nvm {
+            if let Err(hit) = target.admit_controller(hostnqn) {
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, peer = %port.peer, "connect refused (Controller Busy): host limit of {hit} reached"));
+                return Err(over_limit());
+            }
+        } else {
+            target.admit_pooled(budget);
         }
         let hostid = d.hostid;
         let sub2 = subsys.clone();
@@ -214,17 +257,23 @@ pub(crate) fn connect(
             Arc::new(
                 Controller::new(cntlid, sub2.clone(), hostnqn, hostid, max_io, kato_ms)
                     .with_ana_path(sub2.ana_path_for(port))
-                    .with_admission(target),
+                    .with_admission(target, budget),
             )
         });
         match ctrl {
-            Some(ctrl) => Ok(Connected::Admin {
-                ctrl,
-                depth: sqsize + 1,
-            }),
+            Some(ctrl) => {
+                target.track_pooled(&ctrl);
+                Ok(Connected::Admin {
+                    ctrl,
+                    depth: sqsize + 1,
+                })
+            }
             None => {
                 if !admitted {
-                    target.release_controller(hostnqn);
+                    match budget {
+                        Budget::Nvm => target.release_controller(hostnqn),
+                        b => target.release_pooled(b, false),
+                    }
                 }
                 target.refusal_log(|| tracing::warn!(subnqn, hostnqn, "no free controller ID"));
                 Err(Outcome::err(Status::CONNECT_CONTROLLER_BUSY))
@@ -240,12 +289,45 @@ pub(crate) fn connect(
             // host's reconnect with a new admin queue cures it.
             return Err(not_here_yet(true, ipo::CNTLID));
         };
+        // The Host Identifier names the host as well as its NQN does: an I/O
+        // queue's must be its controller's.
+        if ctrl.hostid() != &d.hostid {
+            target.refusal_log(|| {
+                tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, cntlid = ctrl.cntlid(), "I/O queue connect refused: Host Identifier differs from its controller's")
+            });
+            return Err(Outcome {
+                status: Status::CONNECT_INVALID_HOST,
+                dw0: connect_ipo_iattr(true, ipo::HOSTID),
+                dw1: 0,
+            });
+        }
         if sqsize == 0 || u32::from(sqsize) + 1 > u32::from(limits.max_queue_depth) {
             return Err(invalid_param(false, ipo::SQSIZE));
+        }
+        if qid == 0 || qid > ctrl.num_io_queues() {
+            return Err(invalid_param(false, ipo::QID));
+        }
+        // A queue that must authenticate claims its queue ID and the host's
+        // budget only once it has: before, anybody who knows the host NQN
+        // and guesses the controller ID could hold them (for the whole
+        // authentication timeout) and lock the real host's queue out.
+        if subsys.host_keys(hostnqn).is_some() {
+            return Ok(Connected::Io {
+                ctrl,
+                qid,
+                depth: sqsize + 1,
+                claimed: false,
+            });
         }
         match ctrl.claim_io_queue(qid) {
             Ok(()) => {}
             Err(ClaimError::InvalidQid) => return Err(invalid_param(false, ipo::QID)),
+            Err(ClaimError::Taken) => {
+                // Retryable (no DNR): the queue holding it may be on its
+                // way out (a reconnect racing the old queue's teardown).
+                target.refusal_log(|| tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused: queue ID already connected"));
+                return Err(not_here_yet(false, ipo::QID));
+            }
             Err(ClaimError::Limit(hit)) => {
                 target.refusal_log(|| tracing::warn!(subnqn, hostnqn, qid, peer = %port.peer, "I/O queue connect refused (Controller Busy): host limit of {hit} reached"));
                 return Err(over_limit());
@@ -255,6 +337,7 @@ pub(crate) fn connect(
             ctrl,
             qid,
             depth: sqsize + 1,
+            claimed: true,
         })
     }
 }

@@ -148,6 +148,10 @@ pub struct QueuePair {
     auth_close: Option<&'static str>,
     /// An unauthenticated queue closes at this time.
     auth_deadline: Option<Instant>,
+    /// An I/O queue holds its queue ID and the host's I/O queue budget
+    /// (claimed at Connect, or after authentication when it must
+    /// authenticate: `fabrics::claim_after_auth`).
+    io_claimed: bool,
 }
 
 impl QueuePair {
@@ -176,6 +180,7 @@ impl QueuePair {
             auth_pending: false,
             auth_close: None,
             auth_deadline: None,
+            io_claimed: false,
         }
     }
 
@@ -420,7 +425,13 @@ impl QueuePair {
                 });
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
             }
-            Ok(Connected::Io { ctrl, qid, depth }) => {
+            Ok(Connected::Io {
+                ctrl,
+                qid,
+                depth,
+                claimed,
+            }) => {
+                self.io_claimed = claimed;
                 self.sq_flow_disabled = sq_flow_disabled;
                 self.qid = qid;
                 self.depth = depth;
@@ -505,6 +516,31 @@ impl QueuePair {
             }
             Step::Authenticated => {
                 let (hash_id, dhgroup) = session.negotiated();
+                // Only now does the host hold what a real host needs: its
+                // controller moves to its host NQN's budget, an I/O queue
+                // claims its queue ID.
+                let held = match self.role {
+                    Role::Admin(_) => ctrl.promote().map_err(|_| "host controller limit reached"),
+                    Role::Io if !self.io_claimed => {
+                        fabrics::claim_after_auth(ctrl, self.qid).map(|()| self.io_claimed = true)
+                    }
+                    _ => Ok(()),
+                };
+                if let Err(why) = held {
+                    self.auth_close = Some("authenticated, but refused");
+                    let (qid, peer) = (self.qid, self.port.peer);
+                    self.target.refusal_log(|| {
+                        tracing::warn!(
+                            cntlid = ctrl.cntlid(),
+                            qid,
+                            hostnqn = %ctrl.hostnqn(),
+                            peer = %peer,
+                            reason = why,
+                            "host authenticated, but the queue is refused: closing it"
+                        )
+                    });
+                    return self.complete(cmd.cid(), Outcome::ok());
+                }
                 self.auth_pending = false;
                 self.auth_deadline = None;
                 if let Role::Admin(aq) = &mut self.role {
@@ -832,8 +868,8 @@ impl Drop for QueuePair {
                     "controller destroyed"
                 );
             }
-            Role::Io => ctrl.release_io_queue(self.qid),
-            Role::Unconnected => {}
+            Role::Io if self.io_claimed => ctrl.release_io_queue(self.qid),
+            Role::Io | Role::Unconnected => {}
         }
     }
 }

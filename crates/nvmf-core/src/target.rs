@@ -29,16 +29,41 @@ pub use crate::transport::TransportLimits;
 use crate::transport::TransportTable;
 
 /// Caps on what hosts may hold, checked at Fabrics Connect (control path).
-/// 0 means unlimited. Controllers count NVM and discovery controllers alike.
+/// 0 means unlimited (for the two pools: no pool, the oldest is never
+/// evicted and nothing is refused).
+///
+/// Three budgets, so that what anybody can create does not use up what a
+/// real host needs (issue 23):
+/// - NVM controllers of hosts that need no authentication, or that have
+///   authenticated: `max_controllers` in total, `max_controllers_per_host`
+///   per host NQN (and their I/O queues per host NQN);
+/// - discovery controllers: their own pool of `max_discovery_controllers`;
+/// - NVM controllers whose host must still authenticate (DH-HMAC-CHAP):
+///   their own pool of `max_unauthenticated_controllers`, not counted
+///   against the host NQN (which is not secret) until the host has
+///   authenticated.
+///
+/// A full pool makes room by evicting its oldest member (its queues close
+/// with [`crate::controller::CloseReason::Evicted`]): whoever floods a pool
+/// only ever evicts its own, and a real host that needs a few round trips
+/// to authenticate or read the discovery log is not locked out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct HostLimits {
-    /// Controllers alive at once, all hosts together.
+    /// NVM controllers alive at once, all hosts together (authenticated or
+    /// needing no authentication).
     pub max_controllers: usize,
-    /// Controllers alive at once with the same host NQN.
+    /// The same, per host NQN.
     pub max_controllers_per_host: usize,
     /// I/O queues connected at once with the same host NQN (all its
-    /// controllers together).
+    /// controllers together; an I/O queue that must authenticate counts
+    /// once it has).
     pub max_io_queues_per_host: usize,
+    /// Discovery controllers alive at once (the oldest is evicted to make
+    /// room).
+    pub max_discovery_controllers: usize,
+    /// NVM controllers whose host has not authenticated yet (the oldest is
+    /// evicted to make room).
+    pub max_unauthenticated_controllers: usize,
 }
 
 /// Default of [`HostLimits::max_controllers`].
@@ -47,6 +72,10 @@ pub const DEFAULT_MAX_CONTROLLERS: usize = 1024;
 pub const DEFAULT_MAX_CONTROLLERS_PER_HOST: usize = 64;
 /// Default of [`HostLimits::max_io_queues_per_host`].
 pub const DEFAULT_MAX_IO_QUEUES_PER_HOST: usize = 2048;
+/// Default of [`HostLimits::max_discovery_controllers`].
+pub const DEFAULT_MAX_DISCOVERY_CONTROLLERS: usize = 256;
+/// Default of [`HostLimits::max_unauthenticated_controllers`].
+pub const DEFAULT_MAX_UNAUTHENTICATED_CONTROLLERS: usize = 128;
 /// Keep-alive timeout a discovery controller gets when the host asks for
 /// none (KATO 0), so a silent discovery session is always reaped (nvmet
 /// uses the same 120 s).
@@ -58,6 +87,85 @@ impl Default for HostLimits {
             max_controllers: DEFAULT_MAX_CONTROLLERS,
             max_controllers_per_host: DEFAULT_MAX_CONTROLLERS_PER_HOST,
             max_io_queues_per_host: DEFAULT_MAX_IO_QUEUES_PER_HOST,
+            max_discovery_controllers: DEFAULT_MAX_DISCOVERY_CONTROLLERS,
+            max_unauthenticated_controllers: DEFAULT_MAX_UNAUTHENTICATED_CONTROLLERS,
+        }
+    }
+}
+
+/// Which budget of [`HostLimits`] a controller is counted in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Budget {
+    /// Not counted (built outside a target's admission, e.g. unit tests).
+    None = 0,
+    /// `max_controllers` and `max_controllers_per_host`.
+    Nvm = 1,
+    /// `max_discovery_controllers`.
+    Discovery = 2,
+    /// `max_unauthenticated_controllers`.
+    Unauthenticated = 3,
+}
+
+impl Budget {
+    pub(crate) fn from_u8(v: u8) -> Budget {
+        match v {
+            1 => Budget::Nvm,
+            2 => Budget::Discovery,
+            3 => Budget::Unauthenticated,
+            _ => Budget::None,
+        }
+    }
+}
+
+/// One evicting pool of controllers (discovery, or not yet authenticated),
+/// oldest first. Members that went away are forgotten lazily; `count` is
+/// exact (given back on drop), `evicting` counts those evicted and not yet
+/// gone (their queues close on their next poll).
+#[derive(Debug, Default)]
+struct Pool {
+    count: usize,
+    evicting: usize,
+    members: std::collections::VecDeque<Weak<crate::controller::Controller>>,
+    evicted: u64,
+}
+
+impl Pool {
+    /// Makes room for one more under `cap` (0: unlimited) by evicting the
+    /// oldest live member that is still in this pool, then counts it.
+    fn admit(&mut self, cap: usize, budget: Budget) -> Option<Arc<crate::controller::Controller>> {
+        let mut victim = None;
+        if cap != 0 && self.count.saturating_sub(self.evicting) >= cap {
+            // Bounded: at most every member is looked at once.
+            while let Some(w) = self.members.pop_front() {
+                let Some(c) = w.upgrade() else { continue };
+                if c.budget() != budget {
+                    continue;
+                }
+                if c.kill_if_alive(crate::controller::CloseReason::Evicted) {
+                    self.evicted += 1;
+                    self.evicting += 1;
+                    victim = Some(c);
+                    break;
+                }
+            }
+        }
+        self.count += 1;
+        victim
+    }
+
+    fn track(&mut self, c: &Arc<crate::controller::Controller>) {
+        // Keep the list bounded by the live count: forget the dead first.
+        if self.members.len() >= 2 * self.count.max(16) {
+            self.members.retain(|w| w.strong_count() > 0);
+        }
+        self.members.push_back(Arc::downgrade(c));
+    }
+
+    fn release(&mut self, evicted: bool) {
+        self.count = self.count.saturating_sub(1);
+        if evicted {
+            self.evicting = self.evicting.saturating_sub(1);
         }
     }
 }
@@ -93,6 +201,16 @@ impl std::fmt::Display for LimitHit {
     }
 }
 
+/// What the evicting controller pools hold ([`Target::pool_usage`]): their
+/// members not evicted, and evictions so far.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUsage {
+    pub discovery: usize,
+    pub unauthenticated: usize,
+    pub discovery_evicted: u64,
+    pub unauthenticated_evicted: u64,
+}
+
 /// Controllers and I/O queues one host NQN holds right now.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct HostUsage {
@@ -121,6 +239,8 @@ struct Admission {
     controllers: usize,
     /// Only hosts holding something have an entry (bounded by the caps).
     per_host: HashMap<String, HostUsage>,
+    discovery: Pool,
+    unauthenticated: Pool,
 }
 
 /// A backend reported a new size by itself (its `watch_size` hook): sent to
@@ -403,7 +523,10 @@ impl Target {
 
     /// Reserve a controller for `hostnqn` (released by `release_controller`).
     pub(crate) fn admit_controller(&self, hostnqn: &str) -> Result<(), LimitHit> {
-        let mut a = self.admission();
+        Self::admit_locked(&mut self.admission(), hostnqn)
+    }
+
+    fn admit_locked(a: &mut Admission, hostnqn: &str) -> Result<(), LimitHit> {
         let l = a.limits;
         if l.max_controllers != 0 && a.controllers >= l.max_controllers {
             return Err(LimitHit::Controllers(l.max_controllers));
@@ -418,6 +541,92 @@ impl Target {
             .or_default()
             .controllers += 1;
         Ok(())
+    }
+
+    /// Counts a controller of `budget` in its evicting pool (discovery, or
+    /// not yet authenticated), evicting the pool's oldest member when it is
+    /// full (that controller's queues close on their next poll).
+    pub(crate) fn admit_pooled(&self, budget: Budget) {
+        let victim = {
+            let mut a = self.admission();
+            let (pool, cap) = match budget {
+                Budget::Discovery => {
+                    let cap = a.limits.max_discovery_controllers;
+                    (&mut a.discovery, cap)
+                }
+                Budget::Unauthenticated => {
+                    let cap = a.limits.max_unauthenticated_controllers;
+                    (&mut a.unauthenticated, cap)
+                }
+                Budget::Nvm | Budget::None => return,
+            };
+            pool.admit(cap, budget)
+        };
+        if let Some(v) = victim {
+            self.refusal_log(|| {
+                tracing::warn!(
+                    cntlid = v.cntlid(),
+                    hostnqn = %v.hostnqn(),
+                    subnqn = %v.subsystem().nqn(),
+                    pool = ?budget,
+                    "controller pool full: its oldest controller evicted"
+                )
+            });
+        }
+    }
+
+    /// Remembers `c` (counted by [`Target::admit_pooled`]) as the newest
+    /// member of its pool.
+    pub(crate) fn track_pooled(&self, c: &Arc<crate::controller::Controller>) {
+        let mut a = self.admission();
+        match c.budget() {
+            Budget::Discovery => a.discovery.track(c),
+            Budget::Unauthenticated => a.unauthenticated.track(c),
+            Budget::Nvm | Budget::None => {}
+        }
+    }
+
+    /// Gives back a pooled controller's place (`evicted`: it was evicted).
+    pub(crate) fn release_pooled(&self, budget: Budget, evicted: bool) {
+        let mut a = self.admission();
+        match budget {
+            Budget::Discovery => a.discovery.release(evicted),
+            Budget::Unauthenticated => a.unauthenticated.release(evicted),
+            Budget::Nvm | Budget::None => {}
+        }
+    }
+
+    /// A controller's host authenticated: it moves from the unauthenticated
+    /// pool to the NVM budget of its host NQN. Fails (the controller
+    /// stays in the pool) when that is over a cap.
+    pub(crate) fn promote_controller(
+        &self,
+        c: &crate::controller::Controller,
+    ) -> Result<(), LimitHit> {
+        // Under the admission lock: an eviction (which also takes it) sees
+        // either a pooled controller or a promoted one, never both.
+        let mut a = self.admission();
+        if c.budget() != Budget::Unauthenticated || c.is_dead() {
+            // Re-authentication, or already going away (evicted: its pool
+            // gives its place back when it drops).
+            return Ok(());
+        }
+        Self::admit_locked(&mut a, c.hostnqn())?;
+        a.unauthenticated.release(false);
+        c.set_budget(Budget::Nvm);
+        Ok(())
+    }
+
+    /// Controllers in the discovery pool and in the unauthenticated pool,
+    /// and how many each has evicted so far.
+    pub fn pool_usage(&self) -> PoolUsage {
+        let a = self.admission();
+        PoolUsage {
+            discovery: a.discovery.count - a.discovery.evicting,
+            unauthenticated: a.unauthenticated.count - a.unauthenticated.evicting,
+            discovery_evicted: a.discovery.evicted,
+            unauthenticated_evicted: a.unauthenticated.evicted,
+        }
     }
 
     pub(crate) fn release_controller(&self, hostnqn: &str) {

@@ -478,3 +478,95 @@ fn ffdhe_runs_on_the_auth_thread() {
     let has_auth_thread = names.iter().any(|c| c.starts_with("nvmfd-auth"));
     assert!(has_auth_thread, "no nvmfd-auth thread: {names:?}");
 }
+
+#[test]
+fn an_unauthenticated_io_queue_holds_no_queue_id_of_the_real_host() {
+    // Issue 23 finding 3: host NQNs are not secret and controller IDs are
+    // sequential. An I/O-queue Connect used to claim its QID (and the host's
+    // queue budget) before authentication and hold it for the 60 s
+    // authentication timeout; the real host's Connect for that QID was then
+    // refused with DNR, and Linux stops reconnecting for good.
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    let h = HostSide {
+        key: KEY,
+        ckey: None,
+        hashes: &[w::HASH_SHA256],
+        dhgroups: &[w::DHGROUP_NULL],
+    };
+    let (mut admin, _) = connect(&t, 0, 0xffff, HOST);
+    assert_eq!(authenticate(&mut admin, &h), Outcome::Ok);
+    assert_eq!(cc_enable(&mut admin), Status::SUCCESS);
+    let cntlid = admin.controller().unwrap().cntlid();
+    // The attacker: every I/O queue ID of the real controller, never
+    // authenticated.
+    let squatters: Vec<QueuePair> = (1..=4)
+        .map(|qid| connect(&t, qid, cntlid, HOST).0)
+        .collect();
+    assert_eq!(
+        t.host_usage(HOST).io_queues,
+        0,
+        "nothing claimed before authentication"
+    );
+    // The real host connects and authenticates every one of them.
+    let mut real = Vec::new();
+    for qid in 1..=4 {
+        let (mut io, c) = connect(&t, qid, cntlid, HOST);
+        assert_ne!(c.dw0() & AUTHREQ_ATR, 0);
+        assert_eq!(authenticate(&mut io, &h), Outcome::Ok, "qid {qid}");
+        assert_eq!(polled(&mut io), QueueState::Open);
+        real.push(io);
+    }
+    assert_eq!(t.host_usage(HOST).io_queues, 4);
+    // A second authenticated queue for a QID already held is refused after
+    // authentication (it closes); the first keeps it.
+    let (mut dup, _) = connect(&t, 2, cntlid, HOST);
+    assert_eq!(authenticate(&mut dup, &h), Outcome::Ok);
+    assert!(matches!(polled(&mut dup), QueueState::Close { .. }));
+    drop(dup);
+    assert_eq!(t.host_usage(HOST).io_queues, 4);
+    drop(squatters);
+    drop(real);
+    assert_eq!(t.host_usage(HOST).io_queues, 0);
+}
+
+#[test]
+fn unauthenticated_controllers_never_keep_the_real_host_busy() {
+    // Issue 23 finding 3: admin Connects counted against
+    // --max-controllers-per-host before authentication, so idle
+    // unauthenticated connections with the real host's NQN kept it at
+    // Controller Busy. Now they sit in their own pool, which evicts its
+    // oldest when full.
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    t.set_host_limits(nvmf_core::HostLimits {
+        max_controllers_per_host: 2,
+        max_unauthenticated_controllers: 8,
+        ..Default::default()
+    });
+    let h = HostSide {
+        key: KEY,
+        ckey: None,
+        hashes: &[w::HASH_SHA256],
+        dhgroups: &[w::DHGROUP_NULL],
+    };
+    let squatters: Vec<QueuePair> = (0..20).map(|_| connect(&t, 0, 0xffff, HOST).0).collect();
+    assert_eq!(t.host_usage(HOST).controllers, 0);
+    // The real host gets its controllers (evicting the oldest squatters).
+    let (mut a1, _) = connect(&t, 0, 0xffff, HOST);
+    assert_eq!(authenticate(&mut a1, &h), Outcome::Ok);
+    let (mut a2, _) = connect(&t, 0, 0xffff, HOST);
+    assert_eq!(authenticate(&mut a2, &h), Outcome::Ok);
+    assert_eq!(t.host_usage(HOST).controllers, 2);
+    assert_eq!(polled(&mut a1), QueueState::Open);
+    assert_eq!(polled(&mut a2), QueueState::Open);
+    assert!(t.pool_usage().unauthenticated <= 8);
+    // Its per-host cap still holds for authenticated controllers: a third
+    // one is refused after authenticating (closed), the two stay.
+    let (mut a3, _) = connect(&t, 0, 0xffff, HOST);
+    assert_eq!(authenticate(&mut a3, &h), Outcome::Ok);
+    assert!(matches!(polled(&mut a3), QueueState::Close { .. }));
+    drop((a3, squatters));
+    assert_eq!(t.pool_usage().unauthenticated, 0);
+    assert_eq!(t.host_usage(HOST).controllers, 2);
+}

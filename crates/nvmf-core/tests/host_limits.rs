@@ -121,14 +121,17 @@ fn controllers_per_host_are_capped() {
         max_controllers: 0,
         max_controllers_per_host: 2,
         max_io_queues_per_host: 0,
+        ..HostLimits::default()
     });
     let a1 = admin(&t, NQN, HOST_A, 0);
-    let _a2 = admin(&t, DISCOVERY_NQN, HOST_A, 0); // discovery counts too
+    let _a2 = admin(&t, NQN, HOST_A, 0);
+    // Discovery controllers have their own budget (issue 23 finding 6).
+    let _d = admin(&t, DISCOVERY_NQN, HOST_A, 0);
     let (q, c) = connect(&t, 0, 0, 0xFFFF, NQN, HOST_A);
     assert_eq!(c.status(), busy(), "third controller of host A");
     assert!(!c.status().dnr);
     assert!(!q.is_connected());
-    assert_eq!(t.active_controllers(), 2);
+    assert_eq!(t.active_controllers(), 3);
     // Another host is not affected.
     let _b = admin(&t, NQN, HOST_B, 0);
     assert_eq!(t.host_usage(HOST_A).controllers, 2);
@@ -145,6 +148,7 @@ fn controllers_in_total_are_capped() {
         max_controllers: 2,
         max_controllers_per_host: 0,
         max_io_queues_per_host: 0,
+        ..HostLimits::default()
     });
     let a = admin(&t, NQN, HOST_A, 0);
     let _b = admin(&t, NQN, HOST_B, 0);
@@ -161,6 +165,7 @@ fn io_queues_per_host_are_capped_across_controllers() {
         max_controllers: 0,
         max_controllers_per_host: 0,
         max_io_queues_per_host: 3,
+        ..HostLimits::default()
     });
     let a1 = admin(&t, NQN, HOST_A, 0);
     let a2 = admin(&t, NQN, HOST_A, 0);
@@ -201,6 +206,7 @@ fn number_of_queues_offers_what_the_host_may_still_connect() {
         max_controllers: 0,
         max_controllers_per_host: 0,
         max_io_queues_per_host: 3,
+        ..HostLimits::default()
     });
     let set_queues = |qp: &mut QueuePair, n: u32| {
         let mut cmd = Command::new(AdminOpcode::SetFeatures as u8, 6);
@@ -307,4 +313,87 @@ fn abort_completes_an_outstanding_aer() {
     assert_eq!(c.dw0() & 1, 0);
     let got = poll(&mut a, Instant::now()).1;
     assert_eq!(got.iter().map(|c| c.cid()).collect::<Vec<_>>(), vec![40]);
+}
+
+#[test]
+fn discovery_controllers_never_use_up_the_nvm_controllers() {
+    // Issue 23 finding 6: discovery controllers counted against
+    // --max-controllers (and lived 120 s when idle), so an anonymous flood
+    // of discovery sessions locked every host out of new NVM controllers.
+    // Now they have their own pool, which evicts its oldest when full.
+    let t = target();
+    t.set_host_limits(HostLimits {
+        max_controllers: 2,
+        max_controllers_per_host: 0,
+        max_io_queues_per_host: 0,
+        max_discovery_controllers: 4,
+        max_unauthenticated_controllers: 4,
+    });
+    let flood: Vec<QueuePair> = (0..12)
+        .map(|i| {
+            admin(
+                &t,
+                DISCOVERY_NQN,
+                &format!("nqn.2014-08.org.example:flood{i}"),
+                0,
+            )
+        })
+        .collect();
+    let _a = admin(&t, NQN, HOST_A, 0);
+    let _b = admin(&t, NQN, HOST_B, 0);
+    // The pool holds 4: the 8 oldest were evicted, their queues close.
+    let usage = t.pool_usage();
+    assert_eq!(usage.discovery_evicted, 8);
+    let now = Instant::now();
+    let mut kept = Vec::new();
+    for (i, mut q) in flood.into_iter().enumerate() {
+        let closes = matches!(q.poll(now, &mut |_| {}), QueueState::Close { .. });
+        assert_eq!(
+            closes,
+            i < 8,
+            "discovery controller {i}: the 8 oldest close"
+        );
+        if !closes {
+            kept.push(q);
+        }
+    }
+    assert_eq!(t.pool_usage().discovery, 4);
+    // A discovery controller for a real host still gets in (evicting).
+    let _d = admin(&t, DISCOVERY_NQN, HOST_B, 0);
+    assert_eq!(t.pool_usage().discovery_evicted, 9);
+}
+
+#[test]
+fn an_io_queue_must_come_from_its_controllers_host_identifier() {
+    // Issue 23 finding 7: the Host Identifier of an I/O-queue Connect was
+    // never compared with the controller's.
+    let t = target();
+    let a = admin(&t, NQN, HOST_A, 0);
+    let mut qp = QueuePair::new(t.clone(), port());
+    let cmd = Command::connect(1, 1, 31, 0, 0);
+    let mut data = ConnectData::new([8; 16], cntlid(&a), NQN, HOST_A)
+        .as_bytes()
+        .to_vec();
+    let c = done(qp.execute(&cmd, &mut data));
+    assert_eq!(c.status(), Status::CONNECT_INVALID_HOST);
+    assert!(!qp.is_connected());
+    assert_eq!(t.host_usage(HOST_A).io_queues, 0);
+    // The same with the controller's Host Identifier connects.
+    let (_q, c) = connect(&t, 1, 0, cntlid(&a), NQN, HOST_A);
+    assert_eq!(c.status(), Status::SUCCESS);
+}
+
+#[test]
+fn a_taken_queue_id_is_refused_without_dnr() {
+    // Issue 23 finding 3 (at the least): a QID already connected is refused
+    // retryably, so a host whose reconnect races its old queue's teardown
+    // (or another host holding it) is not given up for good.
+    let t = target();
+    let a = admin(&t, NQN, HOST_A, 0);
+    let (_q1, c) = connect(&t, 1, 0, cntlid(&a), NQN, HOST_A);
+    assert_eq!(c.status(), Status::SUCCESS);
+    let (q2, c) = connect(&t, 1, 0, cntlid(&a), NQN, HOST_A);
+    assert_eq!(c.status().sc, Status::CONNECT_INVALID_PARAMETERS.sc);
+    assert!(!c.status().dnr, "retryable");
+    assert!(!q2.is_connected());
 }

@@ -37,8 +37,14 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
       in total and per peer IP address; over the cap an accepted connection is
       closed at once (RST) and a rate-limited line names the peer.
   --max-controllers [1024], --max-controllers-per-host [64],
-  --max-io-queues-per-host [2048]: checked at Fabrics Connect (per host NQN);
-      over the cap the Connect fails with Connect Controller Busy (retryable).
+  --max-io-queues-per-host [2048]: NVM controllers and I/O queues, checked at
+      Fabrics Connect (per host NQN); over the cap the Connect fails with
+      Connect Controller Busy (retryable). A host that must authenticate
+      (DH-HMAC-CHAP) counts once it has.
+  --max-discovery-controllers [256], --max-unauthenticated-controllers [128]:
+      discovery controllers, and NVM controllers whose host has not
+      authenticated yet, each in a pool of their own; a full pool evicts its
+      oldest, so floods of either never lock a real host out.
   --discovery-kato-ms [120000]: keep-alive timeout of discovery controllers
       whose host asks for none; discovery controllers are always reaped.
   --tcp-keepalive-idle-s [30], --tcp-keepalive-interval-s [5],
@@ -125,11 +131,24 @@ pub struct Cli {
     #[arg(long = "max-connections-per-host", value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
     pub max_connections_per_host: usize,
 
-    /// Most controllers (NVM and discovery) alive at once, all hosts
-    /// together (0 = unlimited). A Connect over the cap gets Connect
-    /// Controller Busy.
+    /// Most NVM controllers alive at once, all hosts together (0 =
+    /// unlimited; discovery controllers and those whose host has not
+    /// authenticated yet have pools of their own). A Connect over the cap
+    /// gets Connect Controller Busy.
     #[arg(long = "max-controllers", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_CONTROLLERS)]
     pub max_controllers: usize,
+
+    /// Most discovery controllers alive at once (0 = unlimited); when full,
+    /// the oldest is evicted to make room.
+    #[arg(long = "max-discovery-controllers", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_DISCOVERY_CONTROLLERS)]
+    pub max_discovery_controllers: usize,
+
+    /// Most NVM controllers whose host must still authenticate
+    /// (DH-HMAC-CHAP) alive at once (0 = unlimited); when full, the oldest
+    /// is evicted to make room. They count against --max-controllers and
+    /// --max-controllers-per-host once the host has authenticated.
+    #[arg(long = "max-unauthenticated-controllers", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_UNAUTHENTICATED_CONTROLLERS)]
+    pub max_unauthenticated_controllers: usize,
 
     /// Most controllers alive at once for one host NQN (0 = unlimited).
     #[arg(long = "max-controllers-per-host", value_name = "N", default_value_t = nvmf_core::target::DEFAULT_MAX_CONTROLLERS_PER_HOST)]

@@ -203,6 +203,8 @@ fn run(cli: Cli) -> Result<()> {
         max_controllers: cli.max_controllers,
         max_controllers_per_host: cli.max_controllers_per_host,
         max_io_queues_per_host: cli.max_io_queues_per_host,
+        max_discovery_controllers: cli.max_discovery_controllers,
+        max_unauthenticated_controllers: cli.max_unauthenticated_controllers,
     });
     target.set_discovery_kato_ms(cli.discovery_kato_ms);
     target.set_log_rate(cli.log_rate);
