@@ -509,9 +509,32 @@ impl QueuePair {
                     bytes: 0,
                     write: true,
                 };
-                return match crate::auth::pool::run(&self.sink, tag, work) {
-                    Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
-                    _ => Exec::Pending,
+                // Hosts that have proven themselves (this queue authenticated
+                // before, or a host authenticated from this address) go
+                // first; the rest are capped (see `auth::pool`).
+                let peer = self.port.peer.ip();
+                let class = if !self.auth_pending || crate::auth::pool::is_known(peer) {
+                    crate::auth::pool::Class::Known
+                } else {
+                    crate::auth::pool::Class::New
+                };
+                return match crate::auth::pool::run(&self.sink, tag, work, class, peer) {
+                    Ok(Submitted::Done(status)) => self.complete(cmd.cid(), Outcome::err(status)),
+                    Ok(_) => Exec::Pending,
+                    Err(crate::auth::pool::Busy) => {
+                        self.auth_close = Some("authentication busy");
+                        let (qid, peer) = (self.qid, self.port.peer);
+                        self.target.refusal_log(|| {
+                            tracing::warn!(
+                                cntlid = ctrl.cntlid(),
+                                qid,
+                                hostnqn = %ctrl.hostnqn(),
+                                peer = %peer,
+                                "DH-HMAC-CHAP: too many authentications in progress from new hosts (or from this address); closing the queue"
+                            )
+                        });
+                        self.complete(cmd.cid(), Outcome::err(Status::COMMAND_INTERRUPTED))
+                    }
                 };
             }
             Step::Authenticated => {
@@ -543,6 +566,7 @@ impl QueuePair {
                 }
                 self.auth_pending = false;
                 self.auth_deadline = None;
+                crate::auth::pool::remember(self.port.peer.ip());
                 if let Role::Admin(aq) = &mut self.role {
                     aq.last_activity = Instant::now();
                 }

@@ -570,3 +570,133 @@ fn unauthenticated_controllers_never_keep_the_real_host_busy() {
     assert_eq!(t.pool_usage().unauthenticated, 0);
     assert_eq!(t.host_usage(HOST).controllers, 2);
 }
+
+fn port_from(ip: &str) -> Arc<PortInfo> {
+    let mut p = (*port()).clone();
+    p.peer = format!("{ip}:50000").parse().unwrap();
+    Arc::new(p)
+}
+
+fn connect_from(t: &Arc<Target>, ip: &str, host: &str) -> QueuePair {
+    let mut qp = QueuePair::new(t.clone(), port_from(ip));
+    let cmd = Command::connect(1, 0, 31, 0, 0);
+    let mut data = ConnectData::new([7; 16], 0xffff, NQN, host)
+        .as_bytes()
+        .to_vec();
+    let c = done(qp.execute(&cmd, &mut data));
+    assert_eq!(c.status(), Status::SUCCESS);
+    qp
+}
+
+/// A Negotiate for `group` sent and left waiting on the auth thread.
+fn negotiate_pending(qp: &mut QueuePair, group: u8) -> Exec {
+    let mut m = Vec::new();
+    w::encode_negotiate(&mut m, 1, &[w::HASH_SHA256], &[group]);
+    qp.execute(&Command::auth_send(3, m.len() as u32), &mut m)
+}
+
+/// How long an admin Connect + authentication (with `group`) takes.
+fn timed_auth(t: &Arc<Target>, ip: &str, group: u8) -> Duration {
+    let start = Instant::now();
+    let mut qp = connect_from(t, ip, HOST);
+    let h = HostSide {
+        key: KEY,
+        ckey: None,
+        hashes: &[w::HASH_SHA256],
+        dhgroups: &[group],
+    };
+    assert_eq!(authenticate(&mut qp, &h), Outcome::Ok);
+    start.elapsed()
+}
+
+#[test]
+fn a_storm_of_new_hosts_does_not_starve_a_host_that_authenticated_before() {
+    // Issue 23 finding 5: one nvmfd-auth thread with an unbounded FIFO; an
+    // unauthenticated host could ask for ffdhe8192 exponentiations as fast
+    // as it liked and push a real host's reauthentication behind them.
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    t.set_auth_policy(
+        AuthPolicy::from_names(
+            None,
+            Some(&["null".into(), "ffdhe2048".into(), "ffdhe8192".into()]),
+        )
+        .unwrap(),
+    );
+    let legit = "10.200.0.1";
+    // Its first authentication makes the address known.
+    timed_auth(&t, legit, w::DHGROUP_NULL);
+    let quiet = (0..3)
+        .map(|_| timed_auth(&t, legit, w::DHGROUP_FFDHE2048))
+        .min()
+        .unwrap();
+    // One ffdhe8192 key pair, as the storm asks for.
+    let one = {
+        let mut q = connect_from(&t, "10.202.0.1", HOST);
+        let start = Instant::now();
+        let m = {
+            let mut m = Vec::new();
+            w::encode_negotiate(&mut m, 1, &[w::HASH_SHA256], &[w::DHGROUP_FFDHE8192]);
+            m
+        };
+        send(&mut q, m);
+        start.elapsed()
+    };
+    // The storm: 24 new addresses with 2 ffdhe8192 negotiations each, left
+    // waiting (48 key pairs of work ahead of anything that queues behind).
+    let mut storm = Vec::new();
+    for i in 0..24 {
+        for _ in 0..2 {
+            let mut q = connect_from(&t, &format!("10.201.0.{}", i + 1), HOST);
+            assert_eq!(
+                negotiate_pending(&mut q, w::DHGROUP_FFDHE8192),
+                Exec::Pending
+            );
+            storm.push(q);
+        }
+    }
+    let during = timed_auth(&t, legit, w::DHGROUP_FFDHE2048);
+    let threads = nvmf_core::auth::pool::auth_threads() as u32;
+    // At most the storm's jobs already running when each of the host's two
+    // jobs queued are ahead of it (one per thread), never the whole storm.
+    let bound = quiet * 2 + one * 2 + Duration::from_millis(300);
+    let storm_work = one * 48 / threads;
+    eprintln!(
+        "quiet {quiet:?}, one ffdhe8192 key pair {one:?}, during the storm {during:?} (bound {bound:?}; the storm's work {storm_work:?})"
+    );
+    assert!(
+        during <= bound,
+        "a known host's authentication took {during:?} during the storm (quiet: {quiet:?})"
+    );
+    drop(storm);
+}
+
+#[test]
+fn one_address_cannot_queue_more_than_its_share() {
+    // Issue 23 finding 5: the queue was unbounded. A peer address gets at
+    // most NEW_PER_ADDRESS jobs queued or running; beyond that the Send
+    // fails (Command Interrupted) and the queue closes.
+    let t = target();
+    t.set_host_keys(NQN, HOST, keys(KEY, None)).unwrap();
+    t.set_auth_policy(AuthPolicy::from_names(None, Some(&["ffdhe8192".into()])).unwrap());
+    let ip = "10.203.0.9";
+    let mut qs = Vec::new();
+    let mut refused = 0;
+    for _ in 0..nvmf_core::auth::pool::NEW_PER_ADDRESS + 8 {
+        let mut q = connect_from(&t, ip, HOST);
+        match negotiate_pending(&mut q, w::DHGROUP_FFDHE8192) {
+            Exec::Pending => {}
+            Exec::Complete(c) => {
+                assert_eq!(c.status(), Status::COMMAND_INTERRUPTED);
+                assert!(matches!(polled(&mut q), QueueState::Close { .. }));
+                refused += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+        qs.push(q);
+    }
+    // The first may already have finished (freeing its place): at least
+    // the 8 over the share were refused, at most one more got in.
+    assert!((7..=8).contains(&refused), "refused {refused}");
+    drop(qs);
+}

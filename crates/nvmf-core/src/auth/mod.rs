@@ -11,7 +11,7 @@
 pub mod chap;
 pub mod config;
 pub mod ffdhe;
-pub(crate) mod pool;
+pub mod pool;
 pub mod secret;
 pub(crate) mod session;
 
