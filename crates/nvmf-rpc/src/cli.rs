@@ -332,6 +332,7 @@ static COMMANDS: &[Cmd] = &[
             o("", "--config", "config", KeyValue, "A key=value librados configuration option (repeatable; default: rely on the config file)"),
             o("-c", "--cluster-name", "cluster_name", Str, "A cluster registered with bdev_rbd_register_cluster"),
             o("-u", "--uuid", "uuid", Str, "UUID of the bdev"),
+            o("-r", "--readonly", "read_only", True, "Set this bdev as read-only (the image is opened read-only; hosts see a write-protected namespace)"),
         ],
         build: plain,
         example: "nvmf rpc bdev_rbd_create -b Rbd0 -c ceph1 rbd image0 4096",

@@ -704,6 +704,15 @@ impl RpcService {
                 ),
             ));
         }
+        if b.read_only() {
+            return Err(RpcError::new(
+                EINVAL,
+                format!(
+                    "{method}: bdev \"{name}\" is read-only (read_only): its image is open \
+                     read-only and cannot be resized through it (Invalid argument)"
+                ),
+            ));
+        }
         const MIB: u64 = 1 << 20;
         let bs = u64::from(b.block_size);
         let current = self.live.bdev_num_blocks(name).unwrap_or(b.num_blocks);
@@ -1012,10 +1021,13 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig, live: &dyn LiveTarget) -> Value
         m.insert("claim_type".into(), json!("exclusive_write"));
     }
     m.insert("zoned".into(), json!(false));
+    // A read-only bdev (rbd read_only, file readonly) says so as SPDK's
+    // does: no write, unmap or write zeroes.
+    let writable = !b.read_only();
     m.insert(
         "supported_io_types".into(),
         json!({
-            "read": true, "write": true, "unmap": true, "write_zeroes": true,
+            "read": true, "write": writable, "unmap": writable, "write_zeroes": writable,
             "flush": true, "reset": true, "nvme_admin": false, "nvme_io": false,
         }),
     );
