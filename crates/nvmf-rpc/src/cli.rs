@@ -368,6 +368,19 @@ static COMMANDS: &[Cmd] = &[
         example: "nvmf rpc bdev_get_bdevs -b Malloc0",
     },
     Cmd {
+        name: "bdev_get_iostat",
+        help: "Display I/O statistics of all bdevs or of the named ones (reads and writes through the namespaces on them)",
+        pos: &[],
+        opts: &[
+            o("-b", "--name", "name", Str, "Name of the bdev (older rpc.py; v26.05 uses --names)"),
+            o("", "--names", "names", List, "Bdev names to obtain I/O statistics from, comma-separated list in quotes"),
+            o("-c", "--per-channel", "per_channel", True, "Display per channel IO stats (not supported by nvmfd: it counts per queue pair, see nvmf_get_path_stats)"),
+            choices(o("", "--reset-mode", "reset_mode", Str, "Mode to reset I/O statistics after getting (nvmfd: none only)"), &["all", "maxmin", "error", "none"]),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_get_iostat --names Malloc0,Rbd0",
+    },
+    Cmd {
         name: "nvmf_create_transport",
         help: "Create an NVMe-oF transport (nvmfd: TCP or RDMA)",
         pos: &[],
