@@ -383,6 +383,9 @@ impl Backend for FileBackend {
     fn deallocate_reads_zeroes(&self) -> bool {
         self.dealloc_zeroes
     }
+    fn read_only(&self) -> bool {
+        self.readonly
+    }
 
     fn needs_stable_buffers(&self) -> bool {
         true

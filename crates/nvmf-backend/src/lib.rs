@@ -372,6 +372,15 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn needs_stable_buffers(&self) -> bool {
         false
     }
+    /// The device serves reads only (a `readonly` file bdev, an rbd image
+    /// opened read-only). A namespace on it is write-protected: nvmf-core
+    /// reports it in Identify Namespace (NSATTR bit 0) and answers Write,
+    /// Write Zeroes and Deallocate with Namespace Is Write Protected before
+    /// they reach the backend (one bool per I/O, read from the namespace).
+    /// Read once when the namespace is made.
+    fn read_only(&self) -> bool {
+        false
+    }
     /// Change the device's size to `num_blocks` blocks (control plane
     /// only: may block for a round trip to a cluster; never called on a
     /// reactor). Backends whose size is fixed say so.

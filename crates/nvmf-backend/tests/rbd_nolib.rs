@@ -25,6 +25,7 @@ fn missing_librbd_fails_creation_with_the_package_to_install() {
             user_id: None,
             config_param: [("mon_host".to_string(), "127.0.0.1:1".to_string())].into(),
             cluster_name: None,
+            read_only: false,
         }),
     };
     let e = create(&cfg).unwrap_err();

@@ -137,6 +137,9 @@ pub struct RbdBdev {
     /// A cluster registered with `bdev_rbd_register_cluster` whose
     /// connection this bdev shares; `None`: the bdev opens its own.
     pub cluster_name: Option<String>,
+    /// Open the image read-only (`read_only`, rpc.py's `-r/--readonly`):
+    /// namespaces on it are write-protected.
+    pub read_only: bool,
 }
 
 /// A Ceph cluster connection registered with `bdev_rbd_register_cluster`
@@ -176,6 +179,13 @@ pub struct FileBdev {
 }
 
 impl BdevConfig {
+    /// The bdev serves reads only (a `readonly` file bdev, a `read_only`
+    /// rbd bdev): namespaces on it are write-protected.
+    pub fn read_only(&self) -> bool {
+        self.file.as_ref().is_some_and(|f| f.readonly)
+            || self.rbd.as_ref().is_some_and(|r| r.read_only)
+    }
+
     /// Size in bytes.
     pub fn size_bytes(&self) -> u64 {
         self.num_blocks.saturating_mul(u64::from(self.block_size))

@@ -4,7 +4,9 @@
 //! save_config entries for both (clusters are written before the bdevs that
 //! name them). Nothing here talks to a cluster: the size of an image is only
 //! known once the backend has opened it, so an rbd bdev's `num_blocks` is 0
-//! in the model.
+//! in the model. `read_only` (rpc.py's `-r/--readonly`, always sent) opens
+//! the image read-only and write-protects the namespaces on it; it is
+//! written back only when true.
 
 use std::collections::BTreeMap;
 
@@ -73,7 +75,7 @@ pub(crate) fn register_cluster(
 
 /// `bdev_rbd_create`: name (default `CephN`), pool_name, rbd_name,
 /// block_size (default 512), user_id, config (SPDK's name; nvmfd also takes
-/// `config_param`), cluster_name, uuid.
+/// `config_param`), cluster_name, uuid, read_only (default false).
 pub(crate) fn create(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> {
     let name = match p.opt_str("name")? {
         Some(n) => {
@@ -126,6 +128,7 @@ pub(crate) fn create(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Co
         }
     }
     let uuid = bdev_uuid(cfg, &mut p)?;
+    let read_only = p.opt_bool("read_only")?.unwrap_or(false);
     p.finish()?;
     // As SPDK: with a registered cluster, the bdev's own user_id and config
     // are not used (the cluster's connection is). Kept for save_config.
@@ -156,6 +159,7 @@ pub(crate) fn create(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Co
             user_id: user_id.map(str::to_string),
             config_param,
             cluster_name: cluster_name.map(str::to_string),
+            read_only,
         }),
     });
     Ok(())
@@ -205,12 +209,16 @@ pub(crate) fn bdev_params(b: &BdevConfig, r: &RbdBdev) -> Value {
     if let Some(u) = &b.uuid {
         p.insert("uuid".into(), json!(u.to_string()));
     }
+    // Only when set: a writable bdev's entry stays as SPDK writes it.
+    if r.read_only {
+        p.insert("read_only".into(), json!(true));
+    }
     Value::Object(p)
 }
 
 /// `driver_specific.rbd` of `bdev_get_bdevs` (SPDK's shape: pool_name,
 /// rbd_name, then either the registered cluster's settings under its name
-/// or the bdev's own user_id / config).
+/// or the bdev's own user_id / config; `read_only: true` when set).
 pub fn driver_specific(cfg: &TargetConfig, r: &RbdBdev) -> Value {
     let mut m = Map::new();
     m.insert("pool_name".into(), json!(r.pool_name));
@@ -234,6 +242,9 @@ pub fn driver_specific(cfg: &TargetConfig, r: &RbdBdev) -> Value {
                 m.insert("config".into(), string_map(&r.config_param));
             }
         }
+    }
+    if r.read_only {
+        m.insert("read_only".into(), json!(true));
     }
     json!({ "rbd": Value::Object(m) })
 }

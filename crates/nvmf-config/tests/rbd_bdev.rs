@@ -140,6 +140,38 @@ fn user_id_and_config_beside_a_cluster_are_noted_as_ignored() {
     round_trip(&cfg);
 }
 
+/// `read_only` (rpc.py v26.05 sends it on every `bdev_rbd_create`, false
+/// unless `-r`): false loads as a writable bdev and is not written back (the
+/// entry stays as SPDK writes it); true is kept, written back and read again.
+#[test]
+fn read_only_loads_and_round_trips() {
+    let cfg = TargetConfig::from_json_str(&doc(
+        r#"{"method":"bdev_rbd_create","params":{"name":"RW","pool_name":"rbd","rbd_name":"a",
+          "block_size":512,"read_only":false}},
+        {"method":"bdev_rbd_create","params":{"name":"RO","pool_name":"rbd","rbd_name":"b",
+          "block_size":4096,"read_only":true}}"#,
+    ))
+    .unwrap();
+    let (rw, ro) = (&cfg.bdevs[0], &cfg.bdevs[1]);
+    assert!(!rw.rbd.as_ref().unwrap().read_only && !rw.read_only());
+    assert!(ro.rbd.as_ref().unwrap().read_only && ro.read_only());
+    let saved = round_trip(&cfg);
+    let v: serde_json::Value = serde_json::from_str(&saved).unwrap();
+    let entries = v["subsystems"][0]["config"].as_array().unwrap();
+    let params = |name: &str| {
+        entries
+            .iter()
+            .find(|e| e["params"]["name"] == name)
+            .map(|e| e["params"].clone())
+            .unwrap()
+    };
+    assert!(params("RW").get("read_only").is_none(), "{saved}");
+    assert_eq!(params("RO")["read_only"], true, "{saved}");
+    let again = TargetConfig::from_json_str(&saved).unwrap();
+    assert!(again.bdev("RO").unwrap().read_only());
+    assert!(!again.bdev("RW").unwrap().read_only());
+}
+
 #[test]
 fn validation_errors_name_the_parameter() {
     let rbd = |extra: &str| {
@@ -166,6 +198,7 @@ fn validation_errors_name_the_parameter() {
             "give the librados configuration once",
         ),
         (rbd(r#","pool":"x""#), "unknown parameter"),
+        (rbd(r#","read_only":"yes""#), "read_only"),
         (
             r#"{"method":"bdev_rbd_create","params":{"name":"R","rbd_name":"i"}}"#.to_string(),
             "pool_name",

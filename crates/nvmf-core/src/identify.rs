@@ -9,8 +9,8 @@ use nvmf_wire::command::Command;
 use nvmf_wire::identify::{
     fill_ascii, Cns, IdentifyController, IdentifyNamespace, LbaFormat, NsDescriptorList, CMIC_ANA,
     CMIC_MULTI_CTRL, CNTRLTYPE_DISCOVERY, CNTRLTYPE_IO, LPA_CMD_EFFECTS, LPA_EXTENDED, NMIC_SHARED,
-    OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM, ONCS_WRITE_ZEROES, SGLS_KEYED,
-    SGLS_OFFSET, SGLS_SUPPORTED, VWC_PRESENT,
+    NSATTR_WRITE_PROTECTED, OAES_ANA_CHANGE, OAES_DISCOVERY_CHANGE, OAES_NS_ATTR, ONCS_DSM,
+    ONCS_WRITE_ZEROES, SGLS_KEYED, SGLS_OFFSET, SGLS_SUPPORTED, VWC_PRESENT,
 };
 use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
@@ -209,6 +209,9 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     id.nmic = NMIC_SHARED;
     if ns.backend().deallocate_reads_zeroes() {
         id.dlfeat = DLFEAT_READ_ZEROES | DLFEAT_WZ_DEALLOC;
+    }
+    if ns.read_only() {
+        id.nsattr |= NSATTR_WRITE_PROTECTED;
     }
     id.nguid = ns.nguid;
     id.eui64 = ns.eui64;

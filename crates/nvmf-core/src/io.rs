@@ -8,6 +8,14 @@
 //! Length Invalid when the data is not NLB × block size, as nvmet), LBA range
 //! (LBA Out of Range).
 //!
+//! Write protection: on a read-only namespace (its backend's `read_only`,
+//! e.g. an rbd bdev created with `read_only`) Write, Write Zeroes and
+//! Dataset Management with Deallocate get Namespace Is Write Protected
+//! (with DNR) right after the namespace lookup, before any other check,
+//! and never reach the backend; Flush succeeds at once (nothing was
+//! written); Read and DSM without Deallocate are served. One plain bool
+//! read from the namespace per I/O.
+//!
 //! ANA: through a path whose group is inaccessible, in persistent loss or in
 //! change, every command to a namespace of that group gets the ANA status
 //! (`ana.rs`), checked right after the namespace lookup.
@@ -36,6 +44,8 @@ pub const DSM_RANGE_SIZE: usize = 16;
 const DSM_AD: u32 = 1 << 2;
 
 const LBA_OUT_OF_RANGE: Status = Status::LBA_OUT_OF_RANGE.with_dnr();
+/// A command that would modify a write-protected namespace.
+const WRITE_PROTECTED: Status = Status::NS_WRITE_PROTECTED.with_dnr();
 
 /// A command that reaches a namespace being removed (namespace or subsystem
 /// delete, a live reconfiguration) in the moment before this queue sees the
@@ -106,6 +116,9 @@ pub(crate) fn execute(
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
+            if ns.read_only() {
+                return Submitted::Done(Status::SUCCESS);
+            }
             let tag = IoTag {
                 cid: cmd.cid(),
                 bytes: 0,
@@ -118,6 +131,9 @@ pub(crate) fn execute(
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
+            if ns.read_only() {
+                return Submitted::Done(WRITE_PROTECTED);
+            }
             let slba = cmd.slba();
             let nlb = u64::from(cmd.nlb());
             if !in_range(ns, slba, nlb) {
@@ -160,6 +176,10 @@ fn read_write(
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
+    let write = op == IoOpcode::Write;
+    if write && ns.read_only() {
+        return Submitted::Done(WRITE_PROTECTED);
+    }
     let slba = cmd.slba();
     let nlb = u64::from(cmd.nlb()); // 1..=65536
     let len = nlb << ns.block_shift(); // ≤ 2^32
@@ -172,7 +192,6 @@ fn read_write(
     if !in_range(ns, slba, nlb) {
         return Submitted::Done(LBA_OUT_OF_RANGE);
     }
-    let write = op == IoOpcode::Write;
     let tag = IoTag {
         cid: cmd.cid(),
         bytes: len as u32,
@@ -233,6 +252,9 @@ fn dataset_management(
     };
     if cmd.cdw11() & DSM_AD == 0 {
         return Submitted::Done(Status::SUCCESS);
+    }
+    if ns.read_only() {
+        return Submitted::Done(WRITE_PROTECTED);
     }
     if ranges.iter().any(|(slba, nlb)| !in_range(ns, slba, nlb)) {
         return Submitted::Done(LBA_OUT_OF_RANGE);

@@ -1,7 +1,8 @@
 //! Namespaces and the per-subsystem namespace table.
 //!
 //! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, ANA group
-//! ID, a state atomic for removal; the block count is an atomic too: it
+//! ID, a state atomic for removal, the write-protected flag taken from the
+//! backend's `read_only` when the namespace is made; the block count is an atomic too: it
 //! changes when the bdev is resized, see `Subsystem::resize_backend`) and [`NamespaceTable`], the immutable snapshot that
 //! queue pairs cache: lookup by NSID is one bounds-checked vector index.
 //! A subsystem replaces its table wholesale on change (copy on write) and
@@ -29,6 +30,10 @@ pub struct Namespace {
     backend: Arc<dyn Backend>,
     block_size: u32,
     block_shift: u8,
+    /// Write-protected (the backend serves reads only): Identify NSATTR
+    /// bit 0, and io.rs refuses commands that modify the namespace. Fixed
+    /// for the namespace's life, so the I/O path reads a plain bool.
+    read_only: bool,
     /// Size in blocks (NSZE = NCAP = NUSE); changes on a resize, read with
     /// one relaxed load by each I/O's LBA range check and by Identify.
     num_blocks: AtomicU64,
@@ -56,6 +61,7 @@ impl Namespace {
         let num_blocks = backend.num_blocks();
         Namespace {
             nsid,
+            read_only: backend.read_only(),
             block_shift: block_size.trailing_zeros() as u8,
             block_size,
             num_blocks: AtomicU64::new(num_blocks),
@@ -90,6 +96,13 @@ impl Namespace {
     /// Logical block size in bytes.
     pub fn block_size(&self) -> u32 {
         self.block_size
+    }
+
+    /// Write-protected: Write, Write Zeroes and Deallocate get Namespace
+    /// Is Write Protected (from the backend's `Backend::read_only`).
+    #[inline]
+    pub fn read_only(&self) -> bool {
+        self.read_only
     }
 
     /// log2 of the block size (LBADS).

@@ -332,6 +332,7 @@ static COMMANDS: &[Cmd] = &[
             o("", "--config", "config", KeyValue, "A key=value librados configuration option (repeatable; default: rely on the config file)"),
             o("-c", "--cluster-name", "cluster_name", Str, "A cluster registered with bdev_rbd_register_cluster"),
             o("-u", "--uuid", "uuid", Str, "UUID of the bdev"),
+            o("-r", "--readonly", "read_only", True, "Set this bdev as read-only (the image is opened read-only; hosts see a write-protected namespace)"),
         ],
         build: plain,
         example: "nvmf rpc bdev_rbd_create -b Rbd0 -c ceph1 rbd image0 4096",
@@ -365,6 +366,19 @@ static COMMANDS: &[Cmd] = &[
         ],
         build: plain,
         example: "nvmf rpc bdev_get_bdevs -b Malloc0",
+    },
+    Cmd {
+        name: "bdev_get_iostat",
+        help: "Display I/O statistics of all bdevs or of the named ones (reads and writes through the namespaces on them)",
+        pos: &[],
+        opts: &[
+            o("-b", "--name", "name", Str, "Name of the bdev (older rpc.py; v26.05 uses --names)"),
+            o("", "--names", "names", List, "Bdev names to obtain I/O statistics from, comma-separated list in quotes"),
+            o("-c", "--per-channel", "per_channel", True, "Display per channel IO stats (not supported by nvmfd: it counts per queue pair, see nvmf_get_path_stats)"),
+            choices(o("", "--reset-mode", "reset_mode", Str, "Mode to reset I/O statistics after getting (nvmfd: none only)"), &["all", "maxmin", "error", "none"]),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_get_iostat --names Malloc0,Rbd0",
     },
     Cmd {
         name: "nvmf_create_transport",

@@ -1,5 +1,7 @@
 //! Owns the boundary between the RPC server and the running target: the
 //! `Change` enum (one validated state change), the `LiveTarget` trait the
+//! daemon implements (with [`NamespaceIo`], what it counts per namespace for
+//! `bdev_get_iostat`), the
 //! daemon implements in phase 2, and two implementations for tests and for
 //! running the server without a target (`NoLive`, `RecordingLive`).
 //!
@@ -161,6 +163,28 @@ pub trait LiveTarget: Send + Sync {
     fn path_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
     }
+    /// Reads and Writes per namespace since the target started, every
+    /// queue and path together (open and closed), for `bdev_get_iostat`:
+    /// (now in nanoseconds on a monotonic clock, the namespaces with I/O).
+    fn namespace_io(&self) -> (u64, Vec<NamespaceIo>) {
+        (0, Vec::new())
+    }
+}
+
+/// One namespace's Reads and Writes as the running target counted them
+/// (see [`LiveTarget::namespace_io`]). Latencies are sums in nanoseconds,
+/// from the command capsule received to the response queued.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NamespaceIo {
+    /// Subsystem NQN.
+    pub nqn: String,
+    pub nsid: u32,
+    pub reads: u64,
+    pub writes: u64,
+    pub bytes_read: u64,
+    pub bytes_written: u64,
+    pub read_latency_ns: u64,
+    pub write_latency_ns: u64,
 }
 
 /// No target behind the server: every change is accepted, nothing is connected.
@@ -202,6 +226,7 @@ struct Recording {
     qpairs: Vec<(String, Value)>,
     stats: Option<Value>,
     sizes: Vec<(String, u64)>,
+    namespace_io: Vec<NamespaceIo>,
 }
 
 impl RecordingLive {
@@ -247,6 +272,11 @@ impl RecordingLive {
         self.lock().stats = Some(stats);
     }
 
+    /// Sets what `namespace_io` returns (its clock reads 1 s).
+    pub fn set_namespace_io(&self, io: Vec<NamespaceIo>) {
+        self.lock().namespace_io = io;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Recording> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -287,5 +317,8 @@ impl LiveTarget for RecordingLive {
     }
     fn stats(&self) -> Value {
         self.lock().stats.clone().unwrap_or_else(empty_stats)
+    }
+    fn namespace_io(&self) -> (u64, Vec<NamespaceIo>) {
+        (1_000_000_000, self.lock().namespace_io.clone())
     }
 }

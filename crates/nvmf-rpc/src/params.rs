@@ -75,6 +75,21 @@ impl<'a> Params<'a> {
         }
     }
 
+    pub(crate) fn opt_str_list(&mut self, name: &'a str) -> Result<Option<Vec<&'a str>>, RpcError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|v| {
+                    v.as_str()
+                        .ok_or_else(|| self.err(name, "expected an array of strings"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(self.err(name, "expected an array of strings")),
+        }
+    }
+
     pub(crate) fn opt_object(
         &mut self,
         name: &'a str,

@@ -20,7 +20,7 @@ use nvmf_config::{
 use serde_json::{json, Map, Value};
 
 use crate::error::{RpcError, EBUSY, EINVAL, ENODEV, INVALID_REQUEST, METHOD_NOT_FOUND};
-use crate::live::{Change, LiveTarget};
+use crate::live::{Change, LiveTarget, NamespaceIo};
 use crate::params::Params;
 use crate::state_file::StateFile;
 
@@ -49,6 +49,7 @@ pub const METHODS: &[&str] = &[
     "bdev_rbd_delete",
     "bdev_rbd_resize",
     "bdev_get_bdevs",
+    "bdev_get_iostat",
     "nvmf_create_transport",
     "nvmf_get_transports",
     "nvmf_create_subsystem",
@@ -457,6 +458,7 @@ impl RpcService {
             "nvmf_subsystem_remove_listener" => self.remove_listener(params),
             "nvmf_subsystem_remove_host" => self.remove_host(params),
             "bdev_get_bdevs" => self.get_bdevs(params),
+            "bdev_get_iostat" => self.get_iostat(params),
             "nvmf_get_transports" => self.get_transports(params),
             "nvmf_get_subsystems" => self.get_subsystems(params),
             "nvmf_subsystem_get_listeners" => {
@@ -704,6 +706,15 @@ impl RpcService {
                 ),
             ));
         }
+        if b.read_only() {
+            return Err(RpcError::new(
+                EINVAL,
+                format!(
+                    "{method}: bdev \"{name}\" is read-only (read_only): its image is open \
+                     read-only and cannot be resized through it (Invalid argument)"
+                ),
+            ));
+        }
         const MIB: u64 = 1 << 20;
         let bs = u64::from(b.block_size);
         let current = self.live.bdev_num_blocks(name).unwrap_or(b.num_blocks);
@@ -916,6 +927,105 @@ impl RpcService {
         }
     }
 
+    /// `bdev_get_iostat`: SPDK's shape from the per-namespace Read/Write
+    /// counters of the running target, each namespace's added to its bdev
+    /// (docs/RPC.md says what is and is not counted).
+    fn get_iostat(&self, params: Option<&Value>) -> Result<Value, RpcError> {
+        let method = "bdev_get_iostat";
+        let mut p = Params::new(method, params)?;
+        // v26.05's rpc.py sends `names` (array); older ones `name`.
+        let name = p.opt_str("name")?;
+        let names = p.opt_str_list("names")?;
+        let per_channel = p.opt_bool("per_channel")?.unwrap_or(false);
+        let reset_mode = p.opt_str("reset_mode")?;
+        if per_channel {
+            return Err(p.err(
+                "per_channel",
+                "true is not supported: nvmfd counts per queue pair and per path \
+                 (nvmf_get_path_stats), not per bdev channel",
+            ));
+        }
+        match reset_mode {
+            None | Some("none") => {}
+            Some("all" | "maxmin" | "error") => {
+                return Err(p.err(
+                    "reset_mode",
+                    "only \"none\": nvmfd's counters run from start and are shared with \
+                     nvmf_get_stats and nvmf_get_path_stats; take differences between two calls",
+                ))
+            }
+            Some(m) => {
+                return Err(p.err(
+                    "reset_mode",
+                    format!("{m:?} is not one of all, maxmin, error, none"),
+                ))
+            }
+        }
+        p.finish()?;
+        let wanted: Option<Vec<&str>> = match (name, names) {
+            (Some(_), Some(_)) => {
+                return Err(RpcError::invalid_params(format!(
+                    "{method}: give \"names\" or \"name\", not both"
+                )))
+            }
+            (Some(n), None) => Some(vec![n]),
+            (None, l) => l,
+        };
+        let cfg = self.lock().config.clone();
+        let bdevs: Vec<&BdevConfig> = match &wanted {
+            None => cfg.bdevs.iter().collect(),
+            Some(list) => list
+                .iter()
+                .map(|n| {
+                    cfg.bdev(n).ok_or_else(|| {
+                        RpcError::new(
+                            ENODEV,
+                            format!("{method}: no bdev named \"{n}\" (No such device)"),
+                        )
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+        };
+        let (ticks, io) = self.live.namespace_io();
+        let entries: Vec<Value> = bdevs
+            .iter()
+            .map(|b| {
+                let mut t = NamespaceIo::default();
+                // Every namespace on the bdev (nvmfd lets one bdev back one
+                // namespace; a sum keeps it right if that changes).
+                for s in &cfg.subsystems {
+                    for ns in s.namespaces.iter().filter(|ns| ns.bdev_name == b.name) {
+                        for n in io.iter().filter(|n| n.nqn == s.nqn && n.nsid == ns.nsid) {
+                            t.reads += n.reads;
+                            t.writes += n.writes;
+                            t.bytes_read += n.bytes_read;
+                            t.bytes_written += n.bytes_written;
+                            t.read_latency_ns += n.read_latency_ns;
+                            t.write_latency_ns += n.write_latency_ns;
+                        }
+                    }
+                }
+                json!({
+                    "name": b.name,
+                    "bytes_read": t.bytes_read,
+                    "num_read_ops": t.reads,
+                    "bytes_written": t.bytes_written,
+                    "num_write_ops": t.writes,
+                    "bytes_unmapped": 0,
+                    "num_unmap_ops": 0,
+                    "bytes_copied": 0,
+                    "num_copy_ops": 0,
+                    "read_latency_ticks": t.read_latency_ns,
+                    "write_latency_ticks": t.write_latency_ns,
+                    "unmap_latency_ticks": 0,
+                    "copy_latency_ticks": 0,
+                })
+            })
+            .collect();
+        // 1 tick = 1 ns.
+        Ok(json!({ "tick_rate": 1_000_000_000u64, "ticks": ticks, "bdevs": entries }))
+    }
+
     fn get_transports(&self, params: Option<&Value>) -> Result<Value, RpcError> {
         let method = "nvmf_get_transports";
         let mut p = Params::new(method, params)?;
@@ -1012,10 +1122,13 @@ fn bdev_json(cfg: &TargetConfig, b: &BdevConfig, live: &dyn LiveTarget) -> Value
         m.insert("claim_type".into(), json!("exclusive_write"));
     }
     m.insert("zoned".into(), json!(false));
+    // A read-only bdev (rbd read_only, file readonly) says so as SPDK's
+    // does: no write, unmap or write zeroes.
+    let writable = !b.read_only();
     m.insert(
         "supported_io_types".into(),
         json!({
-            "read": true, "write": true, "unmap": true, "write_zeroes": true,
+            "read": true, "write": writable, "unmap": writable, "write_zeroes": writable,
             "flush": true, "reset": true, "nvme_admin": false, "nvme_io": false,
         }),
     );

@@ -138,6 +138,17 @@ fn simple_methods() {
         assert!(err(m).contains("NQN"));
     }
     assert_eq!(params("nvmf_get_stats"), Value::Null);
+    // As rpc.py v26.05: per_channel always sent, names a comma list.
+    assert_eq!(params("bdev_get_iostat"), json!({"per_channel": false}));
+    assert_eq!(
+        params("bdev_get_iostat --names Malloc0,Rbd0 --reset-mode none"),
+        json!({"per_channel": false, "names": ["Malloc0", "Rbd0"], "reset_mode": "none"})
+    );
+    assert_eq!(
+        params("bdev_get_iostat -b Malloc0"),
+        json!({"name": "Malloc0", "per_channel": false})
+    );
+    assert!(err("bdev_get_iostat --reset-mode some").contains("invalid value"));
     assert!(err("nvmf_subsystem_remove_ns nqn.a:b x").contains("invalid value 'x' for '<NSID>'"));
     assert!(err("bdev_malloc_delete").contains("required"));
     assert!(err("bdev_malloc_delete a b").contains("unexpected argument 'b'"));

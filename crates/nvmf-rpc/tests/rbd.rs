@@ -276,6 +276,72 @@ fn clusters_bdevs_resize_and_refusals() {
     assert!(saved.contains("img1"));
 }
 
+/// What rpc.py v26.05 sends for `bdev_rbd_create` (with and without `-r`):
+/// accepted; `read_only: true` reaches the live target in the bdev entry,
+/// `bdev_get_bdevs` shows the bdev without write support and the state file
+/// keeps it; anything but a boolean is refused, naming the parameter.
+#[test]
+fn read_only_is_accepted_and_kept() {
+    let h = Harness::with(TargetConfig::default(), true);
+    let mut c = h.client();
+    let rw = json!({"name": "Rw", "pool_name": "rbd", "rbd_name": "a", "block_size": 512,
+                    "config": {"mon_host": "10.0.0.9"}, "read_only": false});
+    let ro = json!({"name": "Ro", "pool_name": "rbd", "rbd_name": "b", "block_size": 4096,
+                    "config": {"mon_host": "10.0.0.9"}, "read_only": true});
+    assert_eq!(call(&mut c, "bdev_rbd_create", rw).unwrap(), json!("Rw"));
+    assert_eq!(call(&mut c, "bdev_rbd_create", ro).unwrap(), json!("Ro"));
+    let changes = h.live.take_changes();
+    let added: Vec<(String, bool)> = changes
+        .iter()
+        .filter_map(|ch| match ch {
+            Change::AddBdev(b) => Some((b.name.clone(), b.rbd.as_ref().unwrap().read_only)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(added, vec![("Rw".into(), false), ("Ro".into(), true)]);
+
+    let b = call(&mut c, "bdev_get_bdevs", json!({"name": "Ro"})).unwrap();
+    let io = &b[0]["supported_io_types"];
+    assert_eq!(
+        (
+            io["read"].as_bool(),
+            io["write"].as_bool(),
+            io["unmap"].as_bool(),
+            io["write_zeroes"].as_bool()
+        ),
+        (Some(true), Some(false), Some(false), Some(false)),
+        "{b}"
+    );
+    assert_eq!(b[0]["driver_specific"]["rbd"]["read_only"], json!(true));
+    let b = call(&mut c, "bdev_get_bdevs", json!({"name": "Rw"})).unwrap();
+    assert_eq!(b[0]["supported_io_types"]["write"], json!(true));
+    assert!(b[0]["driver_specific"]["rbd"].get("read_only").is_none());
+
+    let saved = std::fs::read_to_string(h.state_path()).unwrap();
+    let reloaded = TargetConfig::from_json_str(&saved).unwrap();
+    assert!(reloaded.bdev("Ro").unwrap().rbd.as_ref().unwrap().read_only);
+    assert!(!reloaded.bdev("Rw").unwrap().rbd.as_ref().unwrap().read_only);
+
+    // Its image is open read-only: no resize through it.
+    h.live.set_num_blocks("Ro", 256);
+    fails(
+        &h,
+        &mut c,
+        "bdev_rbd_resize",
+        json!({"name": "Ro", "new_size": 2}),
+        EINVAL,
+        "is read-only",
+    );
+    fails(
+        &h,
+        &mut c,
+        "bdev_rbd_create",
+        json!({"name": "X", "pool_name": "rbd", "rbd_name": "c", "block_size": 512, "read_only": 1}),
+        INVALID_PARAMS,
+        "read_only",
+    );
+}
+
 #[test]
 fn a_failing_open_changes_nothing() {
     // The live target refuses (as the daemon does when the image cannot be
@@ -324,12 +390,22 @@ fn rpc_py_command_lines() {
     assert_eq!(
         cli("bdev_rbd_create rbd img 4096 -b R0 -c c1 -u 6ba7b810-9dad-11d1-80b4-00c04fd430c8"),
         json!({"pool_name": "rbd", "rbd_name": "img", "block_size": 4096, "name": "R0",
-               "cluster_name": "c1", "uuid": "6ba7b810-9dad-11d1-80b4-00c04fd430c8"})
+               "cluster_name": "c1", "uuid": "6ba7b810-9dad-11d1-80b4-00c04fd430c8",
+               "read_only": false})
+    );
+    // rpc.py v26.05 sends read_only always (store_true): so do we.
+    assert_eq!(
+        cli("bdev_rbd_create rbd img 4096 -r"),
+        json!({"pool_name": "rbd", "rbd_name": "img", "block_size": 4096, "read_only": true})
+    );
+    assert_eq!(
+        cli("bdev_rbd_create rbd img 4096 --readonly")["read_only"],
+        json!(true)
     );
     assert_eq!(
         cli("bdev_rbd_create rbd img 512 --user u --config rbd_cache=false --config a=b=c"),
         json!({"pool_name": "rbd", "rbd_name": "img", "block_size": 512, "user_id": "u",
-               "config": {"rbd_cache": "false", "a": "b=c"}})
+               "config": {"rbd_cache": "false", "a": "b=c"}, "read_only": false})
     );
     assert_eq!(cli("bdev_rbd_delete R0"), json!({"name": "R0"}));
     assert_eq!(

@@ -446,6 +446,8 @@ pub const NSFEAT_DEALLOC_ERR: u8 = 1 << 2;
 pub const NSFEAT_IO_OPT: u8 = 1 << 4;
 /// `nmic` bit: the namespace may be attached to several controllers.
 pub const NMIC_SHARED: u8 = 1 << 0;
+/// `nsattr` bit 0: the namespace is write protected.
+pub const NSATTR_WRITE_PROTECTED: u8 = 1 << 0;
 
 impl IdentifyNamespace {
     /// The LBA format selected by `flbas`.

@@ -623,6 +623,14 @@ impl LiveTarget for Live {
     fn stats(&self) -> Value {
         stats_json(&self.snapshots(), self.uptime_us())
     }
+
+    fn namespace_io(&self) -> (u64, Vec<nvmf_rpc::NamespaceIo>) {
+        let t = self.gather_paths();
+        (
+            self.uptime_us().saturating_mul(1000),
+            crate::paths::namespace_io(&t),
+        )
+    }
 }
 
 /// `nvmf_subsystem_get_qpairs` of subsystem `nqn` from the reactors'

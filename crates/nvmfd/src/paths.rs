@@ -3,8 +3,9 @@
 //! plane adds reactors' reports up.
 //!
 //! Owns [`PathKey`], [`PathStats`], [`PathTable`] (a reactor's totals of
-//! closed queues by path, and the sum of one snapshot) and the JSON form of
-//! `nvmf_get_path_stats`. Nothing here runs per I/O: the reactor folds a
+//! closed queues by path, and the sum of one snapshot), the JSON form of
+//! `nvmf_get_path_stats` and the per-namespace sums `bdev_get_iostat` is
+//! made of ([`namespace_io`]). Nothing here runs per I/O: the reactor folds a
 //! queue's counters (`QueuePair::stats`, `QueuePair::ns_stats`) in when the
 //! queue closes, and copies the open queues' counters when asked for a
 //! snapshot.
@@ -143,6 +144,33 @@ impl PathTable {
         v.sort_by(|a, b| a.0.cmp(b.0));
         v
     }
+}
+
+/// Reads and Writes per (subsystem, NSID) over every path: what
+/// `bdev_get_iostat` adds up by bdev. NSID 0 (a queue's namespaces beyond
+/// `NS_PER_QUEUE`, folded together) names no namespace and is left out.
+pub fn namespace_io(t: &PathTable) -> Vec<nvmf_rpc::NamespaceIo> {
+    let mut by_ns: HashMap<(&str, u32), nvmf_rpc::NamespaceIo> = HashMap::new();
+    for (key, p) in &t.paths {
+        for n in p.ns.iter().filter(|n| n.nsid != 0) {
+            let e = by_ns
+                .entry((key.subnqn.as_str(), n.nsid))
+                .or_insert_with(|| nvmf_rpc::NamespaceIo {
+                    nqn: key.subnqn.clone(),
+                    nsid: n.nsid,
+                    ..Default::default()
+                });
+            e.reads += n.reads;
+            e.writes += n.writes;
+            e.bytes_read += n.bytes_read;
+            e.bytes_written += n.bytes_written;
+            e.read_latency_ns = e.read_latency_ns.wrapping_add(n.read_latency.sum_ns());
+            e.write_latency_ns = e.write_latency_ns.wrapping_add(n.write_latency.sum_ns());
+        }
+    }
+    let mut v: Vec<_> = by_ns.into_values().collect();
+    v.sort_by(|a, b| (&a.nqn, a.nsid).cmp(&(&b.nqn, b.nsid)));
+    v
 }
 
 /// A histogram as JSON: count, sum, mean, p50/p90/p99/p999 (bucket upper

@@ -4,7 +4,10 @@
 //! while 128 KiB writes at QD64 are in flight ends that I/O in bounds — the
 //! RPCs answer, the initiator's run ends (with errors for the namespace that
 //! went away, not a hang), and the daemon keeps serving the subsystem's other
-//! namespace. The kernel-host tests over RBD are nvmf-interop's `rbd.rs`.
+//! namespace. And a bdev created read-only over RPC as rpc.py does
+//! (`bdev_rbd_create -r`) serves reads, refuses writes with Namespace Is
+//! Write Protected and cannot be resized. The kernel-host tests over RBD are
+//! nvmf-interop's `rbd.rs`.
 
 use std::time::{Duration, Instant};
 
@@ -127,6 +130,97 @@ fn rbd_namespace_verifies_and_deletes_under_io() {
         Duration::from_secs(30),
     );
     assert!(ok, "the malloc namespace after the rbd delete: {said}");
+    assert!(!d.logs().contains("panicked"), "{}", d.logs());
+    drop(d);
+    let _ = c.remove_image(POOL, &image);
+}
+
+/// A daemon serving no rbd bdev yet: the cluster registered, a TCP
+/// listener on `port` for an empty subsystem.
+fn empty_config(c: &CephCluster, port: u16) -> String {
+    let conf = c.conf_path();
+    let keyring = c.keyring_path();
+    format!(
+        r#"{{"subsystems":[
+  {{"subsystem":"bdev","config":[
+    {{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0",
+      "config_file":"{conf}","key_file":"{keyring}"}}}}]}},
+  {{"subsystem":"nvmf","config":[
+    {{"method":"nvmf_create_transport","params":{{"trtype":"TCP"}}}},
+    {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true}}}},
+    {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}",
+      "listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#,
+        conf = conf.display(),
+        keyring = keyring.display(),
+    )
+}
+
+#[test]
+fn read_only_rbd_bdev_refuses_writes() {
+    match ceph_check() {
+        Ok(true) => {}
+        Ok(false) => {
+            eprintln!("skipped: NVMFD_SKIP_CEPH=1");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    }
+    let c = CephCluster::shared();
+    let image = format!("nvmfd-ro-{}", std::process::id());
+    c.create_image(POOL, &image, 16, "layering")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port();
+    let d = Daemon::builder(empty_config(c, port))
+        .args(["-m", "0"])
+        .listening(&[port])
+        .ready_within(Duration::from_secs(60))
+        .start();
+
+    // rpc.py's command line: -r sends read_only true.
+    let name = d.rpc_ok(&[
+        "bdev_rbd_create",
+        "-b",
+        "RbdRo",
+        "-c",
+        "ceph0",
+        "-r",
+        POOL,
+        &image,
+        "4096",
+    ]);
+    assert_eq!(name.trim(), "RbdRo");
+    d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "RbdRo"]);
+    let bdevs = d.rpc_ok(&["bdev_get_bdevs", "-b", "RbdRo"]);
+    let v: serde_json::Value = serde_json::from_str(&bdevs).unwrap();
+    assert_eq!(v[0]["supported_io_types"]["write"], false, "{bdevs}");
+    assert!(d.logs().contains("read-only"), "{}", d.logs());
+
+    // Reads are served; writes end with Namespace Is Write Protected.
+    let (ok, said) = perf(
+        port,
+        "1",
+        &["-w", "randread", "-o", "4k", "-q", "8", "-t", "1"],
+        Duration::from_secs(30),
+    );
+    assert!(ok, "reads of the read-only namespace: {said}");
+    let (ok, said) = perf(
+        port,
+        "1",
+        &["-w", "randwrite", "-o", "4k", "-q", "1", "-t", "1"],
+        Duration::from_secs(30),
+    );
+    assert!(!ok, "writes to the read-only namespace succeeded: {said}");
+    assert!(said.contains("Write Protected"), "{said}");
+
+    // The image cannot be grown through a read-only bdev.
+    let e = d
+        .rpc(&["bdev_rbd_resize", "RbdRo", "32"])
+        .expect_err("resize of a read-only bdev");
+    assert!(e.contains("read-only"), "{e}");
+    assert_eq!(c.image_size(POOL, &image).unwrap(), 16 << 20);
+
+    d.rpc_ok(&["nvmf_subsystem_remove_ns", NQN, "1"]);
+    d.rpc_ok(&["bdev_rbd_delete", "RbdRo"]);
     assert!(!d.logs().contains("panicked"), "{}", d.logs());
     drop(d);
     let _ = c.remove_image(POOL, &image);

@@ -8,7 +8,8 @@
 //! refuses new connections, save_config → `-c` → save_config byte-identical,
 //! the socket-in-use / stale-socket rules, delete_subsystem closing its
 //! queues before it answers with a reconnect refused without DNR, and the
-//! clear refusal of NVMe/RDMA listeners (at start and live) where RDMA is missing.
+//! clear refusal of NVMe/RDMA listeners (at start and live) where RDMA is missing,
+//! and `bdev_get_iostat` counting the I/O an initiator did.
 
 use nvmf_testkit::{
     bins::nvmf as nvmf_path, bins::nvmfd_command, free_port, run_bounded, Process as Nvmfd,
@@ -708,4 +709,120 @@ fn rdma_listener_is_refused_where_rdma_is_missing() {
         .unwrap_or_else(|| panic!("nvmfd must refuse the RDMA listener\n{}", d.logs()));
     assert_eq!(st.code(), Some(1), "{}", d.logs());
     d.wait_log("NVMe/RDMA listener 127.0.0.1:4420: NVMe/RDMA needs librdmacm and libibverbs");
+}
+
+/// `nvmf perf --json` against the walkthrough's namespace: one queue at
+/// depth 1 (so nothing is left in flight when it stops), `-w WORKLOAD`
+/// for `secs` → (reads, writes, bytes read, bytes written) it completed.
+fn perf_counted(port: u16, workload: &str, secs: u32, d: &Daemon) -> (u64, u64, u64, u64) {
+    let trid = nvmf_testkit::trid(port, NQN);
+    let mut cmd = Command::new(nvmf_path());
+    cmd.args(["perf", "-r", &trid, "--no-progress", "--json", "-q", "1"])
+        .args(["-o", "4096", "-w", workload, "-t", &secs.to_string()]);
+    let out = run_bounded(cmd, Duration::from_secs(60 + u64::from(secs)));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "nvmf perf failed\n{stdout}\n{}\n--- nvmfd ---\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        d.logs()
+    );
+    let v: Value = serde_json::from_str(&stdout).expect("perf --json");
+    let t = &v["total"];
+    assert_eq!(t["error"], 0, "{t}");
+    let ios = |dir: &str| {
+        t[dir]["total_ios"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no I/O count in {t}"))
+    };
+    (
+        ios("read"),
+        ios("write"),
+        t["read"]["io_bytes"].as_u64().unwrap(),
+        t["write"]["io_bytes"].as_u64().unwrap(),
+    )
+}
+
+/// `bdev_get_iostat` (SPDK users script against it): SPDK's shape, the
+/// namespace's Reads and Writes added to its bdev and equal to what the
+/// initiator did, a bdev without a namespace at zero, `names` (v26.05) and
+/// `name` (older rpc.py) filtering, an unknown bdev -19, and what nvmfd
+/// does not support refused with the parameter named.
+#[test]
+fn bdev_get_iostat_counts_the_io_done() {
+    let dir = tmp_dir("iostat");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let mut d = Daemon::start(&dir, Some(&empty), false);
+    d.walkthrough(port);
+    d.ok(&["bdev_malloc_create", "-b", "Malloc1", "8", "4096"]);
+
+    let zero = d.ok(&["bdev_get_iostat"]);
+    assert_eq!(zero["tick_rate"], 1_000_000_000u64, "{zero}");
+    let names: Vec<&str> = zero["bdevs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["Malloc0", "Malloc1"], "{zero}");
+    assert_eq!(zero["bdevs"][0]["num_read_ops"], 0, "{zero}");
+
+    let (r1, w1, br1, bw1) = perf_counted(port, "randread", 1, &d);
+    let (r2, w2, br2, bw2) = perf_counted(port, "randwrite", 1, &d);
+    let (reads, writes) = (r1 + r2, w1 + w2);
+    assert!(
+        reads > 100 && writes > 100,
+        "{reads} reads, {writes} writes"
+    );
+
+    let s = d.ok(&["bdev_get_iostat", "--names", "Malloc0"]);
+    assert!(
+        s["ticks"].as_u64().unwrap() > zero["ticks"].as_u64().unwrap(),
+        "{s}"
+    );
+    let list = s["bdevs"].as_array().unwrap();
+    assert_eq!(list.len(), 1, "{s}");
+    let b = &list[0];
+    assert_eq!(b["name"], "Malloc0", "{s}");
+    assert_eq!(b["num_read_ops"], reads, "{s}");
+    assert_eq!(b["num_write_ops"], writes, "{s}");
+    assert_eq!(b["bytes_read"], br1 + br2, "{s}");
+    assert_eq!(b["bytes_written"], bw1 + bw2, "{s}");
+    assert_eq!(b["bytes_read"], reads * 4096, "{s}");
+    for k in ["read_latency_ticks", "write_latency_ticks"] {
+        let ticks = b[k].as_u64().unwrap();
+        // 1 tick = 1 ns: between 100 ns and 1 s per I/O on average.
+        let ops = if k.starts_with("read") { reads } else { writes };
+        assert!(ticks > ops * 100 && ticks < ops * 1_000_000_000, "{k}: {s}");
+    }
+    assert_eq!(b["num_unmap_ops"], 0, "{s}");
+
+    // Older rpc.py's `name`, through the client; the unused bdev is zero.
+    let one = d.call("bdev_get_iostat", json!({"name": "Malloc1"}));
+    assert_eq!(one["bdevs"][0]["name"], "Malloc1", "{one}");
+    assert_eq!(one["bdevs"][0]["num_read_ops"], 0, "{one}");
+    assert_eq!(one["bdevs"][0]["bytes_written"], 0, "{one}");
+
+    let err = |params: Value| -> (i64, String) {
+        let e = d
+            .client()
+            .call("bdev_get_iostat", Some(&params))
+            .expect_err("refused");
+        match e {
+            nvmf_rpc::ClientError::Rpc(e) => (e.code.into(), e.message),
+            other => panic!("{other:?}"),
+        }
+    };
+    let (code, msg) = err(json!({"names": ["Malloc0", "nope"]}));
+    assert_eq!(code, -19, "{msg}");
+    assert!(msg.contains("\"nope\""), "{msg}");
+    let (code, msg) = err(json!({"per_channel": true}));
+    assert_eq!(code, -32602, "{msg}");
+    assert!(msg.contains("per_channel"), "{msg}");
+    let (_, msg) = err(json!({"reset_mode": "all"}));
+    assert!(msg.contains("reset_mode"), "{msg}");
+    let (_, msg) = err(json!({"names": "Malloc0"}));
+    assert!(msg.contains("array of strings"), "{msg}");
+    assert!(d.running(), "{}", d.logs());
 }

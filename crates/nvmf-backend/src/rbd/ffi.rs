@@ -59,6 +59,8 @@ pub struct Lib {
     pub rados_ioctx_create: unsafe extern "C" fn(Rados, *const c_char, *mut Ioctx) -> c_int,
     pub rados_ioctx_destroy: unsafe extern "C" fn(Ioctx),
     pub rbd_open: unsafe extern "C" fn(Ioctx, *const c_char, *mut Image, *const c_char) -> c_int,
+    pub rbd_open_read_only:
+        unsafe extern "C" fn(Ioctx, *const c_char, *mut Image, *const c_char) -> c_int,
     pub rbd_close: unsafe extern "C" fn(Image) -> c_int,
     pub rbd_get_size: unsafe extern "C" fn(Image, *mut u64) -> c_int,
     pub rbd_get_features: unsafe extern "C" fn(Image, *mut u64) -> c_int,
@@ -143,6 +145,7 @@ pub fn load(rados: &str, rbd: &str) -> Result<Lib, String> {
         rados_ioctx_create: sym!(r, rados, rados_ioctx_create),
         rados_ioctx_destroy: sym!(r, rados, rados_ioctx_destroy),
         rbd_open: sym!(b, rbd, rbd_open),
+        rbd_open_read_only: sym!(b, rbd, rbd_open_read_only),
         rbd_close: sym!(b, rbd, rbd_close),
         rbd_get_size: sym!(b, rbd, rbd_get_size),
         rbd_get_features: sym!(b, rbd, rbd_get_features),

@@ -5,7 +5,11 @@
 //! (on its own connection or a registered cluster's, see [`conn`]),
 //! submitting read / write / flush / write zeroes / discard with
 //! `rbd_aio_*`, delivering completions, keeping the size current, and
-//! closing the image off the reactor. Submodules: [`ffi`] (the binding,
+//! closing the image off the reactor. A `read_only` bdev opens its image
+//! with `rbd_open_read_only` (no exclusive lock is taken, librbd refuses
+//! writes with -EROFS) and reports [`Backend::read_only`], so the core
+//! write-protects its namespaces; writes that reach it anyway are answered
+//! Namespace Is Write Protected without a librbd call. Submodules: [`ffi`] (the binding,
 //! loaded at run time), [`conn`] (connections and registered clusters),
 //! [`slab`] (per-operation callback contexts).
 //!
@@ -155,6 +159,8 @@ pub struct RbdBackend {
     block_size: u32,
     blocks: Arc<AtomicU64>,
     cache: bool,
+    /// Opened with `rbd_open_read_only` (`read_only` in the bdev entry).
+    read_only: bool,
     lib: &'static ffi::Lib,
     raw: ffi::Image,
     slab: Arc<Slab>,
@@ -181,6 +187,7 @@ impl std::fmt::Debug for RbdBackend {
             .field("block_size", &self.block_size)
             .field("num_blocks", &self.num_blocks())
             .field("cache", &self.cache)
+            .field("read_only", &self.read_only)
             .finish()
     }
 }
@@ -328,8 +335,13 @@ impl RbdBackend {
             )));
         }
         let mut raw: ffi::Image = std::ptr::null_mut();
+        let open = if r.read_only {
+            lib.rbd_open_read_only
+        } else {
+            lib.rbd_open
+        };
         // SAFETY: valid ioctx, NUL-terminated name, no snapshot (null).
-        let rc = unsafe { (lib.rbd_open)(ioctx, image_name.as_ptr(), &mut raw, std::ptr::null()) };
+        let rc = unsafe { open(ioctx, image_name.as_ptr(), &mut raw, std::ptr::null()) };
         if rc < 0 {
             // SAFETY: our ioctx, unused by anything else.
             unsafe { (lib.rados_ioctx_destroy)(ioctx) };
@@ -358,7 +370,8 @@ impl RbdBackend {
         }
         let mut features = 0u64;
         // SAFETY: open image, valid out pointer.
-        if unsafe { (lib.rbd_get_features)(raw, &mut features) } >= 0
+        if !r.read_only
+            && unsafe { (lib.rbd_get_features)(raw, &mut features) } >= 0
             && features & ffi::RBD_FEATURE_EXCLUSIVE_LOCK != 0
         {
             tracing::warn!(
@@ -375,6 +388,7 @@ impl RbdBackend {
             block_size: cfg.block_size,
             blocks: Arc::new(AtomicU64::new(blocks)),
             cache,
+            read_only: r.read_only,
             lib,
             raw,
             slab: Slab::new(slab::SLOTS, &cfg.name),
@@ -387,9 +401,10 @@ impl RbdBackend {
         b.watch = b.start_watch();
         tracing::info!(
             bdev = %cfg.name,
-            "opened rbd image {}/{}: {blocks} blocks of {}, librbd cache {}",
+            "opened rbd image {}/{}{}: {blocks} blocks of {}, librbd cache {}",
             r.pool_name,
             r.rbd_name,
+            if r.read_only { " read-only" } else { "" },
             cfg.block_size,
             if cache { "on (FUA = write + flush)" } else { "off" }
         );
@@ -520,6 +535,7 @@ impl RbdBackend {
 }
 
 const OUT_OF_RANGE: Submitted = Submitted::Done(Status::LBA_OUT_OF_RANGE.with_dnr());
+const WRITE_PROTECTED: Submitted = Submitted::Done(Status::NS_WRITE_PROTECTED.with_dnr());
 
 impl Backend for RbdBackend {
     fn name(&self) -> &str {
@@ -539,6 +555,9 @@ impl Backend for RbdBackend {
     }
     fn needs_stable_buffers(&self) -> bool {
         true
+    }
+    fn read_only(&self) -> bool {
+        self.read_only
     }
 
     fn submit(&self, op: BlockOp<'_>, tag: IoTag, sink: &Arc<CompletionSink>) -> Submitted {
@@ -561,6 +580,9 @@ impl Backend for RbdBackend {
                 self.one(ctx, |c| unsafe {
                     (lib.rbd_aio_read)(image, off, len, ptr.cast(), c)
                 })
+            }
+            BlockOp::Write { .. } | BlockOp::WriteZeroes { .. } if self.read_only => {
+                WRITE_PROTECTED
             }
             BlockOp::Write { lba, buf, fua } => {
                 if !(buf.len() as u64).is_multiple_of(bs) {
@@ -602,6 +624,9 @@ impl Backend for RbdBackend {
         tag: IoTag,
         sink: &Arc<CompletionSink>,
     ) -> Submitted {
+        if self.read_only {
+            return WRITE_PROTECTED;
+        }
         // Checked first, submitted after: no list is built.
         let mut parts = 0u32;
         for (slba, nlb) in ranges.iter() {
@@ -631,6 +656,14 @@ impl Backend for RbdBackend {
     }
 
     fn resize(&self, num_blocks: u64) -> Result<(), BdevError> {
+        if self.read_only {
+            return Err(BdevError {
+                name: self.name.clone(),
+                reason: "the image is open read-only (read_only): it cannot be resized \
+                         through this bdev"
+                    .to_string(),
+            });
+        }
         let bytes = num_blocks
             .checked_mul(u64::from(self.block_size))
             .ok_or_else(|| BdevError {
@@ -797,6 +830,7 @@ mod tests {
             user_id: None,
             config_param: Default::default(),
             cluster_name: Some("nvmfd-no-such-cluster".into()),
+            read_only: false,
         });
         let e = RbdBackend::open(&cfg).unwrap_err();
         assert!(e.reason.contains("no registered rbd cluster"), "{e}");

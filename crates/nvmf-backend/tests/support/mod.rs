@@ -97,6 +97,7 @@ pub fn cfg(name: &str, image: &str, cluster: Option<&str>, params: &[(&str, &str
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             cluster_name: cluster.map(str::to_string),
+            read_only: false,
         }),
     }
 }
