@@ -91,8 +91,11 @@ impl PathKey {
 /// stays, so the same host always folds the same way.
 #[derive(Debug, Default)]
 pub struct GoneHosts {
-    admitted: Mutex<HashMap<(String, String, &'static str), HashSet<String>>>,
+    admitted: Mutex<HashMap<ListenerOf, HashSet<String>>>,
 }
+
+/// (subsystem NQN, listener, transport) of a path.
+type ListenerOf = (String, String, &'static str);
 
 impl GoneHosts {
     /// The gone entry a controller of path `k` folds into.

@@ -298,7 +298,7 @@ fn controllers_coming_and_going_keep_the_exposition_bounded() {
     const CYCLES: usize = 360;
     const MID: usize = 240;
     let host = |k: usize| {
-        if k % 3 == 0 {
+        if k.is_multiple_of(3) {
             HOSTNQN.to_string()
         } else {
             format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{k:012}")
