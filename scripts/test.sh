@@ -15,8 +15,9 @@
 #      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
 #      NVMFD_SKIP_CEPH=1     neither install Ceph nor run the tests that need a Ceph cluster
 #      NVMFD_FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips the fuzz sessions)
-#      NVMFD_SPDK_DIR      SPDK tree with a build for crates/nvmfd/tests/spdk_host.rs (default
-#                          /work/spdk/spdk; those tests print a skip line without one)
+#      NVMFD_SPDK_DIR      SPDK tree with a build for crates/nvmfd/tests/spdk_host.rs and
+#                          crates/nvmf-host/tests/bench_spdk.rs (default /work/spdk/spdk); those
+#                          tests are #[ignore]d: run them with `cargo test ... -- --ignored`
 set -euo pipefail
 cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"

@@ -10,6 +10,12 @@
 //! `SLOW` when a row's mean or p99 latency is more than `SLOW_FACTOR` times
 //! the median of its view's rows with I/O. The CLI (`bin/nvmf.rs`) does the
 //! RPC calls, the timing and the terminal.
+//!
+//! A controller that went away between two samples has its counts folded
+//! into its host's gone entry (cntlid 0; host `other` when nvmfd folds that
+//! host's gone controllers together): that entry's interval starts from
+//! its earlier value plus the vanished controller's, so the move is not
+//! shown as I/O.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -269,15 +275,59 @@ fn median(sorted: &[f64]) -> f64 {
     sorted[(sorted.len() - 1) / 2]
 }
 
+/// Host NQN of the gone entry of hosts nvmfd folds together.
+pub const OTHER_HOSTS: &str = "other";
+
+/// Where the counts of `prev`'s paths that are gone from `cur` went: their
+/// host's gone entry (cntlid 0) in `cur`, else the `other` one.
+fn vanished_into(prev: &Sample, cur: &Sample) -> HashMap<PathId, Vec<PathId>> {
+    let mut into: HashMap<PathId, Vec<PathId>> = HashMap::new();
+    for id in prev.paths.keys() {
+        if id.cntlid == 0 || cur.paths.contains_key(id) {
+            continue;
+        }
+        let mut gone = PathId {
+            cntlid: 0,
+            ..id.clone()
+        };
+        if !cur.paths.contains_key(&gone) {
+            gone.hostnqn = OTHER_HOSTS.to_string();
+        }
+        into.entry(gone).or_default().push(id.clone());
+    }
+    into
+}
+
 /// The interval between two samples taken `secs` apart.
 pub fn frame(prev: &Sample, cur: &Sample, secs: f64) -> Frame {
-    let empty = Counters::default();
+    let into = vanished_into(prev, cur);
+    // An entry's earlier value, with what vanished into it.
+    let base = |id: &PathId| -> Counters {
+        let mut b = prev.paths.get(id).cloned().unwrap_or_default();
+        for v in into.get(id).into_iter().flatten() {
+            b.add(&prev.paths[v]);
+        }
+        b
+    };
+    let ns_base = |id: &PathId, nsid: u64| -> Counters {
+        let mut b = prev
+            .ns
+            .get(&(id.clone(), nsid))
+            .cloned()
+            .unwrap_or_default();
+        for v in into.get(id).into_iter().flatten() {
+            if let Some(c) = prev.ns.get(&(v.clone(), nsid)) {
+                b.add(c);
+            }
+        }
+        b
+    };
     let mut listeners: BTreeMap<String, Counters> = BTreeMap::new();
     let mut paths = BTreeMap::new();
     let mut hosts: BTreeMap<String, Counters> = BTreeMap::new();
     let mut namespaces: BTreeMap<String, Counters> = BTreeMap::new();
     for (id, c) in &cur.paths {
-        let d = c.since(prev.paths.get(id).unwrap_or(&empty));
+        let d = c.since(&base(id));
         listeners
             .entry(format!("{} {}", id.listener, id.subnqn))
             .or_default()
@@ -292,7 +342,7 @@ pub fn frame(prev: &Sample, cur: &Sample, secs: f64) -> Frame {
         );
     }
     for ((id, nsid), c) in &cur.ns {
-        let d = c.since(prev.ns.get(&(id.clone(), *nsid)).unwrap_or(&empty));
+        let d = c.since(&ns_base(id, *nsid));
         namespaces
             .entry(format!("{} ns {nsid}", id.subnqn))
             .or_default()
@@ -359,6 +409,36 @@ mod tests {
                 "read_latency": { "count": reads, "sum_ns": lat_sum, "buckets": [[lat_sum / reads.max(1), reads]] },
                 "write_latency": { "count": 0, "sum_ns": 0, "buckets": [] } }],
         })
+    }
+
+    fn path_of(host: &str, cntlid: u64, reads: u64) -> Value {
+        let mut p = path("10.0.0.1:4420", reads, reads, 0, reads * 20_000);
+        p["hostnqn"] = json!(host);
+        p["cntlid"] = json!(cntlid);
+        p
+    }
+
+    #[test]
+    fn a_controller_folded_into_its_gone_entry_is_not_io() {
+        let a = Sample::from_json(&json!({ "paths": [
+            path_of("nqn.h", 1, 1000),
+            path_of("nqn.h", 0, 500),
+            path_of("nqn.late", 2, 300),
+            path_of("other", 0, 100),
+        ]}));
+        // Both controllers gone: nqn.h's into its own entry (+10 reads
+        // since), nqn.late's into "other" (+5 reads since).
+        let b = Sample::from_json(&json!({ "paths": [
+            path_of("nqn.h", 0, 1510),
+            path_of("other", 0, 405),
+        ]}));
+        let f = frame(&a, &b, 1.0);
+        assert_eq!(f.listeners.len(), 1);
+        assert_eq!(f.listeners[0].iops, 15.0, "{f:#?}");
+        assert_eq!(f.namespaces[0].iops, 15.0, "{f:#?}");
+        let host = |h: &str| f.hosts.iter().find(|r| r.name == h).unwrap().iops;
+        assert_eq!(host("nqn.h"), 10.0);
+        assert_eq!(host("other"), 5.0);
     }
 
     #[test]

@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 use tracing::{info, warn};
 
 use crate::listen::{self, ListenAddr};
-use crate::paths::PathTable;
+use crate::paths::{GoneHosts, PathTable};
 use crate::reactor::{RdmaSnapshot, ReactorCmd, ReactorSnapshot};
 
 /// How long the RPC thread waits for a reactor's answer.
@@ -65,6 +65,8 @@ pub struct Live {
     started: Instant,
     /// NVMe/RDMA listeners: routed to the reactors' RDMA ports.
     rdma: Arc<crate::rdma::RdmaControl>,
+    /// The reactors' [`GoneHosts`], for sweeping snapshots.
+    gone: Arc<GoneHosts>,
 }
 
 impl Live {
@@ -74,6 +76,7 @@ impl Live {
         config: TargetConfig,
         bound: Vec<Arc<ListenAddr>>,
         rdma: Arc<crate::rdma::RdmaControl>,
+        gone: Arc<GoneHosts>,
     ) -> Live {
         Live {
             target,
@@ -81,6 +84,7 @@ impl Live {
             applied: Mutex::new(Applied { config, bound }),
             started: Instant::now(),
             rdma,
+            gone,
         }
     }
 
@@ -105,26 +109,22 @@ impl Live {
             .collect()
     }
 
-    /// Counters by path, all reactors added up (RPC and `--metrics`).
+    /// Counters by path, all reactors added up, gone controllers folded
+    /// into their hosts' gone entries (RPC and `--metrics`).
     pub fn gather_paths(&self) -> PathTable {
-        let mut t = PathTable::default();
-        for s in self.snapshots() {
-            t.merge(&s.paths);
-        }
-        t
+        let snaps = self.snapshots();
+        PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone)
     }
 
     /// What `/metrics` shows: counters by path (both transports) and each
     /// reactor's NVMe/RDMA side (reactors with an RDMA port only).
     pub fn gather_metrics(&self) -> (PathTable, Vec<(usize, RdmaSnapshot)>) {
-        let mut t = PathTable::default();
-        let mut rdma = Vec::new();
-        for s in self.snapshots() {
-            t.merge(&s.paths);
-            if let Some(r) = s.rdma {
-                rdma.push((s.id, r));
-            }
-        }
+        let snaps = self.snapshots();
+        let t = PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone);
+        let rdma = snaps
+            .into_iter()
+            .filter_map(|s| Some((s.id, s.rdma?)))
+            .collect();
         (t, rdma)
     }
 
@@ -621,7 +621,7 @@ impl LiveTarget for Live {
     }
 
     fn stats(&self) -> Value {
-        stats_json(&self.snapshots(), self.uptime_us())
+        stats_json(&self.snapshots(), self.uptime_us(), &self.gone)
     }
 
     fn namespace_io(&self) -> (u64, Vec<nvmf_rpc::NamespaceIo>) {
@@ -682,11 +682,8 @@ fn qpairs_json(snaps: &[ReactorSnapshot], nqn: &str) -> Vec<Value> {
 /// reactor with a transport entry for NVMe/TCP and, where the reactor has
 /// an RDMA port, one for NVMe/RDMA (its queues, I/O counters and
 /// completion-polling counters).
-fn stats_json(snaps: &[ReactorSnapshot], uptime_us: u64) -> Value {
-    let mut paths = PathTable::default();
-    for s in snaps {
-        paths.merge(&s.paths);
-    }
+fn stats_json(snaps: &[ReactorSnapshot], uptime_us: u64, gone: &GoneHosts) -> Value {
+    let paths = PathTable::gather(snaps.iter().map(|s| &s.paths), gone);
     let groups: Vec<Value> = snaps
         .iter()
         .map(|s| {
@@ -880,7 +877,7 @@ mod tests {
 
     #[test]
     fn rdma_transport_stats_per_poll_group() {
-        let v = stats_json(&snaps(), 1000);
+        let v = stats_json(&snaps(), 1000, &GoneHosts::default());
         let g = v["poll_groups"].as_array().unwrap();
         assert_eq!(g.len(), 3);
         let t0 = g[0]["transports"].as_array().unwrap();

@@ -289,6 +289,9 @@ fn run(cli: Cli) -> Result<()> {
             .and_then(|t| t.rdma)
             .unwrap_or_default(),
     ));
+    // Which hosts keep their gone controllers' counters apart: one choice
+    // for every reactor and the gatherer (paths.rs).
+    let gone = Arc::new(paths::GoneHosts::default());
     let mut peers = Vec::new();
     let mut reactors = Vec::new();
     let mut wakers = Vec::new();
@@ -320,7 +323,10 @@ fn run(cli: Cli) -> Result<()> {
             params: params.clone(),
             shutdown: shutdown.clone(),
             commands: rx,
-            closed: Default::default(),
+            closed: reactor::ClosedTotals {
+                gone: gone.clone(),
+                ..Default::default()
+            },
             busy: Default::default(),
             poll_window: std::time::Duration::from_micros(cli.poll_us),
             icreq_timeout: std::time::Duration::from_millis(cli.icreq_timeout_ms),
@@ -352,6 +358,7 @@ fn run(cli: Cli) -> Result<()> {
         cfg.clone(),
         addrs.clone(),
         rdma.clone(),
+        gone,
     ));
     if let Some(addr) = cli.metrics {
         metrics::spawn(addr, live.clone())?;

@@ -12,7 +12,14 @@
 //!
 //! Series (labels `subsystem`, `listener` = `traddr:trsvcid`, `transport`
 //! = `TCP` or `RDMA`, `host` = host NQN, `cntlid`, and `namespace` = NSID
-//! where per namespace):
+//! where per namespace). A controller's series last as long as it does;
+//! then its counts move to `cntlid="closed"` of its host, or of
+//! `host="other"` past 64 hosts per listener (`paths::GONE_HOSTS_MAX`), so
+//! the exposition stays bounded however often hosts reconnect, and a
+//! counter never goes backwards for a label set that is still exposed (a
+//! controller ID used again starts a new series from zero, which
+//! Prometheus reads as a counter reset). The gauges (`in_flight`,
+//! `qpairs`) are not written for `closed` series.
 //! `nvmf_path_commands_total`, `nvmf_path_errors_total` (+ `status`),
 //! `nvmf_path_in_flight`, `nvmf_path_qpairs`, `nvmf_ns_reads_total`,
 //! `nvmf_ns_writes_total`, `nvmf_ns_read_bytes_total`,
@@ -281,7 +288,14 @@ fn path_labels(k: &PathKey) -> Labels {
         ("listener", k.listener.clone()),
         ("transport", k.trtype.to_string()),
         ("host", k.hostnqn.clone()),
-        ("cntlid", k.cntlid.to_string()),
+        (
+            "cntlid",
+            if k.is_gone() {
+                "closed".to_string()
+            } else {
+                k.cntlid.to_string()
+            },
+        ),
     ]
 }
 
@@ -335,6 +349,10 @@ impl Collector for Paths {
         for (name, help, ty, get) in path_metrics {
             let mut m = enc.encode_descriptor(name, help, None, ty)?;
             for (k, p) in &paths {
+                // Gone controllers have no queue and nothing in flight.
+                if !matches!(ty, MetricType::Counter) && k.is_gone() {
+                    continue;
+                }
                 let l = path_labels(k);
                 let mut f = m.encode_family(&l)?;
                 match ty {

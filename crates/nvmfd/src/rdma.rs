@@ -49,7 +49,7 @@ use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
 use tracing::{debug, info, warn};
 
 use crate::live::ReactorHandle;
-use crate::paths::PathTable;
+use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{CtrlKey, Placement};
 use crate::reactor::{OpenQueue, QueueKind, RdmaSnapshot, ReactorCmd, ReactorSnapshot};
 
@@ -294,6 +294,7 @@ struct RdmaClosed {
     io_qpairs: u64,
     stats: QueueStats,
     paths: PathTable,
+    gone: Arc<GoneHosts>,
 }
 
 impl RdmaClosed {
@@ -306,7 +307,7 @@ impl RdmaClosed {
             }
         }
         self.stats.add(q.stats());
-        self.paths.fold_closed(q);
+        self.paths.fold_closed(q, &self.gone);
     }
 }
 
@@ -337,6 +338,7 @@ impl RdmaSide {
     /// message is answered with an error). `busy_poll`: `--poll-us` > 0.
     pub fn new(
         setup: Option<Arc<RdmaSetup>>,
+        gone: Arc<GoneHosts>,
         registry: &Registry,
         reactor: usize,
         busy_poll: bool,
@@ -344,7 +346,10 @@ impl RdmaSide {
         RdmaSide {
             setup,
             port: None,
-            closed: Arc::default(),
+            closed: Arc::new(Mutex::new(RdmaClosed {
+                gone,
+                ..Default::default()
+            })),
             registry: registry.try_clone().ok(),
             reactor,
             busy_poll,

@@ -59,7 +59,7 @@ use crate::limits::{ConnLimits, ConnTicket, Keepalive, LogLimiter};
 use crate::listen::{self, ListenAddr};
 use crate::live::ReactorHandle;
 use crate::numa;
-use crate::paths::PathTable;
+use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{Placed, Placement};
 use crate::rdma::{cq_turn, CqTurn, RdmaCmd, RdmaSetup, RdmaSide};
 use mio::net::{TcpListener, TcpStream};
@@ -188,6 +188,8 @@ pub struct ClosedTotals {
     pub stats: QueueStats,
     /// The same by path (`nvmf_get_path_stats`, `--metrics`).
     pub paths: PathTable,
+    /// Which hosts keep their gone controllers apart (one for the daemon).
+    pub gone: Arc<GoneHosts>,
 }
 
 /// A message from the control plane (the RPC thread) to a reactor.
@@ -455,6 +457,7 @@ impl Reactor {
         }
         let mut rdma = RdmaSide::new(
             self.rdma.clone(),
+            self.closed.gone.clone(),
             self.poll.registry(),
             self.id,
             !self.poll_window.is_zero(),
@@ -935,7 +938,9 @@ impl Reactor {
             // Its listen address was removed while it was on its way.
             self.closed.io_qpairs += 1;
             self.closed.stats.add(c.sm.queue().stats());
-            self.closed.paths.fold_closed(c.sm.queue());
+            self.closed
+                .paths
+                .fold_closed(c.sm.queue(), &self.closed.gone);
             self.conn_log(|| {
                 info!(
                     reactor = id,
@@ -1140,7 +1145,7 @@ impl Reactor {
                 }
             }
             self.closed.stats.add(q.stats());
-            self.closed.paths.fold_closed(q);
+            self.closed.paths.fold_closed(q, &self.closed.gone);
             let _ = self.poll.registry().deregister(&mut c.sock);
             let id = self.id;
             let peer = c.peer;

@@ -11,7 +11,13 @@
 //!   off within the time limit and the endpoint keeps answering;
 //! - `nvmf top --once` shows IOPS on the busy listener and flags a path
 //!   with a command stuck waiting for its data (never sent) as STALLED;
-//!   `nvmf_subsystem_get_qpairs` shows that command in flight on its queue.
+//!   `nvmf_subsystem_get_qpairs` shows that command in flight on its queue;
+//! - controllers coming and going (hundreds of connect / write /
+//!   disconnect cycles, most with a host NQN of their own) leave a bounded
+//!   exposition and path table: gone controllers fold into `cntlid="closed"`
+//!   per host, at most `GONE_HOSTS_MAX` hosts per listener then
+//!   `host="other"`; the totals still add up to what was done and no
+//!   series goes backwards between scrapes.
 
 use nvmf_host::{ConnectOptions, Controller, TransportId};
 use nvmf_rpc::RpcClient;
@@ -242,6 +248,177 @@ fn per_listener_counters_rise_only_on_the_used_path_and_metrics_agree() {
             .all(|&v| v > 0.0));
     }
     assert!(body.contains("cntlid=\""), "controller ID label");
+}
+
+/// Hosts whose gone controllers keep a series of their own per listener
+/// (nvmfd's `paths::GONE_HOSTS_MAX`); further ones are `host="other"`.
+const GONE_HOSTS_MAX: usize = 64;
+
+/// Every series of a family in an exposition: (labels, value).
+fn family(body: &str, name: &str) -> Vec<(String, f64)> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix(&format!("{name}{{")))
+        .map(|l| {
+            let (labels, v) = l.rsplit_once("} ").unwrap();
+            (labels.to_string(), v.parse::<f64>().unwrap())
+        })
+        .collect()
+}
+
+/// One short-lived controller: connect as `host` through listener `i`,
+/// one 4 KiB write on an I/O queue, disconnect.
+fn connect_write_disconnect(d: &Daemon, i: usize, host: &str) {
+    let trid = TransportId::parse(&nvmf_testkit::trid(d.ports[i], NQN)).unwrap();
+    let ctrl = Controller::connect(&ConnectOptions::new(trid).with_hostnqn(host))
+        .unwrap_or_else(|e| panic!("connect as {host}: {e}"));
+    let mut q = ctrl.create_io_queue(1, 4, 4096).unwrap();
+    let slot = q.alloc().unwrap();
+    q.buf_mut(slot)[..4096].fill(0x5a);
+    q.submit_write(slot, 1, 0, 8, 4096).unwrap();
+    q.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let c = loop {
+        q.poll(Some(Duration::from_millis(100))).unwrap();
+        if let Some(c) = q.next_completion() {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "write as {host} not answered");
+    };
+    assert!(c.status.is_success(), "write as {host}: {:?}", c.status);
+    drop(q);
+    drop(ctrl);
+}
+
+#[test]
+fn controllers_coming_and_going_keep_the_exposition_bounded() {
+    let d = Daemon::start();
+    // Cycle k: listener k % 2; every third one as HOSTNQN, the others as a
+    // host of their own (240 distinct hosts, 120 per listener; 80 per
+    // listener, past the cap, by the first check).
+    const CYCLES: usize = 360;
+    const MID: usize = 240;
+    let host = |k: usize| {
+        if k.is_multiple_of(3) {
+            HOSTNQN.to_string()
+        } else {
+            format!("nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-{k:012}")
+        }
+    };
+    let all_gone = || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let v = d.rpc("nvmf_get_path_stats");
+            let open: u64 = v["paths"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|p| p["qpairs"].as_u64().unwrap())
+                .sum();
+            if open == 0 {
+                return v;
+            }
+            assert!(Instant::now() < deadline, "queues still open: {v:#}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let scrape = || {
+        let (head, body) = d.http(b"GET /metrics HTTP/1.1\r\n\r\n");
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        body
+    };
+    // Every check of one moment, after `done` cycles with all controllers gone.
+    let check = |done: usize| -> (String, Value) {
+        let v = all_gone();
+        let body = scrape();
+        let commands = family(&body, "nvmf_path_commands_total");
+        let lines = body.lines().count();
+        // Bounded: one series per (listener, host) at most, hosts capped.
+        assert!(
+            commands.len() <= 2 * (GONE_HOSTS_MAX + 1),
+            "{} path series after {done} cycles ({lines} lines)",
+            commands.len()
+        );
+        let paths = v["paths"].as_array().unwrap();
+        assert!(
+            paths.len() <= 2 * (GONE_HOSTS_MAX + 1),
+            "{} nvmf_get_path_stats entries after {done} cycles",
+            paths.len()
+        );
+        // No controller is left, so no series names one.
+        assert!(
+            commands
+                .iter()
+                .all(|(l, _)| l.contains(r#"cntlid="closed""#)),
+            "a gone controller keeps its own series"
+        );
+        // The totals are all that was done: one 4 KiB write per cycle, and
+        // every command the reactor counted.
+        let sum = |name: &str| family(&body, name).iter().map(|x| x.1).sum::<f64>() as u64;
+        assert_eq!(sum("nvmf_ns_writes_total"), done as u64);
+        assert_eq!(sum("nvmf_ns_written_bytes_total"), done as u64 * 4096);
+        let st = d.rpc("nvmf_get_stats");
+        let completed: u64 = st["poll_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["completed_nvme_io"].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum("nvmf_path_commands_total"), completed);
+        let rpc_commands: u64 = paths.iter().map(|p| p["commands"].as_u64().unwrap()).sum();
+        let rpc_writes: u64 = paths.iter().map(|p| p["writes"].as_u64().unwrap()).sum();
+        assert_eq!(rpc_commands, completed, "nvmf_get_path_stats commands");
+        assert_eq!(rpc_writes, done as u64, "nvmf_get_path_stats writes");
+        // The listener totals of nvmf_get_stats still see every write.
+        let lw: u64 = st["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["writes"].as_u64().unwrap())
+            .sum();
+        assert_eq!(lw, done as u64);
+        (body, v)
+    };
+
+    for k in 0..MID {
+        connect_write_disconnect(&d, k % 2, &host(k));
+    }
+    let (mid, _) = check(MID);
+    for k in MID..CYCLES {
+        connect_write_disconnect(&d, k % 2, &host(k));
+    }
+    let (end, v) = check(CYCLES);
+
+    // Past the cap nothing new appears: the same series, no more lines.
+    let mid_series = family(&mid, "nvmf_path_commands_total");
+    let end_series = family(&end, "nvmf_path_commands_total");
+    assert_eq!(mid.lines().count(), end.lines().count(), "exposition grew");
+    // Counters never go backwards for a label set that is still there.
+    for (labels, before) in &mid_series {
+        if let Some((_, after)) = end_series.iter().find(|(l, _)| l == labels) {
+            assert!(after >= before, "{labels}: {before} -> {after}");
+        }
+    }
+    // Hosts past the cap are folded together; HOSTNQN came first on both
+    // listeners, so it has its own series there.
+    for i in 0..2 {
+        let l = d.listener(i);
+        let on = |h: &str| {
+            end_series.iter().any(|(labels, _)| {
+                labels.contains(&format!(r#"listener="{l}""#))
+                    && labels.contains(&format!(r#"host="{h}""#))
+            })
+        };
+        assert!(on(HOSTNQN), "{HOSTNQN} through {l}");
+        assert!(on("other"), "host=\"other\" through {l}");
+    }
+    let others: Vec<&Value> = v["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["hostnqn"] == "other")
+        .collect();
+    assert_eq!(others.len(), 2, "{others:#?}");
+    assert!(others.iter().all(|p| p["cntlid"] == 0 && p["qpairs"] == 0));
 }
 
 #[test]
