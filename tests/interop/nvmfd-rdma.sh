@@ -31,6 +31,9 @@
 #      WRITE_QUEUES (host: nvme connect --nr-write-queues, 1: a second I/O queue on a 1-vCPU host)
 #      NO_SRQ (target: 1 = nvmf_create_transport with no_srq, rpc.py's -r: per-queue receives;
 #        else shared receive queues, the default; the log must show the mode used)
+#      MAX_CONN_PER_HOST (target: nvmfd --max-connections-per-host; host: the probe then opens
+#        that many + 2 connections at once and expects exactly that many accepted, the 2
+#        others refused by nvmfd's admission)
 #      RPC_STATS (target, 1: once an I/O queue was placed, poll (1/s) until
 #        nvmf_subsystem_get_qpairs lists the host's RDMA queues active, then nvmf_get_stats
 #        and /metrics (nvmfd --metrics on 127.0.0.1) must show RDMA queues and completions)
@@ -56,6 +59,7 @@ JSON
   NCPU=$(nproc); [ "$NCPU" -ge 2 ] && CORES=0,1 || CORES=0
   info "nvmfd reactors on core(s) $CORES of $NCPU, --poll-us ${POLL_US:-50}"
   METRICS=(); [ "${RPC_STATS:-0}" = 1 ] && METRICS=(--metrics 127.0.0.1:9464)
+  [ -n "${MAX_CONN_PER_HOST:-}" ] && METRICS+=(--max-connections-per-host "$MAX_CONN_PER_HOST")
   RUST_LOG=${RUST_LOG:-info} /job/nvmfd -c /tmp/nvmfd.json -m "$CORES" --poll-us "${POLL_US:-50}" \
     -r /tmp/nvmfd.sock "${METRICS[@]}" > /job/nvmfd.log 2>&1 &
   pid=$!
@@ -192,6 +196,12 @@ host)
   run "$P" "$T" --qid 1 --hsqsize 1000 --hrqsize 1001 --expect-reject 4
   run "$P" "$T" --hrqsize 16 --expect-reject 5
   ok "wrong RECFMT, QID, admin and I/O HSQSIZE, HRQSIZE rejected"
+  if [ -n "${MAX_CONN_PER_HOST:-}" ]; then
+    step "$((MAX_CONN_PER_HOST + 2)) connections held at once: $MAX_CONN_PER_HOST accepted, 2 refused (--max-connections-per-host)"
+    run "$P" "$T" --count $((MAX_CONN_PER_HOST + 2)) --expect-accepted "$MAX_CONN_PER_HOST"
+    ok "$LAST_OUT"
+    sleep 1   # the target destroys the probe's connections (their tickets go back)
+  fi
   step "a host that vanishes right after its queue was accepted"
   run "$P" "$T" --expect-accept --vanish
   ok "gone without a disconnect"

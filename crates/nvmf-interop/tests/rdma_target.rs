@@ -42,6 +42,8 @@ fn kernel_host_against_nvmfd_over_rxe() {
         // While the host is connected: its RDMA queues in nvmf_subsystem_get_qpairs, the
         // reactors' RDMA counters in nvmf_get_stats and /metrics.
         ("RPC_STATS", "1".to_string()),
+        // Admission (issue 23 finding 4): the connection caps count RDMA connections too.
+        ("MAX_CONN_PER_HOST", ADMISSION_CAP.to_string()),
     ]);
     let target = case.serve(
         "nvmfd-rdma.sh",
@@ -54,6 +56,7 @@ fn kernel_host_against_nvmfd_over_rxe() {
     let mut host_env = case.host_env(NQN, HOST_ID);
     host_env.push(("ROLE", "host".to_string()));
     host_env.push(("FIO_MB", "8".to_string()));
+    host_env.push(("MAX_CONN_PER_HOST", ADMISSION_CAP.to_string()));
     let host = case.run_host(
         "nvmfd-rdma.sh",
         &host_env,
@@ -67,6 +70,14 @@ fn kernel_host_against_nvmfd_over_rxe() {
         log.contains("NVMe/RDMA receives: per queue") && !log.contains("receives: shared"),
         "no_srq: nvmfd must use per-queue receives\n==== nvmfd.log ====\n{log}"
     );
+    let refused = format!(
+        "NVMe/RDMA connect request refused: limit of {ADMISSION_CAP} connections from this address"
+    );
+    assert_eq!(
+        log.matches(refused.as_str()).count(),
+        2,
+        "the probe's 2 connections over --max-connections-per-host must be refused by admission\n==== nvmfd.log ====\n{log}"
+    );
     case.conclude_pair(
         &host,
         &target,
@@ -78,6 +89,10 @@ fn kernel_host_against_nvmfd_over_rxe() {
         ),
     );
 }
+
+/// nvmfd's --max-connections-per-host in `kernel_host_against_nvmfd_over_rxe` (the kernel
+/// host needs 3 at once: admin and two I/O queues).
+const ADMISSION_CAP: usize = 6;
 
 /// The host killed mid-I/O: its identity (a controller of its own in nvmfd's log).
 const VICTIM_HOST_ID: &str = "6f1b1f3c-0c52-4c6e-9d1e-6e7666d0000b";

@@ -6,6 +6,12 @@
 //!   rdma_connect_probe ADDR:PORT [--recfmt N] [--qid N] [--hrqsize N] [--hsqsize N]
 //!                      [--cntlid N] [--expect-reject STS | --expect-accept] [--vanish]
 //!                      [--timeout S]
+//!   rdma_connect_probe ADDR:PORT --count N [--expect-accepted K] [--timeout S]
+//!
+//! `--count N`: N connect requests one after the other, every accepted one held open until
+//! all were answered (a host over a connection cap): prints `accepted A, refused R` (refused:
+//! rejected without NVMe/RDMA private data, the target's admission) and, with
+//! `--expect-accepted K`, exits 0 only if exactly K were accepted and the rest refused.
 //!
 //! Prints `rejected: status STS (why)` with the NVMe/RDMA status from the reject's private
 //! data, or `accepted: crqsize N`. With `--expect-*` the exit status says whether the answer
@@ -39,6 +45,8 @@ fn main() -> ExitCode {
     let mut addr: Option<SocketAddr> = None;
     let mut expect = Expect::Nothing;
     let mut vanish = false;
+    let mut count: Option<u16> = None;
+    let mut expect_accepted: Option<u16> = None;
     let mut timeout = Duration::from_secs(20);
     let mut i = 0;
     while i < args.len() {
@@ -52,6 +60,8 @@ fn main() -> ExitCode {
             ("--hsqsize", Some(v)) => req.hsqsize.set(v),
             ("--cntlid", Some(v)) => req.cntlid.set(v),
             ("--expect-reject", Some(v)) => expect = Expect::Reject(v),
+            ("--count", Some(v)) if v > 0 => count = Some(v),
+            ("--expect-accepted", Some(v)) => expect_accepted = Some(v),
             ("--timeout", Some(v)) if v > 0 => timeout = Duration::from_secs(u64::from(v)),
             ("--expect-accept", _) => {
                 expect = Expect::Accept;
@@ -82,6 +92,27 @@ fn main() -> ExitCode {
         eprintln!("rdma_connect_probe: {e}");
         return ExitCode::from(2);
     }
+    if let Some(n) = count {
+        return match probe_many(addr, &req, n, Instant::now() + timeout) {
+            Err(e) => {
+                eprintln!("rdma_connect_probe: {e}");
+                ExitCode::from(2)
+            }
+            Ok((accepted, refused)) => {
+                println!("accepted {accepted}, refused {refused}");
+                match expect_accepted {
+                    Some(k) if k != accepted || accepted + refused != n => {
+                        eprintln!(
+                            "rdma_connect_probe: expected {k} accepted and {} refused",
+                            n - k
+                        );
+                        ExitCode::FAILURE
+                    }
+                    _ => ExitCode::SUCCESS,
+                }
+            }
+        };
+    }
     match probe(addr, &req, vanish, Instant::now() + timeout) {
         Err(e) => {
             eprintln!("rdma_connect_probe: {e}");
@@ -108,7 +139,8 @@ fn usage(why: &str) -> ExitCode {
     eprintln!(
         "rdma_connect_probe: {why}\nusage: rdma_connect_probe ADDR:PORT [--recfmt N] [--qid N] \
          [--hrqsize N] [--hsqsize N] [--cntlid N] [--expect-reject STS | --expect-accept] \
-         [--vanish] [--timeout S]"
+         [--vanish] [--timeout S]\n       rdma_connect_probe ADDR:PORT --count N \
+         [--expect-accepted K] [--timeout S]"
     );
     ExitCode::from(2)
 }
@@ -116,6 +148,67 @@ fn usage(why: &str) -> ExitCode {
 enum Answer {
     Rejected(u16),
     Accepted,
+}
+
+/// `n` connect requests, each accepted one held until all were answered:
+/// (accepted, refused without NVMe/RDMA data). A reject with NVMe/RDMA
+/// data is an error (the request itself was wrong).
+fn probe_many(
+    addr: SocketAddr,
+    req: &RdmaCmRequest,
+    n: u16,
+    deadline: Instant,
+) -> Result<(u16, u16), String> {
+    let mut held = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..n {
+        let ch = EventChannel::new().map_err(|e| e.to_string())?;
+        let mut id = ch.create_id(1).map_err(|e| e.to_string())?;
+        let dev = resolve(&ch, &id, addr, deadline)?;
+        let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
+        let cq = CompletionQueue::new(dev, 16).map_err(|e| e.to_string())?;
+        id.create_qp(
+            &pd,
+            &cq,
+            &cq,
+            QpCaps {
+                send_depth: 4,
+                recv_depth: 4,
+                send_sge: 1,
+                recv_sge: 1,
+                max_inline: 0,
+            },
+        )
+        .map_err(|e| e.to_string())?;
+        id.connect(&ConnParam {
+            private_data: req.as_bytes(),
+            responder_resources: 4,
+            initiator_depth: 4,
+            ..ConnParam::default()
+        })
+        .map_err(|e| e.to_string())?;
+        let ev = wait_event(&ch, deadline, "the target's answer")?;
+        match ev.kind {
+            CmEventKind::Established => {
+                accepted += 1;
+                held.push((id, cq, pd, ch));
+            }
+            CmEventKind::Rejected if ev.private_data.get(..4).is_none_or(|b| b == [0; 4]) => {
+                refused += 1;
+            }
+            other => {
+                return Err(format!(
+                    "connection {i}: unexpected answer {other:?} (status {}, private data {:?})",
+                    ev.status,
+                    ev.private_data.get(..4)
+                ))
+            }
+        }
+    }
+    for (id, ..) in &held {
+        let _ = id.disconnect();
+    }
+    Ok((accepted, refused))
 }
 
 fn probe(

@@ -97,6 +97,9 @@ pub const MAX_READ_DEPTH: u8 = 16;
 const LISTENER_TOKEN: u64 = 1 << 48;
 /// Token of an id parked for another reactor (its events are ignored here).
 const PARKED_TOKEN: u64 = u64::MAX;
+/// Connect requests one call of [`RdmaPort::on_cm_events`] handles at
+/// most (each may set up a queue pair).
+pub const CM_SETUPS_PER_TURN: usize = 8;
 /// Completions taken from a CQ per poll call.
 const POLL_BATCH: usize = 32;
 /// Send-queue entries beyond two per queue entry (responses without a slot).
@@ -155,6 +158,15 @@ impl PendingConn {
     /// The local address the request came in on, when known.
     pub fn local_addr(&self) -> Option<SocketAddr> {
         self.id.local_addr()
+    }
+
+    /// Refuses the request without NVMe/RDMA private data (the daemon's
+    /// admission: over a connection cap). The host sees a plain reject and
+    /// retries later, as after a refused TCP connection.
+    pub fn refuse(self) {
+        if let Err(e) = self.id.reject(&[]) {
+            debug!(peer = %self.peer, "reject failed: {e}");
+        }
     }
 }
 
@@ -485,16 +497,28 @@ impl RdmaPort {
     /// `route` sees every checked connect request: it returns it to accept
     /// it on this port, or takes it (sends it to another reactor's port,
     /// after [`PendingConn::park`]) and returns None.
+    /// Returns true when it stopped at its budget with events possibly left
+    /// in the channel: the caller calls again on its next turn (the
+    /// channel's fd will not become readable again for those).
     pub fn on_cm_events(
         &mut self,
         fds: &mut dyn FnMut(FdChange),
         route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>,
-    ) {
-        // Bounded: the channel holds what arrived; each call takes at most
-        // this many and the reactor comes back on the next readiness.
+    ) -> bool {
+        // Bounded: each call takes at most this many events, and sets up at
+        // most CM_SETUPS_PER_TURN connections (a completion queue, a queue
+        // pair and registrations each), so a flood of connect requests
+        // costs the reactor's other queues one bounded slice per turn.
+        let mut setups = 0;
         for _ in 0..256 {
+            if setups >= CM_SETUPS_PER_TURN {
+                return true;
+            }
             match self.channel.next_event() {
                 Ok(Some(ev)) => {
+                    if ev.kind == CmEventKind::ConnectRequest {
+                        setups += 1;
+                    }
                     // A bug costs this event (its id is dropped), not the
                     // reactor and every queue on it.
                     let kind = ev.kind;
@@ -507,13 +531,14 @@ impl RdmaPort {
                         );
                     }
                 }
-                Ok(None) => return,
+                Ok(None) => return false,
                 Err(e) => {
                     warn!("RDMA CM event channel: {e}");
-                    return;
+                    return false;
                 }
             }
         }
+        true
     }
 
     fn on_cm_event(
@@ -615,7 +640,9 @@ impl RdmaPort {
         let req = match parse_connect_request(&ev.private_data, &ql) {
             Ok(r) => r,
             Err(st) => {
-                warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected");
+                self.target.refusal_log(
+                    || warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected"),
+                );
                 if let Err(e) = id.reject(st.reject().as_bytes()) {
                     debug!(%peer, "reject failed: {e}");
                 }
@@ -625,7 +652,9 @@ impl RdmaPort {
         let listen = match listen_addr(&cfg) {
             Ok(a) => a,
             Err(e) => {
-                warn!(%peer, "NVMe/RDMA connect request on a bad listener: {e}");
+                self.target.refusal_log(
+                    || warn!(%peer, "NVMe/RDMA connect request on a bad listener: {e}"),
+                );
                 return;
             }
         };
@@ -648,7 +677,10 @@ impl RdmaPort {
     /// event channel first.
     pub fn accept_pending(&mut self, mut p: PendingConn, fds: &mut dyn FnMut(FdChange)) {
         if let Err(e) = p.id.migrate(&self.channel) {
-            warn!(peer = %p.peer, qid = p.req.qid, "NVMe/RDMA connection not moved to reactor {}: {e}", self.reactor);
+            let (peer, qid, me) = (p.peer, p.req.qid, self.reactor);
+            self.target.refusal_log(
+                || warn!(%peer, qid, "NVMe/RDMA connection not moved to reactor {me}: {e}"),
+            );
             return;
         }
         self.accept_here(p, fds);
@@ -658,7 +690,9 @@ impl RdmaPort {
         let (peer, qid) = (p.peer, p.req.qid);
         match self.accept(p, fds) {
             Ok(()) => {}
-            Err(e) => warn!(%peer, qid, "NVMe/RDMA connection not set up: {e}"),
+            Err(e) => self
+                .target
+                .refusal_log(|| warn!(%peer, qid, "NVMe/RDMA connection not set up: {e}")),
         }
     }
 
@@ -822,7 +856,9 @@ impl RdmaPort {
         let read_depth = match negotiate_read_depth(initiator_depth, max_read, MAX_READ_DEPTH) {
             Ok(d) => d,
             Err(st) => {
-                warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected");
+                self.target.refusal_log(
+                    || warn!(%peer, reason = %st, "NVMe/RDMA connect request rejected"),
+                );
                 let _ = id.reject(st.reject().as_bytes());
                 return Ok(());
             }
@@ -1130,7 +1166,9 @@ impl RdmaPort {
         if let Some(reason) = c.queue.close_reason() {
             if c.closing.is_none() {
                 c.closing = Some(Instant::now());
-                info!(peer = %c.peer, qid = c.queue.queue().qid(), reason, "NVMe/RDMA queue closing");
+                let (peer, qid) = (c.peer, c.queue.queue().qid());
+                self.target
+                    .refusal_log(|| info!(%peer, qid, reason, "NVMe/RDMA queue closing"));
                 if c.id.disconnect().is_err() {
                     self.destroy(key, reason, fds);
                 }
@@ -1156,22 +1194,24 @@ impl RdmaPort {
                     && !c.queue.queue().is_connected()
                     && now.saturating_duration_since(c.accepted_at) > self.connect_timeout
                 {
-                    warn!(
-                        peer = %c.peer,
-                        "NVMe/RDMA queue without a Fabrics Connect for {} ms: disconnecting",
-                        self.connect_timeout.as_millis()
-                    );
+                    let (peer, ms) = (c.peer, self.connect_timeout.as_millis());
+                    self.target.refusal_log(|| {
+                        warn!(%peer, "NVMe/RDMA queue without a Fabrics Connect for {ms} ms: disconnecting")
+                    });
                     c.queue.close_now("no Fabrics Connect in time");
                 }
                 if c.closing
                     .is_some_and(|t| now.saturating_duration_since(t) > DISCONNECT_GRACE)
                 {
-                    warn!(
-                        peer = %c.peer,
-                        qid = c.queue.queue().qid(),
-                        "NVMe/RDMA peer did not answer the disconnect within {} ms: destroying the connection",
-                        DISCONNECT_GRACE.as_millis()
-                    );
+                    let (peer, qid) = (c.peer, c.queue.queue().qid());
+                    self.target.refusal_log(|| {
+                        warn!(
+                            %peer,
+                            qid,
+                            "NVMe/RDMA peer did not answer the disconnect within {} ms: destroying the connection",
+                            DISCONNECT_GRACE.as_millis()
+                        )
+                    });
                     self.destroy(key, "no disconnect reply (peer gone)", fds);
                     continue;
                 }
@@ -1212,18 +1252,22 @@ impl RdmaPort {
         if !c.queue.owns_receives() {
             self.shared_detach(&c);
         }
-        info!(
-            peer = %c.peer,
-            qid = c.queue.queue().qid(),
-            connected = c.established,
-            why,
-            reactor = self.reactor,
-            cq_wakeups = st.cq_wakeups,
-            busy_polls = st.busy_polls,
-            completions = st.completions,
-            polled_completions = st.polled_completions,
-            "NVMe/RDMA connection closed"
-        );
+        let (peer, qid, connected, reactor) =
+            (c.peer, c.queue.queue().qid(), c.established, self.reactor);
+        self.target.refusal_log(|| {
+            info!(
+                %peer,
+                qid,
+                connected,
+                why,
+                reactor,
+                cq_wakeups = st.cq_wakeups,
+                busy_polls = st.busy_polls,
+                completions = st.completions,
+                polled_completions = st.polled_completions,
+                "NVMe/RDMA connection closed"
+            )
+        });
         let peer = c.peer;
         if catch_unwind(AssertUnwindSafe(move || drop(c))).is_err() {
             error!(%peer, "internal error (panic) while destroying an NVMe/RDMA connection");

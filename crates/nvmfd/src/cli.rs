@@ -33,9 +33,11 @@ CONTROL PLANE (JSON-RPC, SPDK method names):
   nvmf rpc -s /tmp/nvmfd.sock nvmf_subsystem_add_ns nqn.2016-06.io.spdk:cnode1 Malloc0
 
 LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
-  --max-connections [4096], --max-connections-per-host [512]: TCP connections
-      in total and per peer IP address; over the cap an accepted connection is
-      closed at once (RST) and a rate-limited line names the peer.
+  --max-connections [4096], --max-connections-per-host [512]: connections
+      (NVMe/TCP and NVMe/RDMA together) in total and per peer IP address; over
+      the cap a TCP connection is closed at once (RST), an RDMA connect request
+      rejected before any queue pair is set up, and a rate-limited line names
+      the peer.
   --max-controllers [1024], --max-controllers-per-host [64],
   --max-io-queues-per-host [2048]: NVM controllers and I/O queues, checked at
       Fabrics Connect (per host NQN); over the cap the Connect fails with
@@ -121,12 +123,13 @@ pub struct Cli {
     #[arg(long = "connect-timeout-ms", value_name = "MS", default_value_t = crate::reactor::CONNECT_TIMEOUT.as_millis() as u64)]
     pub connect_timeout_ms: u64,
 
-    /// Most TCP connections open at once, all hosts together (0 =
-    /// unlimited). An accepted connection over the cap is closed at once.
+    /// Most connections (NVMe/TCP and NVMe/RDMA) open at once, all hosts
+    /// together (0 = unlimited). A TCP connection over the cap is closed at
+    /// once, an RDMA connect request rejected.
     #[arg(long = "max-connections", value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
 
-    /// Most TCP connections open at once from one peer IP address (0 =
+    /// Most connections (TCP and RDMA) open at once from one peer IP address (0 =
     /// unlimited). Hosts behind one NAT address share this budget.
     #[arg(long = "max-connections-per-host", value_name = "N", default_value_t = crate::limits::DEFAULT_MAX_CONNECTIONS_PER_HOST)]
     pub max_connections_per_host: usize,

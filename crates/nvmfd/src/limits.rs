@@ -1,7 +1,8 @@
-//! What a reactor applies to each TCP connection before NVMe/TCP sees it:
-//! the connection caps shared by all reactors (in total and per peer IP
-//! address, counted at accept and close under one small lock: control path,
-//! never per I/O), the TCP keepalive / TCP_USER_TIMEOUT settings of every
+//! What a reactor applies to each connection before NVMe sees it: the
+//! connection caps shared by all reactors and both transports (in total and
+//! per peer IP address, counted at a TCP accept or an RDMA connect request
+//! and at close under one small lock: control path, never per I/O; see
+//! `rdma::route`), the TCP keepalive / TCP_USER_TIMEOUT settings of every
 //! accepted socket (the backstop that detects a half-open peer whose
 //! controller has keep-alive off), and [`LogLimiter`], the per-reactor rate
 //! limit of per-connection log lines.
@@ -25,7 +26,7 @@ struct Counts {
     per_ip: HashMap<IpAddr, usize>,
 }
 
-/// TCP connection caps shared by every reactor. 0 = unlimited.
+/// Connection caps shared by every reactor and transport. 0 = unlimited.
 #[derive(Debug)]
 pub struct ConnLimits {
     max_total: usize,

@@ -48,6 +48,7 @@ use nvmf_core::Target;
 use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
 use tracing::{debug, info, warn};
 
+use crate::limits::{ConnLimits, LogLimiter};
 use crate::live::ReactorHandle;
 use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{CtrlKey, Placement};
@@ -214,17 +215,38 @@ pub fn ctrl_key(peer: IpAddr, cntlid: u16) -> CtrlKey {
 /// Where reactor `me` serves a connect request it received: returns it to
 /// accept here (admin queues; no placement; placed here), or sends it to
 /// the reactor the placement chose and returns None.
+#[allow(clippy::too_many_arguments)]
 pub fn route(
     me: usize,
     placement: Option<&Arc<Placement>>,
     peers: &[ReactorHandle],
     nic_nodes: &mut HashMap<IpAddr, Option<u32>>,
+    limits: &Arc<ConnLimits>,
+    log: &mut LogLimiter,
     mut p: PendingConn,
 ) -> Option<PendingConn> {
+    // Admission first, as for a TCP connection at accept: the same caps
+    // (--max-connections, --max-connections-per-host) count both
+    // transports' connections, before any queue pair is set up.
+    let admitted = match limits.admit(p.peer().ip()) {
+        Ok(t) => t,
+        Err(why) => {
+            let peer = p.peer();
+            if log.allow(std::time::Instant::now(), |k| {
+                info!(reactor = me, "suppressed {k} similar messages")
+            }) {
+                warn!(reactor = me, %peer, "NVMe/RDMA connect request refused: limit of {why} reached");
+            }
+            p.refuse();
+            return None;
+        }
+    };
     let Some(placement) = placement else {
+        p.ticket = Some(Box::new(admitted));
         return Some(p);
     };
     if p.qid() == 0 {
+        p.ticket = Some(Box::new(admitted));
         return Some(p);
     }
     let node = p.local_addr().and_then(|a| {
@@ -234,14 +256,18 @@ pub fn route(
     });
     let placed = placement.place(ctrl_key(p.peer().ip(), p.cntlid()), node);
     let to = placed.reactor();
-    info!(
-        reactor = me,
-        peer = %p.peer(),
-        qid = p.qid(),
-        cntlid = p.cntlid(),
-        "NVMe/RDMA I/O queue placed on reactor {to}"
-    );
-    p.ticket = Some(Box::new(placed));
+    if log.allow(std::time::Instant::now(), |k| {
+        info!(reactor = me, "suppressed {k} similar messages")
+    }) {
+        info!(
+            reactor = me,
+            peer = %p.peer(),
+            qid = p.qid(),
+            cntlid = p.cntlid(),
+            "NVMe/RDMA I/O queue placed on reactor {to}"
+        );
+    }
+    p.ticket = Some(Box::new((admitted, placed)));
     if to == me {
         return Some(p);
     }
@@ -464,14 +490,17 @@ impl RdmaSide {
         }
     }
 
-    /// The CM channel is readable; `route` decides where connect requests go.
-    pub fn on_cm(&mut self, route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>) {
+    /// The CM channel is readable; `route` decides where connect requests
+    /// go. True when events may be left (the per-turn budget ran out): call
+    /// again next turn.
+    pub fn on_cm(&mut self, route: &mut dyn FnMut(PendingConn) -> Option<PendingConn>) -> bool {
         let Some(port) = self.port.as_mut() else {
-            return;
+            return false;
         };
         let changes = &mut self.changes;
-        port.on_cm_events(&mut |c| changes.push(c), route);
+        let more = port.on_cm_events(&mut |c| changes.push(c), route);
         self.apply();
+        more
     }
 
     /// Token `t` (at or above [`CQ_BASE`]) is readable.

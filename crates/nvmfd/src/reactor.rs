@@ -469,6 +469,8 @@ impl Reactor {
         let mut again_next: Vec<usize> = Vec::with_capacity(64);
         let mut tick_keys: Vec<usize> = Vec::with_capacity(64);
         let mut retry_accept = false;
+        // RDMA CM events left when the per-turn set-up budget ran out.
+        let mut cm_again = false;
         // Listeners whose accept budget ran out: accepted again next turn.
         let mut accept_again: Vec<usize> = Vec::with_capacity(4);
         let mut accept_now: Vec<usize> = Vec::with_capacity(4);
@@ -491,6 +493,7 @@ impl Reactor {
             // a wake-up, no timer. Otherwise wake for the next tick.
             let timeout = if !again.is_empty()
                 || !accept_again.is_empty()
+                || cm_again
                 || spin_until.is_some_and(|t| now < t)
             {
                 Some(Duration::ZERO)
@@ -514,9 +517,13 @@ impl Reactor {
             } else {
                 0
             };
-            let woke =
-                (!events.is_empty() || !again.is_empty() || !accept_again.is_empty() || polled > 0)
-                    .then(Instant::now);
+            let woke = (!events.is_empty()
+                || !again.is_empty()
+                || !accept_again.is_empty()
+                || cm_again
+                || polled > 0)
+                .then(Instant::now);
+            let mut cm_done = false;
             if let (Some(w), false) = (woke, self.poll_window.is_zero()) {
                 // Work arrived: more is likely soon (the host's next
                 // command); poll for it instead of sleeping.
@@ -528,9 +535,8 @@ impl Reactor {
                     self.commands(&mut conns, &mut again_next, &mut rdma);
                     continue;
                 } else if t == crate::rdma::CM_TOKEN {
-                    let (me, placement, peers) = (self.id, self.placement.as_ref(), &self.peers);
-                    let nics = &mut self.nic_nodes;
-                    rdma.on_cm(&mut |p| crate::rdma::route(me, placement, peers, nics, p));
+                    cm_again = self.rdma_cm(&mut rdma);
+                    cm_done = true;
                     continue;
                 } else if t >= crate::rdma::CQ_BASE {
                     rdma.on_cq(t);
@@ -561,6 +567,10 @@ impl Reactor {
                     }
                     self.service_key(key, &mut conns, &mut again_next);
                 }
+            }
+            // RDMA connect requests left by the last turn's set-up budget.
+            if cm_again && !cm_done {
+                cm_again = self.rdma_cm(&mut rdma);
             }
             // Listeners that still had connections waiting after their turn.
             std::mem::swap(&mut accept_now, &mut accept_again);
@@ -1125,6 +1135,15 @@ impl Reactor {
 
     /// Runs `log` unless this reactor's per-connection line budget for the
     /// current second is spent.
+    /// The RDMA CM channel's events: connect requests are admitted
+    /// (connection caps), placed and accepted here or sent to their
+    /// reactor. True when the set-up budget left events for the next turn.
+    fn rdma_cm(&mut self, rdma: &mut RdmaSide) -> bool {
+        let (me, placement, peers) = (self.id, self.placement.as_ref(), &self.peers);
+        let (limits, log, nics) = (&self.conn_limits, &mut self.log, &mut self.nic_nodes);
+        rdma.on_cm(&mut |p| crate::rdma::route(me, placement, peers, nics, limits, log, p))
+    }
+
     fn conn_log(&mut self, log: impl FnOnce()) {
         let id = self.id;
         if self.log.allow(Instant::now(), |k| {
