@@ -395,6 +395,15 @@ enum ConnTls {
     Up(Box<TlsStream>),
 }
 
+impl ConnTls {
+    /// A handshake step stopped because the socket's send buffer was full:
+    /// the connection must be woken when it is writable again (not by the
+    /// next tick).
+    fn wants_write(&self) -> bool {
+        matches!(self, ConnTls::Handshake(p) if p.wants_write())
+    }
+}
+
 /// First byte of a TLS handshake record (ContentType handshake).
 const TLS_HANDSHAKE_RECORD: u8 = 0x16;
 
@@ -832,7 +841,7 @@ impl Reactor {
                 if c.rx_ready && c.sm.wants_read() && c.closing_since.is_none() {
                     again.push(key);
                 }
-                let want_w = c.sm.has_output();
+                let want_w = c.sm.has_output() || c.tls.wants_write();
                 if want_w != c.want_writable {
                     let interest = if want_w {
                         Interest::READABLE | Interest::WRITABLE

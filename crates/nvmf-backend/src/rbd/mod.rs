@@ -59,9 +59,11 @@
 //! (`nvmf-rbd-close`) that unwatches, calls `rbd_close` (which waits for
 //! the image's in-flight operations and their callbacks), waits for the
 //! last callback to give its slot back, then shuts the connection down;
-//! nothing on the reactor waits. Buffers of I/O still in flight stay alive
+//! nothing on the reactor waits, also when no thread can be spawned then
+//! (`closer.rs`: the long-lived fallback closer). Buffers of I/O still in flight stay alive
 //! through the sink clones each context holds (see [`crate::parked`]).
 
+pub mod closer;
 pub mod conn;
 pub mod ffi;
 pub mod slab;
@@ -301,6 +303,8 @@ impl RbdBackend {
             name: cfg.name.clone(),
             reason,
         };
+        // Closing must never fall back to the dropping thread.
+        closer::ensure_started().map_err(err)?;
         let r = cfg
             .rbd
             .as_ref()
@@ -743,16 +747,13 @@ impl Drop for RbdBackend {
                 "rbd image closed"
             );
         };
-        if let Err(e) = std::thread::Builder::new()
-            .name("nvmf-rbd-close".into())
-            .spawn(close)
-        {
-            // The closure was dropped with the failed spawn: the image
-            // was closed right here (rbd_close waited for its operations).
-            tracing::error!(
+        match closer::hand_off(Box::new(close), closer::spawn_thread) {
+            Ok(closer::Where::OwnThread) => {}
+            Ok(closer::Where::Fallback) => tracing::warn!(
                 bdev = %self.name,
-                "cannot start the closing thread ({e}): closed the image inline"
-            );
+                "cannot start a closing thread: the image closes on nvmf-rbd-closer"
+            ),
+            Err(e) => tracing::error!(bdev = %self.name, "{e}"),
         }
     }
 }
