@@ -230,12 +230,14 @@ fn run(cli: Cli) -> Result<()> {
         cli.tcp_user_timeout_ms,
     );
     info!(
-        "limits: connections {} total / {} per peer address, controllers {} total / {} per host NQN, I/O queues {} per host NQN (0 = unlimited); discovery KATO {} ms; TCP keepalive {:?} idle, {:?} x {}, user timeout {:?}",
+        "limits: connections (TCP and RDMA) {} total / {} per peer address, NVM controllers {} total / {} per host NQN, I/O queues {} per host NQN, discovery controllers {}, unauthenticated controllers {} (0 = unlimited); discovery KATO {} ms; TCP keepalive {:?} idle, {:?} x {}, user timeout {:?}",
         cli.max_connections,
         cli.max_connections_per_host,
         cli.max_controllers,
         cli.max_controllers_per_host,
         cli.max_io_queues_per_host,
+        cli.max_discovery_controllers,
+        cli.max_unauthenticated_controllers,
         cli.discovery_kato_ms,
         keepalive.idle,
         keepalive.interval,
