@@ -86,8 +86,8 @@ use crate::cm::{CmEvent, CmEventKind, CmId, ConnParam, EventChannel};
 use crate::queue::{RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
 use crate::srq::{RecvPool, RecvPost};
 use crate::verbs::{
-    Access, Completion, CompletionQueue, Device, MemoryRegion, ProtectionDomain, QpCaps, RecvWr,
-    SendOp, SendWr, Sge, SharedReceiveQueue,
+    Access, AsyncEvent, AsyncEventKind, Completion, CompletionQueue, Device, MemoryRegion,
+    ProtectionDomain, QpCaps, RecvWr, SendOp, SendWr, Sge, SharedReceiveQueue,
 };
 
 /// RDMA READs a queue keeps in flight at most (the device and the host
@@ -111,6 +111,14 @@ pub const DISCONNECT_GRACE: std::time::Duration = std::time::Duration::from_secs
 /// A file descriptor the reactor adds to or removes from its epoll set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FdChange {
+    /// A device's asynchronous-event fd: call [`RdmaPort::on_async`].
+    AddAsync {
+        fd: RawFd,
+    },
+    /// That fd is no longer read here (its device went away).
+    RemoveAsync {
+        fd: RawFd,
+    },
     /// Connection `key`'s completion channel: call [`RdmaPort::on_cq`].
     Add {
         fd: RawFd,
@@ -182,7 +190,24 @@ pub struct PollStats {
     pub completions: u64,
     /// Of those, reaped by busy polls.
     pub polled_completions: u64,
+    /// Device asynchronous events read (QP errors, last WQE reached, port
+    /// and device events).
+    pub async_events: u64,
+    /// Queue pairs on a shared receive queue destroyed without their
+    /// last-WQE-reached event within [`LAST_WQE_WAIT`]: a receive buffer
+    /// the queue pair had taken may be lost from the pool with each.
+    pub srq_unconfirmed_teardowns: u64,
 }
+
+/// How long a queue pair on a shared receive queue waits, once in the
+/// error state, for its last-WQE-reached event before it is destroyed
+/// anyway (the event says every receive it took from the SRQ was flushed
+/// to its CQ, so none is lost with it).
+pub const LAST_WQE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Devices whose asynchronous events some port reads (one reader per
+/// device: the context, and so its event fd, is shared by every port).
+static ASYNC_READERS: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
 
 /// A listening id and what it was configured as.
 struct Listener {
@@ -251,6 +276,11 @@ struct Conn {
     entries: u16,
     /// Its queue panicked: destroyed at once, never run again.
     poisoned: bool,
+    /// The device reported the last-WQE-reached event for its queue pair.
+    last_wqe: bool,
+    /// Retired while on a shared receive queue: waiting (since then) for
+    /// the last-WQE event before it is destroyed (see [`LAST_WQE_WAIT`]).
+    draining: Option<Instant>,
 }
 
 /// The RDMA target port of one reactor (see the module documentation).
@@ -282,6 +312,8 @@ pub struct RdmaPort {
     /// Sees each connection's queue as it is destroyed (the daemon folds
     /// the counters of closed queues into its statistics).
     on_destroy: Option<OnDestroy>,
+    /// Devices whose asynchronous events this port reads.
+    async_devs: Vec<Device>,
 }
 
 /// See [`RdmaPort::set_on_destroy`].
@@ -331,6 +363,7 @@ impl RdmaPort {
             srq_posts: Vec::new(),
             srq_wrs: Vec::new(),
             on_destroy: None,
+            async_devs: Vec::new(),
         })
     }
 
@@ -564,7 +597,7 @@ impl RdmaPort {
             | CmEventKind::TimewaitExit
             | CmEventKind::ConnectError
             | CmEventKind::Unreachable
-            | CmEventKind::Rejected => self.destroy(ev.token as usize, "disconnected", fds),
+            | CmEventKind::Rejected => self.retire(ev.token as usize, "disconnected", fds),
             CmEventKind::DeviceRemoval => {
                 if let Some(i) = ev.token.checked_sub(LISTENER_TOKEN) {
                     self.listener_device_removed(i as usize, fds);
@@ -597,6 +630,7 @@ impl RdmaPort {
                 }
             }
             self.devices.remove(&dev);
+            self.unwatch_async(dev, fds);
         }
         warn!(
             %traddr,
@@ -844,6 +878,9 @@ impl RdmaPort {
             ticket,
         } = p;
         let cfg = &cfg;
+        if let Some(dev) = id.device() {
+            self.watch_async(dev, fds);
+        }
         let (pd, zero_lkey, max_read, srq) = {
             let d = self.device(&id)?;
             (
@@ -951,6 +988,8 @@ impl RdmaPort {
             qp_num,
             entries,
             poisoned: false,
+            last_wqe: false,
+            draining: None,
         };
         post(&mut c, &mut self.scratch)?;
         if srq.is_some() {
@@ -1184,6 +1223,25 @@ impl RdmaPort {
             self.post_shared(dev);
         }
         for key in 0..self.conns.len() {
+            if let Some(since) = self.conns[key].as_ref().and_then(|c| c.draining) {
+                // Retired on a shared receive queue: its flushed receives
+                // give their buffers back; destroyed once the last-WQE
+                // event came (or it waited long enough).
+                self.reap(key);
+                let confirmed = self.conns[key].as_ref().is_some_and(|c| c.last_wqe);
+                if confirmed || now.saturating_duration_since(since) >= LAST_WQE_WAIT {
+                    if !confirmed {
+                        self.stats.srq_unconfirmed_teardowns += 1;
+                        debug!(
+                            reactor = self.reactor,
+                            "no last-WQE event within {} ms: queue pair destroyed anyway",
+                            LAST_WQE_WAIT.as_millis()
+                        );
+                    }
+                    self.destroy(key, "disconnected", fds);
+                }
+                continue;
+            }
             if let Some(c) = self.conns[key].as_mut() {
                 let q = &mut c.queue;
                 if !c.poisoned && catch_unwind(AssertUnwindSafe(|| q.poll(now))).is_err() {
@@ -1212,7 +1270,7 @@ impl RdmaPort {
                             DISCONNECT_GRACE.as_millis()
                         )
                     });
-                    self.destroy(key, "no disconnect reply (peer gone)", fds);
+                    self.retire(key, "no disconnect reply (peer gone)", fds);
                     continue;
                 }
                 self.after_work(key, fds);
@@ -1233,6 +1291,173 @@ impl RdmaPort {
                     self.after_work(key, fds);
                 }
             }
+        }
+    }
+
+    /// The connection is over (disconnected, or its peer gone): destroyed
+    /// now, or, when its queue pair takes receives from a shared receive
+    /// queue, once the device confirmed (last WQE reached) that every
+    /// receive it took was flushed to its CQ, so none is lost with it.
+    fn retire(&mut self, key: usize, why: &str, fds: &mut dyn FnMut(FdChange)) {
+        let Some(c) = self.conns.get_mut(key).and_then(|c| c.as_mut()) else {
+            return;
+        };
+        if c.draining.is_some() {
+            return;
+        }
+        if c.queue.owns_receives() || c.last_wqe || c.poisoned {
+            self.destroy(key, why, fds);
+            return;
+        }
+        // librdmacm moved the queue pair to the error state when it
+        // reported the disconnect; ours makes sure of it (peer gone).
+        let _ = c.id.disconnect();
+        c.queue.close_now("disconnected");
+        c.draining = Some(Instant::now());
+    }
+
+    /// Reads the asynchronous events of the devices this port watches.
+    /// Events about queue pairs of other ports come back (the daemon
+    /// hands them to the other reactors: [`RdmaPort::async_event`]).
+    pub fn on_async(&mut self, fds: &mut dyn FnMut(FdChange)) -> Vec<AsyncEvent> {
+        let mut others = Vec::new();
+        for i in 0..self.async_devs.len() {
+            let dev = self.async_devs[i];
+            // Bounded per call: the fd stays readable while more wait, and
+            // the reactor comes back.
+            for _ in 0..64 {
+                match dev.next_async_event() {
+                    Ok(Some(ev)) => {
+                        self.stats.async_events += 1;
+                        if !self.handle_async(ev, Some(dev), fds) && ev.qp_num.is_some() {
+                            others.push(ev);
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        warn!(
+                            reactor = self.reactor,
+                            "reading RDMA device events failed: {e}"
+                        );
+                        break;
+                    }
+                }
+            }
+        }
+        others
+    }
+
+    /// An asynchronous event another port read (ignored unless it names
+    /// one of this port's queue pairs).
+    pub fn async_event(&mut self, ev: AsyncEvent, fds: &mut dyn FnMut(FdChange)) {
+        self.handle_async(ev, None, fds);
+    }
+
+    /// Acts on one device event; false when it names a queue pair this port
+    /// does not have.
+    fn handle_async(
+        &mut self,
+        ev: AsyncEvent,
+        dev: Option<Device>,
+        fds: &mut dyn FnMut(FdChange),
+    ) -> bool {
+        let reactor = self.reactor;
+        if let Some(qp) = ev.qp_num {
+            let Some(key) = self
+                .conns
+                .iter()
+                .position(|c| c.as_ref().is_some_and(|c| c.qp_num == qp))
+            else {
+                return false;
+            };
+            let Some(c) = self.conns[key].as_mut() else {
+                return false;
+            };
+            match ev.kind {
+                AsyncEventKind::QpLastWqeReached => {
+                    c.last_wqe = true;
+                    debug!(peer = %c.peer, qp, "last WQE reached");
+                    if c.draining.is_some() {
+                        // Every receive it took is on its CQ now.
+                        self.reap(key);
+                        self.destroy(key, "disconnected", fds);
+                    }
+                }
+                AsyncEventKind::QpFatal
+                | AsyncEventKind::QpRequestError
+                | AsyncEventKind::QpAccessError => {
+                    let peer = c.peer;
+                    self.target.refusal_log(|| {
+                        warn!(reactor, %peer, qp, kind = ?ev.kind, "RDMA queue pair error reported by the device: closing the queue")
+                    });
+                    c.queue.close_now("RDMA queue pair error (device event)");
+                    self.after_work(key, fds);
+                }
+                _ => debug!(peer = %c.peer, qp, kind = ?ev.kind, "RDMA queue pair event"),
+            }
+            return true;
+        }
+        match ev.kind {
+            AsyncEventKind::DeviceFatal => {
+                error!(
+                    reactor,
+                    "RDMA device fatal error: closing every queue on it"
+                );
+                if let Some(dev) = dev {
+                    for key in 0..self.conns.len() {
+                        if let Some(c) = self.conns[key].as_mut() {
+                            if c.pd.device().key() == dev.key() {
+                                c.queue.close_now("RDMA device fatal error");
+                                self.after_work(key, fds);
+                            }
+                        }
+                    }
+                }
+            }
+            AsyncEventKind::PortActive | AsyncEventKind::PortError => {
+                info!(reactor, port = ?ev.port, kind = ?ev.kind, "RDMA port event")
+            }
+            other => self
+                .target
+                .refusal_log(|| warn!(reactor, kind = ?other, "RDMA device event")),
+        }
+        true
+    }
+
+    /// Stops reading the events of the device with key `dev` (removed).
+    fn unwatch_async(&mut self, dev: usize, fds: &mut dyn FnMut(FdChange)) {
+        let Some(i) = self.async_devs.iter().position(|d| d.key() == dev) else {
+            return;
+        };
+        let d = self.async_devs.swap_remove(i);
+        if let Ok(fd) = d.async_fd() {
+            fds(FdChange::RemoveAsync { fd });
+        }
+        ASYNC_READERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|&k| k != dev);
+    }
+
+    /// Reads `dev`'s asynchronous events here unless another port does.
+    fn watch_async(&mut self, dev: Device, fds: &mut dyn FnMut(FdChange)) {
+        if self.async_devs.contains(&dev) {
+            return;
+        }
+        let mut readers = ASYNC_READERS.lock().unwrap_or_else(|e| e.into_inner());
+        if readers.contains(&dev.key()) {
+            return;
+        }
+        match dev.async_fd() {
+            Ok(fd) => {
+                readers.push(dev.key());
+                self.async_devs.push(dev);
+                fds(FdChange::AddAsync { fd });
+            }
+            Err(e) => warn!(
+                reactor = self.reactor,
+                "RDMA device events cannot be read: {e}"
+            ),
         }
     }
 
@@ -1272,6 +1497,17 @@ impl RdmaPort {
         if catch_unwind(AssertUnwindSafe(move || drop(c))).is_err() {
             error!(%peer, "internal error (panic) while destroying an NVMe/RDMA connection");
         }
+    }
+}
+
+impl Drop for RdmaPort {
+    fn drop(&mut self) {
+        // Another port (a later one) may read these devices' events.
+        let mine: Vec<usize> = self.async_devs.iter().map(|d| d.key()).collect();
+        ASYNC_READERS
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|k| !mine.contains(k));
     }
 }
 

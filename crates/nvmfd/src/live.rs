@@ -726,6 +726,8 @@ fn stats_json(snaps: &[ReactorSnapshot], uptime_us: u64, gone: &GoneHosts) -> Va
                     "busy_polls": r.poll.busy_polls,
                     "completions": r.poll.completions,
                     "polled_completions": r.poll.polled_completions,
+                    "async_events": r.poll.async_events,
+                    "srq_unconfirmed_teardowns": r.poll.srq_unconfirmed_teardowns,
                 }));
             }
             json!({
@@ -809,6 +811,7 @@ mod tests {
                 busy_polls: 40,
                 completions: 100,
                 polled_completions: 60,
+                ..Default::default()
             },
             qpairs,
             pending_qpairs: 0,

@@ -28,7 +28,8 @@
 //! (histograms, one bucket per power of two from 1 µs to 34 s). Per
 //! reactor with an NVMe/RDMA port (label `reactor`): `nvmf_rdma_qpairs`,
 //! `nvmf_rdma_cq_wakeups_total`, `nvmf_rdma_busy_polls_total`,
-//! `nvmf_rdma_completions_total`, `nvmf_rdma_polled_completions_total`.
+//! `nvmf_rdma_completions_total`, `nvmf_rdma_polled_completions_total`,
+//! `nvmf_rdma_async_events_total`, `nvmf_rdma_srq_unconfirmed_teardowns_total`.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -233,7 +234,7 @@ impl Collector for Rdma {
             return Ok(());
         }
         type Get = fn(&RdmaSnapshot) -> u64;
-        let metrics: [(&str, &str, MetricType, Get); 5] = [
+        let metrics: [(&str, &str, MetricType, Get); 7] = [
             (
                 "nvmf_rdma_qpairs",
                 "NVMe/RDMA queue pairs the reactor serves now",
@@ -263,6 +264,18 @@ impl Collector for Rdma {
                 "Work completions reaped by busy polls",
                 MetricType::Counter,
                 |r| r.poll.polled_completions,
+            ),
+            (
+                "nvmf_rdma_async_events",
+                "RDMA device asynchronous events read (queue pair errors, last WQE reached, port and device events)",
+                MetricType::Counter,
+                |r| r.poll.async_events,
+            ),
+            (
+                "nvmf_rdma_srq_unconfirmed_teardowns",
+                "Queue pairs on a shared receive queue destroyed without their last-WQE event (a receive buffer may be lost with each)",
+                MetricType::Counter,
+                |r| r.poll.srq_unconfirmed_teardowns,
             ),
         ];
         for (name, help, ty, get) in metrics {
@@ -500,6 +513,7 @@ mod tests {
                 busy_polls: 8,
                 completions: 9,
                 polled_completions: 4,
+                ..Default::default()
             },
             qpairs: 2,
             ..Default::default()

@@ -56,6 +56,8 @@ use crate::reactor::{OpenQueue, QueueKind, RdmaSnapshot, ReactorCmd, ReactorSnap
 
 /// Token of the reactor's RDMA CM event channel.
 pub const CM_TOKEN: usize = CQ_BASE - 1;
+/// Token of the RDMA devices' asynchronous-event fds this reactor reads.
+pub const ASYNC_TOKEN: usize = CQ_BASE - 2;
 /// Token of RDMA connection `key`'s completion channel: `CQ_BASE + key`
 /// (far above the TCP connection tokens).
 pub const CQ_BASE: usize = 1 << 40;
@@ -115,6 +117,8 @@ pub enum RdmaCmd {
     },
     /// Accept a connection request the listening reactor placed here.
     Adopt(Box<PendingConn>),
+    /// A device event about a queue pair another reactor's port read.
+    Async(nvmf_rdma::AsyncEvent),
 }
 
 /// The control plane's handle on NVMe/RDMA (through the reactors' command
@@ -483,8 +487,15 @@ impl RdmaSide {
                         warn!("cannot watch an RDMA completion channel: {e}");
                     }
                 }
-                FdChange::Remove { fd, .. } => {
+                FdChange::Remove { fd, .. } | FdChange::RemoveAsync { fd } => {
                     let _ = reg.deregister(&mut SourceFd(&fd));
+                }
+                FdChange::AddAsync { fd } => {
+                    if let Err(e) =
+                        reg.register(&mut SourceFd(&fd), Token(ASYNC_TOKEN), Interest::READABLE)
+                    {
+                        warn!("cannot watch an RDMA device's events: {e}");
+                    }
                 }
             }
         }
@@ -501,6 +512,18 @@ impl RdmaSide {
         let more = port.on_cm_events(&mut |c| changes.push(c), route);
         self.apply();
         more
+    }
+
+    /// A device's event fd is readable: events about queue pairs of other
+    /// reactors come back, for them.
+    pub fn on_async(&mut self) -> Vec<nvmf_rdma::AsyncEvent> {
+        let Some(port) = self.port.as_mut() else {
+            return Vec::new();
+        };
+        let changes = &mut self.changes;
+        let others = port.on_async(&mut |c| changes.push(c));
+        self.apply();
+        others
     }
 
     /// Token `t` (at or above [`CQ_BASE`]) is readable.
@@ -598,6 +621,13 @@ impl RdmaSide {
                     "NVMe/RDMA queue not accepted: {e}"
                 ),
             },
+            RdmaCmd::Async(ev) => {
+                if let Some(port) = self.port.as_mut() {
+                    let changes = &mut self.changes;
+                    port.async_event(ev, &mut |c| changes.push(c));
+                }
+                self.apply();
+            }
         }
     }
 
@@ -613,6 +643,8 @@ impl RdmaSide {
                 busy_polls = st.busy_polls,
                 completions = st.completions,
                 polled_completions = st.polled_completions,
+                async_events = st.async_events,
+                srq_unconfirmed_teardowns = st.srq_unconfirmed_teardowns,
                 "NVMe/RDMA port closed"
             );
             drop(port);

@@ -543,6 +543,17 @@ impl Reactor {
                 if t == WAKER_TOKEN.0 {
                     self.commands(&mut conns, &mut again_next, &mut rdma);
                     continue;
+                } else if t == crate::rdma::ASYNC_TOKEN {
+                    // Events about other reactors' queue pairs go to them
+                    // (each port ignores those it does not have).
+                    for ev in rdma.on_async() {
+                        for (i, p) in self.peers.iter().enumerate() {
+                            if i != self.id {
+                                p.send(ReactorCmd::Rdma(crate::rdma::RdmaCmd::Async(ev)));
+                            }
+                        }
+                    }
+                    continue;
                 } else if t == crate::rdma::CM_TOKEN {
                     cm_again = self.rdma_cm(&mut rdma);
                     cm_done = true;
