@@ -117,13 +117,16 @@ pub fn run_guest_rxe(
     timeout: Duration,
     on_checkpoint: impl FnMut(&str, &str) -> String,
 ) -> GuestRun {
-    prepare_kernel(Kernel::Debian12);
+    // Debian 12's kernel unless NVMFD_INTEROP_KERNEL=6.12 asks for the backports one (a
+    // newer soft-RoCE: it reports last-WQE-reached events, 6.1's does not).
+    let kernel = Kernel::from_env();
+    prepare_kernel(kernel);
     let mut tb_args: Vec<OsString> = link.connect_args().into_iter().map(Into::into).collect();
     for b in put_bins {
         tb_args.push("--put-bin".into());
         tb_args.push(b.as_os_str().to_owned());
     }
-    let tb_env = [("NVMFD_TESTBED_KERNEL", Kernel::Debian12.series())];
+    let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
     guest(
         &tb_env,
         &[],
@@ -205,12 +208,13 @@ impl ListenGuest {
         put_bins: &[&Path],
         timeout: Duration,
     ) -> ListenGuest {
-        prepare_kernel(Kernel::Debian12);
+        let kernel = Kernel::from_env();
+        prepare_kernel(kernel);
         let root = repo_root();
         let _ = fs::remove_dir_all(job);
         fs::create_dir_all(job).expect("create the background guest's job dir");
         let mut cmd = Command::new("bash");
-        cmd.env("NVMFD_TESTBED_KERNEL", Kernel::Debian12.series())
+        cmd.env("NVMFD_TESTBED_KERNEL", kernel.series())
             .arg(testbed())
             .arg("run")
             .arg("--timeout")

@@ -909,7 +909,7 @@ fn transport_connect_check<F: Fabric>(
 ) -> Result<(), Status> {
     let data: &[u8] = match src {
         Src::None => &[],
-        Src::Capsule(d) => &**d,
+        Src::Capsule(d) => d,
         Src::Slot => slot_data,
     };
     let cntlid = nvmf_wire::fabrics::ConnectData::ref_from_prefix(data)
