@@ -193,11 +193,10 @@ unsafe extern "C" fn msg_cb(
         return;
     }
     let msg = std::slice::from_raw_parts(buf as *const u8, len);
-    let wanted = match (write_p, msg[0]) {
-        (0, binder::CLIENT_HELLO) => true,
-        (1, binder::SERVER_HELLO) => true,
-        _ => false,
-    };
+    let wanted = matches!(
+        (write_p, msg[0]),
+        (0, binder::CLIENT_HELLO) | (1, binder::SERVER_HELLO)
+    );
     if !wanted {
         return;
     }

@@ -98,6 +98,18 @@ fn the_binder_picks_the_encoding() {
                 offered.labels
             );
         }
+        // The Linux host binds a SHA-384 key with SHA-256 (docs/TLS.md): a 32-byte binder, a
+        // SHA-256 suite, still the key it was made with.
+        if key == KEY384 {
+            let linux_like = TlsPsk {
+                hash: nvmf_core::tls::psk::PskHash::Sha256,
+                ..c[0].clone()
+            };
+            assert_eq!(
+                client(c.clone(), linux_like).as_deref(),
+                Ok("TLS_AES_128_GCM_SHA256")
+            );
+        }
         // The right identity with a third key: no candidate verifies, refused as before.
         let mut wrong = c[1].clone();
         wrong.key[0] ^= 1;
