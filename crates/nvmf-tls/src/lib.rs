@@ -5,13 +5,17 @@
 //! not wrapped by the `openssl` crate, so the few declarations they need live in `ffi` below; they
 //! let the PSK's hash pick the cipher suite (SHA-256 → AES-128-GCM, SHA-384 → AES-256-GCM); on the
 //! server the hash the client binds the PSK with wins (a client-hello callback reads it: the Linux
-//! host binds SHA-384 keys with SHA-256, which ends in ChaCha20-Poly1305; docs/TLS.md).
+//! host binds SHA-384 keys with SHA-256, which ends in ChaCha20-Poly1305; docs/TLS.md). When an
+//! identity has two candidate keys (SPDK's and the Linux host's HKDF label encodings give the same
+//! version-0 identity), a message callback keeps the ClientHello and the find-session callback
+//! hands OpenSSL the key whose binder verifies (`nvmf_core::tls::binder`).
 
 pub mod stream;
 
 pub use stream::{accept, connect, FdIo, Handshake, ServerHandshake, TlsStream};
 
 use foreign_types::ForeignTypeRef;
+use nvmf_core::tls::binder;
 use nvmf_core::tls::psk::{PskHash, TlsPsk};
 use openssl::ex_data::Index;
 use openssl::ssl::{Ssl, SslContext, SslContextBuilder, SslMethod, SslOptions, SslRef, SslVersion};
@@ -52,10 +56,20 @@ pub(crate) mod ffi {
         pub fn SSL_SESSION_set_protocol_version(s: *mut SSL_SESSION, v: c_int) -> c_int;
         pub fn SSL_CIPHER_find(ssl: *mut SSL, id: *const c_uchar) -> *const SSL_CIPHER;
         pub fn SSL_has_pending(ssl: *const SSL) -> c_int;
+        pub fn SSL_CTX_set_msg_callback(ctx: *mut SSL_CTX, cb: Option<MsgCb>);
     }
+    pub type MsgCb = unsafe extern "C" fn(
+        write_p: c_int,
+        version: c_int,
+        content_type: c_int,
+        buf: *const std::ffi::c_void,
+        len: usize,
+        ssl: *mut SSL,
+        arg: *mut std::ffi::c_void,
+    );
 }
 
-type Lookup = Box<dyn Fn(&str) -> Option<TlsPsk> + Send + Sync>;
+type Lookup = Box<dyn Fn(&str) -> Vec<TlsPsk> + Send + Sync>;
 
 fn lookup_index() -> Index<SslContext, Lookup> {
     static I: OnceLock<Index<SslContext, Lookup>> = OnceLock::new();
@@ -65,6 +79,25 @@ fn lookup_index() -> Index<SslContext, Lookup> {
 pub(crate) fn identity_index() -> Index<Ssl, String> {
     static I: OnceLock<Index<Ssl, String>> = OnceLock::new();
     *I.get_or_init(|| Ssl::new_ex_index().expect("OpenSSL ex_data index"))
+}
+/// How the accepted PSK was derived (`PskLabels::name`; set by the find-session callback).
+pub(crate) fn labels_index() -> Index<Ssl, &'static str> {
+    static I: OnceLock<Index<Ssl, &'static str>> = OnceLock::new();
+    *I.get_or_init(|| Ssl::new_ex_index().expect("OpenSSL ex_data index"))
+}
+/// The ClientHello(s) received and the HelloRetryRequest sent, as the message callback saw them
+/// (at most three: what a binder's transcript covers).
+fn hellos_index() -> Index<Ssl, Vec<Vec<u8>>> {
+    static I: OnceLock<Index<Ssl, Vec<Vec<u8>>>> = OnceLock::new();
+    *I.get_or_init(|| Ssl::new_ex_index().expect("OpenSSL ex_data index"))
+}
+/// Frees the ClientHello copies once the handshake is over (a connection lives long).
+pub(crate) fn forget_hellos(ssl: &SslRef) {
+    if ssl.ex_data(hellos_index()).is_some() {
+        // SAFETY: the SSL outlives this call, and nothing else borrows its ex_data now.
+        let ssl = unsafe { SslRef::from_ptr_mut(ssl.as_ptr()) };
+        ssl.set_ex_data(hellos_index(), Vec::new());
+    }
 }
 fn client_index() -> Index<SslContext, TlsPsk> {
     static I: OnceLock<Index<SslContext, TlsPsk>> = OnceLock::new();
@@ -114,19 +147,68 @@ unsafe extern "C" fn find_cb(
     let Ok(identity) = std::str::from_utf8(std::slice::from_raw_parts(id, id_len)) else {
         return 1;
     };
-    if let Some(psk) = lookup(identity) {
+    let candidates = lookup(identity);
+    let psk = match candidates.len() {
+        0 => None,
+        1 => candidates.first(),
+        // One identity, several keys: the one the client's binder was made with, else the
+        // first (the handshake then fails: "binder does not verify", as for a wrong key).
+        _ => {
+            let hellos: Vec<&[u8]> = ssl_ref
+                .ex_data(hellos_index())
+                .map(|v| v.iter().map(Vec::as_slice).collect())
+                .unwrap_or_default();
+            binder::pick(&candidates, identity, &hellos).or(candidates.first())
+        }
+    };
+    if let Some(psk) = psk {
         let hash = ssl_ref
             .ex_data(binder_hash_index())
             .copied()
             .unwrap_or(psk.hash);
-        let s = psk_session(ssl, &psk, hash);
+        let s = psk_session(ssl, psk, hash);
         if s.is_null() {
             return 0;
         }
         ssl_ref.set_ex_data(identity_index(), identity.to_string());
+        ssl_ref.set_ex_data(labels_index(), psk.labels.name());
         *sess = s;
     }
     1
+}
+
+/// Message callback (server): keeps the handshake messages a PSK binder covers: each
+/// ClientHello received and a ServerHello (HelloRetryRequest) sent before the second one.
+unsafe extern "C" fn msg_cb(
+    write_p: c_int,
+    _version: c_int,
+    content_type: c_int,
+    buf: *const std::ffi::c_void,
+    len: usize,
+    ssl: *mut openssl_sys::SSL,
+    _arg: *mut std::ffi::c_void,
+) {
+    // 22 = handshake; OpenSSL hands over whole messages, 4-byte header included.
+    if content_type != 22 || buf.is_null() || len < 4 {
+        return;
+    }
+    let msg = std::slice::from_raw_parts(buf as *const u8, len);
+    let wanted = matches!(
+        (write_p, msg[0]),
+        (0, binder::CLIENT_HELLO) | (1, binder::SERVER_HELLO)
+    );
+    if !wanted {
+        return;
+    }
+    let ssl_ref = SslRef::from_ptr_mut(ssl);
+    match ssl_ref.ex_data_mut(hellos_index()) {
+        Some(v) if v.len() < 3 => v.push(msg.to_vec()),
+        Some(_) => {}
+        None if msg[0] == binder::CLIENT_HELLO => {
+            ssl_ref.set_ex_data(hellos_index(), vec![msg.to_vec()]);
+        }
+        None => {}
+    }
 }
 
 unsafe extern "C" fn use_cb(
@@ -213,10 +295,11 @@ fn base(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
     Ok(b)
 }
 
-/// Server context: `lookup(identity)` returns the TLS PSK for a known identity, None refuses it.
+/// Server context: `lookup(identity)` returns the TLS PSKs a known identity may use (more than one
+/// when HKDF label encodings differ: the client's binder picks), none refuses it.
 pub fn server_context<F>(lookup: F) -> Result<SslContext, TlsError>
 where
-    F: Fn(&str) -> Option<TlsPsk> + Send + Sync + 'static,
+    F: Fn(&str) -> Vec<TlsPsk> + Send + Sync + 'static,
 {
     let mut b = base(SslMethod::tls_server())?;
     // Read whole socket buffers, not one record header and body at a time (two syscalls per
@@ -231,6 +314,8 @@ where
     b.set_ex_data(lookup_index(), Box::new(lookup) as Lookup);
     // SAFETY: the callback only reads the context's ex_data set above, which lives as long as the context.
     unsafe { ffi::SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_cb)) };
+    // SAFETY: the callback only touches the SSL's own ex_data.
+    unsafe { ffi::SSL_CTX_set_msg_callback(b.as_ptr(), Some(msg_cb)) };
     Ok(b.build())
 }
 

@@ -137,6 +137,7 @@ pub struct TlsStream {
 
 impl TlsStream {
     fn new(ssl: SslStream<FdIo>) -> TlsStream {
+        crate::forget_hellos(ssl.ssl());
         TlsStream {
             ssl,
             stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
@@ -151,6 +152,11 @@ impl TlsStream {
             .ssl()
             .ex_data(crate::identity_index())
             .map(|s| s.as_str())
+    }
+
+    /// How the accepted PSK was derived (server side), e.g. "RFC 8446 HKDF labels".
+    pub fn psk_labels(&self) -> Option<&'static str> {
+        self.ssl.ssl().ex_data(crate::labels_index()).copied()
     }
 
     /// The negotiated cipher suite, e.g. `TLS_AES_128_GCM_SHA256`.

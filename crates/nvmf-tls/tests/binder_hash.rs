@@ -16,9 +16,13 @@ const SUB: &str = "nqn.2016-06.io.nvmfd:tls";
 
 /// One handshake and a 4-byte echo; Ok((client cipher, server cipher)) or the first error.
 fn handshake(server_psk: TlsPsk, client_psk: TlsPsk) -> Result<(String, String), String> {
-    let ctx =
-        nvmf_tls::server_context(move |id| (id == server_psk.identity).then(|| server_psk.clone()))
-            .map_err(|e| e.to_string())?;
+    let ctx = nvmf_tls::server_context(move |id| {
+        (id == server_psk.identity)
+            .then(|| server_psk.clone())
+            .into_iter()
+            .collect()
+    })
+    .map_err(|e| e.to_string())?;
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let server = std::thread::spawn(move || -> Result<String, String> {

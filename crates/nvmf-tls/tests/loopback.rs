@@ -25,7 +25,10 @@ fn run(
     let seen2 = seen.clone();
     let ctx = nvmf_tls::server_context(move |id| {
         *seen2.lock().unwrap() = Some(id.to_string());
-        (id == server_psk.identity).then(|| server_psk.clone())
+        (id == server_psk.identity)
+            .then(|| server_psk.clone())
+            .into_iter()
+            .collect()
     })
     .unwrap();
     let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
@@ -122,8 +125,13 @@ fn openssl_s_client_against_our_server() {
         .unwrap();
     let hex: String = psk.key.iter().map(|b| format!("{b:02x}")).collect();
     let expected = psk.identity.clone();
-    let ctx =
-        nvmf_tls::server_context(move |id| (id == psk.identity).then(|| psk.clone())).unwrap();
+    let ctx = nvmf_tls::server_context(move |id| {
+        (id == psk.identity)
+            .then(|| psk.clone())
+            .into_iter()
+            .collect()
+    })
+    .unwrap();
     let listener = TcpListener::bind(("127.0.0.1", 4635)).unwrap();
     let server = std::thread::spawn(move || {
         let (sock, _) = listener.accept().unwrap();

@@ -33,8 +33,13 @@ fn serve(listener: TcpListener) -> Result<(String, String), String> {
         .unwrap()
         .tls_psk_v1(HOST, SUB)
         .unwrap();
-    let ctx = nvmf_tls::server_context(move |id| (id == psk.identity).then(|| psk.clone()))
-        .map_err(|e| e.to_string())?;
+    let ctx = nvmf_tls::server_context(move |id| {
+        (id == psk.identity)
+            .then(|| psk.clone())
+            .into_iter()
+            .collect()
+    })
+    .map_err(|e| e.to_string())?;
     let (sock, _) = listener.accept().unwrap();
     sock.set_nonblocking(true).unwrap();
     let fd = sock.as_raw_fd();

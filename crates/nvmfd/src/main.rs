@@ -169,7 +169,7 @@ fn run(cli: Cli) -> Result<()> {
         Arc::new(
             nvmf_tls::server_context(move |identity| {
                 let psk = t.tls().lookup(identity);
-                if psk.is_none() {
+                if psk.is_empty() {
                     // OpenSSL then reports an unrelated reason (it falls back to
                     // certificates): say what really happened. The identity names
                     // the host and subsystem; it holds no key material.

@@ -1305,9 +1305,10 @@ fn tls_step(
                 peer = %c.peer,
                 hostnqn = %identity.hostnqn,
                 subnqn = %identity.subnqn,
-                "TLS 1.3 session established ({}, identity version {})",
+                "TLS 1.3 session established ({}, identity version {}, {})",
                 t.cipher(),
-                identity.version
+                identity.version,
+                t.psk_labels().unwrap_or("?")
             );
             // A fresh state machine whose port carries the identity
             // (Connect is checked against it); nothing was received yet.

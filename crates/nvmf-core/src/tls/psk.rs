@@ -2,20 +2,21 @@
 //! the retained PSK (HKDF with the host NQN), the PSK digest, the TLS PSK identities (`NVMe0R0x` and
 //! `NVMe1R0x` forms) and the TLS PSK handed to the handshake. Hash crates only; no TLS library here.
 //!
-//! Derivations, as the Linux host's userland (libnvme 1.13 / nvme-cli 2.13, checked in a 6.12 guest by
-//! crates/nvmf-interop/tests/tls.rs) computes them; a peer must match these bytes, not the spec's text:
-//! - retained PSK = HKDF-Expand(HKDF-Extract(0, configured PSK), info, L) with
-//!   info = u16 L little-endian || "tls13 HostNQN" || host NQN (interchange hash 00: the configured PSK
-//!   is used as the retained PSK unchanged);
+//! Derivations (NVMe/TCP transport spec, "TLS PSK and PSK identity derivation"):
+//! - retained PSK = HKDF-Expand-Label(HKDF-Extract(0, configured PSK), "HostNQN", host NQN, L)
+//!   (interchange hash 00: the configured PSK is used as the retained PSK unchanged);
 //! - PSK digest = base64(HMAC(retained PSK, "<hostnqn> <subnqn> NVMe-over-Fabrics"));
-//! - TLS PSK = HKDF-Expand(HKDF-Extract(0, retained PSK), info, L) with
-//!   info = u16 L little-endian || "tls13 nvme-tls-psk" || context, where the context is
-//!   `"0x <digest>"` (x = hash id) for the version-1 identity and the whole version-0 identity string
-//!   (`NVMe0R0x <hostnqn> <subnqn>`) for version 0.
+//! - TLS PSK = HKDF-Expand-Label(HKDF-Extract(0, retained PSK), "nvme-tls-psk", context, L), where
+//!   the context is `"0x <digest>"` (x = hash id) for the version-1 identity and the whole
+//!   version-0 identity string (`NVMe0R0x <hostnqn> <subnqn>`) for version 0.
 //!
-//! That "info" is not RFC 8446's HKDF-Expand-Label encoding (big-endian length and a length byte
-//! before label and context): libnvme concatenates the pieces without length bytes and writes the
-//! length in host (little-endian) order. [`hkdf_expand_label`] keeps the RFC form for reference.
+//! Peers disagree on how HKDF-Expand-Label's "info" is encoded ([`PskLabels`]): SPDK (host and
+//! target) encodes it as RFC 8446 §7.1 and the spec say (big-endian L, a length byte before the
+//! "tls13 " label and before the context); the Linux host's userland (libnvme 1.13 / nvme-cli 2.13,
+//! checked in a 6.12 guest by crates/nvmf-interop/tests/tls.rs) writes L little-endian and no
+//! length bytes. The identity does not say which one a host used (both offer `NVMe0R01 host sub`),
+//! so the target derives both and keeps the one the ClientHello's PSK binder verifies with
+//! (`binder.rs`). The `tls_psk_v0`/`tls_psk_v1`/`retained` shorthands are the libnvme encoding.
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
@@ -54,6 +55,30 @@ impl PskHash {
         match self {
             PskHash::Sha256 => "TLS_AES_128_GCM_SHA256",
             PskHash::Sha384 => "TLS_AES_256_GCM_SHA384",
+        }
+    }
+}
+
+/// How the HKDF "info" (HkdfLabel) of the retained-PSK and TLS-PSK derivations is encoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PskLabels {
+    /// RFC 8446 §7.1, as the NVMe/TCP spec's HKDF-Expand-Label says: u16 L big-endian, u8 length
+    /// + "tls13 " + label, u8 length + context. SPDK's host and target.
+    Rfc8446,
+    /// The Linux host's userland (libnvme 1.13): u16 L little-endian || "tls13 " || label ||
+    /// context, no length bytes.
+    Libnvme,
+}
+
+impl PskLabels {
+    /// Both encodings, the Linux host's first.
+    pub const ALL: [PskLabels; 2] = [PskLabels::Libnvme, PskLabels::Rfc8446];
+
+    /// For logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            PskLabels::Rfc8446 => "RFC 8446 HKDF labels",
+            PskLabels::Libnvme => "libnvme HKDF labels",
         }
     }
 }
@@ -161,60 +186,92 @@ impl ConfiguredPsk {
         })
     }
 
-    /// The retained PSK for `hostnqn`.
+    /// The retained PSK for `hostnqn` (libnvme's encoding; see [`Self::retained_with`]).
     pub fn retained(&self, hostnqn: &str) -> Result<Vec<u8>, PskError> {
+        self.retained_with(hostnqn, PskLabels::Libnvme)
+    }
+
+    /// The retained PSK for `hostnqn` with the HKDF info encoded as `labels` says.
+    pub fn retained_with(&self, hostnqn: &str, labels: PskLabels) -> Result<Vec<u8>, PskError> {
         check_nqn("host NQN", hostnqn)?;
         match self.transform {
             None => Ok(self.key.clone()),
-            Some(h) => Ok(nvme_expand(
+            Some(h) => expand(
+                labels,
                 h,
                 &self.key,
                 "HostNQN",
                 &[hostnqn.as_bytes()],
                 h.key_len(),
-            )),
+            ),
         }
     }
 
-    /// Everything the handshake needs for one host/subsystem pair, version-1 identity (with digest).
+    /// Everything the handshake needs for one host/subsystem pair, version-1 identity (with
+    /// digest), libnvme's encoding.
     pub fn tls_psk_v1(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk, PskError> {
+        self.tls_psk_v1_with(hostnqn, subnqn, PskLabels::Libnvme)
+    }
+
+    /// Version-1 identity and its TLS PSK, the HKDF info encoded as `labels` says.
+    pub fn tls_psk_v1_with(
+        &self,
+        hostnqn: &str,
+        subnqn: &str,
+        labels: PskLabels,
+    ) -> Result<TlsPsk, PskError> {
         let hash = self.hash();
-        let retained = self.retained(hostnqn)?;
+        let retained = self.retained_with(hostnqn, labels)?;
         let digest = psk_digest(hash, &retained, hostnqn, subnqn)?;
         let identity = identity_v1(hash, hostnqn, subnqn, &digest)?;
         let hash_id = format!("{:02} ", hash.id());
-        let key = nvme_expand(
+        let key = expand(
+            labels,
             hash,
             &retained,
             "nvme-tls-psk",
             &[hash_id.as_bytes(), digest.as_bytes()],
             hash.key_len(),
-        );
+        )?;
         Ok(TlsPsk {
             hash,
             identity,
             key,
+            labels,
         })
     }
 
     /// Version-0 identity (`NVMe0R0x host sub`, NVMe/TCP 1.0c): the TLS PSK is derived from the
     /// retained PSK with the identity string itself as the context (what libnvme inserts for
-    /// `--identity=0`; see docs/TLS.md).
+    /// `--identity=0`; see docs/TLS.md). libnvme's encoding.
     pub fn tls_psk_v0(&self, hostnqn: &str, subnqn: &str) -> Result<TlsPsk, PskError> {
+        self.tls_psk_v0_with(hostnqn, subnqn, PskLabels::Libnvme)
+    }
+
+    /// Version-0 identity and its TLS PSK, the HKDF info encoded as `labels` says (SPDK's host
+    /// offers only this identity, with [`PskLabels::Rfc8446`]).
+    pub fn tls_psk_v0_with(
+        &self,
+        hostnqn: &str,
+        subnqn: &str,
+        labels: PskLabels,
+    ) -> Result<TlsPsk, PskError> {
         let hash = self.hash();
         let identity = identity_v0(hash, hostnqn, subnqn)?;
-        let retained = self.retained(hostnqn)?;
-        let key = nvme_expand(
+        let retained = self.retained_with(hostnqn, labels)?;
+        let key = expand(
+            labels,
             hash,
             &retained,
             "nvme-tls-psk",
             &[identity.as_bytes()],
             hash.key_len(),
-        );
+        )?;
         Ok(TlsPsk {
             hash,
             identity,
             key,
+            labels,
         })
     }
 }
@@ -225,6 +282,8 @@ pub struct TlsPsk {
     pub hash: PskHash,
     pub identity: String,
     pub key: Vec<u8>,
+    /// How the key was derived (which encoding the peer must use too).
+    pub labels: PskLabels,
 }
 
 impl std::fmt::Debug for TlsPsk {
@@ -233,6 +292,7 @@ impl std::fmt::Debug for TlsPsk {
             .field("hash", &self.hash)
             .field("identity", &self.identity)
             .field("key_len", &self.key.len())
+            .field("labels", &self.labels)
             .finish()
     }
 }
@@ -286,6 +346,22 @@ pub fn psk_digest(
     Ok(B64.encode(mac))
 }
 
+/// HKDF-Extract (no salt) then HKDF-Expand with `label` and the concatenated `context` pieces,
+/// the info encoded as `labels` says.
+fn expand(
+    labels: PskLabels,
+    hash: PskHash,
+    ikm: &[u8],
+    label: &str,
+    context: &[&[u8]],
+    len: usize,
+) -> Result<Vec<u8>, PskError> {
+    match labels {
+        PskLabels::Libnvme => Ok(nvme_expand(hash, ikm, label, context, len)),
+        PskLabels::Rfc8446 => hkdf_expand_label(hash, ikm, label, &context.concat(), len),
+    }
+}
+
 /// HKDF-Extract (no salt) then HKDF-Expand with the info the Linux userland builds (see the top
 /// comment): u16 `len` little-endian || "tls13 " || label || the context pieces, no length bytes.
 fn nvme_expand(hash: PskHash, ikm: &[u8], label: &str, context: &[&[u8]], len: usize) -> Vec<u8> {
@@ -296,27 +372,12 @@ fn nvme_expand(hash: PskHash, ikm: &[u8], label: &str, context: &[&[u8]], len: u
     for c in context {
         info.extend_from_slice(c);
     }
-    let mut out = vec![0u8; len];
-    match hash {
-        PskHash::Sha256 => Hkdf::<Sha256>::new(None, ikm)
-            .expand(&info, &mut out)
-            .expect("length ≤ 255 × hash"),
-        PskHash::Sha384 => Hkdf::<Sha384>::new(None, ikm)
-            .expand(&info, &mut out)
-            .expect("length ≤ 255 × hash"),
-    }
-    out
+    hkdf(hash, Some(ikm), None, &info, len)
 }
 
-/// HKDF-Extract (no salt) then TLS 1.3 HKDF-Expand-Label as RFC 8446 §7.1 encodes it. Not what the
-/// NVMe/TCP derivations above use (the Linux userland's encoding differs; see the top comment).
-pub fn hkdf_expand_label(
-    hash: PskHash,
-    ikm: &[u8],
-    label: &str,
-    context: &[u8],
-    len: usize,
-) -> Result<Vec<u8>, PskError> {
+/// RFC 8446 §7.1's HkdfLabel: u16 `len` big-endian, u8 length + "tls13 " + `label`, u8 length +
+/// `context`. Errors if the context is over 255 bytes (a version-0 identity of two long NQNs).
+pub fn hkdf_label(label: &str, context: &[u8], len: usize) -> Result<Vec<u8>, PskError> {
     let full = format!("tls13 {label}");
     if context.len() > 255 {
         return Err(PskError::ContextTooLong {
@@ -325,21 +386,60 @@ pub fn hkdf_expand_label(
         });
     }
     let mut info = Vec::with_capacity(4 + full.len() + context.len());
-    info.extend_from_slice(&(len as u16).to_le_bytes());
+    info.extend_from_slice(&(len as u16).to_be_bytes());
     info.push(full.len() as u8);
     info.extend_from_slice(full.as_bytes());
     info.push(context.len() as u8);
     info.extend_from_slice(context);
+    Ok(info)
+}
+
+/// HKDF-Extract (no salt) then TLS 1.3 HKDF-Expand-Label as RFC 8446 §7.1 encodes it (the
+/// NVMe/TCP spec's derivation, SPDK's encoding).
+pub fn hkdf_expand_label(
+    hash: PskHash,
+    ikm: &[u8],
+    label: &str,
+    context: &[u8],
+    len: usize,
+) -> Result<Vec<u8>, PskError> {
+    Ok(hkdf(
+        hash,
+        Some(ikm),
+        None,
+        &hkdf_label(label, context, len)?,
+        len,
+    ))
+}
+
+/// HKDF-Expand of `info` to `len` bytes from HKDF-Extract(zero salt, `ikm`), or from `prk` as is.
+pub(crate) fn hkdf(
+    hash: PskHash,
+    ikm: Option<&[u8]>,
+    prk: Option<&[u8]>,
+    info: &[u8],
+    len: usize,
+) -> Vec<u8> {
     let mut out = vec![0u8; len];
     match hash {
-        PskHash::Sha256 => Hkdf::<Sha256>::new(None, ikm)
-            .expand(&info, &mut out)
-            .expect("length ≤ 255 × hash"),
-        PskHash::Sha384 => Hkdf::<Sha384>::new(None, ikm)
-            .expand(&info, &mut out)
-            .expect("length ≤ 255 × hash"),
+        PskHash::Sha256 => {
+            let h = match (ikm, prk) {
+                (Some(k), _) => Hkdf::<Sha256>::new(None, k),
+                (None, Some(p)) => Hkdf::<Sha256>::from_prk(p).expect("PRK of the hash's length"),
+                (None, None) => unreachable!("ikm or prk"),
+            };
+            h.expand(info, &mut out).expect("length ≤ 255 × hash")
+        }
+        PskHash::Sha384 => {
+            let h = match (ikm, prk) {
+                (Some(k), _) => Hkdf::<Sha384>::new(None, k),
+                (None, Some(p)) => Hkdf::<Sha384>::from_prk(p).expect("PRK of the hash's length"),
+                (None, None) => unreachable!("ikm or prk"),
+            };
+            h.expand(info, &mut out).expect("length ≤ 255 × hash")
+        }
     }
-    Ok(out)
+    out
 }
 
 fn check_len(transform: Option<PskHash>, len: usize) -> Result<(), PskError> {
@@ -373,7 +473,7 @@ mod tests {
     // Expected values were computed independently with Python's hmac/hashlib (HKDF-Extract/Expand
     // written out by hand from RFC 5869 with libnvme's info encoding, zlib.crc32, base64), and
     // `linux_612_vectors` holds what nvme-cli 2.13 / libnvme 1.13 put into a 6.12 guest's .nvme
-    // keyring; see docs/TLS.md.
+    // keyring; see docs/TLS.md. `derives_with_rfc8446_labels` holds the spec's (SPDK's) encoding.
     use super::*;
 
     /// Example PSK printed in the Linux/nvme-cli documentation (its CRC checks out).
@@ -513,6 +613,84 @@ mod tests {
         );
         assert_eq!(hex(&v1.key), "2252fb9c78086e4c999f84a1c7db1e0599d120eb0af63d775d4c7c75bcdb0449fd7fdc92e69abca9efb9e3cd9acc8d43");
         assert_eq!(hex(&k.tls_psk_v0(H, S).unwrap().key), "2d8271244a0bf57b08e9de874ae64f6a341659d0c8a5f04cfd9e7b78267e2d6d147d0e0426c7e139dd57ab2d9464fb07");
+    }
+
+    /// The spec's encoding (RFC 8446 HkdfLabel), what SPDK's host and target use. Expected values
+    /// computed independently from the spec and RFC 8446 §7.1 / RFC 5869 in Python (HMAC by hand,
+    /// `struct.pack(">H", L) + bytes([len("tls13 " + label)]) + ... + bytes([len(ctx)]) + ctx`).
+    #[test]
+    fn derives_with_rfc8446_labels() {
+        let r = PskLabels::Rfc8446;
+        let k = ConfiguredPsk::parse(EXAMPLE).unwrap();
+        assert_eq!(
+            hex(&k.retained_with(HOST, r).unwrap()),
+            "f0af1bc718d4f23bdd7c1683a3d79bd953ea789d106a0f5207bb574bbe5446ce"
+        );
+        let v0 = k.tls_psk_v0_with(HOST, SUB, r).unwrap();
+        assert_eq!(v0.identity, format!("NVMe0R01 {HOST} {SUB}"));
+        assert_eq!(v0.labels, r);
+        assert_eq!(
+            hex(&v0.key),
+            "a6792b468a631fd2717858bd0e3f50a5188b7308e319f1455f623bcaa2a742cb"
+        );
+        // Same identity string as libnvme's version 0, another key: only the binder tells them apart.
+        assert_eq!(v0.identity, k.tls_psk_v0(HOST, SUB).unwrap().identity);
+        assert_ne!(v0.key, k.tls_psk_v0(HOST, SUB).unwrap().key);
+        let v1 = k.tls_psk_v1_with(HOST, SUB, r).unwrap();
+        assert_eq!(
+            v1.identity,
+            format!("NVMe1R01 {HOST} {SUB} D8KxRam10GjHGSoTiKxD8KYob8CvGws5Syt/kONDl3Y=")
+        );
+        assert_eq!(
+            hex(&v1.key),
+            "69b67c0ca20646816b6df9c9df6947041f1334b11f3ff7a1c96b450c720258cc"
+        );
+
+        let k = ConfiguredPsk::parse(SHA384_KEY).unwrap();
+        assert_eq!(
+            hex(&k.retained_with(HOST, r).unwrap()),
+            "9199e9844a95310712a6436350cb36769e36bb02461989493acb7f9419f9d1ca81374a176479e87994f6c7c17c5f2800"
+        );
+        let v0 = k.tls_psk_v0_with(HOST, SUB, r).unwrap();
+        assert_eq!(v0.identity, format!("NVMe0R02 {HOST} {SUB}"));
+        assert_eq!(
+            hex(&v0.key),
+            "d438f06b1023efa41e998fc47169d93aca2f78969b0de42fc5745ecece71bde74c1f1f3d1502c9614dea6aad702c5e3b"
+        );
+        let v1 = k.tls_psk_v1_with(HOST, SUB, r).unwrap();
+        assert!(v1
+            .identity
+            .ends_with(" urSuSitCoxBcxpk6A1vYtN24/I5uNUZTjxBUa5n6iiO9D5LWJQISr0bo4wvB0VuE"));
+        assert_eq!(
+            hex(&v1.key),
+            "6649c7a1bd147854e152850f9362b53bd928bc356978074f53a91687ee76a359f9d32bd990f1b1de4ec85c628faebc35"
+        );
+
+        // Hash 00: the configured PSK is the retained PSK in both encodings; the TLS PSK differs.
+        let k = ConfiguredPsk::parse(
+            "NVMeTLSkey-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:",
+        )
+        .unwrap();
+        assert_eq!(
+            k.retained_with(HOST, r).unwrap(),
+            (0u8..32).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            hex(&k.tls_psk_v0_with(HOST, SUB, r).unwrap().key),
+            "ed62b6116680f591fe21328fe17abbfeefa96d515a4654a71082b7033b8a84f9"
+        );
+
+        // HkdfLabel's layout, byte by byte.
+        assert_eq!(
+            hkdf_label("HostNQN", b"nq", 32).unwrap(),
+            b"\x00\x20\x0dtls13 HostNQN\x02nq".to_vec()
+        );
+        // A context the one-byte length cannot hold.
+        let long = format!("nqn.2014-08.org.x:{}", "h".repeat(200));
+        assert!(matches!(
+            k.tls_psk_v0_with(&long, &long, r),
+            Err(PskError::ContextTooLong { .. })
+        ));
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use nvmf_config::{read_key_file, TargetConfig, DISCOVERY_NQN};
 
-use super::psk::{ConfiguredPsk, PskHash, TlsPsk};
+use super::psk::{ConfiguredPsk, PskHash, PskLabels, TlsPsk};
 
 /// What a PSK identity names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -106,30 +106,49 @@ impl TlsTable {
         self.psks.len()
     }
 
-    /// The TLS PSK for the identity a host offered, if a configured key derives exactly that
-    /// identity: the subsystem's key for that host (for the discovery NQN: any key of that host).
-    /// Unknown hosts, foreign digests and hash mismatches get None (the handshake is refused).
-    pub fn lookup(&self, identity: &str) -> Option<TlsPsk> {
-        let id = parse_identity(identity)?;
-        let derive = |k: &ConfiguredPsk| {
-            let p = match id.version {
-                0 => k.tls_psk_v0(&id.hostnqn, &id.subnqn),
-                _ => k.tls_psk_v1(&id.hostnqn, &id.subnqn),
+    /// The TLS PSKs for the identity a host offered, derived from the configured key that
+    /// derives exactly that identity: the subsystem's key for that host (for the discovery NQN:
+    /// any key of that host). One per HKDF label encoding that gives the identity (`PskLabels`:
+    /// a version-0 identity, or a version-1 identity of a hash-00 key, is the same string in
+    /// both, with different keys; the handshake keeps the one the client's binder verifies
+    /// with, `binder::pick`). Unknown hosts, foreign digests and hash mismatches get none (the
+    /// handshake is refused).
+    pub fn lookup(&self, identity: &str) -> Vec<TlsPsk> {
+        let Some(id) = parse_identity(identity) else {
+            return Vec::new();
+        };
+        let derive = |k: &ConfiguredPsk| -> Vec<TlsPsk> {
+            let mut out: Vec<TlsPsk> = Vec::new();
+            for labels in PskLabels::ALL {
+                let p = match id.version {
+                    0 => k.tls_psk_v0_with(&id.hostnqn, &id.subnqn, labels),
+                    _ => k.tls_psk_v1_with(&id.hostnqn, &id.subnqn, labels),
+                };
+                if let Ok(p) = p {
+                    if p.identity == identity && !out.iter().any(|o| o.key == p.key) {
+                        out.push(p);
+                    }
+                }
             }
-            .ok()?;
-            (p.identity == identity).then_some(p)
+            out
         };
         if let Some(k) = self.psks.get(&(id.subnqn.clone(), id.hostnqn.clone())) {
             return derive(k);
         }
         if id.subnqn == DISCOVERY_NQN {
-            return self
-                .psks
-                .iter()
-                .filter(|((_, h), _)| *h == id.hostnqn)
-                .find_map(|(_, k)| derive(k));
+            let mut out: Vec<TlsPsk> = Vec::new();
+            for ((_, h), k) in &self.psks {
+                if *h == id.hostnqn {
+                    for p in derive(k) {
+                        if !out.iter().any(|o| o.key == p.key) {
+                            out.push(p);
+                        }
+                    }
+                }
+            }
+            return out;
         }
-        None
+        Vec::new()
     }
 }
 
@@ -177,32 +196,53 @@ mod tests {
     fn lookup_derives_the_offered_identity_only() {
         let t = table();
         let k = ConfiguredPsk::parse(KEY).unwrap();
+        // Version 1 of a hashed key: the digest differs between the encodings, so one key each.
         let v1 = k.tls_psk_v1(HOST, SUB).unwrap();
-        assert_eq!(t.lookup(&v1.identity), Some(v1.clone()));
+        assert_eq!(t.lookup(&v1.identity), vec![v1.clone()]);
+        let v1r = k.tls_psk_v1_with(HOST, SUB, PskLabels::Rfc8446).unwrap();
+        assert_ne!(v1r.identity, v1.identity);
+        assert_eq!(t.lookup(&v1r.identity), vec![v1r]);
+        // Version 0 (what SPDK's host offers): one identity, libnvme's key first, then the spec's.
         let v0 = k.tls_psk_v0(HOST, SUB).unwrap();
-        assert_eq!(t.lookup(&v0.identity), Some(v0));
+        let v0r = k.tls_psk_v0_with(HOST, SUB, PskLabels::Rfc8446).unwrap();
+        assert_eq!(v0.identity, v0r.identity);
+        assert_eq!(t.lookup(&v0.identity), vec![v0, v0r]);
         // A digest from another key, another host, another subsystem, the wrong hash.
         let other = ConfiguredPsk::parse(
             "NVMeTLSkey-1:02:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vcSEgBQ==:",
         )
         .unwrap();
         let foreign = other.tls_psk_v1(HOST, SUB).unwrap();
-        assert_eq!(t.lookup(&foreign.identity), None);
+        assert_eq!(t.lookup(&foreign.identity), vec![]);
         let forged = format!("NVMe1R01 {HOST} {SUB} {}", "A".repeat(44));
-        assert_eq!(t.lookup(&forged), None);
+        assert_eq!(t.lookup(&forged), vec![]);
         assert_eq!(
             t.lookup(&format!("NVMe0R01 nqn.2014-08.org.x:other {SUB}")),
-            None
+            vec![]
         );
         assert_eq!(
             t.lookup(&format!("NVMe0R01 {HOST} nqn.2024-01.io.nvmfd:u")),
-            None
+            vec![]
         );
-        assert_eq!(t.lookup(&format!("NVMe0R02 {HOST} {SUB}")), None);
+        assert_eq!(t.lookup(&format!("NVMe0R02 {HOST} {SUB}")), vec![]);
         // Discovery: any key of the host.
         let d = k.tls_psk_v1(HOST, DISCOVERY_NQN).unwrap();
-        assert_eq!(t.lookup(&d.identity), Some(d));
+        assert_eq!(t.lookup(&d.identity), vec![d]);
         assert!(t.is_secure("127.0.0.1", "4420"));
         assert!(!t.is_secure("127.0.0.1", "4421"));
+    }
+
+    /// A hash-00 key: the retained PSK is the configured one in both encodings, so a version-1
+    /// identity (same digest) gets two keys too.
+    #[test]
+    fn hash_00_key_version_1_gets_both_encodings() {
+        let mut t = TlsTable::default();
+        let k = ConfiguredPsk::new(None, &[5u8; 32]).unwrap();
+        t.psks
+            .insert((SUB.into(), HOST.into()), Arc::new(k.clone()));
+        let v1 = k.tls_psk_v1(HOST, SUB).unwrap();
+        let v1r = k.tls_psk_v1_with(HOST, SUB, PskLabels::Rfc8446).unwrap();
+        assert_eq!(v1.identity, v1r.identity);
+        assert_eq!(t.lookup(&v1.identity), vec![v1, v1r]);
     }
 }

@@ -323,8 +323,11 @@ impl BenchTarget for SpdkTarget {
 
     fn io_counters(&mut self) -> Option<(u64, u64)> {
         let name = self.bdev.clone()?;
+        // SPDK v26.01 replaced the parameter `name` by `names` (a list); older releases
+        // (v24.01) know only `name`.
         let v = self
-            .call("bdev_get_iostat", Some(&json!({ "name": name })))
+            .call("bdev_get_iostat", Some(&json!({ "names": [&name] })))
+            .or_else(|_| self.call("bdev_get_iostat", Some(&json!({ "name": name }))))
             .ok()?;
         iostat_counts(&v)
     }
