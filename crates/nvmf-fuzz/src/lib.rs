@@ -19,6 +19,7 @@
 pub mod auth;
 pub mod harness;
 pub mod input;
+pub mod rdma;
 pub mod seeds;
 pub mod shadow;
 
