@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # scripts/fuzz-smoke.sh - a short real libFuzzer session of every cargo-fuzz target:
 #   nvmf-wire `decode` (PDU decoder), nvmf-wire `rdma` (NVMe/RDMA connect private data and
-#   keyed SGL parsers) and nvmf-fuzz `connection` (whole NVMe/TCP connections
-#   against an in-process target), SECONDS each (default 30), starting from the committed corpora.
+#   keyed SGL parsers), nvmf-fuzz `connection` (whole NVMe/TCP connections
+#   against an in-process target) and nvmf-fuzz `rdma` (NVMe/RDMA queues of an in-process
+#   target, the harness playing host and device), SECONDS each (default 30), starting from
+#   the committed corpora.
 # Fails on the first crash, failed invariant, timeout or OOM (the input is left in the
 # target's fuzz/artifacts/ directory). Installs the nightly toolchain and cargo-fuzz when missing.
 #
@@ -41,4 +43,5 @@ rc=0
 run crates/nvmf-wire/fuzz decode 4096 seeds/decode || rc=1
 run crates/nvmf-wire/fuzz rdma 256 seeds/rdma || rc=1
 run crates/nvmf-fuzz/fuzz connection 4096 seeds/connection cmin/connection regressions/connection || rc=1
+run crates/nvmf-fuzz/fuzz rdma 2048 seeds/rdma cmin/rdma regressions/rdma || rc=1
 exit "$rc"

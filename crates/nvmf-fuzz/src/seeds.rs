@@ -312,3 +312,226 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
     v.push(("hand-termreq", e.0));
     v
 }
+
+/// Hand-made inputs of the NVMe/RDMA queue fuzzer (`crate::rdma`): the
+/// same encoder over `RdmaInput`'s types. Variant indices and counts
+/// mirror `rdma.rs` (`ROp`: 14 variants, `KINDS` for command indices).
+pub mod rdma {
+    use super::Enc;
+
+    /// `KINDS` indices in rdma.rs.
+    pub const READ: u8 = 0;
+    pub const WRITE: u8 = 3;
+    pub const FLUSH: u8 = 6;
+    pub const WRITE_ZEROES: u8 = 7;
+    pub const IDENTIFY: u8 = 8;
+    pub const KEEP_ALIVE: u8 = 10;
+    pub const AER: u8 = 11;
+    pub const PROP_SET: u8 = 13;
+
+    const OPS: u32 = 14;
+
+    /// An encoder for one `RdmaInput`.
+    pub struct R(pub Enc);
+
+    impl R {
+        /// `srq`: a shared receive queue of `n % 16 + 1` buffers.
+        pub fn new(srq: Option<u8>) -> R {
+            let mut e = Enc::default();
+            match srq {
+                None => e.bool(false),
+                Some(n) => e.bool(true).u8(n),
+            };
+            R(e)
+        }
+
+        /// `ROp::Accept` with a good request: HSQSIZE 31 or `hsqsize`;
+        /// the host's initiator depth `ird` (None: 16).
+        pub fn accept(&mut self, q: u8, hsqsize: Option<u8>, ird: Option<u8>) -> &mut Self {
+            let e = &mut self.0;
+            e.tag(0, OPS).u8(q);
+            e.tag(0, 4); // CmSpec::Good
+            e.tag(0, 4); // qid Pick16::Auto
+            match hsqsize {
+                None => e.tag(0, 4),
+                Some(n) => e.tag(2, 4).u8(n),
+            };
+            e.tag(0, 4); // hrqsize Hsq::Auto
+            e.tag(0, 4); // cntlid Pick16::Auto
+            e.u8(0); // recfmt
+            match ird {
+                None => e.tag(0, 3),
+                Some(n) => e.tag(2, 3).u8(n),
+            };
+            self
+        }
+
+        /// `ROp::Connect`: SQSIZE as the connect request (None) or `sqsize`;
+        /// data in the capsule or behind a keyed SGL (RDMA READ).
+        pub fn connect(&mut self, q: u8, sqsize: Option<u16>, keyed: bool) -> &mut Self {
+            let e = &mut self.0;
+            e.tag(1, OPS).u8(q);
+            e.tag(0, 4); // qid Pick16::Auto
+            match sqsize {
+                None => e.tag(0, 5),
+                Some(n) => e.tag(4, 5).u16(n),
+            };
+            e.tag(0, 4); // cntlid Pick16::Auto
+            e.tag(0, 7); // SubNqn::Nvm
+            e.tag(if keyed { 2 } else { 0 }, 7); // FData
+            e.u16(0); // kato
+            self
+        }
+
+        /// `ROp::Cmd`: `KINDS[op]` on nsid 1, `Sgl::Auto`, data as it says.
+        pub fn cmd(&mut self, q: u8, op: u8, slba: u16, nlb: u8, sel: u8) -> &mut Self {
+            let e = &mut self.0;
+            e.tag(2, OPS).u8(q);
+            e.u8(op);
+            e.tag(0, 5); // Cid::Next
+            e.tag(0, 6); // Nsid::Malloc
+            e.tag(0, 3).u16(slba); // Lba::Low
+            e.u8(nlb).u8(sel);
+            e.u32(0).u32(0);
+            e.tag(0, 8); // RSgl::Auto
+            e.tag(0, 5); // Data::Auto
+            self
+        }
+
+        /// `ROp::Hold`.
+        pub fn hold(&mut self, q: u8, on: bool) -> &mut Self {
+            self.0.tag(6, OPS).u8(q).bool(on);
+            self
+        }
+
+        /// `ROp::Complete`: work request `pick` (modulo those in flight).
+        pub fn complete(&mut self, q: u8, pick: u8, ok: bool) -> &mut Self {
+            self.0.tag(7, OPS).u8(q).u8(pick).bool(ok);
+            self
+        }
+
+        /// `ROp::Run`.
+        pub fn run(&mut self, q: u8) -> &mut Self {
+            self.0.tag(9, OPS).u8(q);
+            self
+        }
+
+        /// `ROp::Flush`.
+        pub fn flush(&mut self, q: u8) -> &mut Self {
+            self.0.tag(10, OPS).u8(q);
+            self
+        }
+
+        /// `ROp::Bogus` with `BogusId::Stale(i)`.
+        pub fn stale(&mut self, q: u8, i: u8, ok: bool) -> &mut Self {
+            self.0.tag(11, OPS).u8(q).tag(0, 3).u8(i).bool(ok);
+            self
+        }
+
+        /// `ROp::Tick`: `RTick::Idle` (11 s).
+        pub fn idle(&mut self) -> &mut Self {
+            self.0.tag(12, OPS).tag(2, 4);
+            self
+        }
+
+        /// `ROp::Disconnect`.
+        pub fn disconnect(&mut self, q: u8) -> &mut Self {
+            self.0.tag(13, OPS).u8(q);
+            self
+        }
+
+        /// Admin queue in slot 0 (Connect data by RDMA READ, as Linux
+        /// sends it), enabled; I/O queue in slot 1.
+        pub fn bring_up(&mut self) -> &mut Self {
+            self.accept(0, None, None)
+                .connect(0, None, true)
+                .cmd(0, PROP_SET, 0, 0, 0)
+                .accept(1, None, None)
+                .connect(1, None, false)
+        }
+    }
+
+    /// The hand-made RDMA seeds: (file name, bytes).
+    pub fn all() -> Vec<(&'static str, Vec<u8>)> {
+        let mut v = Vec::new();
+
+        // Bring-up, Identify; keyed writes (RDMA READ), keyed reads (RDMA
+        // WRITE + SEND, with Invalidate), in-capsule writes, flush, write
+        // zeroes, each read checked against the writes.
+        let mut r = R::new(None);
+        r.bring_up()
+            .cmd(0, IDENTIFY, 0, 0, 1)
+            .cmd(1, WRITE, 64, 31, 0)
+            .cmd(1, READ, 64, 31, 1)
+            .cmd(1, WRITE, 200, 1, 0)
+            .cmd(1, READ, 200, 1, 0)
+            .cmd(1, FLUSH, 0, 0, 0)
+            .cmd(1, WRITE_ZEROES, 64, 7, 0)
+            .cmd(1, READ, 64, 15, 0);
+        v.push(("hand-rdma-io", r.0 .0));
+
+        // The same over a shared receive queue of 4 buffers shared by both
+        // queues: far more capsules than buffers.
+        let mut r = R::new(Some(3));
+        r.bring_up();
+        for k in 0..6u8 {
+            r.cmd(1, WRITE, u16::from(k) * 8, 7, 0)
+                .cmd(1, READ, u16::from(k) * 8, 7, 0)
+                .cmd(0, KEEP_ALIVE, 0, 0, 0);
+        }
+        r.disconnect(1).cmd(0, KEEP_ALIVE, 0, 0, 0);
+        v.push(("hand-rdma-srq", r.0 .0));
+
+        // Issue 23 finding 1: the connect request asks for HSQSIZE 1 (a
+        // queue of 2 entries), the Connect says SQSIZE 127, then 12 writes
+        // whose RDMA READs the device holds stay outstanding.
+        let mut r = R::new(None);
+        r.bring_up()
+            .accept(2, Some(1), Some(16))
+            .connect(2, Some(127), false);
+        r.hold(2, true);
+        for k in 0..12u16 {
+            r.cmd(2, WRITE, k * 32, 31, 0);
+        }
+        r.hold(2, false);
+        v.push(("hand-rdma-mismatch", r.0 .0));
+
+        // Completions in any order: reads held at read depth 2, SENDs and
+        // READs completed last-first, then an error completion (retry
+        // exceeded), a flush, and the same completion delivered again.
+        let mut r = R::new(None);
+        r.bring_up()
+            .accept(2, None, Some(2))
+            .connect(2, None, false);
+        r.hold(2, true);
+        for k in 0..4u16 {
+            r.cmd(2, WRITE, k * 32, 31, 0)
+                .cmd(2, READ, 512 + k * 8, 7, 0);
+        }
+        for p in [255u8, 3, 254, 1, 0, 7] {
+            r.complete(2, p, true);
+        }
+        r.complete(2, 1, false)
+            .flush(2)
+            .stale(2, 0, false)
+            .disconnect(2);
+        v.push(("hand-rdma-any-order", r.0 .0));
+
+        // Liveness: a quiet queue is probed, the probe answered; quiet
+        // again, the probe fails: the queue closes; AERs outstanding while
+        // the admin queue is dropped.
+        let mut r = R::new(None);
+        r.bring_up()
+            .cmd(0, AER, 0, 0, 0)
+            .cmd(0, AER, 0, 0, 0)
+            .hold(1, true)
+            .idle()
+            .complete(1, 0, true)
+            .idle()
+            .idle()
+            .complete(1, 0, false)
+            .disconnect(0);
+        v.push(("hand-rdma-probe", r.0 .0));
+        v
+    }
+}
