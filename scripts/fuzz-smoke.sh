@@ -3,7 +3,8 @@
 #   nvmf-wire `decode` (PDU decoder), nvmf-wire `rdma` (NVMe/RDMA connect private data and
 #   keyed SGL parsers), nvmf-fuzz `connection` (whole NVMe/TCP connections
 #   against an in-process target) and nvmf-fuzz `rdma` (NVMe/RDMA queues of an in-process
-#   target, the harness playing host and device), SECONDS each (default 30), starting from
+#   target, the harness playing host and device) and nvmf-fuzz `auth` (DH-HMAC-CHAP messages
+#   through a queue whose host must authenticate), SECONDS each (default 30), starting from
 #   the committed corpora.
 # Fails on the first crash, failed invariant, timeout or OOM (the input is left in the
 # target's fuzz/artifacts/ directory). Installs the nightly toolchain and cargo-fuzz when missing.
@@ -44,4 +45,5 @@ run crates/nvmf-wire/fuzz decode 4096 seeds/decode || rc=1
 run crates/nvmf-wire/fuzz rdma 256 seeds/rdma || rc=1
 run crates/nvmf-fuzz/fuzz connection 4096 seeds/connection cmin/connection regressions/connection || rc=1
 run crates/nvmf-fuzz/fuzz rdma 2048 seeds/rdma cmin/rdma regressions/rdma || rc=1
+run crates/nvmf-fuzz/fuzz auth 1024 || rc=1
 exit "$rc"
