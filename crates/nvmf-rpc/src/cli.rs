@@ -668,6 +668,14 @@ static COMMANDS: &[Cmd] = &[
         example: "nvmf rpc nvmf_get_stats",
     },
     Cmd {
+        name: "framework_get_reactors",
+        help: "Display each reactor: its CPU (lcore), busy and idle ticks, and its thread",
+        pos: &[],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc framework_get_reactors",
+    },
+    Cmd {
         name: "thread_get_stats",
         help: "Display busy and idle time of each reactor (ticks of tick_rate per second)",
         pos: &[],

@@ -74,6 +74,7 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_set_ns_ana_group",
     "nvmf_get_stats",
     "thread_get_stats",
+    "framework_get_reactors",
     "nvmf_get_path_stats",
 ];
 
@@ -488,6 +489,10 @@ impl RpcService {
             "thread_get_stats" => {
                 Params::new(method, params)?.finish()?;
                 Ok(self.live.thread_stats())
+            }
+            "framework_get_reactors" => {
+                Params::new(method, params)?.finish()?;
+                Ok(reactors_json(&self.live.thread_stats()))
             }
             "nvmf_get_stats" => {
                 let mut p = Params::new(method, params)?;
@@ -1205,4 +1210,68 @@ fn listener_ana_json(s: &SubsystemConfig, l: &ListenerConfig) -> Value {
         );
     }
     v
+}
+
+/// SPDK's `framework_get_reactors` from `thread_get_stats`' answer: nvmfd
+/// runs one thread per reactor, so each reactor (`lcore` = its CPU, or its
+/// index when not pinned) lists its one thread; `busy`/`idle` are the
+/// reactor's, `irq`/`sys` are 0 (not measured), `in_interrupt` false
+/// (nvmfd's reactors sleep in epoll when idle whatever SPDK's mode says).
+pub fn reactors_json(threads: &Value) -> Value {
+    let tick_rate = threads["tick_rate"].clone();
+    let reactors: Vec<Value> = threads["threads"]
+        .as_array()
+        .map(|v| v.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|t| {
+            let mask = t["cpumask"].as_str().unwrap_or("");
+            let lcore = u128::from_str_radix(mask, 16)
+                .ok()
+                .filter(|m| *m != 0)
+                .map(|m| u64::from(m.trailing_zeros()))
+                .unwrap_or_else(|| t["id"].as_u64().unwrap_or(1).saturating_sub(1));
+            let (busy, idle) = (
+                t["busy"].as_u64().unwrap_or(0),
+                t["idle"].as_u64().unwrap_or(0),
+            );
+            json!({
+                "lcore": lcore,
+                "busy": busy,
+                "idle": idle,
+                "irq": 0,
+                "sys": 0,
+                "in_interrupt": false,
+                "lw_threads": [{
+                    "name": t["name"],
+                    "id": t["id"],
+                    "cpumask": mask,
+                    "elapsed": busy + idle,
+                }],
+            })
+        })
+        .collect();
+    json!({ "tick_rate": tick_rate, "pid": std::process::id(), "reactors": reactors })
+}
+
+#[cfg(test)]
+mod reactors_tests {
+    use super::*;
+
+    #[test]
+    fn reactors_come_from_the_thread_stats() {
+        let t = json!({"tick_rate": 1_000_000_000u64, "threads": [
+            {"name": "nvmf_tgt_poll_group_000", "id": 1, "cpumask": "4", "busy": 30, "idle": 70},
+            {"name": "nvmf_tgt_poll_group_001", "id": 2, "cpumask": "", "busy": 5, "idle": 5},
+        ]});
+        let r = reactors_json(&t);
+        assert_eq!(r["tick_rate"], 1_000_000_000u64);
+        let rs = r["reactors"].as_array().unwrap();
+        assert_eq!(rs.len(), 2);
+        assert_eq!(rs[0]["lcore"], 2, "CPU 2 from cpumask 0x4");
+        assert_eq!(rs[0]["busy"], 30);
+        assert_eq!(rs[0]["lw_threads"][0]["name"], "nvmf_tgt_poll_group_000");
+        assert_eq!(rs[0]["lw_threads"][0]["elapsed"], 100);
+        assert_eq!(rs[1]["lcore"], 1, "not pinned: the reactor's index");
+    }
 }

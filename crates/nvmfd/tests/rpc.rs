@@ -271,6 +271,19 @@ fn spdk_walkthrough_io_and_restart_from_state() {
         idle1 > idle0,
         "thread_get_stats: idle {idle0} -> {idle1} ns"
     );
+    // framework_get_reactors (SPDK's): the same reactors, their busy time.
+    let r = d.call("framework_get_reactors", json!({}));
+    let rs = r["reactors"].as_array().expect("reactors");
+    assert!(!rs.is_empty(), "{r}");
+    let busy_r: u64 = rs.iter().map(|x| x["busy"].as_u64().unwrap()).sum();
+    assert!(
+        busy_r >= busy1,
+        "framework_get_reactors busy {busy_r} < {busy1}: {r}"
+    );
+    assert_eq!(
+        rs[0]["lw_threads"][0]["name"], "nvmf_tgt_poll_group_000",
+        "{r}"
+    );
 
     // Restart with the same --state (and -c, which the state file overrides).
     let before = d.call("nvmf_get_subsystems", json!({}));
