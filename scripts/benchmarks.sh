@@ -40,8 +40,8 @@ cargo build --release -q -p nvmfd -p nvmf-host
 
 if [ "$spec" = bench/benchmarks.toml ] && [ "$(id -u)" = 0 ]; then
     mountpoint -q /dev/hugepages || { mkdir -p /dev/hugepages; mount -t hugetlbfs nodev /dev/hugepages; }
-    if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -lt 512 ]; then
-        echo 1024 > /proc/sys/vm/nr_hugepages
+    if [ "$(awk '/HugePages_Free/ {print $2}' /proc/meminfo)" -lt 1024 ]; then
+        echo 1280 > /proc/sys/vm/nr_hugepages
     fi
 fi
 cc_file=/proc/sys/net/ipv4/tcp_congestion_control

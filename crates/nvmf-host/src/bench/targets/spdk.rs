@@ -9,8 +9,10 @@
 //! hugepage accounting, DPDK's run directory, cpulists, shell quoting.
 //!
 //! Memory: with at least [`TARGET_MEM_MIB`] of free hugepages it runs on
-//! them (`-s 1024`); otherwise on plain memory (`--no-huge -s 1024`), which
-//! is said in its notes (hugepages: `echo 512 > /proc/sys/vm/nr_hugepages`).
+//! them (`-s 2048`); otherwise on plain memory (`--no-huge -s 2048`), which
+//! is said in its notes (hugepages: `echo 1024 > /proc/sys/vm/nr_hugepages`).
+//! 2 GiB: SPDK v26.05 cannot fit the benchmark's 1 GiB malloc bdev and its
+//! buffer pools in 1 GiB (`malloc_buf spdk_zmalloc() failed`).
 
 use crate::bench::spec::SpdkSpec;
 use crate::bench::target::{BenchTarget, Endpoint};
@@ -23,7 +25,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// MiB nvmf_tgt gets (`-s`).
-pub const TARGET_MEM_MIB: u64 = 1024;
+pub const TARGET_MEM_MIB: u64 = 2048;
 /// How long nvmf_tgt may take until its listener accepts.
 pub const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long it may take to exit after spdk_kill_instance / SIGTERM.
@@ -420,14 +422,14 @@ mod tests {
         assert_eq!(free_hugepage_mib(MEMINFO), 600);
         assert_eq!(free_hugepage_mib("MemTotal: 1 kB\n"), 0);
         let (a, note) = memory_args(MEMINFO);
-        assert_eq!(a, ["--no-huge", "-s", "1024"]);
+        assert_eq!(a, ["--no-huge", "-s", "2048"]);
         let note = note.unwrap();
         assert!(
-            note.contains("600 MiB") && note.contains("echo 512 > /proc/sys/vm/nr_hugepages"),
+            note.contains("600 MiB") && note.contains("echo 1024 > /proc/sys/vm/nr_hugepages"),
             "{note}"
         );
-        let (a, note) = memory_args(&MEMINFO.replace("Free:      300", "Free:      512"));
-        assert_eq!((a, note), (vec!["-s".to_string(), "1024".into()], None));
+        let (a, note) = memory_args(&MEMINFO.replace("Free:      300", "Free:     1024"));
+        assert_eq!((a, note), (vec!["-s".to_string(), "2048".into()], None));
     }
 
     #[test]
