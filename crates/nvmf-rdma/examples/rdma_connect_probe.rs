@@ -150,73 +150,17 @@ enum Answer {
     Accepted,
 }
 
-/// `n` connect requests, each accepted one held until all were answered:
-/// (accepted, refused without NVMe/RDMA data). A reject with NVMe/RDMA
-/// data is an error (the request itself was wrong).
-fn probe_many(
-    addr: SocketAddr,
-    req: &RdmaCmRequest,
-    n: u16,
-    deadline: Instant,
-) -> Result<(u16, u16), String> {
-    let mut held = Vec::new();
-    let (mut accepted, mut refused) = (0, 0);
-    for i in 0..n {
-        let ch = EventChannel::new().map_err(|e| e.to_string())?;
-        let mut id = ch.create_id(1).map_err(|e| e.to_string())?;
-        let dev = resolve(&ch, &id, addr, deadline)?;
-        let pd = ProtectionDomain::new(dev).map_err(|e| e.to_string())?;
-        let cq = CompletionQueue::new(dev, 16).map_err(|e| e.to_string())?;
-        id.create_qp(
-            &pd,
-            &cq,
-            &cq,
-            QpCaps {
-                send_depth: 4,
-                recv_depth: 4,
-                send_sge: 1,
-                recv_sge: 1,
-                max_inline: 0,
-            },
-        )
-        .map_err(|e| e.to_string())?;
-        id.connect(&ConnParam {
-            private_data: req.as_bytes(),
-            responder_resources: 4,
-            initiator_depth: 4,
-            ..ConnParam::default()
-        })
-        .map_err(|e| e.to_string())?;
-        let ev = wait_event(&ch, deadline, "the target's answer")?;
-        match ev.kind {
-            CmEventKind::Established => {
-                accepted += 1;
-                held.push((id, cq, pd, ch));
-            }
-            CmEventKind::Rejected if ev.private_data.get(..4).is_none_or(|b| b == [0; 4]) => {
-                refused += 1;
-            }
-            other => {
-                return Err(format!(
-                    "connection {i}: unexpected answer {other:?} (status {}, private data {:?})",
-                    ev.status,
-                    ev.private_data.get(..4)
-                ))
-            }
-        }
-    }
-    for (id, ..) in &held {
-        let _ = id.disconnect();
-    }
-    Ok((accepted, refused))
-}
+/// What must stay alive while a connection is held; the tuple drops in
+/// field order: the id (with its queue pair) first, the event channel last.
+type Held = (
+    nvmf_rdma::CmId,
+    std::sync::Arc<CompletionQueue>,
+    std::sync::Arc<ProtectionDomain>,
+    EventChannel,
+);
 
-fn probe(
-    addr: SocketAddr,
-    req: &RdmaCmRequest,
-    vanish: bool,
-    deadline: Instant,
-) -> Result<Answer, String> {
+/// One connect request with `req` as private data, sent.
+fn connect_once(addr: SocketAddr, req: &RdmaCmRequest, deadline: Instant) -> Result<Held, String> {
     let ch = EventChannel::new().map_err(|e| e.to_string())?;
     let mut id = ch.create_id(1).map_err(|e| e.to_string())?;
     let dev = resolve(&ch, &id, addr, deadline)?;
@@ -242,7 +186,56 @@ fn probe(
         ..ConnParam::default()
     })
     .map_err(|e| e.to_string())?;
-    let ev = wait_event(&ch, deadline, "the target's answer")?;
+    Ok((id, cq, pd, ch))
+}
+
+/// `n` connect requests, each accepted one held until all were answered:
+/// (accepted, refused without NVMe/RDMA data). A reject with NVMe/RDMA
+/// data is an error (the request itself was wrong).
+fn probe_many(
+    addr: SocketAddr,
+    req: &RdmaCmRequest,
+    n: u16,
+    deadline: Instant,
+) -> Result<(u16, u16), String> {
+    let mut held = Vec::new();
+    let (mut accepted, mut refused) = (0, 0);
+    for i in 0..n {
+        let held_one = connect_once(addr, req, deadline)?;
+        let ev = wait_event(&held_one.3, deadline, "the target's answer")?;
+        match ev.kind {
+            CmEventKind::Established => {
+                accepted += 1;
+                held.push(held_one);
+            }
+            CmEventKind::Rejected if ev.private_data.get(..4).is_none_or(|b| b == [0; 4]) => {
+                refused += 1;
+            }
+            other => {
+                return Err(format!(
+                    "connection {i}: unexpected answer {other:?} (status {}, private data {:?})",
+                    ev.status,
+                    ev.private_data.get(..4)
+                ))
+            }
+        }
+    }
+    for (id, ..) in &held {
+        let _ = id.disconnect();
+    }
+    Ok((accepted, refused))
+}
+
+fn probe(
+    addr: SocketAddr,
+    req: &RdmaCmRequest,
+    vanish: bool,
+    deadline: Instant,
+) -> Result<Answer, String> {
+    // One binding: the tuple drops in its field order (the id first).
+    let held = connect_once(addr, req, deadline)?;
+    let (id, ch) = (&held.0, &held.3);
+    let ev = wait_event(ch, deadline, "the target's answer")?;
     match ev.kind {
         CmEventKind::Rejected => {
             let Some(rej) = ev
