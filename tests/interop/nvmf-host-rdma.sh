@@ -31,9 +31,25 @@ grep -Eq 'namespace 1: (65536 blocks of 512|8192 blocks of 4096) bytes' <<<"$LAS
 ok "namespace 1 is 32 MiB"
 
 perf() {  # name, perf args...
-  local name=$1; shift
-  # exit status 1 on any I/O error, lost I/O or mismatch
-  run timeout $((SECS + 60)) "$NVMF" perf -r "$TRID" --hostnqn "$HOSTNQN" -t "$SECS" --verify "$@"
+  local name=$1 attempt out rc; shift
+  # exit status 1 on any I/O error, lost I/O or mismatch. One retry, said loudly, only when the
+  # kernel target dropped the whole link (both queues silent, then the connection closed by the
+  # target): seen once in a CI-like run under load with nvmet-rdma on 6.1's soft-RoCE (the
+  # initiator reported it correctly); a second time fails.
+  for attempt in 1 2; do
+    echo "+ timeout $((SECS + 60)) $NVMF perf -r $TRID --hostnqn $HOSTNQN -t $SECS --verify $*"
+    out=$(timeout $((SECS + 60)) "$NVMF" perf -r "$TRID" --hostnqn "$HOSTNQN" -t "$SECS" --verify "$@" 2>&1)
+    rc=$?
+    printf '%s\n' "$out" | sed 's/^/  | /'
+    if [ "$rc" != 0 ] && [ "$attempt" = 1 ] &&
+      grep -q 'connection closed by the target on every path' <<<"$out"; then
+      echo "RETRY: $name: the kernel target closed the connection (soft-RoCE under load); once more"
+      continue
+    fi
+    break
+  done
+  [ "$rc" = 0 ] || fail "$name: nvmf perf exited with status $rc"
+  LAST_OUT=$out
   grep -Eq 'verify: [1-9][0-9]* blocks checked, 0 mismatched - OK' <<<"$LAST_OUT" \
     || fail "$name: no clean verify line"
   grep -q '^ERROR' <<<"$LAST_OUT" && fail "$name: errors reported"

@@ -36,6 +36,10 @@ fn nvmf_host_against_kernel_target_over_rxe() {
         &[nvmf.as_path()],
         Duration::from_secs(180),
     );
+    // A perf run the scenario retried (the kernel target dropped the link): said, not hidden.
+    for l in run.stdout.lines().filter(|l| l.starts_with("RETRY:")) {
+        nvmf_interop::say(&format!("  {l}"));
+    }
     case.conclude_kernel(&run, &target, NQN);
 }
 
