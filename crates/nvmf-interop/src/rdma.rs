@@ -35,6 +35,9 @@ pub struct RxeLink {
     pub target_ip: &'static str,
     /// The connecting (host) guest's `eth1` address.
     pub host_ip: &'static str,
+    /// The kernel both guests boot (`NVMFD_INTEROP_KERNEL`, else Debian 12's 6.1; a case may
+    /// ask for one: `RdmaCase::begin_on`).
+    pub kernel: Kernel,
 }
 
 impl Default for RxeLink {
@@ -50,6 +53,7 @@ impl RxeLink {
             port: free_port(),
             target_ip: "10.77.0.1",
             host_ip: "10.77.0.2",
+            kernel: Kernel::from_env(),
         }
     }
 
@@ -117,9 +121,9 @@ pub fn run_guest_rxe(
     timeout: Duration,
     on_checkpoint: impl FnMut(&str, &str) -> String,
 ) -> GuestRun {
-    // Debian 12's kernel unless NVMFD_INTEROP_KERNEL=6.12 asks for the backports one (a
-    // newer soft-RoCE: it reports last-WQE-reached events, 6.1's does not).
-    let kernel = Kernel::from_env();
+    // The link's kernel: Debian 12's unless NVMFD_INTEROP_KERNEL=6.12 or the case asks for
+    // the backports one (a newer soft-RoCE: it reports last-WQE-reached events, 6.1's does not).
+    let kernel = link.kernel;
     prepare_kernel(kernel);
     let mut tb_args: Vec<OsString> = link.connect_args().into_iter().map(Into::into).collect();
     for b in put_bins {
@@ -168,6 +172,7 @@ impl ListenGuest {
         Self::spawn(
             &dir.join("listen-guest"),
             &dir.join("listen-guest.log"),
+            link.kernel,
             &link.listen_args(),
             script,
             env,
@@ -191,6 +196,7 @@ impl ListenGuest {
         Self::spawn(
             &dir.join(name),
             &dir.join(format!("{name}.log")),
+            link.kernel,
             &link.connect_args(),
             script,
             env,
@@ -199,16 +205,17 @@ impl ListenGuest {
         )
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn spawn(
         job: &Path,
         tb_log: &Path,
+        kernel: Kernel,
         link_args: &[String],
         script: &str,
         env: &[(&str, String)],
         put_bins: &[&Path],
         timeout: Duration,
     ) -> ListenGuest {
-        let kernel = Kernel::from_env();
         prepare_kernel(kernel);
         let root = repo_root();
         let _ = fs::remove_dir_all(job);
@@ -398,6 +405,7 @@ mod tests {
             port: 17001,
             target_ip: "10.77.0.1",
             host_ip: "10.77.0.2",
+            kernel: Kernel::Debian12,
         };
         assert_eq!(
             l.listen_args(),

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use crate::rdma::RDMA_PORT;
 use crate::{
-    begin, host_nqn, nvmf_binary, nvmfd_binary, run_guest_rxe, say, work_dir, GuestRun,
+    begin, host_nqn, nvmf_binary, nvmfd_binary, run_guest_rxe, say, work_dir, GuestRun, Kernel,
     KernelTarget, ListenGuest, RxeLink,
 };
 
@@ -54,6 +54,13 @@ impl RdmaCase {
             started: Instant::now(),
             _serial: serial,
         })
+    }
+
+    /// [`RdmaCase::begin`] with both guests on `kernel`, whatever `NVMFD_INTEROP_KERNEL` says.
+    pub fn begin_on(name: &'static str, dir_name: &str, kernel: Kernel) -> Option<RdmaCase> {
+        let mut case = Self::begin(name, dir_name)?;
+        case.link.kernel = kernel;
+        Some(case)
     }
 
     /// Since the case began.
