@@ -26,8 +26,10 @@
 //!   receive queue;
 //! - no SEND names a response buffer that another SEND in flight uses, and
 //!   the response it carries is not overwritten before the device read it;
-//!   response buffers past the queue's entries carry only AER completions;
-//! - at most `entries` commands outstanding unless the queue is closing,
+//!   response buffers past the queue's slots (twice its entries) carry only
+//!   AER completions;
+//! - at most twice `entries` commands outstanding (responses whose SEND has
+//!   not completed, and the host's next commands) unless the queue is closing,
 //!   and RDMA READs in flight never exceed the negotiated read depth;
 //! - once the queue asked to close, it posts no READ, WRITE, SEND or probe;
 //! - every response names a command the host has outstanding (one response
@@ -842,7 +844,7 @@ impl Harness {
         let resp_len = q.response_buffers().len();
         let recv_len = q.recv_buffers().len();
         assert!(
-            resp_len >= (usize::from(entries) + 1) * 16,
+            resp_len >= (2 * usize::from(entries) + 1) * 16,
             "fewer response buffers than entries"
         );
         if shared {
@@ -1631,16 +1633,16 @@ impl Harness {
                 WorkRequest::Send { local, .. } => {
                     p.cqe.copy_from_slice(&c.q.region_mut(local.region)[..16]);
                     if let Region::Response(at) = local.region {
-                        if at >= c.entries && c.tracked && !c.lied {
+                        if at >= 2 * c.entries && c.tracked && !c.lied {
                             let cid = Completion::read_from_bytes(&p.cqe).expect("cqe").cid();
                             assert!(
                                 c.track
                                     .get(&cid)
                                     .and_then(|v| v.front())
                                     .is_some_and(|t| matches!(t.track, Track::Aer)),
-                                "response buffer {at} (past the {} entries) carries the \
+                                "response buffer {at} (past the {} slots) carries the \
                                  completion of CID {cid}, not an AER",
-                                c.entries
+                                2 * c.entries
                             );
                         }
                     }
@@ -1659,8 +1661,11 @@ impl Harness {
         };
         let in_flight = c.q.in_flight();
         self.report.max_in_flight = self.report.max_in_flight.max(in_flight as u32);
+        // A slot stays busy until its response's SEND completed, while the
+        // host may already have sent the next command: up to twice the
+        // entries, never more.
         assert!(
-            in_flight <= usize::from(c.entries) || c.q.close_reason().is_some(),
+            in_flight <= 2 * usize::from(c.entries) || c.q.close_reason().is_some(),
             "{in_flight} commands outstanding on a queue of {} entries that is not closing",
             c.entries
         );

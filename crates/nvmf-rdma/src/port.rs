@@ -26,7 +26,9 @@
 //! HRQSIZE); a bad one is rejected with the NVMe/RDMA status in the reject's
 //! private data and a log line naming the peer and the reason. A good one
 //! gets a completion queue, an RC queue pair sized for the queue (receives:
-//! one per entry; sends: a WRITE and a SEND per entry plus slack), its
+//! one per entry; sends: a WRITE and a SEND per slot, twice the entries
+//! (a response's slot is busy until its SEND completed, and the host may
+//! already have sent the next command), plus slack), its
 //! receive and response buffers registered once, every receive posted, and
 //! an accept with CRQSIZE; the READ depth is the smallest of the host's
 //! grant, the device's limit and [`MAX_READ_DEPTH`].
@@ -902,7 +904,10 @@ impl RdmaPort {
         };
         let entries = req.entries().min(u32::from(u16::MAX)) as u16;
         let dev = pd.device();
-        let cq_depth = 3 * u32::from(entries) + SEND_SLACK;
+        // The queue keeps up to twice `entries` slots (responses whose SEND
+        // has not completed, and as many new commands): each with a READ,
+        // or a WRITE and a SEND, in flight; plus its receives.
+        let cq_depth = 5 * u32::from(entries) + SEND_SLACK;
         let cq = CompletionQueue::new(dev, cq_depth).map_err(|e| e.to_string())?;
         id.create_qp_with(
             &pd,
@@ -910,7 +915,7 @@ impl RdmaPort {
             &cq,
             srq.as_ref(),
             QpCaps {
-                send_depth: 2 * u32::from(entries) + SEND_SLACK,
+                send_depth: 4 * u32::from(entries) + SEND_SLACK,
                 recv_depth: u32::from(entries),
                 send_sge: 1,
                 recv_sge: 1,

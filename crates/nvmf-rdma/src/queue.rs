@@ -219,7 +219,7 @@ struct Wire {
     /// The connect request's values the Fabrics Connect must match.
     cm: Option<ConnectRequest>,
     /// A response for a slot beyond the response buffers was asked for
-    /// (cannot happen while the engine honours `max_outstanding`): the
+    /// (cannot happen while the engine honours `slots_for`): the
     /// queue closes rather than write past or over a buffer.
     overflow: bool,
 }
@@ -417,8 +417,13 @@ impl Fabric for Wire {
         Ok(())
     }
 
-    fn max_outstanding(&self) -> Option<usize> {
-        Some(self.slots)
+    fn slots_for(&self, depth: usize) -> usize {
+        // A response's slot stays busy until its SEND completed, and the
+        // host may reuse its submission queue entry (and CID) as soon as it
+        // has the response: up to `depth` new commands while as many
+        // responses are still in flight. Never more than the response
+        // buffers (`self.slots`, twice the entries of the CM request).
+        (2 * depth).min(self.slots)
     }
 }
 
@@ -428,10 +433,11 @@ impl RdmaQueue {
     pub fn new(target: Arc<Target>, port: Arc<PortInfo>, params: &RdmaQueueParams) -> RdmaQueue {
         let entries = params.entries.max(1);
         let recv_len = SQE_LEN + params.requests.in_capsule_data_size as usize;
-        // Slots grow to the queue depth at Connect; the host may not have
-        // more than `entries` commands outstanding, so that many slots and
-        // response buffers suffice.
-        let slots = usize::from(entries);
+        // Slots grow at Connect to twice the queue depth (`slots_for`): the
+        // host may not have more than `entries` commands outstanding, and
+        // as many responses may still be in flight (their SEND not yet
+        // completed); a response buffer per slot.
+        let slots = 2 * usize::from(entries);
         RdmaQueue {
             engine: RequestEngine::new(target, port, &params.requests),
             wire: Wire {

@@ -101,6 +101,10 @@ struct Host {
     /// Reads left unserved (for depth checks) when `hold_reads` is set.
     held: Vec<WorkRequest>,
     hold_reads: bool,
+    /// SEND completions the device has not reported yet (the host already
+    /// has the response) when `hold_sends` is set.
+    held_sends: Vec<WorkCompletion>,
+    hold_sends: bool,
     /// The shared receive queue the queue pair takes its receives from.
     srq: Option<Rc<RefCell<Srq>>>,
     /// Liveness probes posted and not yet completed (the test completes them).
@@ -119,6 +123,8 @@ impl Host {
             log: Vec::new(),
             held: Vec::new(),
             hold_reads: false,
+            held_sends: Vec::new(),
+            hold_sends: false,
             srq: None,
             probes: Vec::new(),
         };
@@ -147,6 +153,8 @@ impl Host {
             log: Vec::new(),
             held: Vec::new(),
             hold_reads: false,
+            held_sends: Vec::new(),
+            hold_sends: false,
             srq: Some(srq.clone()),
             probes: Vec::new(),
         };
@@ -186,11 +194,16 @@ impl Host {
                         let b = self.q.region_mut(local.region)[..16].to_vec();
                         let c = Completion::read_from_bytes(&b).unwrap();
                         self.responses.push((c, invalidate));
-                        done.push(WorkCompletion {
+                        let wc = WorkCompletion {
                             wr_id,
                             ok: true,
                             byte_len: 0,
-                        });
+                        };
+                        if self.hold_sends {
+                            self.held_sends.push(wc);
+                        } else {
+                            done.push(wc);
+                        }
                     }
                 }
             }
@@ -936,7 +949,7 @@ fn the_fabrics_connect_must_match_the_rdma_cm_request() {
 fn a_host_over_the_queues_response_buffers_is_disconnected_not_a_panic() {
     // Issue 23 finding 1, without the CM check (connect: None): the queue
     // was sized for 2 commands, the Connect said 128. Before the engine
-    // capped its slots at the transport's `max_outstanding`, the 11th
+    // capped its slots at the transport's `slots_for`, the 11th
     // outstanding command indexed past the response buffers (a panic on
     // the reactor) and the 3rd..10th overwrote the buffers of AER answers.
     let t = target();
@@ -977,4 +990,44 @@ fn a_host_over_the_queues_response_buffers_is_disconnected_not_a_panic() {
     for (c, _) in &io.responses {
         assert!(c.cid() == 1 || (100..116).contains(&c.cid()));
     }
+}
+
+#[test]
+fn a_cid_is_the_hosts_again_once_its_response_is_sent() {
+    // Seen with Linux 6.12's nvme-rdma over soft-RoCE: the host has our
+    // response (and reuses its CID) before the device reports our SEND
+    // complete. The slot stays busy until then, but its CID may not: the
+    // old code answered "command ID already in use" and closed the queue.
+    let t = target();
+    let (_a, mut io) = connected(&t, 4);
+    io.hold_sends = true;
+    for round in 0..3u64 {
+        // As many commands as the queue holds, one after the other with
+        // the same CID, every response still in flight.
+        for i in 0..31u64 {
+            io.send(
+                &rw(
+                    IoOpcode::Read,
+                    7,
+                    round * 64 + i,
+                    1,
+                    keyed(0x2000, 512, 9, false),
+                ),
+                &[],
+            );
+            assert_eq!(
+                io.last_status(7),
+                Status::SUCCESS,
+                "round {round} command {i}"
+            );
+        }
+        assert_eq!(io.held_sends.len(), 31);
+        assert!(io.q.close_reason().is_none(), "{:?}", io.q.close_reason());
+        // The device reports the SENDs late; the slots are freed then.
+        for wc in std::mem::take(&mut io.held_sends) {
+            io.q.on_completion(&wc, 0);
+        }
+        io.run();
+    }
+    assert!(io.q.close_reason().is_none());
 }

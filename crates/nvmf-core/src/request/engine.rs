@@ -145,12 +145,14 @@ pub trait Fabric {
         Ok(())
     }
 
-    /// Most commands the transport can have outstanding on this queue
-    /// (its response buffers), if it has such a bound: the engine never
-    /// grows its slots beyond it, whatever the Connect asked for, so a host
-    /// that sends more is a protocol fault, not an index past a buffer.
-    fn max_outstanding(&self) -> Option<usize> {
-        None
+    /// How many slots the engine keeps for a queue of `depth` entries
+    /// (the Connect's SQSIZE + 1): at most what the transport can answer for
+    /// (its response buffers), so a host that sends more is a protocol
+    /// fault, not an index past a buffer. A transport whose response leaves
+    /// its slot busy after the host already has it (RDMA: until the SEND
+    /// completes) keeps room for those as well.
+    fn slots_for(&self, depth: usize) -> usize {
+        depth
     }
 }
 
@@ -484,7 +486,21 @@ impl RequestEngine {
             Err(AllocError::CidConflict) if self.abandon_aer(cmd.cid()) => {
                 self.slots.alloc(cmd).map_err(|_| CID_IN_USE)
             }
-            Err(AllocError::CidConflict) => Err(CID_IN_USE),
+            Err(AllocError::CidConflict) => {
+                let holder = (0..self.slots.len() as u16)
+                    .filter_map(|i| self.slots.get(i))
+                    .find(|s| s.state != RequestState::Free && s.cmd.cid() == cmd.cid())
+                    .map(|s| s.state);
+                debug!(
+                    peer = %self.qp.port().peer,
+                    qid = self.qp.qid(),
+                    cid = cmd.cid(),
+                    opcode = cmd.opcode(),
+                    ?holder,
+                    "command ID already in use"
+                );
+                Err(CID_IN_USE)
+            }
             Err(AllocError::Full) => Err(Fault::sequence(
                 "more commands outstanding than the queue size",
             )),
@@ -845,7 +861,8 @@ impl RequestEngine {
         self.qp.record_io(&slot.cmd, ok, slot.start_ns);
         if is_connect(&slot.cmd) {
             let cmd = slot.cmd;
-            self.after_connect(&cmd, ok, fab.max_outstanding());
+            let slots = fab.slots_for(usize::from(self.qp.depth()));
+            self.after_connect(&cmd, ok, slots);
         }
         self.slots.set_state(idx, RequestState::Completing);
         let data = if xfer == Xfer::CtrlToHost && len > 0 && ok {
@@ -869,21 +886,21 @@ impl RequestEngine {
             DataOut::None
         };
         if fab.respond(&self.slots, idx, &cqe, data, self.sq_flow_disabled) {
-            // Freed by `sent` once the data has left.
+            // Freed by `sent` once the data has left; the CID is free now
+            // (the completion is on its way: the host may reuse it at once).
             self.slots.set_state(idx, RequestState::TransferringToHost);
+            self.slots.release_cid(idx);
         } else {
             self.slots.release(idx);
         }
     }
 
-    fn after_connect(&mut self, cmd: &Command, ok: bool, cap: Option<usize>) {
+    fn after_connect(&mut self, cmd: &Command, ok: bool, slots: usize) {
         if ok && self.qp.is_connected() {
-            // Never more slots than the transport has room to answer for
-            // (`Fabric::max_outstanding`): beyond that a host is over its
-            // queue size, which `alloc` turns into a protocol fault.
-            let depth = usize::from(self.qp.depth())
-                .min(cap.unwrap_or(usize::MAX))
-                .max(1);
+            // As many slots as the transport has room to answer for
+            // (`Fabric::slots_for`): beyond that a host is over its queue
+            // size, which `alloc` turns into a protocol fault.
+            let depth = slots.max(1);
             self.slots.grow(depth);
             self.need_buf.reserve(depth);
             self.sq_flow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;

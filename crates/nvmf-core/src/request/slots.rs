@@ -228,6 +228,9 @@ pub struct Slot {
     buf: AlignedBuf,
     /// Bytes of `buf` charged to the budget (0 or `buf.len()`).
     charged: usize,
+    /// The slot holds its command's CID (until its response is queued:
+    /// [`Slots::release_cid`], or the slot is released).
+    cid_held: bool,
 }
 
 impl Slot {
@@ -243,6 +246,7 @@ impl Slot {
             start_ns: 0,
             buf: AlignedBuf::new(),
             charged: 0,
+            cid_held: false,
         }
     }
 
@@ -588,12 +592,27 @@ impl Slots {
         self.cid_busy[w] |= b;
         let s = &mut self.slots[idx as usize];
         s.cmd = *cmd;
+        s.cid_held = true;
         s.xfer = Xfer::of(cmd);
         s.len = 0;
         s.received = 0;
         s.data_error = false;
         s.state = RequestState::ReadyToExecute;
         Ok(idx)
+    }
+
+    /// The response of slot `idx` is queued: its CID is the host's again
+    /// (a host may reuse it as soon as it has the completion, which over
+    /// RDMA can be before the transport has seen its SEND complete), while
+    /// the slot itself (its buffers) stays busy until released.
+    #[inline]
+    pub fn release_cid(&mut self, idx: u16) {
+        if let Some(s) = self.slots.get_mut(idx as usize) {
+            if std::mem::take(&mut s.cid_held) {
+                let (w, b) = Self::cid_bit(s.cmd.cid());
+                self.cid_busy[w] &= !b;
+            }
+        }
     }
 
     /// Returns slot `idx` to the free list.
@@ -609,8 +628,10 @@ impl Slots {
             self.executing -= 1;
         }
         s.state = RequestState::Free;
-        let (w, b) = Self::cid_bit(s.cmd.cid());
-        self.cid_busy[w] &= !b;
+        if std::mem::take(&mut s.cid_held) {
+            let (w, b) = Self::cid_bit(s.cmd.cid());
+            self.cid_busy[w] &= !b;
+        }
         self.releases += 1;
         let charged = s.charged;
         self.free.push(idx);
