@@ -280,7 +280,6 @@ fn port_counters(log: &str, counter: &str) -> Vec<u64> {
 }
 
 #[test]
-#[ignore = "fails today: Linux 6.12's nvme-rdma host gets 'command ID already in use' from nvmfd under fio and reconnects (pre-existing, the code before issue 23 does the same; see the issue 23 note); its nvmfd side passes: every reactor port logs srq_unconfirmed_teardowns=0 with async_events > 0. Run with --ignored"]
 fn srq_queue_pairs_wait_for_their_last_wqe_event_612() {
     // Issue 23 finding 7: nvmfd never read the device's asynchronous events and destroyed a
     // queue pair on the shared receive queue after one drain of its CQ, without waiting for
