@@ -49,7 +49,6 @@ use crate::input::{Cid, Data, Lba, Len, Nsid, Pick16, SubNqn};
 use crate::shadow::{PendingRead, PendingWrite, Shadow};
 use arbitrary::{Arbitrary, Unstructured};
 use nvmf_config::{AddressFamily, TargetConfig, TransportType};
-use nvmf_core::request::{BufPolicy, RequestParams};
 use nvmf_core::{PortInfo, Target};
 use nvmf_rdma::{
     Local, RdmaQueue, RdmaQueueParams, RecvPool, RecvPost, Region, WorkCompletion, WorkRequest,
@@ -383,26 +382,6 @@ fn port() -> Arc<PortInfo> {
         tls: None,
         caps: nvmf_rdma::CAPS,
     })
-}
-
-/// The request engine's limits, as nvmfd derives them for RDMA queues.
-fn request_params(target: &Target) -> RequestParams {
-    let l = target.limits_for(TransportType::Rdma);
-    let max_io = l.max_io_size.max(4096);
-    let budget = usize::try_from(l.data_buffer_budget()).unwrap_or(usize::MAX);
-    RequestParams {
-        in_capsule_data_size: l.in_capsule_data_size,
-        admin_in_capsule_data_size: l.in_capsule_data_size,
-        max_io_size: max_io,
-        buffers: BufPolicy::new(
-            budget,
-            (l.in_capsule_data_size as usize).max(4096),
-            max_io as usize,
-        ),
-        max_fetch_bytes: 4 << 20,
-        fetch_timeout: Duration::from_secs(30),
-        fetch_timeout_name: "RDMA READ timeout",
-    }
 }
 
 /// What a case reached (replay test, seed checks).
@@ -833,7 +812,7 @@ impl Harness {
         let entries = req.entries().min(u32::from(u16::MAX)) as u16;
         let shared = self.pool.is_some();
         let params = RdmaQueueParams {
-            requests: request_params(&self.target),
+            requests: nvmf_rdma::request_params(&self.target, Duration::from_secs(30), 4 << 20),
             entries,
             read_depth,
             shared_receives: shared,

@@ -36,7 +36,10 @@ use std::io;
 use std::sync::OnceLock;
 
 pub use port::{ConnView, FdChange, OnDestroy, PendingConn, PollStats, RdmaPort, DISCONNECT_GRACE};
-pub use queue::{Liveness, Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion, WorkRequest};
+pub use queue::{
+    request_params, Liveness, Local, RdmaQueue, RdmaQueueParams, Region, WorkCompletion,
+    WorkRequest,
+};
 pub use srq::{RecvPool, RecvPost};
 
 /// What NVMe/RDMA states about its capsules (each connection's `PortInfo::caps`): host memory

@@ -54,9 +54,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nvmf_config::TransportType;
 use nvmf_core::queue::AER_LIMIT;
 use nvmf_core::request::{
-    DataDesc, DataOut, Fabric, Fault, RequestEngine, RequestParams, SglKind, Slots,
+    BufPolicy, DataDesc, DataOut, Fabric, Fault, RequestEngine, RequestParams, SglKind, Slots,
 };
 use nvmf_core::{PortInfo, QueuePair, Target};
 use nvmf_wire::command::{Command, SglDescriptor, SGL_ID_IN_CAPSULE};
@@ -117,6 +118,32 @@ pub struct RdmaQueueParams {
     /// where no CM exchange took place (in-process tests and tools): the
     /// queue still never holds more commands than `entries`.
     pub connect: Option<ConnectRequest>,
+}
+
+/// The request engine's limits for NVMe/RDMA queues: the RDMA transport's
+/// configuration (`target`'s), with the caller's data timeout and fetch
+/// allowance (nvmfd's `--h2c-timeout-ms` and `--max-r2t-bytes`).
+pub fn request_params(
+    target: &Target,
+    fetch_timeout: Duration,
+    max_fetch_bytes: u32,
+) -> RequestParams {
+    let l = target.limits_for(TransportType::Rdma);
+    let max_io = l.max_io_size.max(4096);
+    let budget = usize::try_from(l.data_buffer_budget()).unwrap_or(usize::MAX);
+    RequestParams {
+        in_capsule_data_size: l.in_capsule_data_size,
+        admin_in_capsule_data_size: l.in_capsule_data_size,
+        max_io_size: max_io,
+        buffers: BufPolicy::new(
+            budget,
+            (l.in_capsule_data_size as usize).max(4096),
+            max_io as usize,
+        ),
+        max_fetch_bytes,
+        fetch_timeout,
+        fetch_timeout_name: "RDMA READ timeout",
+    }
 }
 
 /// A buffer a work request names.

@@ -43,7 +43,7 @@ use mio::{Interest, Registry, Token};
 use nvmf_config::{ListenerConfig, RdmaOptions, TransportType};
 use nvmf_core::controller::QueueStats;
 use nvmf_core::queue::QueuePair;
-use nvmf_core::request::{BufPolicy, RequestParams};
+use nvmf_core::request::RequestParams;
 use nvmf_core::Target;
 use nvmf_rdma::{FdChange, PendingConn, RdmaPort};
 use tracing::{debug, info, warn};
@@ -89,7 +89,7 @@ impl RdmaSetup {
         connect_timeout: Duration,
         options: RdmaOptions,
     ) -> RdmaSetup {
-        let params = request_params(&target, fetch_timeout, max_fetch_bytes);
+        let params = nvmf_rdma::request_params(&target, fetch_timeout, max_fetch_bytes);
         RdmaSetup {
             target,
             params,
@@ -178,27 +178,6 @@ impl RdmaControl {
                     .unwrap_or(0)
             })
             .sum()
-    }
-}
-
-/// The request engine's limits for NVMe/RDMA queues: the RDMA transport's
-/// configuration, with the data timeout and fetch allowance of the daemon.
-fn request_params(target: &Target, fetch_timeout: Duration, max_fetch_bytes: u32) -> RequestParams {
-    let l = target.limits_for(TransportType::Rdma);
-    let max_io = l.max_io_size.max(4096);
-    let budget = usize::try_from(l.data_buffer_budget()).unwrap_or(usize::MAX);
-    RequestParams {
-        in_capsule_data_size: l.in_capsule_data_size,
-        admin_in_capsule_data_size: l.in_capsule_data_size,
-        max_io_size: max_io,
-        buffers: BufPolicy::new(
-            budget,
-            (l.in_capsule_data_size as usize).max(4096),
-            max_io as usize,
-        ),
-        max_fetch_bytes,
-        fetch_timeout,
-        fetch_timeout_name: "RDMA READ timeout",
     }
 }
 
