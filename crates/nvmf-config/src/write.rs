@@ -147,6 +147,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
             if s.ana_reporting || ns.anagrpid != ns.nsid {
                 params["namespace"]["anagrpid"] = json!(ns.anagrpid);
             }
+            if let Some(f) = &ns.ptpl_file {
+                params["namespace"]["ptpl_file"] = json!(f);
+            }
             nvmf.push(entry("nvmf_subsystem_add_ns", params));
         }
     }
