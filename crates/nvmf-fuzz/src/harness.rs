@@ -1087,9 +1087,9 @@ impl Harness {
                     cdw[0]
                 } else {
                     // action 2:0 (0..=2), IEKEY 3, type 15:8 (1..=6), CPTPL 31:30
-                    (cdw[0] & 3) % 3
+                    ((cdw[0] & 3) % 3)
                         | (cdw[0] & 8)
-                        | (1 + (cdw[0] >> 8) % 6) << 8
+                        | ((1 + (cdw[0] >> 8) % 6) << 8)
                         | (cdw[0] & (3 << 30))
                 };
                 let mut cmd = Command::new(op, cid);
