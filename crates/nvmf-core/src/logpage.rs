@@ -193,6 +193,8 @@ pub fn commands_supported() -> [u8; 4096] {
         IoOpcode::ReservationReport,
         IoOpcode::ReservationAcquire,
         IoOpcode::ReservationRelease,
+        IoOpcode::Compare,
+        IoOpcode::Verify,
     ] {
         set(1024, op as u8, CSUPP);
     }

@@ -152,6 +152,8 @@ pub struct QueuePair {
     /// The host as the I/O path needs it (its host identifier, for
     /// reservations), copied from the controller at Connect.
     host: io::Host,
+    /// Compare and Verify reads in flight in an asynchronous backend.
+    checks: Vec<io::Check>,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
@@ -185,6 +187,7 @@ impl QueuePair {
             auth_close: None,
             auth_deadline: None,
             host: io::Host::default(),
+            checks: Vec::new(),
             io_claimed: false,
         }
     }
@@ -280,6 +283,13 @@ impl QueuePair {
     /// still executing get no completion.
     pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>, bytes: usize) {
         self.handed_over = true;
+        // Compare/Verify reads in flight point into their own buffers:
+        // those are kept with the transport's.
+        let keep: Box<dyn std::any::Any> = if self.checks.is_empty() {
+            keep
+        } else {
+            Box::new((keep, std::mem::take(&mut self.checks)))
+        };
         if self.backend_ops_in_flight() == 0 {
             // Nothing points into the buffers: free them now.
             drop(keep);
@@ -695,8 +705,13 @@ impl QueuePair {
             }
         }
         let op = cmd.opcode();
-        if op >= IoOpcode::ReservationRegister as u8 && is_reservation_command(op) {
-            return self.execute_reservation(cmd, data);
+        if op >= IoOpcode::Compare as u8 {
+            if is_reservation_command(op) {
+                return self.execute_reservation(cmd, data);
+            }
+            if op == IoOpcode::Compare as u8 || op == IoOpcode::Verify as u8 {
+                return self.execute_check(cmd, data, op == IoOpcode::Compare as u8);
+            }
         }
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
@@ -798,6 +813,37 @@ impl QueuePair {
         } else {
             let st = work();
             self.complete(cmd.cid(), Outcome::err(st))
+        }
+    }
+
+    /// Compare or Verify (`io::start_check`): done now when the backend
+    /// read at once, else kept until its read completes (`poll`).
+    #[cold]
+    fn execute_check(&mut self, cmd: &Command, data: &mut [u8], compare: bool) -> Exec {
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path()).cloned();
+        match io::start_check(
+            &self.ns,
+            ana.as_deref(),
+            &self.host,
+            cmd,
+            data,
+            self.max_transfer,
+            compare,
+            &self.sink,
+        ) {
+            Err(st) => self.complete(cmd.cid(), Outcome::err(st)),
+            Ok((Submitted::Pending, check)) => {
+                self.checks.push(check);
+                Exec::Pending
+            }
+            Ok((Submitted::Done(st), check)) => {
+                let st = check.status(st);
+                self.complete(cmd.cid(), Outcome::err(st))
+            }
+            Ok((Submitted::ZeroData, check)) => {
+                let st = check.status(Status::SUCCESS);
+                self.complete(cmd.cid(), Outcome::err(st))
+            }
         }
     }
 
@@ -921,7 +967,14 @@ impl QueuePair {
         let qid = self.qid;
         let sqhd = self.reported_sqhd();
         let stats = &mut self.stats;
-        self.sink.drain(|tag, status| {
+        let checks = &mut self.checks;
+        self.sink.drain(|tag, mut status| {
+            if !checks.is_empty() {
+                // A Compare or Verify whose read ended: check it now.
+                if let Some(i) = checks.iter().position(|c| c.cid == tag.cid) {
+                    status = checks.swap_remove(i).status(status);
+                }
+            }
             if status.is_success() {
                 if tag.write {
                     stats.bytes_written += u64::from(tag.bytes);

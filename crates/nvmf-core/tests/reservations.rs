@@ -1,4 +1,4 @@
-//! Reservations driven the way a transport drives nvmf-core (QueuePair::execute / poll):
+//! Reservations (and Compare / Verify) driven the way a transport drives nvmf-core (QueuePair::execute / poll):
 //! two hosts with different host identifiers on one namespace, the access rule on the
 //! I/O path, notifications (log page 80h + AEN), features 82h/83h, Identify, and a
 //! reservation kept through a restart with PTPL and gone without it.
@@ -429,4 +429,95 @@ fn ptpl_keeps_the_reservation_through_a_restart() {
         .to_string();
     assert!(e.contains("ns1.ptpl"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn check_cmd(h: &mut Host, op: IoOpcode, slba: u64, nlb: u32, data: &mut [u8]) -> Status {
+    let mut cmd = Command::new(op as u8, 50);
+    cmd.set_nsid(1).set_lba_range(slba, nlb);
+    run(&mut h.io, &cmd, data)
+}
+
+/// Compare (05h) and Verify (0Ch) on a RAM disk: equal data succeeds, one
+/// byte off is Compare Failure, lengths and ranges are checked, a fused
+/// Compare is refused (FUSES 0), and both are read commands for the
+/// reservation rule.
+#[test]
+fn compare_and_verify() {
+    let t = Target::from_config(&config(None)).unwrap();
+    let mut a = host(&t, HOST_A, ID_A);
+    let mut b = host(&t, HOST_B, ID_B);
+    let pattern: Vec<u8> = (0..1024u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut cmd = Command::new(IoOpcode::Write as u8, 51);
+    cmd.set_nsid(1).set_lba_range(100, 2);
+    assert_eq!(run(&mut a.io, &cmd, &mut pattern.clone()), Status::SUCCESS);
+
+    let mut same = pattern.clone();
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Compare, 100, 2, &mut same),
+        Status::SUCCESS
+    );
+    let mut off = pattern.clone();
+    off[700] ^= 1;
+    let miscompare = Status::COMPARE_FAILURE.with_dnr();
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Compare, 100, 2, &mut off),
+        miscompare
+    );
+    assert_eq!((miscompare.sct, miscompare.sc), (2, 0x85));
+    assert_eq!(
+        check_cmd(
+            &mut a,
+            IoOpcode::Compare,
+            100,
+            2,
+            &mut pattern[..512].to_vec()
+        ),
+        Status::SGL_DATA_LENGTH_INVALID.with_dnr()
+    );
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Compare, 1023, 2, &mut pattern.clone()),
+        Status::LBA_OUT_OF_RANGE.with_dnr()
+    );
+    let mut fused = Command::new(IoOpcode::Compare as u8, 52);
+    fused.set_nsid(1).set_lba_range(100, 2).set_flags(1);
+    assert_eq!(
+        run(&mut a.io, &fused, &mut pattern.clone()),
+        Status::INVALID_FIELD.with_dnr()
+    );
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Verify, 0, 64, &mut []),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Verify, 1000, 64, &mut []),
+        Status::LBA_OUT_OF_RANGE.with_dnr()
+    );
+    // Exclusive Access held by A: B may not compare or verify; A may.
+    assert_eq!(register(&mut a, 0, 0, 1), Status::SUCCESS);
+    assert_eq!(acquire(&mut a, 2, 0, 1, 0), Status::SUCCESS);
+    assert_eq!(
+        check_cmd(&mut b, IoOpcode::Compare, 100, 2, &mut pattern.clone()),
+        CONFLICT
+    );
+    assert_eq!(check_cmd(&mut b, IoOpcode::Verify, 0, 1, &mut []), CONFLICT);
+    assert_eq!(
+        check_cmd(&mut a, IoOpcode::Compare, 100, 2, &mut pattern.clone()),
+        Status::SUCCESS
+    );
+    // Identify: ONCS Compare (bit 0) and Verify (bit 7); VSL = MDTS.
+    let mut cmd = Command::new(AdminOpcode::Identify as u8, 10);
+    cmd.set_cdw10(1);
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(
+        done(a.admin.execute(&cmd, &mut buf)).status(),
+        Status::SUCCESS
+    );
+    let (id, _) = IdentifyController::read_from_prefix(&buf).unwrap();
+    assert_eq!(id.oncs.get() & 0x81, 0x81);
+    cmd.set_cdw10(6);
+    assert_eq!(
+        done(a.admin.execute(&cmd, &mut buf)).status(),
+        Status::SUCCESS
+    );
+    assert_eq!(buf[0], id.mdts);
 }

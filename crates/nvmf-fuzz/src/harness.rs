@@ -569,6 +569,8 @@ enum Kind {
     Dsm,
     /// Reservation Register, Acquire, Release or Report.
     Reservation,
+    /// Compare (05h, host data) or Verify (0Ch), by the selector's bit 0.
+    CompareVerify,
     RawIo,
     Fabrics,
 }
@@ -611,6 +613,7 @@ const IO_KINDS: &[Kind] = &[
     Kind::Fabrics,
     Kind::Identify,
     Kind::Reservation,
+    Kind::CompareVerify,
 ];
 
 fn block_size(nsid: u32) -> u32 {
@@ -1109,6 +1112,21 @@ impl Harness {
                         data_override = Some(d);
                         16
                     }
+                };
+                (cmd, natural)
+            }
+            Kind::CompareVerify => {
+                let compare = sel & 1 == 0;
+                let mut cmd = Command::new(if compare { 0x05 } else { 0x0c }, cid);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
+                if sel & 0x80 != 0 {
+                    // sometimes fused (not offered: Invalid Field)
+                    cmd.set_flags((sel >> 1) & 3);
+                }
+                let natural = if compare {
+                    (nlb + 1) * block_size(nsid)
+                } else {
+                    0
                 };
                 (cmd, natural)
             }
