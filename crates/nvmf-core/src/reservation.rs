@@ -43,6 +43,11 @@ pub const EXCLUSIVE_ACCESS_REG_ONLY: u8 = 4;
 pub const WRITE_EXCLUSIVE_ALL_REGS: u8 = 5;
 pub const EXCLUSIVE_ACCESS_ALL_REGS: u8 = 6;
 
+/// Registrants one namespace keeps (a registration outlives its host's
+/// connections, so the list is bounded; SPDK keeps 16). A new host past
+/// it gets Capacity Exceeded.
+pub const MAX_REGISTRANTS: usize = 64;
+
 /// Identify Namespace RESCAP: the six types, and IEKEY as in NVMe 1.3 and
 /// later (bit 7); bit 0 (PTPL) is added for namespaces with a PTPL file.
 pub const RESCAP_TYPES: u8 = 0x7E | 0x80;
@@ -330,6 +335,9 @@ impl Reservations {
                     if nrkey == 0 {
                         return Err(INVALID_FIELD);
                     }
+                    if st.registrants.len() >= MAX_REGISTRANTS {
+                        return Err(Status::CAPACITY_EXCEEDED.with_dnr());
+                    }
                     st.registrants.push(Registrant {
                         hostid: *hostid,
                         rkey: nrkey,
@@ -574,6 +582,12 @@ pub fn parse_ptpl(bytes: &[u8]) -> Result<ResvState, String> {
     }
     let mut registrants = Vec::new();
     if let Some(list) = field("registrants").and_then(|x| x.as_array()) {
+        if list.len() > MAX_REGISTRANTS {
+            return Err(format!(
+                "{} registrants, more than the {MAX_REGISTRANTS} a namespace keeps",
+                list.len()
+            ));
+        }
         for r in list {
             let rkey = r
                 .get("rkey")
@@ -662,6 +676,17 @@ mod tests {
         r.register(&A, 1, 13, 0).unwrap();
         assert!(r.snapshot().registrants.is_empty());
         assert_eq!(r.snapshot().generation, 2);
+        // A bounded list.
+        for i in 0..MAX_REGISTRANTS as u8 - 1 {
+            r.register(&[i + 0x20; 16], 0, 0, 5).unwrap();
+        }
+        r.register(&A, 0, 0, 1).unwrap();
+        assert_eq!(
+            r.register(&B, 0, 0, 1).unwrap_err(),
+            Status::CAPACITY_EXCEEDED.with_dnr()
+        );
+        r.register(&A, 1, 1, 0).unwrap();
+        r.register(&B, 0, 0, 1).unwrap();
         // PTPL needs a file.
         assert_eq!(r.register(&A, 3 << 30, 0, 1).unwrap_err(), INVALID_FIELD);
         assert_eq!(r.register(&A, 1 << 30, 0, 1).unwrap_err(), INVALID_FIELD);
