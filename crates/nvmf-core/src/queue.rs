@@ -6,7 +6,8 @@
 //! dispatches each command to fabrics/admin/io handlers, fills completions
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
 //! outstanding Asynchronous Event Requests and keep-alive clock, caches the
-//! subsystem's namespace table for the lock-free I/O path, and tears the
+//! subsystem's namespace table as the controller's host sees it (per-host
+//! visibility: `visibility.rs`) for the lock-free I/O path, and tears the
 //! controller down when the admin queue is dropped. A host with a
 //! DH-HMAC-CHAP key on the subsystem must authenticate each queue after its
 //! Connect (Connect dword 0 AUTHREQ.ATR set; until then every command but
@@ -402,7 +403,9 @@ impl QueuePair {
                 self.qid = 0;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
@@ -436,7 +439,9 @@ impl QueuePair {
                 self.qid = qid;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
@@ -609,7 +614,9 @@ impl QueuePair {
         // Refresh the namespace snapshot (admin path: may lock).
         let generation = ctrl.subsystem().ns_generation();
         if generation != self.ns_generation {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
@@ -719,7 +726,9 @@ impl QueuePair {
     #[cold]
     fn refresh_namespaces(&mut self) {
         if let Some(ctrl) = &self.ctrl {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
