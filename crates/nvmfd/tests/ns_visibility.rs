@@ -270,3 +270,40 @@ fn ns_remove_host_under_io_fails_new_io_with_invalid_namespace() {
     let mut q2 = c2.create_io_queue(1, 4, 4096).unwrap();
     assert_eq!(read(&mut q2, 2), Status::SUCCESS);
 }
+
+#[test]
+fn a_no_auto_visible_namespace_added_live_stays_hidden_until_add_host() {
+    let d = Daemon::start_on_free_port(|port| {
+        Daemon::builder(config(port))
+            .args(["-m", "0"])
+            .listening(&[port])
+    });
+    let c1 = connect(&d, H1);
+    c1.arm_async_event().unwrap();
+    d.rpc_ok(&["bdev_malloc_create", "-b", "M3", "1", "512"]);
+    // `nvmf rpc nvmf_subsystem_add_ns -i`: no_auto_visible.
+    d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "M3", "-n", "3", "-i"]);
+    assert_eq!(
+        event_within(&c1, Duration::from_millis(500)),
+        None,
+        "nobody sees namespace 3 yet"
+    );
+    assert_eq!(c1.active_namespaces().unwrap(), vec![1]);
+    let mut q = c1.create_io_queue(1, 4, 4096).unwrap();
+    assert_eq!(read(&mut q, 3), INVALID_NS);
+    d.rpc_ok(&["nvmf_ns_add_host", NQN, "3", H1]);
+    assert_eq!(
+        event_within(&c1, Duration::from_secs(5)),
+        Some(NS_ATTR_NOTICE)
+    );
+    assert_eq!(changed_list(&c1), vec![3]);
+    assert_eq!(c1.active_namespaces().unwrap(), vec![1, 3]);
+    assert_eq!(read(&mut q, 3), Status::SUCCESS);
+    // An auto-visible namespace refuses per-host rules, with a clear message.
+    d.rpc_ok(&["bdev_malloc_create", "-b", "M4", "1", "512"]);
+    d.rpc_ok(&["nvmf_subsystem_add_ns", NQN, "M4", "-n", "4"]);
+    let e = d
+        .rpc(&["nvmf_ns_remove_host", NQN, "4", H1])
+        .expect_err("namespace 4 is visible to every host");
+    assert!(e.contains("visible to every host"), "{e}");
+}
