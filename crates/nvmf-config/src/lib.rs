@@ -625,6 +625,10 @@ pub struct NamespaceConfig {
     pub uuid: [u8; 16],
     /// ANA group (`anagrpid`; SPDK's default: the NSID). 1..=max_namespaces.
     pub anagrpid: u32,
+    /// SPDK's `ptpl_file`: where the namespace's reservation persists
+    /// through power loss (Persist Through Power Loss is offered only with
+    /// one).
+    pub ptpl_file: Option<String>,
 }
 
 /// Address family of a listener.

@@ -144,8 +144,7 @@ const SUBSYSTEM_IGNORED: &[(&str, Kind)] = &[
     ("max_write_zeroes_size_kib", Kind::U64),
 ];
 const ADD_NS_IGNORED: &[(&str, Kind)] = &[("tgt_name", Kind::Str)];
-const NAMESPACE_IGNORED: &[(&str, Kind)] =
-    &[("ptpl_file", Kind::Str), ("hide_metadata", Kind::Bool)];
+const NAMESPACE_IGNORED: &[(&str, Kind)] = &[("hide_metadata", Kind::Bool)];
 const LISTENER_IGNORED: &[(&str, Kind)] = &[
     ("tgt_name", Kind::Str),
     ("sock_impl", Kind::Str),
@@ -859,6 +858,16 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
             g
         }
     };
+    let ptpl_file = match n.opt_str("ptpl_file")? {
+        None | Some("") => None,
+        Some(f) if f.ends_with('/') => {
+            return Err(n.err(
+                "ptpl_file",
+                format!("\"{f}\" names a directory, not a file"),
+            ))
+        }
+        Some(f) => Some(f.to_string()),
+    };
     n.ignore(NAMESPACE_IGNORED, &mut ign)?;
     n.finish()?;
     p.finish()?;
@@ -871,6 +880,7 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
         eui64: eui64.unwrap_or(derived.eui64),
         uuid: uuid.unwrap_or(derived.uuid),
         anagrpid,
+        ptpl_file,
     };
     for s in &cfg.subsystems {
         for other in &s.namespaces {

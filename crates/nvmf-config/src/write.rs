@@ -148,6 +148,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
             if s.ana_reporting || ns.anagrpid != ns.nsid {
                 params["namespace"]["anagrpid"] = json!(ns.anagrpid);
             }
+            if let Some(f) = &ns.ptpl_file {
+                params["namespace"]["ptpl_file"] = json!(f);
+            }
             // Per-host visibility as SPDK writes it: the namespace with
             // no_auto_visible, then one nvmf_ns_add_host per host.
             let visible_to = s.ns_visibility.get(&ns.nsid);

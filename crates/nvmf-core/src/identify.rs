@@ -188,7 +188,8 @@ pub fn identify_controller(
         id.anagrpmax.set(ana.grpmax());
         id.nanagrpid.set(ana.grpmax());
     }
-    id.oncs.set(ONCS_DSM | ONCS_WRITE_ZEROES);
+    id.oncs
+        .set(ONCS_DSM | ONCS_WRITE_ZEROES | ONCS_RESERVATIONS);
     id.vwc = VWC_PRESENT | VWC_NO_BROADCAST_FLUSH;
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.
     id.ioccsz.set((64 + limits.in_capsule_data_size) / 16);
@@ -196,6 +197,9 @@ pub fn identify_controller(
     id.msdbd = caps.msdbd.max(1);
     id
 }
+
+/// ONCS bit 5: reservations.
+const ONCS_RESERVATIONS: u16 = 1 << 5;
 
 /// Identify Namespace for an active namespace.
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
@@ -207,6 +211,12 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     id.nlbaf = 0;
     id.flbas = 0;
     id.nmic = NMIC_SHARED;
+    id.rescap = crate::reservation::RESCAP_TYPES
+        | if ns.reservations().ptpl_file().is_some() {
+            crate::reservation::RESCAP_PTPL
+        } else {
+            0
+        };
     if ns.backend().deallocate_reads_zeroes() {
         id.dlfeat = DLFEAT_READ_ZEROES | DLFEAT_WZ_DEALLOC;
     }

@@ -16,6 +16,11 @@
 //! written); Read and DSM without Deallocate are served. One plain bool
 //! read from the namespace per I/O.
 //!
+//! Reservations: while one is held on a namespace (one atomic load per
+//! command tells), a command the reservation type forbids this host gets
+//! Reservation Conflict, right after the ANA check (`reservation.rs`; the
+//! read command group is Read, the write group everything else here).
+//!
 //! ANA: through a path whose group is inaccessible, in persistent loss or in
 //! change, every command to a namespace of that group gets the ANA status
 //! (`ana.rs`), checked right after the namespace lookup.
@@ -59,20 +64,37 @@ const WRITE_PROTECTED: Status = Status::NS_WRITE_PROTECTED.with_dnr();
 /// ANA log for it.
 const NS_GOING_AWAY: Status = Status::INTERNAL_PATH_ERROR;
 
+/// The namespace a command names, served through this path (ANA) to
+/// this host (a reservation held on it: `write` says whether the command
+/// is of the write command group; one atomic load when none is held).
 #[inline]
-fn lookup<'t>(
+pub(crate) fn lookup<'t>(
     table: &'t NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     nsid: u32,
+    write: bool,
 ) -> Result<&'t Arc<Namespace>, Status> {
     match table.get(nsid) {
-        Some(ns) if ns.is_active() => match ana.and_then(|p| io_status(p, ns.anagrpid())) {
-            None => Ok(ns),
-            Some(st) => Err(st),
-        },
+        Some(ns) if ns.is_active() => {
+            if let Some(st) = ana.and_then(|p| io_status(p, ns.anagrpid())) {
+                return Err(st);
+            }
+            if ns.reservations().held() {
+                ns.reservations().check(&host.hostid, write)?;
+            }
+            Ok(ns)
+        }
         Some(_) => Err(NS_GOING_AWAY),
         None => Err(INVALID_NAMESPACE),
     }
+}
+
+/// Who sends the commands of a queue, as the I/O path needs it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host {
+    /// The 128-bit host identifier from Connect (reservations' registrant).
+    pub hostid: [u8; 16],
 }
 
 #[inline]
@@ -88,6 +110,7 @@ fn in_range(ns: &Namespace, slba: u64, nlb: u64) -> bool {
 pub(crate) fn execute(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     data: &mut [u8],
     max_transfer: u32,
@@ -103,6 +126,7 @@ pub(crate) fn execute(
         IoOpcode::Read | IoOpcode::Write => read_write(
             table,
             ana,
+            host,
             cmd,
             op,
             data,
@@ -112,7 +136,7 @@ pub(crate) fn execute(
             sink,
         ),
         IoOpcode::Flush => {
-            let ns = match lookup(table, ana, cmd.nsid()) {
+            let ns = match lookup(table, ana, host, cmd.nsid(), true) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -127,7 +151,7 @@ pub(crate) fn execute(
             ns.backend().submit(BlockOp::Flush, tag, sink)
         }
         IoOpcode::WriteZeroes => {
-            let ns = match lookup(table, ana, cmd.nsid()) {
+            let ns = match lookup(table, ana, host, cmd.nsid(), true) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -154,7 +178,7 @@ pub(crate) fn execute(
                 sink,
             )
         }
-        IoOpcode::DatasetManagement => dataset_management(table, ana, cmd, data, sink),
+        IoOpcode::DatasetManagement => dataset_management(table, ana, host, cmd, data, sink),
         _ => Submitted::Done(INVALID_OPCODE),
     }
 }
@@ -164,6 +188,7 @@ pub(crate) fn execute(
 fn read_write(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     op: IoOpcode,
     data: &mut [u8],
@@ -172,11 +197,11 @@ fn read_write(
     stats: &mut QueueStats,
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, ana, cmd.nsid()) {
+    let write = op == IoOpcode::Write;
+    let ns = match lookup(table, ana, host, cmd.nsid(), write) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
-    let write = op == IoOpcode::Write;
     if write && ns.read_only() {
         return Submitted::Done(WRITE_PROTECTED);
     }
@@ -238,11 +263,12 @@ fn read_write(
 fn dataset_management(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     data: &[u8],
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, ana, cmd.nsid()) {
+    let ns = match lookup(table, ana, host, cmd.nsid(), true) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
@@ -287,6 +313,7 @@ mod tests {
         let r = execute(
             &table,
             None,
+            &Host::default(),
             &cmd,
             &mut buf,
             1 << 17,
@@ -299,6 +326,7 @@ mod tests {
         let r = execute(
             &table,
             None,
+            &Host::default(),
             &cmd,
             &mut buf,
             1 << 17,
@@ -375,7 +403,17 @@ mod tests {
                 } else {
                     &mut []
                 };
-                let r = execute(&table, None, &cmd, data, 1 << 17, wce, &mut stats, &sink);
+                let r = execute(
+                    &table,
+                    None,
+                    &Host::default(),
+                    &cmd,
+                    data,
+                    1 << 17,
+                    wce,
+                    &mut stats,
+                    &sink,
+                );
                 assert_eq!(r, Submitted::Done(Status::SUCCESS));
             }
         }

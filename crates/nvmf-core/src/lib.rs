@@ -23,6 +23,7 @@
 //! | `logpage.rs` | Get Log Page |
 //! | `discovery.rs` | discovery log page |
 //! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management |
+//! | `reservation.rs` | reservations: state, access rule, Register/Acquire/Release/Report, PTPL file |
 //! | `backend` | re-export of the `nvmf-backend` crate: [`Backend`] trait, backends, sinks, parked buffers |
 //! | `error.rs` | [`CoreError`], status helpers |
 
@@ -41,6 +42,7 @@ pub mod logpage;
 pub mod namespace;
 pub mod queue;
 pub mod request;
+pub mod reservation;
 pub mod stats;
 pub mod subsystem;
 pub mod target;

@@ -1,7 +1,7 @@
 //! Namespaces and the per-subsystem namespace table.
 //!
 //! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, ANA group
-//! ID, a state atomic for removal, the write-protected flag taken from the
+//! ID, a state atomic for removal, its reservation (`reservation.rs`), the write-protected flag taken from the
 //! backend's `read_only` when the namespace is made; the block count is an atomic too: it
 //! changes when the bdev is resized, see `Subsystem::resize_backend`) and [`NamespaceTable`], the immutable snapshot that
 //! queue pairs cache: lookup by NSID is one bounds-checked vector index.
@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
+use crate::reservation::Reservations;
 
 /// Lifecycle of a namespace, read on every I/O (one relaxed load).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,9 @@ pub struct Namespace {
     /// ANA group (changeable at run time: `nvmf_subsystem_set_ns_ana_group`).
     anagrpid: AtomicU32,
     state: AtomicU8,
+    /// Registrants, holder and type (`reservation.rs`): shared by every
+    /// controller of this namespace.
+    reservations: Reservations,
 }
 
 impl Namespace {
@@ -71,7 +75,22 @@ impl Namespace {
             uuid,
             anagrpid: AtomicU32::new(nsid),
             state: AtomicU8::new(NamespaceState::Active as u8),
+            reservations: Reservations::new(),
         }
+    }
+
+    /// With a Persist Through Power Loss file (SPDK's `ptpl_file`): the
+    /// reservation it holds is restored when its PTPL flag is set. An
+    /// unreadable or malformed file is an error naming it.
+    pub fn with_ptpl_file(mut self, path: &std::path::Path) -> Result<Namespace, String> {
+        self.reservations = Reservations::with_ptpl_file(path)?;
+        Ok(self)
+    }
+
+    /// The namespace's reservation.
+    #[inline]
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     pub fn nsid(&self) -> u32 {

@@ -35,6 +35,7 @@ use crate::auth::session::{Peer, Session, Step};
 use crate::backend::{CompletionSink, IoTag, Submitted};
 use crate::controller::{
     CloseReason, Controller, QueueStats, AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR,
+    AEN_RESERVATION,
 };
 use crate::error::{Outcome, INVALID_FIELD, INVALID_OPCODE};
 use crate::fabrics::{self, Connected};
@@ -149,6 +150,9 @@ pub struct QueuePair {
     auth_close: Option<&'static str>,
     /// An unauthenticated queue closes at this time.
     auth_deadline: Option<Instant>,
+    /// The host as the I/O path needs it (its host identifier, for
+    /// reservations), copied from the controller at Connect.
+    host: io::Host,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
@@ -181,6 +185,7 @@ impl QueuePair {
             auth_pending: false,
             auth_close: None,
             auth_deadline: None,
+            host: io::Host::default(),
             io_claimed: false,
         }
     }
@@ -447,6 +452,9 @@ impl QueuePair {
                 let cntlid = ctrl.cntlid();
                 tracing::debug!(cntlid, qid, depth, peer = %self.port.peer, "I/O queue connected");
                 let authreq = self.require_auth(&ctrl);
+                self.host = io::Host {
+                    hostid: *ctrl.hostid(),
+                };
                 self.ctrl = Some(ctrl);
                 self.role = Role::Io;
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
@@ -647,6 +655,7 @@ impl QueuePair {
             ns: &self.ns,
             aers: &mut aq.aers,
             aborted: &mut aq.aborted,
+            sink: &self.sink,
         };
         match admin::execute(&mut ctx, cmd, data) {
             AdminResult::Done(out) => self.complete(cmd.cid(), out),
@@ -692,12 +701,17 @@ impl QueuePair {
                 self.refresh_namespaces();
             }
         }
+        let op = cmd.opcode();
+        if op >= IoOpcode::ReservationRegister as u8 && is_reservation_command(op) {
+            return self.execute_reservation(cmd, data);
+        }
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
         let ana = self.ctrl.as_ref().and_then(|c| c.ana_path());
         match io::execute(
             &self.ns,
             ana.map(|p| &**p),
+            &self.host,
             cmd,
             data,
             self.max_transfer,
@@ -711,6 +725,86 @@ impl QueuePair {
                 other => other,
             },
             Submitted::Pending => Exec::Pending,
+        }
+    }
+
+    /// Reservation Register, Report, Acquire and Release (`reservation.rs`).
+    /// Not subject to the reservation's access rule; ANA applies. On a
+    /// namespace with a PTPL file the state change and its file write run
+    /// on the `nvmfd-ptpl` thread and the command completes when the file
+    /// is on disk.
+    #[cold]
+    fn execute_reservation(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(cmd.cid(), Outcome::err(INVALID_OPCODE));
+        };
+        let ns = match self.ns.get(cmd.nsid()) {
+            Some(ns) if ns.is_active() => ns.clone(),
+            Some(_) => return self.complete(cmd.cid(), Outcome::err(Status::INTERNAL_PATH_ERROR)),
+            None => {
+                return self.complete(
+                    cmd.cid(),
+                    Outcome::err(Status::INVALID_NAMESPACE.with_dnr()),
+                )
+            }
+        };
+        if let Some(st) = ctrl
+            .ana_path()
+            .and_then(|p| crate::ana::io_status(p, ns.anagrpid()))
+        {
+            return self.complete(cmd.cid(), Outcome::err(st));
+        }
+        let op = cmd.opcode();
+        if op == IoOpcode::ReservationReport as u8 {
+            let status = ns.reservations().report(cmd.cdw11() & 1 != 0, data);
+            return self.complete(cmd.cid(), Outcome::err(status));
+        }
+        let need = if op == IoOpcode::ReservationRelease as u8 {
+            8
+        } else {
+            16
+        };
+        if data.len() < need {
+            return self.complete(
+                cmd.cid(),
+                Outcome::err(Status::SGL_DATA_LENGTH_INVALID.with_dnr()),
+            );
+        }
+        let key = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap_or([0; 8]));
+        let (crkey, other) = (key(0), if need == 16 { key(8) } else { 0 });
+        let (hostid, cdw10, nsid) = (self.host.hostid, cmd.cdw10(), cmd.nsid());
+        let sub = ctrl.subsystem().clone();
+        let ns2 = ns.clone();
+        let work = move || {
+            let r = ns2.reservations();
+            let res = if op == IoOpcode::ReservationRegister as u8 {
+                r.register(&hostid, cdw10, crkey, other)
+            } else if op == IoOpcode::ReservationAcquire as u8 {
+                r.acquire(&hostid, cdw10, crkey, other)
+            } else {
+                r.release(&hostid, cdw10, crkey)
+            };
+            match res {
+                Ok(fx) => {
+                    deliver_reservation_notices(&sub, nsid, &fx.notices);
+                    Status::SUCCESS
+                }
+                Err(st) => st,
+            }
+        };
+        if ns.reservations().ptpl_file().is_some() {
+            let tag = IoTag {
+                cid: cmd.cid(),
+                bytes: 0,
+                write: true,
+            };
+            match crate::reservation::PTPL_POOL.run(&self.sink, tag, work) {
+                Submitted::Done(st) => self.complete(cmd.cid(), Outcome::err(st)),
+                _ => Exec::Pending,
+            }
+        } else {
+            let st = work();
+            self.complete(cmd.cid(), Outcome::err(st))
         }
     }
 
@@ -851,6 +945,32 @@ impl QueuePair {
     }
 }
 
+/// Reservation Register, Report, Acquire or Release.
+#[inline]
+fn is_reservation_command(op: u8) -> bool {
+    op == IoOpcode::ReservationRegister as u8
+        || op == IoOpcode::ReservationReport as u8
+        || op == IoOpcode::ReservationAcquire as u8
+        || op == IoOpcode::ReservationRelease as u8
+}
+
+/// Hands reservation notices to every controller of the hosts they are
+/// for (any thread; control path).
+pub(crate) fn deliver_reservation_notices(
+    sub: &crate::subsystem::Subsystem,
+    nsid: u32,
+    notices: &[crate::reservation::Notice],
+) {
+    if notices.is_empty() {
+        return;
+    }
+    for ctrl in sub.controllers() {
+        for n in notices.iter().filter(|n| &n.hostid == ctrl.hostid()) {
+            ctrl.reservation_notice(nsid, n.kind);
+        }
+    }
+}
+
 /// Authentication Send or Receive.
 #[inline]
 fn is_auth_command(cmd: &Command) -> bool {
@@ -867,6 +987,8 @@ fn aen_result(bit: u32) -> u32 {
         AEN_NS_ATTR => TYPE_NOTICE | (0x04 << 16), // information 00h
         AEN_DISC_CHANGE => TYPE_NOTICE | (0xF0 << 8) | (0x70 << 16),
         AEN_ANA_CHANGE => TYPE_NOTICE | (0x03 << 8) | (0x0C << 16),
+        // I/O command specific status: reservation log page available.
+        AEN_RESERVATION => 6 | (0x80 << 16),
         _ => TYPE_NOTICE,
     }
 }

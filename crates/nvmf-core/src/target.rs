@@ -1071,7 +1071,12 @@ fn build_namespace(
         .get(&n.bdev_name)
         .cloned()
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
-    let ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid);
+    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid);
+    if let Some(f) = &n.ptpl_file {
+        ns = ns
+            .with_ptpl_file(std::path::Path::new(f))
+            .map_err(|e| err(format!("ptpl_file {e}")))?;
+    }
     ns.set_anagrpid(n.anagrpid);
     Ok(ns)
 }

@@ -45,6 +45,7 @@ fn ns_cfg(nqn: &str, nsid: u32, bdev: &str) -> NamespaceConfig {
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: nsid,
+        ptpl_file: None,
     }
 }
 

@@ -507,7 +507,7 @@ static COMMANDS: &[Cmd] = &[
         pos: &[NQN, p("bdev_name", Str, "Name of the bdev to expose as a namespace")],
         opts: &[
             TGT_T,
-            o("-p", "--ptpl-file", "ptpl_file", Str, "(accepted, ignored)"),
+            o("-p", "--ptpl-file", "ptpl_file", Str, "File where the namespace's reservation persists through power loss (PTPL); read at start"),
             o("-n", "--nsid", "nsid", Int, "Namespace ID (default: lowest free)"),
             o("-g", "--nguid", "nguid", Str, "16-byte NGUID in hexadecimal"),
             o("-e", "--eui64", "eui64", Str, "8-byte EUI-64 in hexadecimal"),
@@ -558,6 +558,14 @@ static COMMANDS: &[Cmd] = &[
         opts: &[TGT_T],
         build: plain,
         example: "nvmf rpc nvmf_ns_remove_host nqn.2016-06.io.spdk:cnode1 1 nqn.2014-08.org.nvmexpress:uuid:...",
+    },
+    Cmd {
+        name: "nvmf_ns_get_reservation",
+        help: "Display a namespace's NVMe reservation: generation, type, holder, registrants (host ID, key) and PTPL (nvmfd's own method)",
+        pos: &[NQN, p("nsid", Int, "Namespace ID")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc nvmf_ns_get_reservation nqn.2016-06.io.spdk:cnode1 1",
     },
     Cmd {
         name: "nvmf_subsystem_remove_ns",

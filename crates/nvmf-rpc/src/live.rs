@@ -172,6 +172,14 @@ pub trait LiveTarget: Send + Sync {
     fn path_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
     }
+    /// `nvmf_ns_get_reservation` (nvmfd's own method): the reservation of
+    /// namespace `nsid` of `nqn` (`generation, rtype, holder, ptpl,
+    /// ptpl_file, registrants: [{hostid, rkey, holder}]`); `None` when the
+    /// running target has no such namespace.
+    fn reservation(&self, nqn: &str, nsid: u32) -> Option<Value> {
+        let _ = (nqn, nsid);
+        None
+    }
     /// Reads and Writes per namespace since the target started, every
     /// queue and path together (open and closed), for `bdev_get_iostat`:
     /// (now in nanoseconds on a monotonic clock, the namespaces with I/O).

@@ -78,6 +78,7 @@ pub const METHODS: &[&str] = &[
     "thread_get_stats",
     "framework_get_reactors",
     "nvmf_get_path_stats",
+    "nvmf_ns_get_reservation",
 ];
 
 /// Methods that change state (persisted after success).
@@ -522,6 +523,33 @@ impl RpcService {
             "nvmf_get_path_stats" => {
                 Params::new(method, params)?.finish()?;
                 Ok(self.live.path_stats())
+            }
+            "nvmf_ns_get_reservation" => {
+                let mut p = Params::new(method, params)?;
+                let nqn = p.req_str("nqn")?.to_string();
+                let nsid = p
+                    .opt_u64("nsid", u64::from(u32::MAX))?
+                    .ok_or_else(|| p.err("nsid", "missing"))? as u32;
+                let known = self
+                    .lock()
+                    .config
+                    .subsystem(&nqn)
+                    .map(|s| s.namespace(nsid).is_some());
+                let found = match known {
+                    None => Err(p.err("nqn", format!("no subsystem \"{nqn}\""))),
+                    Some(false) => Err(p.err(
+                        "nsid",
+                        format!("subsystem \"{nqn}\" has no namespace {nsid}"),
+                    )),
+                    Some(true) => self.live.reservation(&nqn, nsid).ok_or_else(|| {
+                        p.err(
+                            "nsid",
+                            format!("namespace {nsid} of \"{nqn}\" is not live yet"),
+                        )
+                    }),
+                };
+                p.finish()?;
+                found
             }
             m if SKIPPED_METHODS.contains(&m) => {
                 // SPDK-internal tuning (what SPDK's save_config emits for

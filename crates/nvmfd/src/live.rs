@@ -607,6 +607,26 @@ impl LiveTarget for Live {
         qpairs_json(&self.snapshots(), nqn)
     }
 
+    fn reservation(&self, nqn: &str, nsid: u32) -> Option<Value> {
+        let sub = self.target.subsystem(nqn)?;
+        let table = sub.namespaces();
+        let ns = table.get(nsid)?;
+        let r = ns.reservations();
+        let st = r.snapshot();
+        Some(json!({
+            "generation": st.generation,
+            "rtype": st.rtype,
+            "holder": st.holder.filter(|_| st.rtype != 0).map(|h| format_hostid(&h)),
+            "ptpl": st.ptpl,
+            "ptpl_file": r.ptpl_file().map(|p| p.display().to_string()),
+            "registrants": st.registrants.iter().map(|g| json!({
+                "hostid": format_hostid(&g.hostid),
+                "rkey": g.rkey,
+                "holder": st.is_holder(&g.hostid),
+            })).collect::<Vec<_>>(),
+        }))
+    }
+
     fn thread_stats(&self) -> Value {
         let threads: Vec<Value> = self
             .snapshots()
