@@ -965,6 +965,11 @@ pub(crate) fn deliver_reservation_notices(
         return;
     }
     for ctrl in sub.controllers() {
+        // A host the namespace is hidden from never hears its NSID
+        // (per-host visibility, docs/VISIBILITY.md).
+        if !sub.ns_visible_to(nsid, ctrl.hostnqn()) {
+            continue;
+        }
         for n in notices.iter().filter(|n| &n.hostid == ctrl.hostid()) {
             ctrl.reservation_notice(nsid, n.kind);
         }

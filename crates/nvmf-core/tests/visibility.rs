@@ -101,9 +101,9 @@ fn done(e: Exec) -> Completion {
 fn connect(t: &Arc<Target>, qid: u16, cntlid: u16, host: &str) -> QueuePair {
     let mut qp = QueuePair::new(t.clone(), port());
     let cmd = Command::connect(1, qid, 31, 0, 5000);
-    let mut data = ConnectData::new([7; 16], cntlid, NQN, host)
-        .as_bytes()
-        .to_vec();
+    // Host ID: the NQN's last character (A, B, C), as reservations tell hosts apart by it.
+    let id = [*host.as_bytes().last().unwrap(); 16];
+    let mut data = ConnectData::new(id, cntlid, NQN, host).as_bytes().to_vec();
     let c = done(qp.execute(&cmd, &mut data));
     assert_eq!(c.status(), Status::SUCCESS, "connect qid {qid} as {host}");
     qp
@@ -351,4 +351,66 @@ fn sync_visibility_applies_a_configuration() {
     assert_eq!(active_list(&mut c), vec![2]);
     assert_eq!(read(&mut io_c, 3), INVALID_NS);
     assert_eq!(read(&mut io_c, 2), Status::SUCCESS);
+}
+
+/// Runs a reservation command on an I/O queue.
+fn resv(io: &mut QueuePair, op: IoOpcode, nsid: u32, cdw10: u32, data: &mut [u8]) -> Status {
+    let mut cmd = Command::new(op as u8, 30);
+    cmd.set_nsid(nsid).set_cdw10(cdw10);
+    done(io.execute(&cmd, data)).status()
+}
+
+fn keys(a: u64, b: u64) -> Vec<u8> {
+    let mut v = a.to_le_bytes().to_vec();
+    v.extend_from_slice(&b.to_le_bytes());
+    v
+}
+
+#[test]
+fn reservation_notices_of_a_hidden_namespace_never_reach_its_host() {
+    let t = Target::from_config(&config()).unwrap();
+    let sub = t.subsystem(NQN).unwrap();
+    let (mut a, mut io_a) = controller(&t, HOST_A);
+    let (mut b, mut io_b) = controller(&t, HOST_B);
+    // Both register on namespace 3 (visible to all), A holds Write Exclusive.
+    let reg = IoOpcode::ReservationRegister;
+    assert_eq!(
+        resv(&mut io_a, reg, 3, 0, &mut keys(0, 0xA)),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        resv(&mut io_b, reg, 3, 0, &mut keys(0, 0xB)),
+        Status::SUCCESS
+    );
+    let acq = IoOpcode::ReservationAcquire;
+    assert_eq!(
+        resv(&mut io_a, acq, 3, 1 << 8, &mut keys(0xA, 0)),
+        Status::SUCCESS
+    );
+
+    // Namespace 3 is hidden from A; then B preempts A (a notice for A).
+    sub.set_ns_visibility(3, NsVisibility::Hosts([HOST_B.to_string()].into()))
+        .unwrap();
+    assert_eq!(events(&mut a), vec![NS_ATTR_NOTICE]);
+    assert_eq!(changed_list(&mut a), vec![3]);
+    assert!(events(&mut b).is_empty());
+    let aer = Command::new(AdminOpcode::AsyncEventRequest as u8, 101);
+    assert_eq!(a.execute(&aer, &mut []), Exec::Pending);
+    assert_eq!(
+        resv(&mut io_b, acq, 3, (1 << 8) | 1, &mut keys(0xB, 0xA)),
+        Status::SUCCESS
+    );
+    assert!(
+        events(&mut a).is_empty(),
+        "no reservation AEN for a hidden namespace"
+    );
+    let log = get_log(&mut a, 0x80);
+    assert!(
+        log[..64].iter().all(|&x| x == 0),
+        "empty reservation notification log"
+    );
+    // And A cannot act on it any more: Invalid Namespace before any
+    // reservation check.
+    assert_eq!(resv(&mut io_a, reg, 3, 0, &mut keys(0, 0xA)), INVALID_NS);
+    assert_eq!(read(&mut io_a, 3), INVALID_NS);
 }
