@@ -247,6 +247,22 @@ impl NamespaceTable {
         t
     }
 
+    /// A copy with only the namespaces `keep` accepts (a host's view when
+    /// some namespaces are hidden from it: `visibility.rs`).
+    pub fn filtered(&self, keep: impl Fn(&Namespace) -> bool) -> NamespaceTable {
+        let mut t = NamespaceTable::new();
+        for ns in self.iter().filter(|n| keep(n)) {
+            let idx = ns.nsid() as usize - 1;
+            if t.slots.len() <= idx {
+                t.slots.resize(idx + 1, None);
+            }
+            t.slots[idx] = Some(ns.clone());
+            t.active.push(ns.nsid());
+        }
+        t.update_stable_buffers();
+        t
+    }
+
     /// A copy without `nsid`.
     pub fn without(&self, nsid: u32) -> NamespaceTable {
         let mut t = self.clone();

@@ -6,7 +6,8 @@
 //! dispatches each command to fabrics/admin/io handlers, fills completions
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
 //! outstanding Asynchronous Event Requests and keep-alive clock, caches the
-//! subsystem's namespace table for the lock-free I/O path, and tears the
+//! subsystem's namespace table as the controller's host sees it (per-host
+//! visibility: `visibility.rs`) for the lock-free I/O path, and tears the
 //! controller down when the admin queue is dropped. A host with a
 //! DH-HMAC-CHAP key on the subsystem must authenticate each queue after its
 //! Connect (Connect dword 0 AUTHREQ.ATR set; until then every command but
@@ -417,7 +418,9 @@ impl QueuePair {
                 self.qid = 0;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
@@ -451,7 +454,9 @@ impl QueuePair {
                 self.qid = qid;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
@@ -627,7 +632,9 @@ impl QueuePair {
         // Refresh the namespace snapshot (admin path: may lock).
         let generation = ctrl.subsystem().ns_generation();
         if generation != self.ns_generation {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
@@ -859,7 +866,9 @@ impl QueuePair {
     #[cold]
     fn refresh_namespaces(&mut self) {
         if let Some(ctrl) = &self.ctrl {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
@@ -1009,6 +1018,11 @@ pub(crate) fn deliver_reservation_notices(
         return;
     }
     for ctrl in sub.controllers() {
+        // A host the namespace is hidden from never hears its NSID
+        // (per-host visibility, docs/VISIBILITY.md).
+        if !sub.ns_visible_to(nsid, ctrl.hostnqn()) {
+            continue;
+        }
         for n in notices.iter().filter(|n| &n.hostid == ctrl.hostid()) {
             ctrl.reservation_notice(nsid, n.kind);
         }

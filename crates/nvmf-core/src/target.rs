@@ -753,6 +753,18 @@ impl Target {
     /// Add a namespace to a subsystem at run time (the backend must exist).
     /// Controllers of the subsystem get Namespace Attribute Changed.
     pub fn add_namespace(&self, nqn: &str, ns: &NamespaceConfig) -> Result<(), CoreError> {
+        self.add_namespace_visible(nqn, ns, crate::visibility::NsVisibility::All)
+    }
+
+    /// Add a namespace seen only by the hosts `v` names (`no_auto_visible`;
+    /// all hosts with `NsVisibility::All`). Only their controllers get
+    /// Namespace Attribute Changed.
+    pub fn add_namespace_visible(
+        &self,
+        nqn: &str,
+        ns: &NamespaceConfig,
+        v: crate::visibility::NsVisibility,
+    ) -> Result<(), CoreError> {
         let sub = self
             .subsystem(nqn)
             .filter(|s| !s.is_discovery())
@@ -760,7 +772,18 @@ impl Target {
         let backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
         let built = build_namespace(nqn, sub.max_namespaces(), ns, &backends)?;
         drop(backends);
-        sub.add_namespace(Arc::new(built))
+        sub.add_namespace_visible(Arc::new(built), v)
+    }
+
+    /// Apply subsystem `cfg.nqn`'s visibility rules (`ns_visibility`) to its
+    /// namespaces; controllers of hosts that gain or lose a namespace are
+    /// told. Returns how many controllers were told.
+    pub fn sync_visibility(&self, cfg: &nvmf_config::SubsystemConfig) -> Result<usize, CoreError> {
+        let sub = self
+            .subsystem(&cfg.nqn)
+            .filter(|s| !s.is_discovery())
+            .ok_or_else(|| CoreError::UnknownSubsystem(cfg.nqn.clone()))?;
+        Ok(sub.sync_visibility(cfg))
     }
 
     /// Remove a namespace at run time. In-flight I/O finishes; new I/O gets

@@ -94,6 +94,14 @@ pub enum Change {
     AnaChange {
         nqn: String,
     },
+    /// Which hosts see a `no_auto_visible` namespace changed
+    /// (`nvmf_ns_add_host`, `nvmf_ns_remove_host`; the rules are in
+    /// `SubsystemConfig::ns_visibility`): the controllers of the hosts that
+    /// gain or lose it get Namespace Attribute Changed.
+    NsVisibility {
+        nqn: String,
+        nsid: u32,
+    },
     /// DH-HMAC-CHAP keys or policy changed (`keyring_file_add_key`,
     /// `keyring_file_remove_key`, `nvmf_subsystem_set_keys`,
     /// `nvmf_set_config dhchap_*`): the target reloads the hosts' keys
@@ -124,6 +132,7 @@ impl Change {
             Change::RemoveHost { .. } => "RemoveHost",
             Change::AllowAnyHost { .. } => "AllowAnyHost",
             Change::AnaChange { .. } => "AnaChange",
+            Change::NsVisibility { .. } => "NsVisibility",
             Change::AuthKeys => "AuthKeys",
             Change::LoadConfig => "LoadConfig",
         }

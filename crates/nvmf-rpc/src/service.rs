@@ -72,6 +72,8 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_get_listeners",
     "nvmf_subsystem_listener_set_ana_state",
     "nvmf_subsystem_set_ns_ana_group",
+    "nvmf_ns_add_host",
+    "nvmf_ns_remove_host",
     "nvmf_get_stats",
     "thread_get_stats",
     "framework_get_reactors",
@@ -109,6 +111,8 @@ pub const STATE_CHANGING_METHODS: &[&str] = &[
     "keyring_file_add_key",
     "keyring_file_remove_key",
     "nvmf_set_config",
+    "nvmf_ns_add_host",
+    "nvmf_ns_remove_host",
 ];
 
 /// `spdk_get_version`'s `version` string.
@@ -449,6 +453,21 @@ impl RpcService {
                         json!(true),
                     )
                 }),
+            "nvmf_ns_add_host" | "nvmf_ns_remove_host" => {
+                self.apply_config_method(method, params, |_, nqn| {
+                    let nsid = params
+                        .and_then(|p| p.get("nsid"))
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0) as u32;
+                    (
+                        Change::NsVisibility {
+                            nqn: nqn.to_string(),
+                            nsid,
+                        },
+                        json!(true),
+                    )
+                })
+            }
             "bdev_malloc_delete" => self.delete_bdev(method, params, BdevKind::Malloc),
             "bdev_null_delete" => self.delete_bdev(method, params, BdevKind::Null),
             "bdev_uring_delete" => {
@@ -820,6 +839,7 @@ impl RpcService {
         p.finish()?;
         let mut new = st.config.clone();
         new.subsystems[si].namespaces.retain(|ns| ns.nsid != nsid);
+        new.subsystems[si].ns_visibility.remove(&nsid);
         let change = Change::RemoveNamespace {
             nqn: nqn.to_string(),
             nsid,
