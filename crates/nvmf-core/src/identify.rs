@@ -80,6 +80,12 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
                     if ctx.ctrl.subsystem().ana().is_some() {
                         id.anagrpid.set(ns.anagrpid());
                     }
+                    // Copy: the whole copy in one transfer-sized buffer.
+                    let max = ctx.target.limits_for(ctx.port.trtype).max_transfer();
+                    let (mssrl, mcl) = crate::io::copy_limits(ns.block_shift(), max);
+                    id.mssrl.set(mssrl);
+                    id.mcl.set(mcl);
+                    id.msrc = (crate::io::COPY_MAX_RANGES - 1) as u8;
                     put(id.as_bytes(), data)
                 }
                 // Valid but inactive NSID: an all-zero page.
@@ -192,8 +198,11 @@ pub fn identify_controller(
         id.anagrpmax.set(ana.grpmax());
         id.nanagrpid.set(ana.grpmax());
     }
-    id.oncs
-        .set(ONCS_COMPARE | ONCS_DSM | ONCS_WRITE_ZEROES | ONCS_RESERVATIONS | ONCS_VERIFY);
+    id.oncs.set(
+        ONCS_COMPARE | ONCS_DSM | ONCS_WRITE_ZEROES | ONCS_RESERVATIONS | ONCS_VERIFY | ONCS_COPY,
+    );
+    // Copy source range descriptor format 0.
+    id.ocfs.set(1);
     id.vwc = VWC_PRESENT | VWC_NO_BROADCAST_FLUSH;
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.
     id.ioccsz.set((64 + limits.in_capsule_data_size) / 16);
@@ -208,6 +217,8 @@ const ONCS_COMPARE: u16 = 1 << 0;
 const ONCS_RESERVATIONS: u16 = 1 << 5;
 /// ONCS bit 7: Verify.
 const ONCS_VERIFY: u16 = 1 << 7;
+/// ONCS bit 8: Copy.
+const ONCS_COPY: u16 = 1 << 8;
 
 /// Identify Namespace for an active namespace.
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {

@@ -2,7 +2,9 @@
 //!
 //! Owns Read, Write, Flush, Write Zeroes, Dataset Management (deallocate),
 //! Compare and Verify (`start_check`; their reads go to a buffer of their
-//! own, finished by `queue.rs` when the read ends)
+//! own, finished by `queue.rs` when the read ends), and Copy (`start_copy`:
+//! sources read into a buffer of its own, then written; `CopyOp::step`
+//! moves it on as its backend operations end)
 //! checks and their hand-off to the namespace's backend. Runs on the reactor
 //! thread that owns the queue pair: no locks, no allocation, every field from
 //! the wire range-checked. Order of checks: namespace (Invalid Namespace,
@@ -345,6 +347,199 @@ pub(crate) fn start_check(
             expected: compare.then(|| data.to_vec()),
         },
     ))
+}
+
+/// Copy: source ranges one command takes (MSRC + 1).
+pub const COPY_MAX_RANGES: usize = 128;
+/// Copy: bytes per source range descriptor (format 0).
+const COPY_RANGE_SIZE: usize = 32;
+const COPY_SIZE_LIMIT: Status = Status::COMMAND_SIZE_LIMIT_EXCEEDED.with_dnr();
+
+/// Copy's limits for a namespace, in blocks: (MSSRL, MCL), so that the
+/// whole copy fits one buffer of at most the largest transfer (MDTS).
+pub fn copy_limits(block_shift: u8, max_transfer: u32) -> (u16, u32) {
+    let mcl = (max_transfer >> block_shift).max(1);
+    (mcl.min(u32::from(u16::MAX)) as u16, mcl)
+}
+
+/// Where a Copy is: reading its sources into its buffer, or writing it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CopyPhase {
+    /// Source reads still in the backend.
+    Reading(u32),
+    Writing,
+}
+
+/// A Copy in flight in an asynchronous backend (its own buffer).
+#[derive(Debug)]
+pub(crate) struct CopyOp {
+    pub cid: u16,
+    pub ns: Arc<Namespace>,
+    pub buf: crate::request::AlignedBuf,
+    pub phase: CopyPhase,
+    /// The first error of a source read.
+    pub status: Status,
+    pub sdlba: u64,
+    pub fua: bool,
+}
+
+impl CopyOp {
+    /// One of its backend operations ended with `st`. Returns the Copy's
+    /// status once it is over (`None`: still running; the write may have
+    /// been submitted here).
+    pub fn step(&mut self, st: Status, sink: &Arc<CompletionSink>) -> Option<Status> {
+        match self.phase {
+            CopyPhase::Writing => Some(st),
+            CopyPhase::Reading(left) => {
+                if !st.is_success() && self.status.is_success() {
+                    self.status = st;
+                }
+                let left = left.saturating_sub(1);
+                self.phase = CopyPhase::Reading(left);
+                if left > 0 {
+                    return None;
+                }
+                if !self.status.is_success() {
+                    return Some(self.status);
+                }
+                self.phase = CopyPhase::Writing;
+                match self.write(sink) {
+                    Submitted::Pending => None,
+                    Submitted::Done(st) => Some(st),
+                    Submitted::ZeroData => Some(Status::SUCCESS),
+                }
+            }
+        }
+    }
+
+    fn write(&mut self, sink: &Arc<CompletionSink>) -> Submitted {
+        let tag = IoTag {
+            cid: self.cid,
+            bytes: 0,
+            write: true,
+        };
+        let ns = self.ns.clone();
+        ns.backend().submit(
+            BlockOp::Write {
+                lba: self.sdlba,
+                buf: &mut self.buf[..],
+                fua: self.fua,
+            },
+            tag,
+            sink,
+        )
+    }
+}
+
+/// Copy (19h), source range descriptor format 0, within one namespace:
+/// the sources are read into one buffer of the command's own, then written
+/// at SDLBA (CDW10-11). A write-group command for reservations; write
+/// protection applies. Limits (Identify Namespace MSRC, MSSRL, MCL): at
+/// most [`COPY_MAX_RANGES`] ranges and MDTS bytes in all, else Command Size
+/// Limit Exceeded. Returns what the backend answered and, when part of it
+/// is still running, the Copy to finish later.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_copy(
+    table: &NamespaceTable,
+    ana: Option<&PathAna>,
+    host: &Host,
+    cmd: &Command,
+    data: &[u8],
+    max_transfer: u32,
+    write_cache: bool,
+    sink: &Arc<CompletionSink>,
+) -> Result<Option<CopyOp>, Status> {
+    let ns = lookup(table, ana, host, cmd.nsid(), true)?;
+    if ns.read_only() {
+        return Err(WRITE_PROTECTED);
+    }
+    let cdw12 = cmd.cdw12();
+    if (cdw12 >> 8) & 0xF != 0 {
+        // Only descriptor format 0.
+        return Err(INVALID_FIELD);
+    }
+    let nr = (cdw12 & 0xFF) as usize + 1;
+    if nr > COPY_MAX_RANGES {
+        return Err(COPY_SIZE_LIMIT);
+    }
+    if data.len() < nr * COPY_RANGE_SIZE {
+        return Err(SGL_LENGTH_INVALID);
+    }
+    let (mssrl, mcl) = copy_limits(ns.block_shift(), max_transfer);
+    let mut total = 0u64;
+    let mut ranges = [(0u64, 0u64); COPY_MAX_RANGES];
+    for (i, d) in data.chunks_exact(COPY_RANGE_SIZE).take(nr).enumerate() {
+        let slba = u64::from_le_bytes(d[8..16].try_into().unwrap_or([0; 8]));
+        let nlb = u64::from(u16::from_le_bytes([d[16], d[17]])) + 1;
+        if nlb > u64::from(mssrl) {
+            return Err(COPY_SIZE_LIMIT);
+        }
+        if !in_range(ns, slba, nlb) {
+            return Err(LBA_OUT_OF_RANGE);
+        }
+        total += nlb;
+        ranges[i] = (slba, nlb);
+    }
+    if total > u64::from(mcl) {
+        return Err(COPY_SIZE_LIMIT);
+    }
+    let sdlba = u64::from(cmd.cdw10()) | (u64::from(cmd.cdw11()) << 32);
+    if !in_range(ns, sdlba, total) {
+        return Err(LBA_OUT_OF_RANGE);
+    }
+    let shift = ns.block_shift();
+    let mut op = CopyOp {
+        cid: cmd.cid(),
+        ns: ns.clone(),
+        buf: crate::request::AlignedBuf::new(),
+        phase: CopyPhase::Reading(0),
+        status: Status::SUCCESS,
+        sdlba,
+        fua: cdw12 & (1 << 30) != 0 || !write_cache,
+    };
+    op.buf.grow((total << shift) as usize);
+    let tag = IoTag {
+        cid: cmd.cid(),
+        bytes: 0,
+        write: false,
+    };
+    let mut off = 0usize;
+    let mut pending = 0u32;
+    for &(slba, nlb) in &ranges[..nr] {
+        let len = (nlb << shift) as usize;
+        // The backend may keep a pointer into the buffer's allocation
+        // until the read completes (it does not move with `op`).
+        let buf = &mut op.buf[off..off + len];
+        match ns
+            .backend()
+            .submit(BlockOp::Read { lba: slba, buf }, tag, sink)
+        {
+            Submitted::Pending => pending += 1,
+            Submitted::Done(st) if !st.is_success() => {
+                if op.status.is_success() {
+                    op.status = st;
+                }
+            }
+            // A read of zeroes left the (zeroed) buffer as it was.
+            Submitted::Done(_) | Submitted::ZeroData => {}
+        }
+        off += len;
+    }
+    if pending > 0 {
+        op.phase = CopyPhase::Reading(pending);
+        return Ok(Some(op));
+    }
+    if !op.status.is_success() {
+        return Err(op.status);
+    }
+    op.phase = CopyPhase::Writing;
+    match op.write(sink) {
+        Submitted::Pending => Ok(Some(op)),
+        Submitted::Done(st) if st.is_success() => Ok(None),
+        Submitted::Done(st) => Err(st),
+        Submitted::ZeroData => Ok(None),
+    }
 }
 
 /// Dataset Management: only the Deallocate attribute does anything; the

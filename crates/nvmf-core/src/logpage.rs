@@ -198,7 +198,7 @@ pub fn commands_supported() -> [u8; 4096] {
     ] {
         set(1024, op as u8, CSUPP);
     }
-    for op in [IoOpcode::Write, IoOpcode::WriteZeroes] {
+    for op in [IoOpcode::Write, IoOpcode::WriteZeroes, IoOpcode::Copy] {
         set(1024, op as u8, CSUPP | LBCC);
     }
     page

@@ -155,6 +155,8 @@ pub struct QueuePair {
     host: io::Host,
     /// Compare and Verify reads in flight in an asynchronous backend.
     checks: Vec<io::Check>,
+    /// Copies with backend operations in flight.
+    copies: Vec<io::CopyOp>,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
@@ -189,6 +191,7 @@ impl QueuePair {
             auth_deadline: None,
             host: io::Host::default(),
             checks: Vec::new(),
+            copies: Vec::new(),
             io_claimed: false,
         }
     }
@@ -286,10 +289,14 @@ impl QueuePair {
         self.handed_over = true;
         // Compare/Verify reads in flight point into their own buffers:
         // those are kept with the transport's.
-        let keep: Box<dyn std::any::Any> = if self.checks.is_empty() {
+        let keep: Box<dyn std::any::Any> = if self.checks.is_empty() && self.copies.is_empty() {
             keep
         } else {
-            Box::new((keep, std::mem::take(&mut self.checks)))
+            Box::new((
+                keep,
+                std::mem::take(&mut self.checks),
+                std::mem::take(&mut self.copies),
+            ))
         };
         if self.backend_ops_in_flight() == 0 {
             // Nothing points into the buffers: free them now.
@@ -719,6 +726,9 @@ impl QueuePair {
             if op == IoOpcode::Compare as u8 || op == IoOpcode::Verify as u8 {
                 return self.execute_check(cmd, data, op == IoOpcode::Compare as u8);
             }
+            if op == IoOpcode::Copy as u8 {
+                return self.execute_copy(cmd, data);
+            }
         }
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
@@ -854,6 +864,31 @@ impl QueuePair {
         }
     }
 
+    /// Copy (`io::start_copy`): done now when the backend did it all at
+    /// once, else kept until its last operation completes (`poll`).
+    #[cold]
+    fn execute_copy(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path()).cloned();
+        let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
+        match io::start_copy(
+            &self.ns,
+            ana.as_deref(),
+            &self.host,
+            cmd,
+            data,
+            self.max_transfer,
+            write_cache,
+            &self.sink,
+        ) {
+            Err(st) => self.complete(cmd.cid(), Outcome::err(st)),
+            Ok(None) => self.complete(cmd.cid(), Outcome::ok()),
+            Ok(Some(op)) => {
+                self.copies.push(op);
+                Exec::Pending
+            }
+        }
+    }
+
     /// A command on an I/O queue that has not authenticated yet.
     #[cold]
     fn io_auth_pending(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
@@ -977,11 +1012,27 @@ impl QueuePair {
         let sqhd = self.reported_sqhd();
         let stats = &mut self.stats;
         let checks = &mut self.checks;
+        let copies = &mut self.copies;
+        // (a clone for the Copy writes submitted from here)
+        let sink = self.sink.clone();
         self.sink.drain(|tag, mut status| {
             if !checks.is_empty() {
                 // A Compare or Verify whose read ended: check it now.
                 if let Some(i) = checks.iter().position(|c| c.cid == tag.cid) {
                     status = checks.swap_remove(i).status(status);
+                }
+            }
+            if !copies.is_empty() {
+                // A Copy's read or write ended: on to its next step, and
+                // completed only when it is over.
+                if let Some(i) = copies.iter().position(|c| c.cid == tag.cid) {
+                    match copies[i].step(status, &sink) {
+                        Some(st) => {
+                            copies.swap_remove(i);
+                            status = st;
+                        }
+                        None => return,
+                    }
                 }
             }
             if status.is_success() {

@@ -521,3 +521,104 @@ fn compare_and_verify() {
     );
     assert_eq!(buf[0], id.mdts);
 }
+
+/// Copy range descriptors (format 0): (SLBA, NLB 1-based).
+fn copy_ranges(r: &[(u64, u16)]) -> Vec<u8> {
+    let mut d = Vec::new();
+    for &(slba, nlb) in r {
+        let mut e = [0u8; 32];
+        e[8..16].copy_from_slice(&slba.to_le_bytes());
+        e[16..18].copy_from_slice(&(nlb - 1).to_le_bytes());
+        d.extend_from_slice(&e);
+    }
+    d
+}
+
+fn copy(h: &mut Host, sdlba: u64, ranges: &[(u64, u16)], cdw12_extra: u32) -> Status {
+    let mut cmd = Command::new(IoOpcode::Copy as u8, 60);
+    cmd.set_nsid(1)
+        .set_cdw10(sdlba as u32)
+        .set_cdw11((sdlba >> 32) as u32)
+        .set_cdw12((ranges.len() as u32 - 1) | cdw12_extra);
+    run(&mut h.io, &cmd, &mut copy_ranges(ranges))
+}
+
+fn read_blocks(h: &mut Host, slba: u64, nlb: u32) -> Vec<u8> {
+    let mut cmd = Command::new(IoOpcode::Read as u8, 61);
+    cmd.set_nsid(1).set_lba_range(slba, nlb);
+    let mut buf = vec![0u8; nlb as usize * 512];
+    assert_eq!(run(&mut h.io, &cmd, &mut buf), Status::SUCCESS);
+    buf
+}
+
+/// Copy (19h) on a RAM disk: two source ranges land back to back at the
+/// destination; the limits (MSRC, MSSRL, MCL), ranges, format and the
+/// reservation rule (a write-group command) are checked; Identify says so.
+#[test]
+fn copy_within_a_namespace() {
+    let t = Target::from_config(&config(None)).unwrap();
+    let mut a = host(&t, HOST_A, ID_A);
+    let mut b = host(&t, HOST_B, ID_B);
+    let pattern: Vec<u8> = (0..2048u32).map(|i| (i * 13 + 1) as u8).collect();
+    let mut cmd = Command::new(IoOpcode::Write as u8, 62);
+    cmd.set_nsid(1).set_lba_range(10, 4);
+    assert_eq!(run(&mut a.io, &cmd, &mut pattern.clone()), Status::SUCCESS);
+    // Blocks 12-13, then 10: to 500..503.
+    assert_eq!(copy(&mut a, 500, &[(12, 2), (10, 1)], 0), Status::SUCCESS);
+    let got = read_blocks(&mut a, 500, 3);
+    assert_eq!(&got[..1024], &pattern[1024..2048]);
+    assert_eq!(&got[1024..], &pattern[..512]);
+
+    let size_limit = Status::COMMAND_SIZE_LIMIT_EXCEEDED.with_dnr();
+    assert_eq!((size_limit.sct, size_limit.sc), (1, 0x83));
+    let many: Vec<(u64, u16)> = (0..129).map(|i| (i, 1)).collect();
+    assert_eq!(copy(&mut a, 600, &many, 0), size_limit, "129 ranges");
+    // MDTS 128 KiB = 256 blocks of 512 bytes.
+    assert_eq!(
+        copy(&mut a, 0, &[(0, 257)], 0),
+        size_limit,
+        "one range > MSSRL"
+    );
+    assert_eq!(
+        copy(&mut a, 0, &[(0, 200), (300, 100)], 0),
+        size_limit,
+        "> MCL"
+    );
+    assert_eq!(
+        copy(&mut a, 1023, &[(0, 2)], 0),
+        Status::LBA_OUT_OF_RANGE.with_dnr(),
+        "destination past the end"
+    );
+    assert_eq!(
+        copy(&mut a, 0, &[(1023, 2)], 0),
+        Status::LBA_OUT_OF_RANGE.with_dnr(),
+        "source past the end"
+    );
+    assert_eq!(
+        copy(&mut a, 0, &[(0, 1)], 1 << 8),
+        Status::INVALID_FIELD.with_dnr(),
+        "descriptor format 1"
+    );
+    // Write Exclusive held by A: B may not copy.
+    assert_eq!(register(&mut a, 0, 0, 1), Status::SUCCESS);
+    assert_eq!(acquire(&mut a, 1, 0, 1, 0), Status::SUCCESS);
+    assert_eq!(copy(&mut b, 700, &[(10, 1)], 0), CONFLICT);
+    // Identify: ONCS bit 8, OCFS format 0, MSSRL/MCL/MSRC.
+    let mut cmd = Command::new(AdminOpcode::Identify as u8, 10);
+    cmd.set_cdw10(1);
+    let mut buf = vec![0u8; 4096];
+    assert_eq!(
+        done(a.admin.execute(&cmd, &mut buf)).status(),
+        Status::SUCCESS
+    );
+    let (id, _) = IdentifyController::read_from_prefix(&buf).unwrap();
+    assert_ne!(id.oncs.get() & (1 << 8), 0);
+    assert_eq!(id.ocfs.get(), 1);
+    cmd.set_nsid(1).set_cdw10(0);
+    assert_eq!(
+        done(a.admin.execute(&cmd, &mut buf)).status(),
+        Status::SUCCESS
+    );
+    let (ns, _) = IdentifyNamespace::read_from_prefix(&buf).unwrap();
+    assert_eq!((ns.mssrl.get(), ns.mcl.get(), ns.msrc), (256, 256, 127));
+}

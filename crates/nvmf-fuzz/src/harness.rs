@@ -571,6 +571,8 @@ enum Kind {
     Reservation,
     /// Compare (05h, host data) or Verify (0Ch), by the selector's bit 0.
     CompareVerify,
+    /// Copy (19h): 1-4 source ranges near SLBA to SLBA + 4096.
+    Copy,
     RawIo,
     Fabrics,
 }
@@ -614,6 +616,7 @@ const IO_KINDS: &[Kind] = &[
     Kind::Identify,
     Kind::Reservation,
     Kind::CompareVerify,
+    Kind::Copy,
 ];
 
 fn block_size(nsid: u32) -> u32 {
@@ -1130,6 +1133,24 @@ impl Harness {
                 };
                 (cmd, natural)
             }
+            Kind::Copy => {
+                let nr = u32::from(sel % 4);
+                let sdlba = slba.wrapping_add(4096);
+                let mut cmd = Command::new(0x19, cid);
+                cmd.set_nsid(nsid)
+                    .set_cdw10(sdlba as u32)
+                    .set_cdw11((sdlba >> 32) as u32)
+                    .set_cdw12(if sel & 0x80 != 0 { cdw[2] } else { nr });
+                let mut d = Vec::with_capacity(32 * (nr as usize + 1));
+                for i in 0..=nr {
+                    d.extend_from_slice(&[0u8; 8]);
+                    d.extend_from_slice(&slba.wrapping_add(u64::from(i) * 64).to_le_bytes());
+                    d.extend_from_slice(&(nlb as u16).to_le_bytes());
+                    d.extend_from_slice(&[0u8; 14]);
+                }
+                data_override = Some(d);
+                (cmd, 32 * (nr + 1))
+            }
             Kind::Flush => {
                 let mut cmd = Command::new(0x00, cid);
                 cmd.set_nsid(nsid);
@@ -1259,6 +1280,23 @@ impl Harness {
                 track = Track::Writes(ws);
             }
             Kind::Reservation if cmd.opcode() == 0x11 => track = Track::Acquire,
+            Kind::Copy if on_io && nsid == 1 => {
+                if sel & 0x80 != 0 || !(incapsule && data.len() >= 32 * (usize::from(sel % 4) + 1))
+                {
+                    // Ranges or their count not the ones built here.
+                    self.shadow.valid = false;
+                } else {
+                    // The destination's content: unknown once it completes.
+                    let w = PendingWrite {
+                        slba: slba.wrapping_add(4096),
+                        count: (nlb + 1) * (u32::from(sel % 4) + 1),
+                        data: None,
+                        zeroes: false,
+                        sent: now,
+                    };
+                    track = Track::Writes(vec![w]);
+                }
+            }
             Kind::Read if on_io && (nsid == 1 || nsid == 2) => {
                 let bs = block_size(nsid) as usize;
                 if sgl_len == count as usize * bs {

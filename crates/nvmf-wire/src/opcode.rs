@@ -89,6 +89,8 @@ byte_enum! {
         ReservationReport = 0x0e,
         ReservationAcquire = 0x11,
         ReservationRelease = 0x15,
+        /// Copy (NVM Command Set): source ranges to one destination.
+        Copy = 0x19,
         /// Fabrics commands may also arrive on I/O queues (Connect, Disconnect).
         FabricsCommand = 0x7f,
     }

@@ -112,6 +112,9 @@ codes! {
     CONFLICTING_ATTRIBUTES = (sct::COMMAND_SPECIFIC, 0x80);
     INVALID_PROTECTION_INFO = (sct::COMMAND_SPECIFIC, 0x81);
     WRITE_TO_READ_ONLY_RANGE = (sct::COMMAND_SPECIFIC, 0x82);
+    /// Copy: more ranges than MSRC, a range longer than MSSRL or a copy
+    /// longer than MCL (the same code as `CONNECT_RESTART_DISCOVERY`).
+    COMMAND_SIZE_LIMIT_EXCEEDED = (sct::COMMAND_SPECIFIC, 0x83);
     /// Fabrics Connect: record format not supported.
     CONNECT_INCOMPATIBLE_FORMAT = (sct::COMMAND_SPECIFIC, 0x80);
     /// Fabrics Connect: the controller is busy (e.g. queue already connected).

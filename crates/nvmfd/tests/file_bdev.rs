@@ -182,11 +182,12 @@ fn host_killed_with_io_in_flight() {
     );
 }
 
-/// Compare and Verify on an io_uring file bdev (their reads complete
-/// later, on the reactor's ring, into buffers of their own): equal data
-/// succeeds, one byte off is Compare Failure, Verify reads the range.
+/// Compare, Verify and Copy on an io_uring file bdev (their reads
+/// complete later, on the reactor's ring, into buffers of their own): equal
+/// data succeeds, one byte off is Compare Failure, Verify reads the range,
+/// Copy's two source ranges land back to back at the destination.
 #[test]
-fn compare_and_verify_on_a_uring_file() {
+fn compare_verify_and_copy_on_a_uring_file() {
     use nvmf_host::{ConnectOptions, Controller, TransportId};
     use nvmf_wire::command::Command;
     use nvmf_wire::opcode::IoOpcode;
@@ -218,4 +219,25 @@ fn compare_and_verify_on_a_uring_file() {
     assert!(st.is_success(), "{st:?}");
     let st = run(IoOpcode::Verify, 4095, 2, &[]);
     assert_eq!((st.sct, st.sc), (0, 0x80), "LBA out of range: {st:?}");
+    drop(run);
+
+    // Copy: blocks 11 and 10 (two source ranges, read on the ring) to 100..102.
+    let mut ranges = vec![0u8; 64];
+    ranges[8..16].copy_from_slice(&11u64.to_le_bytes());
+    ranges[40..48].copy_from_slice(&10u64.to_le_bytes());
+    let slot = q.alloc().unwrap();
+    q.buf_mut(slot)[..64].copy_from_slice(&ranges);
+    let mut c = Command::new(IoOpcode::Copy as u8, 0);
+    c.set_nsid(1).set_cdw10(100).set_cdw12(1);
+    let r = q.execute(slot, c, 64, Duration::from_secs(10)).unwrap();
+    q.release(slot);
+    assert!(r.status.is_success(), "Copy: {:?}", r.status);
+    let slot = q.alloc().unwrap();
+    let mut c = Command::new(IoOpcode::Read as u8, 0);
+    c.set_nsid(1).set_lba_range(100, 2);
+    let r = q.execute(slot, c, 8192, Duration::from_secs(10)).unwrap();
+    assert!(r.status.is_success());
+    assert_eq!(&q.buf(slot)[..4096], &pattern[4096..]);
+    assert_eq!(&q.buf(slot)[4096..8192], &pattern[..4096]);
+    q.release(slot);
 }
