@@ -196,30 +196,30 @@ fn compare_verify_and_copy_on_a_uring_file() {
     let ctrl = Controller::connect(&ConnectOptions::new(TransportId::parse(&d.trid()).unwrap()))
         .expect("connect");
     let mut q = ctrl.create_io_queue(1, 16, 65536).expect("I/O queue");
-    let mut run = |op: IoOpcode, slba: u64, nlb: u32, data: &[u8]| {
-        let slot = q.alloc().unwrap();
-        q.buf_mut(slot)[..data.len()].copy_from_slice(data);
-        let mut c = Command::new(op as u8, 0);
-        c.set_nsid(1).set_lba_range(slba, nlb);
-        let r = q
-            .execute(slot, c, data.len() as u32, Duration::from_secs(10))
-            .unwrap();
-        q.release(slot);
-        r.status
-    };
+    let run =
+        |q: &mut nvmf_host::queue::IoQueue, op: IoOpcode, slba: u64, nlb: u32, data: &[u8]| {
+            let slot = q.alloc().unwrap();
+            q.buf_mut(slot)[..data.len()].copy_from_slice(data);
+            let mut c = Command::new(op as u8, 0);
+            c.set_nsid(1).set_lba_range(slba, nlb);
+            let r = q
+                .execute(slot, c, data.len() as u32, Duration::from_secs(10))
+                .unwrap();
+            q.release(slot);
+            r.status
+        };
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 251) as u8).collect();
-    assert!(run(IoOpcode::Write, 10, 2, &pattern).is_success());
-    let st = run(IoOpcode::Compare, 10, 2, &pattern);
+    assert!(run(&mut q, IoOpcode::Write, 10, 2, &pattern).is_success());
+    let st = run(&mut q, IoOpcode::Compare, 10, 2, &pattern);
     assert!(st.is_success(), "{st:?}");
     let mut off = pattern.clone();
     off[5000] ^= 0x80;
-    let st = run(IoOpcode::Compare, 10, 2, &off);
+    let st = run(&mut q, IoOpcode::Compare, 10, 2, &off);
     assert_eq!((st.sct, st.sc), (2, 0x85), "{st:?}");
-    let st = run(IoOpcode::Verify, 0, 16, &[]);
+    let st = run(&mut q, IoOpcode::Verify, 0, 16, &[]);
     assert!(st.is_success(), "{st:?}");
-    let st = run(IoOpcode::Verify, 4095, 2, &[]);
+    let st = run(&mut q, IoOpcode::Verify, 4095, 2, &[]);
     assert_eq!((st.sct, st.sc), (0, 0x80), "LBA out of range: {st:?}");
-    drop(run);
 
     // Copy: blocks 11 and 10 (two source ranges, read on the ring) to 100..102.
     let mut ranges = vec![0u8; 64];
