@@ -38,6 +38,7 @@ pub mod identify;
 pub mod io;
 pub mod logpage;
 pub mod namespace;
+pub mod qos;
 pub mod queue;
 pub mod request;
 pub mod stats;
