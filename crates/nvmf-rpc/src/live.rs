@@ -26,6 +26,11 @@ pub enum Change {
     /// `bdev_rbd_create`, ...). Creating it may be slow (an rbd image is
     /// opened over the network): the call blocks only the control plane.
     AddBdev(BdevConfig),
+    /// A bdev's QoS rate limits changed (`bdev_set_qos_limit`): they apply
+    /// live to every queue serving it.
+    SetQosLimit {
+        name: String,
+    },
     /// A bdev was resized (`bdev_rbd_resize`) to `num_blocks` blocks: the
     /// backend grows the device, namespaces on it take the new size and
     /// hosts get Namespace Attribute Changed. The model is unchanged (the
@@ -111,6 +116,7 @@ impl Change {
             Change::AddBdev(_) => "AddBdev",
             Change::DeleteBdev { .. } => "DeleteBdev",
             Change::ResizeBdev { .. } => "ResizeBdev",
+            Change::SetQosLimit { .. } => "SetQosLimit",
             Change::RegisterRbdCluster(_) => "RegisterRbdCluster",
             Change::UnregisterRbdCluster { .. } => "UnregisterRbdCluster",
             Change::CreateTransport(_) => "CreateTransport",
@@ -162,6 +168,12 @@ pub trait LiveTarget: Send + Sync {
     /// host, controller) and namespace.
     fn path_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
+    }
+    /// Reads and Writes to bdev `name` that had to wait for its QoS
+    /// tokens since it was created (`bdev_get_iostat` `qos_throttled_ios`).
+    fn bdev_qos_throttled(&self, name: &str) -> u64 {
+        let _ = name;
+        0
     }
     /// Reads and Writes per namespace since the target started, every
     /// queue and path together (open and closed), for `bdev_get_iostat`:

@@ -380,10 +380,18 @@ impl Live {
         }
 
         // 4. Backends no bdev defines any more, then clusters no longer
-        // registered.
+        // registered. QoS limits that changed (bdev_set_qos_limit; a
+        // deleted bdev's are turned off) apply live, by bdev name.
         for o in &old.bdevs {
             if new.bdev(&o.name).is_none() {
                 t.remove_backend(&o.name);
+            }
+        }
+        for name in old.bdevs.iter().chain(&new.bdevs).map(|b| &b.name) {
+            let l = new.qos_limits(name);
+            if old.qos_limits(name) != l {
+                t.set_bdev_qos(name, &l);
+                info!(bdev = %name, limits = ?l, "QoS rate limits set");
             }
         }
         for o in &old.rbd_clusters {
@@ -572,6 +580,10 @@ impl LiveTarget for Live {
 
     fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
         self.target.bdev_num_blocks(name)
+    }
+
+    fn bdev_qos_throttled(&self, name: &str) -> u64 {
+        self.target.bdev_qos(name).throttled()
     }
 
     fn controllers(&self, nqn: &str) -> Vec<Value> {
