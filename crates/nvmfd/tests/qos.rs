@@ -134,7 +134,7 @@ fn drive(mut q: IoQueue, nsid: u32, stop: &AtomicBool, len: &AtomicU32, c: &Coun
         let len = len.load(Relaxed);
         let nlb = u64::from(len / 512);
         let lba = (k * nlb) % (NS_BLOCKS - nlb);
-        let r = if k % 2 == 0 {
+        let r = if k.is_multiple_of(2) {
             q.submit_write(s, nsid, lba, nlb as u32, len)
         } else {
             q.submit_read(s, nsid, lba, nlb as u32, len)
@@ -414,13 +414,12 @@ fn loaded_from_file(cfg: &Path, want: &Value) {
     let d = nvmf_testkit::Daemon::start_on_free_port(|port| {
         // The saved listener's port is the old daemon's: use a new one.
         let v: Value = serde_json::from_str(&text).unwrap();
-        let mut s = v.to_string();
-        for l in ["\"trsvcid\":\""] {
-            let at = s.find(l).unwrap() + l.len();
-            let end = at + s[at..].find('"').unwrap();
-            let old = s[at..end].to_string();
-            s = s.replace(&format!("{l}{old}\""), &format!("{l}{port}\""));
-        }
+        let s = v.to_string();
+        let l = "\"trsvcid\":\"";
+        let at = s.find(l).unwrap() + l.len();
+        let end = at + s[at..].find('"').unwrap();
+        let old = &s[at..end];
+        let s = s.replace(&format!("{l}{old}\""), &format!("{l}{port}\""));
         nvmf_testkit::Daemon::builder(s)
             .args(["-m", "0"])
             .listening(&[port])
