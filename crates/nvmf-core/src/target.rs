@@ -893,6 +893,13 @@ impl Target {
         q.entry(name.to_string()).or_default().clone()
     }
 
+    /// Forgets bdev `name`'s QoS state (the bdev was deleted; namespaces
+    /// still holding it keep theirs until they go).
+    pub fn remove_bdev_qos(&self, name: &str) {
+        let mut q = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        q.remove(name);
+    }
+
     /// Sets bdev `name`'s QoS limits, live: every queue serving a namespace
     /// on it applies them to its next command, and commands waiting for
     /// tokens are tried again on the next time slice. Kept by name, so a
