@@ -20,6 +20,10 @@
 //! change, every command to a namespace of that group gets the ANA status
 //! (`ana.rs`), checked right after the namespace lookup.
 //!
+//! QoS (docs/QOS.md): `qos_wait`, called by the queue pair before
+//! `execute`, says whether a Read or Write must wait for its bdev's rate
+//! limit tokens (commands that fail these checks anyway never wait).
+//!
 //! Volatile write cache: with the controller's cache disabled (Set Features
 //! 06h = 0; `write_cache` false) every Write and Write Zeroes is executed
 //! with FUA, so it is durable when it completes.

@@ -5,7 +5,9 @@
 //! queue of an existing one), [`PortInfo`], [`Exec`] and [`QueueState`]. It
 //! dispatches each command to fabrics/admin/io handlers, fills completions
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
-//! outstanding Asynchronous Event Requests and keep-alive clock, caches the
+//! outstanding Asynchronous Event Requests and keep-alive clock, answers
+//! `Exec::Throttled` for a Read or Write over its bdev's QoS limit (the
+//! request engine parks it and calls `resume`; docs/QOS.md), caches the
 //! subsystem's namespace table for the lock-free I/O path, and tears the
 //! controller down when the admin queue is dropped. A host with a
 //! DH-HMAC-CHAP key on the subsystem must authenticate each queue after its

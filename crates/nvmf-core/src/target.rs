@@ -1,6 +1,6 @@
 //! The target: everything one nvmfd process exports.
 //!
-//! Owns [`Target`] (backends by bdev name, NVM subsystems, the discovery
+//! Owns [`Target`] (backends by bdev name and their QoS limits, NVM subsystems, the discovery
 //! subsystem, listen addresses and their port IDs, the discovery log
 //! generation counter, the active controller count, connect-time admission
 //! against [`HostLimits`]: controllers in total and per host NQN, I/O queues

@@ -23,6 +23,11 @@
 //! idle or half-open sockets cannot pile up (the kernel target and SPDK
 //! bound these too).
 //!
+//! QoS (docs/QOS.md): while commands of this thread's queues wait for their
+//! bdev's rate-limit tokens (`nvmf_core::qos::parked_here`), the epoll
+//! timeout is at most the next 1 ms time slice, and then every connection
+//! with executing commands (parked ones count) is polled, NVMe/RDMA too.
+//!
 //! Adaptive polling: after a loop turn that did work, the reactor polls
 //! epoll with a zero timeout for up to `poll_window` (`--poll-us`) before
 //! it blocks again, so a loaded reactor answers the next PDU without a

@@ -3,7 +3,8 @@
 //! left", except the bytes on the wire.
 //!
 //! Owns [`RequestEngine`] (the core `QueuePair`, the request slots, the FIFO
-//! of commands waiting for a data buffer or for fetch allowance, the
+//! of commands waiting for a data buffer or for fetch allowance, the FIFO
+//! of commands parked for their bdev's QoS tokens (docs/QOS.md), the
 //! accounting of host data being fetched, late completions, the queue's
 //! close reason), [`RequestParams`], [`Fabric`] (the transport operations
 //! the engine calls: classify an SGL, fetch host data, send a response) and
