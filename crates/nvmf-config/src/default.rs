@@ -30,6 +30,7 @@ pub(crate) fn embedded_default() -> TargetConfig {
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: 1,
+        ptpl_file: None,
     });
     sub.listeners.push(listener.clone());
     TargetConfig {

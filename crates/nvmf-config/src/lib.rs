@@ -424,6 +424,11 @@ pub struct SubsystemConfig {
     /// Listeners added with `secure_channel` (a subset of `listeners`): a
     /// host must speak TLS 1.3 there.
     pub secure_listeners: Vec<ListenerConfig>,
+    /// Per-host namespace visibility (docs/VISIBILITY.md): the NSIDs of the
+    /// namespaces added with `no_auto_visible`, each with the hosts that see
+    /// it (`nvmf_ns_add_host`, in the order they were added, unique). A
+    /// namespace absent from this map is visible to every host.
+    pub ns_visibility: std::collections::BTreeMap<u32, Vec<String>>,
 }
 
 impl SubsystemConfig {
@@ -445,12 +450,27 @@ impl SubsystemConfig {
             namespaces: Vec::new(),
             listeners: Vec::new(),
             secure_listeners: Vec::new(),
+            ns_visibility: std::collections::BTreeMap::new(),
         }
     }
 
     /// The namespace with this NSID.
     pub fn namespace(&self, nsid: u32) -> Option<&NamespaceConfig> {
         self.namespaces.iter().find(|ns| ns.nsid == nsid)
+    }
+
+    /// Whether namespace `nsid` was added with `no_auto_visible` (only the
+    /// hosts `nvmf_ns_add_host` named see it).
+    pub fn ns_no_auto_visible(&self, nsid: u32) -> bool {
+        self.ns_visibility.contains_key(&nsid)
+    }
+
+    /// Whether `hostnqn` sees namespace `nsid` (every host does unless the
+    /// namespace is `no_auto_visible`).
+    pub fn ns_visible_to(&self, nsid: u32, hostnqn: &str) -> bool {
+        self.ns_visibility
+            .get(&nsid)
+            .is_none_or(|hosts| hosts.iter().any(|h| h == hostnqn))
     }
 
     /// Whether `hostnqn` may connect.
@@ -610,6 +630,10 @@ pub struct NamespaceConfig {
     pub uuid: [u8; 16],
     /// ANA group (`anagrpid`; SPDK's default: the NSID). 1..=max_namespaces.
     pub anagrpid: u32,
+    /// SPDK's `ptpl_file`: where the namespace's reservation persists
+    /// through power loss (Persist Through Power Loss is offered only with
+    /// one).
+    pub ptpl_file: Option<String>,
 }
 
 /// Address family of a listener.

@@ -144,8 +144,7 @@ const SUBSYSTEM_IGNORED: &[(&str, Kind)] = &[
     ("max_write_zeroes_size_kib", Kind::U64),
 ];
 const ADD_NS_IGNORED: &[(&str, Kind)] = &[("tgt_name", Kind::Str)];
-const NAMESPACE_IGNORED: &[(&str, Kind)] =
-    &[("ptpl_file", Kind::Str), ("hide_metadata", Kind::Bool)];
+const NAMESPACE_IGNORED: &[(&str, Kind)] = &[("hide_metadata", Kind::Bool)];
 const LISTENER_IGNORED: &[(&str, Kind)] = &[
     ("tgt_name", Kind::Str),
     ("sock_impl", Kind::Str),
@@ -179,6 +178,8 @@ pub fn ignored_param_names() -> Vec<String> {
         ("nvmf_subsystem_add_listener", "", LISTENER_IGNORED),
         ("nvmf_subsystem_add_host", "", TGT_NAME_IGNORED),
         ("nvmf_subsystem_allow_any_host", "", TGT_NAME_IGNORED),
+        ("nvmf_ns_add_host", "", TGT_NAME_IGNORED),
+        ("nvmf_ns_remove_host", "", TGT_NAME_IGNORED),
     ];
     groups
         .iter()
@@ -378,6 +379,8 @@ fn apply(
         "nvmf_subsystem_allow_any_host" => allow_any_host(cfg, p),
         "nvmf_subsystem_listener_set_ana_state" => listener_set_ana_state(cfg, p),
         "nvmf_subsystem_set_ns_ana_group" => set_ns_ana_group(cfg, p),
+        "nvmf_ns_add_host" => ns_visible(cfg, p, true),
+        "nvmf_ns_remove_host" => ns_visible(cfg, p, false),
         _ => Err(ConfigError::for_method(
             method,
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
@@ -385,8 +388,8 @@ fn apply(
              bdev_set_qos_limit, \
              nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns/add_listener/\
              add_host/allow_any_host/set_keys, keyring_file_add_key/remove_key, \
-             nvmf_subsystem_listener_set_ana_state and \
-             nvmf_subsystem_set_ns_ana_group, and skips SPDK-internal tuning methods)",
+             nvmf_subsystem_listener_set_ana_state, \
+             nvmf_subsystem_set_ns_ana_group and nvmf_ns_add_host/remove_host, and skips SPDK-internal tuning methods)",
         )),
     }
 }
@@ -848,18 +851,24 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
         None => None,
     }
     .filter(|b| *b != [0; 16]);
-    if n.opt_bool("no_auto_visible")? == Some(true) {
-        return Err(n.err(
-            "no_auto_visible",
-            "per-host namespace visibility is not supported by nvmfd",
-        ));
-    }
+    // Per-host visibility: seen by no host until nvmf_ns_add_host names one.
+    let no_auto_visible = n.opt_bool("no_auto_visible")?.unwrap_or(false);
     let anagrpid = match n.opt_u32("anagrpid")? {
         None | Some(0) => nsid,
         Some(g) => {
             check_anagrpid(sub, g).map_err(|e| n.err("anagrpid", e))?;
             g
         }
+    };
+    let ptpl_file = match n.opt_str("ptpl_file")? {
+        None | Some("") => None,
+        Some(f) if f.ends_with('/') => {
+            return Err(n.err(
+                "ptpl_file",
+                format!("\"{f}\" names a directory, not a file"),
+            ))
+        }
+        Some(f) => Some(f.to_string()),
     };
     n.ignore(NAMESPACE_IGNORED, &mut ign)?;
     n.finish()?;
@@ -873,6 +882,7 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
         eui64: eui64.unwrap_or(derived.eui64),
         uuid: uuid.unwrap_or(derived.uuid),
         anagrpid,
+        ptpl_file,
     };
     for s in &cfg.subsystems {
         for other in &s.namespaces {
@@ -898,6 +908,9 @@ fn add_ns(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), ConfigError> 
     }
     cfg.ignored_params = ign;
     cfg.subsystems[si].namespaces.push(ns);
+    if no_auto_visible {
+        cfg.subsystems[si].ns_visibility.insert(nsid, Vec::new());
+    }
     Ok(())
 }
 
@@ -1123,6 +1136,58 @@ fn set_ns_ana_group(cfg: &mut TargetConfig, mut p: Params<'_>) -> Result<(), Con
     p.finish()?;
     cfg.ignored_params = ign;
     cfg.subsystems[si].namespaces[ni].anagrpid = g;
+    Ok(())
+}
+
+/// `nvmf_ns_add_host` / `nvmf_ns_remove_host`: nqn, nsid, host, tgt_name
+/// (ignored). Makes namespace `nsid`, added with `no_auto_visible`, visible
+/// (or no longer visible) to `host`. As SPDK: the host need not be on the
+/// subsystem's allowed list, adding a host already there or removing one
+/// that is not changes nothing, and a namespace every host sees refuses
+/// both (SPDK: EPERM).
+fn ns_visible(cfg: &mut TargetConfig, mut p: Params<'_>, visible: bool) -> Result<(), ConfigError> {
+    let nqn = p.req_str("nqn")?;
+    let si = find_subsystem(cfg, &p, nqn)?;
+    let nsid = p.req_u32("nsid")?;
+    let host = p.req_str("host")?;
+    let sub = &cfg.subsystems[si];
+    if nsid == 0 || nsid > sub.max_namespaces {
+        return Err(p.err(
+            "nsid",
+            format!(
+                "NSID {nsid} is outside 1..={} (max_namespaces of subsystem \"{nqn}\")",
+                sub.max_namespaces
+            ),
+        ));
+    }
+    if sub.namespace(nsid).is_none() {
+        return Err(p.err(
+            "nsid",
+            format!("subsystem \"{nqn}\" has no namespace {nsid}"),
+        ));
+    }
+    validate_nqn(host).map_err(|e| p.err("host", e))?;
+    if !sub.ns_no_auto_visible(nsid) {
+        return Err(p.err(
+            "nsid",
+            format!(
+                "namespace {nsid} of subsystem \"{nqn}\" is visible to every host: only a \
+                 namespace added with no_auto_visible has per-host visibility"
+            ),
+        ));
+    }
+    let mut ign = cfg.ignored_params.clone();
+    p.ignore(TGT_NAME_IGNORED, &mut ign)?;
+    p.finish()?;
+    cfg.ignored_params = ign;
+    let hosts = cfg.subsystems[si].ns_visibility.entry(nsid).or_default();
+    if visible {
+        if !hosts.iter().any(|h| h == host) {
+            hosts.push(host.to_string());
+        }
+    } else {
+        hosts.retain(|h| h != host);
+    }
     Ok(())
 }
 

@@ -2,7 +2,8 @@
 //! `keyring` section (key names and file paths only, never a key), a
 //! `bdev` section (registered Ceph clusters, then bdevs) then an `nvmf`
 //! section, entries in SPDK's order (nvmf_set_config's DH-HMAC-CHAP lists, transports,
-//! subsystems, hosts, namespaces, listeners; a transport's type-specific
+//! subsystems, hosts, namespaces (each followed by its `nvmf_ns_add_host`
+//! entries when it is `no_auto_visible`), listeners; a transport's type-specific
 //! options with it), namespace identifiers explicit,
 //! so loading the output yields the same `TargetConfig`.
 
@@ -153,7 +154,22 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
             if s.ana_reporting || ns.anagrpid != ns.nsid {
                 params["namespace"]["anagrpid"] = json!(ns.anagrpid);
             }
+            if let Some(f) = &ns.ptpl_file {
+                params["namespace"]["ptpl_file"] = json!(f);
+            }
+            // Per-host visibility as SPDK writes it: the namespace with
+            // no_auto_visible, then one nvmf_ns_add_host per host.
+            let visible_to = s.ns_visibility.get(&ns.nsid);
+            if visible_to.is_some() {
+                params["namespace"]["no_auto_visible"] = json!(true);
+            }
             nvmf.push(entry("nvmf_subsystem_add_ns", params));
+            for h in visible_to.into_iter().flatten() {
+                nvmf.push(entry(
+                    "nvmf_ns_add_host",
+                    json!({ "nqn": s.nqn, "nsid": ns.nsid, "host": h }),
+                ));
+            }
         }
     }
     for l in &cfg.discovery_listeners {

@@ -712,14 +712,15 @@ fn unsupported_security_and_visibility() {
         let e = nvmf_err(&[json!({"method":"nvmf_subsystem_add_host","params":params})]);
         check(&e, "nvmf_subsystem_add_host", Some(key), msg, N2);
     }
+    // no_auto_visible is modelled (tests/visibility.rs); a wrong type is not.
     let e = nvmf_err(&[add_ns(
-        json!({"bdev_name":"Malloc0","no_auto_visible":true}),
+        json!({"bdev_name":"Malloc0","no_auto_visible":"yes"}),
     )]);
     check(
         &e,
         "nvmf_subsystem_add_ns",
         Some("namespace.no_auto_visible"),
-        "not supported",
+        "",
         N2,
     );
 }
@@ -921,13 +922,24 @@ fn apply_method_is_all_or_nothing() {
         json!({"name":"New","num_blocks":8,"block_size":512,"physical_block_size":512,"bogus":1});
     assert!(c.apply_method("bdev_malloc_create", Some(&bad)).is_err());
     assert_eq!(c, before);
-    let good = json!({"nqn":NQN,"namespace":{"bdev_name":"Malloc0","ptpl_file":"/tmp/x"}});
+    let good = json!({"nqn":NQN,"namespace":{"bdev_name":"Malloc0","ptpl_file":"/tmp/x","hide_metadata":false}});
     c.apply_method("nvmf_subsystem_add_ns", Some(&good))
         .unwrap();
     assert_eq!(c.subsystems[0].namespaces.len(), 1);
+    // ptpl_file is real (reservations persist there); hide_metadata is not.
+    assert_eq!(
+        c.subsystems[0].namespaces[0].ptpl_file.as_deref(),
+        Some("/tmp/x")
+    );
     assert_eq!(
         c.ignored_params,
-        vec!["nvmf_subsystem_add_ns.namespace.ptpl_file".to_string()]
+        vec!["nvmf_subsystem_add_ns.namespace.hide_metadata".to_string()]
+    );
+    // and save_config writes it back
+    let saved = c.to_json_value();
+    assert!(
+        saved.to_string().contains(r#""ptpl_file":"/tmp/x""#),
+        "{saved}"
     );
     c.apply_method("sock_impl_set_options", Some(&json!({"impl_name":"posix"})))
         .unwrap();

@@ -34,6 +34,9 @@ pub(crate) struct AdminCtx<'a> {
     pub aers: &'a mut Vec<u16>,
     /// CIDs of AERs aborted by an Abort, to complete with Aborted by Request.
     pub aborted: &'a mut Vec<u16>,
+    /// The admin queue's completion sink (commands finished on another
+    /// thread: Set Features Reservation Persistence on a PTPL namespace).
+    pub sink: &'a Arc<crate::backend::CompletionSink>,
 }
 
 /// How an admin command ended.
@@ -41,7 +44,8 @@ pub(crate) struct AdminCtx<'a> {
 pub(crate) enum AdminResult {
     /// Complete now.
     Done(Outcome),
-    /// An Asynchronous Event Request was queued; it completes through `poll`.
+    /// An Asynchronous Event Request was queued, or the command runs on
+    /// another thread; it completes through `poll`.
     Queued,
 }
 
@@ -67,6 +71,11 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
         AdminOpcode::Identify => identify::execute(ctx, cmd, data),
         AdminOpcode::GetLogPage => logpage::execute(ctx, cmd, data),
         AdminOpcode::GetFeatures => get_features(ctx, cmd, data),
+        AdminOpcode::SetFeatures
+            if cmd.fid() == FeatureId::ReservationPersistence as u8 && !ctx.ctrl.is_discovery() =>
+        {
+            return set_reservation_persistence(ctx, cmd);
+        }
         AdminOpcode::SetFeatures => set_features(ctx, cmd, data),
         AdminOpcode::AsyncEventRequest => {
             if ctx.aers.len() >= AER_LIMIT {
@@ -148,9 +157,21 @@ fn get_features(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) -> Outco
             | FeatureId::AsyncEventConfig
             | FeatureId::KeepAliveTimer
             | FeatureId::VolatileWriteCache
-            | FeatureId::TemperatureThreshold)
+            | FeatureId::TemperatureThreshold
+            | FeatureId::ReservationNotificationMask
+            | FeatureId::ReservationPersistence)
     );
     let value = match FeatureId::try_from(fid) {
+        Ok(FeatureId::ReservationNotificationMask) => match ctx.ns.get(cmd.nsid()) {
+            Some(_) if sel == 1 => 0,
+            Some(_) => ctrl.reservation_mask(cmd.nsid()),
+            None => return Outcome::err(INVALID_FIELD),
+        },
+        Ok(FeatureId::ReservationPersistence) => match ctx.ns.get(cmd.nsid()) {
+            Some(_) if sel == 1 => 0,
+            Some(ns) => u32::from(ns.reservations().snapshot().ptpl),
+            None => return Outcome::err(INVALID_FIELD),
+        },
         Ok(FeatureId::NumberOfQueues) => {
             let n = u32::from(ctrl.num_io_queues().max(1) - 1);
             n | (n << 16)
@@ -272,9 +293,57 @@ fn set_features(ctx: &mut AdminCtx<'_>, cmd: &Command, _data: &mut [u8]) -> Outc
             }
             None => Outcome::err(INVALID_FIELD),
         },
+        Ok(FeatureId::ReservationNotificationMask) => {
+            // Bits 1..3: registration preempted, reservation released,
+            // reservation preempted.
+            let mask = cdw11 & 0xE;
+            let nsid = cmd.nsid();
+            if nsid == 0xFFFF_FFFF {
+                ctrl.set_reservation_mask(ctx.ns.active_nsids(), mask);
+            } else if ctx.ns.get(nsid).is_some() {
+                ctrl.set_reservation_mask(&[nsid], mask);
+            } else {
+                return Outcome::err(INVALID_FIELD);
+            }
+            Outcome::ok()
+        }
         // The host identifier comes from Connect on fabrics.
         Ok(FeatureId::HostIdentifier) => Outcome::err(Status::COMMAND_SEQUENCE_ERROR.with_dnr()),
         _ => Outcome::err(INVALID_FIELD),
+    }
+}
+
+/// Set Features Reservation Persistence (83h): CDW11 bit 0 PTPL, for the
+/// namespace the command names. Needs the namespace's PTPL file to turn it
+/// on; the file is written on the `nvmfd-ptpl` thread and the command
+/// completes once it is on disk.
+fn set_reservation_persistence(ctx: &mut AdminCtx<'_>, cmd: &Command) -> AdminResult {
+    if cmd.save() {
+        return AdminResult::Done(Outcome::err(Status::FEATURE_NOT_SAVEABLE.with_dnr()));
+    }
+    let Some(ns) = ctx.ns.get(cmd.nsid()).cloned() else {
+        return AdminResult::Done(Outcome::err(INVALID_FIELD));
+    };
+    let on = cmd.cdw11() & 1 != 0;
+    if ns.reservations().ptpl_file().is_none() {
+        return AdminResult::Done(if on {
+            Outcome::err(INVALID_FIELD)
+        } else {
+            Outcome::ok()
+        });
+    }
+    let tag = crate::backend::IoTag {
+        cid: cmd.cid(),
+        bytes: 0,
+        write: true,
+    };
+    let work = move || match ns.reservations().set_ptpl(on) {
+        Ok(_) => Status::SUCCESS,
+        Err(st) => st,
+    };
+    match crate::reservation::PTPL_POOL.run(ctx.sink, tag, work) {
+        crate::backend::Submitted::Done(st) => AdminResult::Done(Outcome::err(st)),
+        _ => AdminResult::Queued,
     }
 }
 

@@ -40,6 +40,15 @@ pub const AEN_ANA_CHANGE: u32 = 1 << 11;
 /// Asynchronous Event Configuration bit / event: Discovery Log Page Change.
 pub const AEN_DISC_CHANGE: u32 = 1 << 31;
 
+/// Event (not an Asynchronous Event Configuration bit: reservation
+/// notifications are masked per namespace with feature 82h): a Reservation
+/// Notification log page (80h) is available.
+pub const AEN_RESERVATION: u32 = 1 << 24;
+/// Reservation notifications kept per controller (the log page's Number of
+/// Available Log Pages field tops out at 255); older ones are dropped, and
+/// the host sees the gap in the Log Page Count.
+pub const RESV_LOG_MAX: usize = 255;
+
 /// Most entries of the Changed Namespace List log page.
 pub const CHANGED_NS_MAX: usize = 1024;
 /// Default over-temperature threshold of the composite temperature (feature
@@ -149,6 +158,30 @@ fn supported_events_of(subsystem: &Subsystem) -> u32 {
     }
 }
 
+/// Reservation notifications waiting to be read (log page 80h) and the
+/// Reservation Notification Mask (feature 82h).
+#[derive(Debug, Default)]
+struct ResvNotices {
+    /// The Log Page Count of the last notification (never 0 once one was).
+    count: u64,
+    /// (count, type, NSID), oldest first.
+    queue: std::collections::VecDeque<(u64, u8, u32)>,
+    /// Masks by NSID (bits 1..3: registration preempted, reservation
+    /// released, reservation preempted); absent = nothing masked.
+    masks: std::collections::HashMap<u32, u32>,
+}
+
+/// One Reservation Notification log page entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ResvLogEntry {
+    pub count: u64,
+    /// 0: empty page; otherwise a `reservation::NoticeKind`.
+    pub kind: u8,
+    /// Further entries still waiting (at most 255).
+    pub available: u8,
+    pub nsid: u32,
+}
+
 #[derive(Debug, Default)]
 struct ChangedNs {
     list: Vec<u32>,
@@ -180,6 +213,7 @@ pub struct Controller {
     aen_pending: AtomicU32,
     aen_masked: AtomicU32,
     changed_ns: Mutex<ChangedNs>,
+    resv: Mutex<ResvNotices>,
     /// The ANA state of the listener this controller connected through
     /// (`None` without ANA reporting).
     ana_path: Option<Arc<PathAna>>,
@@ -220,6 +254,7 @@ impl Controller {
             aen_pending: AtomicU32::new(0),
             aen_masked: AtomicU32::new(0),
             changed_ns: Mutex::new(ChangedNs::default()),
+            resv: Mutex::new(ResvNotices::default()),
             ana_path: None,
             stats: AtomicStats::default(),
             admitted_by: Weak::new(),
@@ -458,7 +493,7 @@ impl Controller {
     /// event or has not yet read the log page of the previous one (the event
     /// stays masked until then, as the spec requires). Any thread.
     pub fn raise_event(&self, bit: u32) {
-        if self.aen_enabled.load(Ordering::Acquire) & bit == 0 {
+        if bit != AEN_RESERVATION && self.aen_enabled.load(Ordering::Acquire) & bit == 0 {
             return;
         }
         if self.aen_masked.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
@@ -510,6 +545,59 @@ impl Controller {
             }
         }
         self.raise_event(AEN_NS_ATTR);
+    }
+
+    /// A reservation notification for namespace `nsid`: logged (log page
+    /// 80h) and announced, unless the host masked that kind for the
+    /// namespace (feature 82h). Any thread.
+    pub fn reservation_notice(&self, nsid: u32, kind: crate::reservation::NoticeKind) {
+        {
+            let mut r = self.resv.lock().unwrap_or_else(|e| e.into_inner());
+            if r.masks.get(&nsid).copied().unwrap_or(0) & kind.mask_bit() != 0 {
+                return;
+            }
+            r.count = r.count.wrapping_add(1).max(1);
+            let count = r.count;
+            if r.queue.len() >= RESV_LOG_MAX {
+                r.queue.pop_front();
+            }
+            r.queue.push_back((count, kind as u8, nsid));
+        }
+        self.raise_event(AEN_RESERVATION);
+    }
+
+    /// The next Reservation Notification log page (an empty one, count 0,
+    /// when none waits); taken off the queue.
+    pub(crate) fn take_reservation_notice(&self) -> ResvLogEntry {
+        let mut r = self.resv.lock().unwrap_or_else(|e| e.into_inner());
+        match r.queue.pop_front() {
+            Some((count, kind, nsid)) => ResvLogEntry {
+                count,
+                kind,
+                available: r.queue.len().min(255) as u8,
+                nsid,
+            },
+            None => ResvLogEntry {
+                count: 0,
+                kind: 0,
+                available: 0,
+                nsid: 0,
+            },
+        }
+    }
+
+    /// Reservation Notification Mask of namespace `nsid` (feature 82h).
+    pub fn reservation_mask(&self, nsid: u32) -> u32 {
+        let r = self.resv.lock().unwrap_or_else(|e| e.into_inner());
+        r.masks.get(&nsid).copied().unwrap_or(0)
+    }
+
+    /// Sets the mask of each namespace in `nsids`.
+    pub(crate) fn set_reservation_mask(&self, nsids: &[u32], mask: u32) {
+        let mut r = self.resv.lock().unwrap_or_else(|e| e.into_inner());
+        for &n in nsids {
+            r.masks.insert(n, mask);
+        }
     }
 
     /// Take the Changed Namespace List (and clear it): up to 1024 NSIDs, or

@@ -101,9 +101,13 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
             }
         }
         // NVM command set specific pages (CSI in CDW11 31:24 must be NVM):
-        // nothing beyond the defaults to report, so zero pages, as nvmet.
+        // zero pages, as nvmet, but for the Verify Size Limit.
         // The Linux host asks for the controller one (DMRL/DMRSL/WZSL).
-        Ok(Cns::CsiController) if csi(cmd) == 0 => put(&[], data),
+        Ok(Cns::CsiController) if csi(cmd) == 0 => {
+            // VSL (byte 0): Verify is limited like a transfer (MDTS).
+            let mdts = ctx.target.limits_for(ctx.port.trtype).mdts();
+            put(&[mdts], data)
+        }
         Ok(Cns::CsiNamespace) if csi(cmd) == 0 => match ctx.ns.get(cmd.nsid()) {
             Some(_) => put(&[], data),
             None => Outcome::err(INVALID_NAMESPACE),
@@ -188,7 +192,8 @@ pub fn identify_controller(
         id.anagrpmax.set(ana.grpmax());
         id.nanagrpid.set(ana.grpmax());
     }
-    id.oncs.set(ONCS_DSM | ONCS_WRITE_ZEROES);
+    id.oncs
+        .set(ONCS_COMPARE | ONCS_DSM | ONCS_WRITE_ZEROES | ONCS_RESERVATIONS | ONCS_VERIFY);
     id.vwc = VWC_PRESENT | VWC_NO_BROADCAST_FLUSH;
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.
     id.ioccsz.set((64 + limits.in_capsule_data_size) / 16);
@@ -196,6 +201,13 @@ pub fn identify_controller(
     id.msdbd = caps.msdbd.max(1);
     id
 }
+
+/// ONCS bit 0: Compare.
+const ONCS_COMPARE: u16 = 1 << 0;
+/// ONCS bit 5: reservations.
+const ONCS_RESERVATIONS: u16 = 1 << 5;
+/// ONCS bit 7: Verify.
+const ONCS_VERIFY: u16 = 1 << 7;
 
 /// Identify Namespace for an active namespace.
 pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
@@ -207,6 +219,12 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     id.nlbaf = 0;
     id.flbas = 0;
     id.nmic = NMIC_SHARED;
+    id.rescap = crate::reservation::RESCAP_TYPES
+        | if ns.reservations().ptpl_file().is_some() {
+            crate::reservation::RESCAP_PTPL
+        } else {
+            0
+        };
     if ns.backend().deallocate_reads_zeroes() {
         id.dlfeat = DLFEAT_READ_ZEROES | DLFEAT_WZ_DEALLOC;
     }

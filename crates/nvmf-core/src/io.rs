@@ -1,6 +1,8 @@
 //! NVM I/O command execution: the data path.
 //!
-//! Owns Read, Write, Flush, Write Zeroes and Dataset Management (deallocate)
+//! Owns Read, Write, Flush, Write Zeroes, Dataset Management (deallocate),
+//! Compare and Verify (`start_check`; their reads go to a buffer of their
+//! own, finished by `queue.rs` when the read ends)
 //! checks and their hand-off to the namespace's backend. Runs on the reactor
 //! thread that owns the queue pair: no locks, no allocation, every field from
 //! the wire range-checked. Order of checks: namespace (Invalid Namespace,
@@ -15,6 +17,11 @@
 //! and never reach the backend; Flush succeeds at once (nothing was
 //! written); Read and DSM without Deallocate are served. One plain bool
 //! read from the namespace per I/O.
+//!
+//! Reservations: while one is held on a namespace (one atomic load per
+//! command tells), a command the reservation type forbids this host gets
+//! Reservation Conflict, right after the ANA check (`reservation.rs`; the
+//! read command group is Read, the write group everything else here).
 //!
 //! ANA: through a path whose group is inaccessible, in persistent loss or in
 //! change, every command to a namespace of that group gets the ANA status
@@ -64,20 +71,37 @@ const WRITE_PROTECTED: Status = Status::NS_WRITE_PROTECTED.with_dnr();
 /// ANA log for it.
 const NS_GOING_AWAY: Status = Status::INTERNAL_PATH_ERROR;
 
+/// The namespace a command names, served through this path (ANA) to
+/// this host (a reservation held on it: `write` says whether the command
+/// is of the write command group; one atomic load when none is held).
 #[inline]
-fn lookup<'t>(
+pub(crate) fn lookup<'t>(
     table: &'t NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     nsid: u32,
+    write: bool,
 ) -> Result<&'t Arc<Namespace>, Status> {
     match table.get(nsid) {
-        Some(ns) if ns.is_active() => match ana.and_then(|p| io_status(p, ns.anagrpid())) {
-            None => Ok(ns),
-            Some(st) => Err(st),
-        },
+        Some(ns) if ns.is_active() => {
+            if let Some(st) = ana.and_then(|p| io_status(p, ns.anagrpid())) {
+                return Err(st);
+            }
+            if ns.reservations().held() {
+                ns.reservations().check(&host.hostid, write)?;
+            }
+            Ok(ns)
+        }
         Some(_) => Err(NS_GOING_AWAY),
         None => Err(INVALID_NAMESPACE),
     }
+}
+
+/// Who sends the commands of a queue, as the I/O path needs it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Host {
+    /// The 128-bit host identifier from Connect (reservations' registrant).
+    pub hostid: [u8; 16],
 }
 
 #[inline]
@@ -93,6 +117,7 @@ fn in_range(ns: &Namespace, slba: u64, nlb: u64) -> bool {
 pub(crate) fn execute(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     data: &mut [u8],
     max_transfer: u32,
@@ -108,6 +133,7 @@ pub(crate) fn execute(
         IoOpcode::Read | IoOpcode::Write => read_write(
             table,
             ana,
+            host,
             cmd,
             op,
             data,
@@ -117,7 +143,7 @@ pub(crate) fn execute(
             sink,
         ),
         IoOpcode::Flush => {
-            let ns = match lookup(table, ana, cmd.nsid()) {
+            let ns = match lookup(table, ana, host, cmd.nsid(), true) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -132,7 +158,7 @@ pub(crate) fn execute(
             ns.backend().submit(BlockOp::Flush, tag, sink)
         }
         IoOpcode::WriteZeroes => {
-            let ns = match lookup(table, ana, cmd.nsid()) {
+            let ns = match lookup(table, ana, host, cmd.nsid(), true) {
                 Ok(ns) => ns,
                 Err(s) => return Submitted::Done(s),
             };
@@ -159,7 +185,7 @@ pub(crate) fn execute(
                 sink,
             )
         }
-        IoOpcode::DatasetManagement => dataset_management(table, ana, cmd, data, sink),
+        IoOpcode::DatasetManagement => dataset_management(table, ana, host, cmd, data, sink),
         _ => Submitted::Done(INVALID_OPCODE),
     }
 }
@@ -169,6 +195,7 @@ pub(crate) fn execute(
 fn read_write(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     op: IoOpcode,
     data: &mut [u8],
@@ -177,11 +204,11 @@ fn read_write(
     stats: &mut QueueStats,
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, ana, cmd.nsid()) {
+    let write = op == IoOpcode::Write;
+    let ns = match lookup(table, ana, host, cmd.nsid(), write) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
-    let write = op == IoOpcode::Write;
     if write && ns.read_only() {
         return Submitted::Done(WRITE_PROTECTED);
     }
@@ -237,17 +264,106 @@ fn read_write(
     submitted
 }
 
+/// A Compare or Verify in flight: the range is read into its own buffer
+/// (never the host's), then checked when the read ends.
+#[derive(Debug)]
+pub(crate) struct Check {
+    pub cid: u16,
+    pub buf: crate::request::AlignedBuf,
+    /// Compare: the host's data (Verify: `None`).
+    pub expected: Option<Vec<u8>>,
+}
+
+impl Check {
+    /// The command's status, the read having ended with `read`.
+    pub fn status(&self, read: Status) -> Status {
+        if !read.is_success() {
+            return read;
+        }
+        match &self.expected {
+            Some(e) if self.buf.get(..e.len()) != Some(&e[..]) => COMPARE_FAILURE,
+            _ => Status::SUCCESS,
+        }
+    }
+}
+
+/// Compare: the data differ.
+pub(crate) const COMPARE_FAILURE: Status = Status::COMPARE_FAILURE.with_dnr();
+
+/// Compare (05h, `data` the host's) and Verify (0Ch): commands of the read
+/// group (reservations) that read the range into a buffer of their own and
+/// compare it with the host's data (Compare) or only check that it reads
+/// (Verify; nvmfd keeps no protection information). At most the largest
+/// transfer (MDTS; Verify: VSL, reported as the same). Fused operations
+/// are not offered (FUSES 0): a fused Compare is Invalid Field. Returns the
+/// submission and the check to finish when the read ends.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn start_check(
+    table: &NamespaceTable,
+    ana: Option<&PathAna>,
+    host: &Host,
+    cmd: &Command,
+    data: &[u8],
+    max_transfer: u32,
+    compare: bool,
+    sink: &Arc<CompletionSink>,
+) -> Result<(Submitted, Check), Status> {
+    if cmd.fuse() != 0 {
+        return Err(INVALID_FIELD);
+    }
+    let ns = lookup(table, ana, host, cmd.nsid(), false)?;
+    let slba = cmd.slba();
+    let nlb = u64::from(cmd.nlb());
+    let len = nlb << ns.block_shift();
+    if len > u64::from(max_transfer) {
+        return Err(INVALID_FIELD);
+    }
+    if compare && data.len() as u64 != len {
+        return Err(SGL_LENGTH_INVALID);
+    }
+    if !in_range(ns, slba, nlb) {
+        return Err(LBA_OUT_OF_RANGE);
+    }
+    let mut buf = crate::request::AlignedBuf::new();
+    buf.grow(len as usize);
+    let tag = IoTag {
+        cid: cmd.cid(),
+        bytes: 0,
+        write: false,
+    };
+    // The backend may keep a pointer into `buf`'s allocation until the read
+    // completes: moving the `AlignedBuf` into the check does not move it.
+    let sub = ns.backend().submit(
+        BlockOp::Read {
+            lba: slba,
+            buf: &mut buf[..],
+        },
+        tag,
+        sink,
+    );
+    Ok((
+        sub,
+        Check {
+            cid: cmd.cid(),
+            buf,
+            expected: compare.then(|| data.to_vec()),
+        },
+    ))
+}
+
 /// Dataset Management: only the Deallocate attribute does anything; the
 /// others are hints. All ranges are checked before any is deallocated, and
 /// the backend gets them all as one operation (it may complete later).
 fn dataset_management(
     table: &NamespaceTable,
     ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     data: &[u8],
     sink: &Arc<CompletionSink>,
 ) -> Submitted {
-    let ns = match lookup(table, ana, cmd.nsid()) {
+    let ns = match lookup(table, ana, host, cmd.nsid(), true) {
         Ok(ns) => ns,
         Err(s) => return Submitted::Done(s),
     };
@@ -276,11 +392,14 @@ fn dataset_management(
 /// tokens. Returns the bdev's QoS state when it must (nothing taken); `None`
 /// when it may run now (tokens taken) or QoS does not apply: no limit on
 /// the bdev, another opcode, or a command `execute` answers with an error
-/// at once (unknown or inactive namespace, write-protected, too long, out
-/// of range), which costs no tokens and never waits.
+/// at once (unknown or inactive namespace, ANA, Reservation Conflict,
+/// write-protected, too long, out of range), which costs no tokens and
+/// never waits.
 #[inline]
 pub(crate) fn qos_wait<'t>(
     table: &'t NamespaceTable,
+    ana: Option<&PathAna>,
+    host: &Host,
     cmd: &Command,
     max_transfer: u32,
 ) -> Option<&'t Arc<BdevQos>> {
@@ -289,9 +408,12 @@ pub(crate) fn qos_wait<'t>(
         op if op == IoOpcode::Read as u8 => false,
         _ => return None,
     };
-    let ns = table.get(cmd.nsid())?;
-    let q = ns.qos();
-    if !q.is_active() || !ns.is_active() || (write && ns.read_only()) {
+    let q = table.get(cmd.nsid())?.qos();
+    if !q.is_active() {
+        return None;
+    }
+    let ns = lookup(table, ana, host, cmd.nsid(), write).ok()?;
+    if write && ns.read_only() {
         return None;
     }
     let nlb = u64::from(cmd.nlb());
@@ -326,6 +448,7 @@ mod tests {
         let r = execute(
             &table,
             None,
+            &Host::default(),
             &cmd,
             &mut buf,
             1 << 17,
@@ -338,6 +461,7 @@ mod tests {
         let r = execute(
             &table,
             None,
+            &Host::default(),
             &cmd,
             &mut buf,
             1 << 17,
@@ -414,7 +538,17 @@ mod tests {
                 } else {
                     &mut []
                 };
-                let r = execute(&table, None, &cmd, data, 1 << 17, wce, &mut stats, &sink);
+                let r = execute(
+                    &table,
+                    None,
+                    &Host::default(),
+                    &cmd,
+                    data,
+                    1 << 17,
+                    wce,
+                    &mut stats,
+                    &sink,
+                );
                 assert_eq!(r, Submitted::Done(Status::SUCCESS));
             }
         }

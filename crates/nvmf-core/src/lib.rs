@@ -12,6 +12,7 @@
 //! | `transport.rs` | the core side of the transport seam: [`TransportLimits`] by transport type, [`TransportCaps`] |
 //! | `subsystem.rs` | [`Subsystem`]: NQN, hosts, listeners, namespace table, controller IDs |
 //! | `namespace.rs` | [`Namespace`], [`NamespaceTable`] snapshot |
+//! | `visibility.rs` | per-host namespace visibility (`no_auto_visible`): rules and per-host table views |
 //! | `controller.rs` | [`Controller`]: registers, features, events, keep-alive value, stats |
 //! | `queue.rs` | [`QueuePair`], [`PortInfo`], [`Exec`], [`QueueState`] |
 //! | `request/` | the request lifecycle all transports share: slots, data buffers and their budget, [`request::RequestEngine`] and the transport operations it calls ([`request::Fabric`]) |
@@ -22,6 +23,7 @@
 //! | `logpage.rs` | Get Log Page |
 //! | `discovery.rs` | discovery log page |
 //! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management |
+//! | `reservation.rs` | reservations: state, access rule, Register/Acquire/Release/Report, PTPL file |
 //! | `backend` | re-export of the `nvmf-backend` crate: [`Backend`] trait, backends, sinks, parked buffers |
 //! | `error.rs` | [`CoreError`], status helpers |
 
@@ -41,11 +43,13 @@ pub mod namespace;
 pub mod qos;
 pub mod queue;
 pub mod request;
+pub mod reservation;
 pub mod stats;
 pub mod subsystem;
 pub mod target;
 pub mod tls;
 pub mod transport;
+pub mod visibility;
 
 pub use backend::{Backend, BlockOp, CompletionSink, IoTag, MallocBackend, NullBackend, Submitted};
 pub use controller::{CloseReason, Controller, QueueStats};
@@ -55,3 +59,4 @@ pub use queue::{Exec, PortInfo, QueuePair, QueueState};
 pub use subsystem::{Subsystem, SubsystemKind};
 pub use target::{HostLimits, HostUsage, LimitHit, SizeChange, Target};
 pub use transport::{TransportCaps, TransportLimits};
+pub use visibility::NsVisibility;

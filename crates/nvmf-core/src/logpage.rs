@@ -3,7 +3,8 @@
 //! Owns the log pages a controller offers and their bytes: supported log
 //! pages (00h), error information (01h, no entries), SMART / health (02h),
 //! firmware slot (03h), changed namespace list (04h, cleared on read),
-//! commands supported and effects (05h), and the discovery log (70h, built in
+//! commands supported and effects (05h), reservation notification (80h,
+//! one notification per read, `Controller::take_reservation_notice`), and the discovery log (70h, built in
 //! `discovery.rs`), and with ANA reporting the ANA log (0Ch, built in
 //! `ana.rs`; LSP bit 0 = groups only). Handles NUMD/LPO (offset and length: what lies past the
 //! page reads as zero, an offset past the page is Invalid Field) and RAE
@@ -18,7 +19,9 @@ use nvmf_wire::zerocopy::{FromZeros, IntoBytes};
 
 use crate::admin::{copy_out, AdminCtx};
 use crate::ana::ana_log;
-use crate::controller::{AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR, CHANGED_NS_MAX};
+use crate::controller::{
+    AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR, AEN_RESERVATION, CHANGED_NS_MAX,
+};
 use crate::discovery::discovery_log;
 use crate::error::{Outcome, INVALID_FIELD, SGL_LENGTH_INVALID};
 use crate::identify::FIRMWARE_REVISION;
@@ -38,13 +41,14 @@ const TEMPERATURE_K: u16 = 298;
 
 /// Log pages an NVM controller offers; the last one (ANA) only with ANA
 /// reporting.
-const NVM_LIDS: [u8; 7] = [
+const NVM_LIDS: [u8; 8] = [
     LID_SUPPORTED,
     LogPageId::Error as u8,
     LogPageId::Smart as u8,
     LogPageId::FirmwareSlot as u8,
     LogPageId::ChangedNsList as u8,
     LogPageId::CommandsSupported as u8,
+    LogPageId::ReservationNotification as u8,
     LogPageId::AnaLog as u8,
 ];
 
@@ -134,6 +138,24 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
             }
             copy_out(&page, offset, data)
         }
+        Ok(LogPageId::ReservationNotification) => {
+            // One notification per read, oldest first; an empty page when
+            // none waits.
+            let e = ctx.ctrl.take_reservation_notice();
+            let mut page = [0u8; 64];
+            page[0..8].copy_from_slice(&e.count.to_le_bytes());
+            page[8] = e.kind;
+            page[9] = e.available;
+            page[12..16].copy_from_slice(&e.nsid.to_le_bytes());
+            if !rae {
+                ctx.ctrl.unmask_event(AEN_RESERVATION);
+                if e.available > 0 {
+                    // More wait: announce the next one.
+                    ctx.ctrl.raise_event(AEN_RESERVATION);
+                }
+            }
+            copy_out(&page, offset, data)
+        }
         Ok(LogPageId::Discovery) => {
             let page = discovery_log(ctx.target, ctx.ctrl.hostnqn(), ctx.port);
             if !rae {
@@ -163,7 +185,17 @@ pub fn commands_supported() -> [u8; 4096] {
     ] {
         set(0, op as u8, CSUPP);
     }
-    for op in [IoOpcode::Flush, IoOpcode::Read, IoOpcode::DatasetManagement] {
+    for op in [
+        IoOpcode::Flush,
+        IoOpcode::Read,
+        IoOpcode::DatasetManagement,
+        IoOpcode::ReservationRegister,
+        IoOpcode::ReservationReport,
+        IoOpcode::ReservationAcquire,
+        IoOpcode::ReservationRelease,
+        IoOpcode::Compare,
+        IoOpcode::Verify,
+    ] {
         set(1024, op as u8, CSUPP);
     }
     for op in [IoOpcode::Write, IoOpcode::WriteZeroes] {

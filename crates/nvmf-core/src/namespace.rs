@@ -1,7 +1,7 @@
 //! Namespaces and the per-subsystem namespace table.
 //!
 //! Owns [`Namespace`] (NSID, backend, geometry, NGUID/EUI-64/UUID, ANA group
-//! ID, a state atomic for removal, the write-protected flag taken from the
+//! ID, a state atomic for removal, its reservation (`reservation.rs`), the write-protected flag taken from the
 //! backend's `read_only` when the namespace is made; the block count is an atomic too: it
 //! changes when the bdev is resized, see `Subsystem::resize_backend`) and [`NamespaceTable`], the immutable snapshot that
 //! queue pairs cache: lookup by NSID is one bounds-checked vector index.
@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::qos::BdevQos;
+use crate::reservation::Reservations;
 
 /// Lifecycle of a namespace, read on every I/O (one relaxed load).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,6 +50,9 @@ pub struct Namespace {
     state: AtomicU8,
     /// The QoS limits of the bdev (shared by every namespace on it).
     qos: Arc<BdevQos>,
+    /// Registrants, holder and type (`reservation.rs`): shared by every
+    /// controller of this namespace.
+    reservations: Reservations,
 }
 
 impl Namespace {
@@ -75,6 +79,7 @@ impl Namespace {
             anagrpid: AtomicU32::new(nsid),
             state: AtomicU8::new(NamespaceState::Active as u8),
             qos: Arc::new(BdevQos::new()),
+            reservations: Reservations::new(),
         }
     }
 
@@ -89,6 +94,20 @@ impl Namespace {
     #[inline]
     pub fn qos(&self) -> &Arc<BdevQos> {
         &self.qos
+    }
+
+    /// With a Persist Through Power Loss file (SPDK's `ptpl_file`): the
+    /// reservation it holds is restored when its PTPL flag is set. An
+    /// unreadable or malformed file is an error naming it.
+    pub fn with_ptpl_file(mut self, path: &std::path::Path) -> Result<Namespace, String> {
+        self.reservations = Reservations::with_ptpl_file(path)?;
+        Ok(self)
+    }
+
+    /// The namespace's reservation.
+    #[inline]
+    pub fn reservations(&self) -> &Reservations {
+        &self.reservations
     }
 
     pub fn nsid(&self) -> u32 {
@@ -240,6 +259,22 @@ impl NamespaceTable {
         t.slots[idx] = Some(ns);
         if let Err(pos) = t.active.binary_search(&nsid) {
             t.active.insert(pos, nsid);
+        }
+        t.update_stable_buffers();
+        t
+    }
+
+    /// A copy with only the namespaces `keep` accepts (a host's view when
+    /// some namespaces are hidden from it: `visibility.rs`).
+    pub fn filtered(&self, keep: impl Fn(&Namespace) -> bool) -> NamespaceTable {
+        let mut t = NamespaceTable::new();
+        for ns in self.iter().filter(|n| keep(n)) {
+            let idx = ns.nsid() as usize - 1;
+            if t.slots.len() <= idx {
+                t.slots.resize(idx + 1, None);
+            }
+            t.slots[idx] = Some(ns.clone());
+            t.active.push(ns.nsid());
         }
         t.update_stable_buffers();
         t

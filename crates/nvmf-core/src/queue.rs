@@ -8,7 +8,8 @@
 //! outstanding Asynchronous Event Requests and keep-alive clock, answers
 //! `Exec::Throttled` for a Read or Write over its bdev's QoS limit (the
 //! request engine parks it and calls `resume`; docs/QOS.md), caches the
-//! subsystem's namespace table for the lock-free I/O path, and tears the
+//! subsystem's namespace table as the controller's host sees it (per-host
+//! visibility: `visibility.rs`) for the lock-free I/O path, and tears the
 //! controller down when the admin queue is dropped. A host with a
 //! DH-HMAC-CHAP key on the subsystem must authenticate each queue after its
 //! Connect (Connect dword 0 AUTHREQ.ATR set; until then every command but
@@ -36,6 +37,7 @@ use crate::auth::session::{Peer, Session, Step};
 use crate::backend::{CompletionSink, IoTag, Submitted};
 use crate::controller::{
     CloseReason, Controller, QueueStats, AEN_ANA_CHANGE, AEN_DISC_CHANGE, AEN_NS_ATTR,
+    AEN_RESERVATION,
 };
 use crate::error::{Outcome, INVALID_FIELD, INVALID_OPCODE};
 use crate::fabrics::{self, Connected};
@@ -155,6 +157,11 @@ pub struct QueuePair {
     auth_close: Option<&'static str>,
     /// An unauthenticated queue closes at this time.
     auth_deadline: Option<Instant>,
+    /// The host as the I/O path needs it (its host identifier, for
+    /// reservations), copied from the controller at Connect.
+    host: io::Host,
+    /// Compare and Verify reads in flight in an asynchronous backend.
+    checks: Vec<io::Check>,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
@@ -190,6 +197,8 @@ impl QueuePair {
             auth_pending: false,
             auth_close: None,
             auth_deadline: None,
+            host: io::Host::default(),
+            checks: Vec::new(),
             io_claimed: false,
             resuming: false,
         }
@@ -286,6 +295,13 @@ impl QueuePair {
     /// still executing get no completion.
     pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>, bytes: usize) {
         self.handed_over = true;
+        // Compare/Verify reads in flight point into their own buffers:
+        // those are kept with the transport's.
+        let keep: Box<dyn std::any::Any> = if self.checks.is_empty() {
+            keep
+        } else {
+            Box::new((keep, std::mem::take(&mut self.checks)))
+        };
         if self.backend_ops_in_flight() == 0 {
             // Nothing points into the buffers: free them now.
             drop(keep);
@@ -437,7 +453,9 @@ impl QueuePair {
                 self.qid = 0;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
@@ -471,12 +489,17 @@ impl QueuePair {
                 self.qid = qid;
                 self.depth = depth;
                 self.sqhd = 1 % depth;
-                let (generation, ns) = ctrl.subsystem().namespaces_with_generation();
+                let (generation, ns) = ctrl
+                    .subsystem()
+                    .namespaces_with_generation_for(ctrl.hostnqn());
                 self.ns_generation = generation;
                 self.ns = ns;
                 let cntlid = ctrl.cntlid();
                 tracing::debug!(cntlid, qid, depth, peer = %self.port.peer, "I/O queue connected");
                 let authreq = self.require_auth(&ctrl);
+                self.host = io::Host {
+                    hostid: *ctrl.hostid(),
+                };
                 self.ctrl = Some(ctrl);
                 self.role = Role::Io;
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
@@ -644,7 +667,9 @@ impl QueuePair {
         // Refresh the namespace snapshot (admin path: may lock).
         let generation = ctrl.subsystem().ns_generation();
         if generation != self.ns_generation {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
@@ -675,6 +700,7 @@ impl QueuePair {
             ns: &self.ns,
             aers: &mut aq.aers,
             aborted: &mut aq.aborted,
+            sink: &self.sink,
         };
         match admin::execute(&mut ctx, cmd, data) {
             AdminResult::Done(out) => self.complete(cmd.cid(), out),
@@ -720,21 +746,32 @@ impl QueuePair {
                 self.refresh_namespaces();
             }
         }
+        let op = cmd.opcode();
+        if op >= IoOpcode::Compare as u8 {
+            if is_reservation_command(op) {
+                return self.execute_reservation(cmd, data);
+            }
+            if op == IoOpcode::Compare as u8 || op == IoOpcode::Verify as u8 {
+                return self.execute_check(cmd, data, op == IoOpcode::Compare as u8);
+            }
+        }
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path());
         // QoS: one relaxed load while no bdev has limits.
         if crate::qos::any_active() {
-            if let Some(q) = io::qos_wait(&self.ns, cmd, self.max_transfer) {
+            let path = ana.map(|p| &**p);
+            if let Some(q) = io::qos_wait(&self.ns, path, &self.host, cmd, self.max_transfer) {
                 if !self.resuming {
                     q.count_throttled();
                 }
                 return Exec::Throttled;
             }
         }
-        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path());
         match io::execute(
             &self.ns,
             ana.map(|p| &**p),
+            &self.host,
             cmd,
             data,
             self.max_transfer,
@@ -751,6 +788,117 @@ impl QueuePair {
         }
     }
 
+    /// Reservation Register, Report, Acquire and Release (`reservation.rs`).
+    /// Not subject to the reservation's access rule; ANA applies. On a
+    /// namespace with a PTPL file the state change and its file write run
+    /// on the `nvmfd-ptpl` thread and the command completes when the file
+    /// is on disk.
+    #[cold]
+    fn execute_reservation(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        let Some(ctrl) = self.ctrl.clone() else {
+            return self.complete(cmd.cid(), Outcome::err(INVALID_OPCODE));
+        };
+        let ns = match self.ns.get(cmd.nsid()) {
+            Some(ns) if ns.is_active() => ns.clone(),
+            Some(_) => return self.complete(cmd.cid(), Outcome::err(Status::INTERNAL_PATH_ERROR)),
+            None => {
+                return self.complete(
+                    cmd.cid(),
+                    Outcome::err(Status::INVALID_NAMESPACE.with_dnr()),
+                )
+            }
+        };
+        if let Some(st) = ctrl
+            .ana_path()
+            .and_then(|p| crate::ana::io_status(p, ns.anagrpid()))
+        {
+            return self.complete(cmd.cid(), Outcome::err(st));
+        }
+        let op = cmd.opcode();
+        if op == IoOpcode::ReservationReport as u8 {
+            let status = ns.reservations().report(cmd.cdw11() & 1 != 0, data);
+            return self.complete(cmd.cid(), Outcome::err(status));
+        }
+        let need = if op == IoOpcode::ReservationRelease as u8 {
+            8
+        } else {
+            16
+        };
+        if data.len() < need {
+            return self.complete(
+                cmd.cid(),
+                Outcome::err(Status::SGL_DATA_LENGTH_INVALID.with_dnr()),
+            );
+        }
+        let key = |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().unwrap_or([0; 8]));
+        let (crkey, other) = (key(0), if need == 16 { key(8) } else { 0 });
+        let (hostid, cdw10, nsid) = (self.host.hostid, cmd.cdw10(), cmd.nsid());
+        let sub = ctrl.subsystem().clone();
+        let ns2 = ns.clone();
+        let work = move || {
+            let r = ns2.reservations();
+            let res = if op == IoOpcode::ReservationRegister as u8 {
+                r.register(&hostid, cdw10, crkey, other)
+            } else if op == IoOpcode::ReservationAcquire as u8 {
+                r.acquire(&hostid, cdw10, crkey, other)
+            } else {
+                r.release(&hostid, cdw10, crkey)
+            };
+            match res {
+                Ok(fx) => {
+                    deliver_reservation_notices(&sub, nsid, &fx.notices);
+                    Status::SUCCESS
+                }
+                Err(st) => st,
+            }
+        };
+        if ns.reservations().ptpl_file().is_some() {
+            let tag = IoTag {
+                cid: cmd.cid(),
+                bytes: 0,
+                write: true,
+            };
+            match crate::reservation::PTPL_POOL.run(&self.sink, tag, work) {
+                Submitted::Done(st) => self.complete(cmd.cid(), Outcome::err(st)),
+                _ => Exec::Pending,
+            }
+        } else {
+            let st = work();
+            self.complete(cmd.cid(), Outcome::err(st))
+        }
+    }
+
+    /// Compare or Verify (`io::start_check`): done now when the backend
+    /// read at once, else kept until its read completes (`poll`).
+    #[cold]
+    fn execute_check(&mut self, cmd: &Command, data: &mut [u8], compare: bool) -> Exec {
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path()).cloned();
+        match io::start_check(
+            &self.ns,
+            ana.as_deref(),
+            &self.host,
+            cmd,
+            data,
+            self.max_transfer,
+            compare,
+            &self.sink,
+        ) {
+            Err(st) => self.complete(cmd.cid(), Outcome::err(st)),
+            Ok((Submitted::Pending, check)) => {
+                self.checks.push(check);
+                Exec::Pending
+            }
+            Ok((Submitted::Done(st), check)) => {
+                let st = check.status(st);
+                self.complete(cmd.cid(), Outcome::err(st))
+            }
+            Ok((Submitted::ZeroData, check)) => {
+                let st = check.status(Status::SUCCESS);
+                self.complete(cmd.cid(), Outcome::err(st))
+            }
+        }
+    }
+
     /// A command on an I/O queue that has not authenticated yet.
     #[cold]
     fn io_auth_pending(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
@@ -763,7 +911,9 @@ impl QueuePair {
     #[cold]
     fn refresh_namespaces(&mut self) {
         if let Some(ctrl) = &self.ctrl {
-            let (g, ns) = ctrl.subsystem().namespaces_with_generation();
+            let (g, ns) = ctrl
+                .subsystem()
+                .namespaces_with_generation_for(ctrl.hostnqn());
             self.ns_generation = g;
             self.ns = ns;
         }
@@ -871,7 +1021,14 @@ impl QueuePair {
         let qid = self.qid;
         let sqhd = self.reported_sqhd();
         let stats = &mut self.stats;
-        self.sink.drain(|tag, status| {
+        let checks = &mut self.checks;
+        self.sink.drain(|tag, mut status| {
+            if !checks.is_empty() {
+                // A Compare or Verify whose read ended: check it now.
+                if let Some(i) = checks.iter().position(|c| c.cid == tag.cid) {
+                    status = checks.swap_remove(i).status(status);
+                }
+            }
             if status.is_success() {
                 if tag.write {
                     stats.bytes_written += u64::from(tag.bytes);
@@ -883,6 +1040,37 @@ impl QueuePair {
             }
             out(Completion::new(tag.cid, qid, sqhd, status, 0));
         });
+    }
+}
+
+/// Reservation Register, Report, Acquire or Release.
+#[inline]
+fn is_reservation_command(op: u8) -> bool {
+    op == IoOpcode::ReservationRegister as u8
+        || op == IoOpcode::ReservationReport as u8
+        || op == IoOpcode::ReservationAcquire as u8
+        || op == IoOpcode::ReservationRelease as u8
+}
+
+/// Hands reservation notices to every controller of the hosts they are
+/// for (any thread; control path).
+pub(crate) fn deliver_reservation_notices(
+    sub: &crate::subsystem::Subsystem,
+    nsid: u32,
+    notices: &[crate::reservation::Notice],
+) {
+    if notices.is_empty() {
+        return;
+    }
+    for ctrl in sub.controllers() {
+        // A host the namespace is hidden from never hears its NSID
+        // (per-host visibility, docs/VISIBILITY.md).
+        if !sub.ns_visible_to(nsid, ctrl.hostnqn()) {
+            continue;
+        }
+        for n in notices.iter().filter(|n| &n.hostid == ctrl.hostid()) {
+            ctrl.reservation_notice(nsid, n.kind);
+        }
     }
 }
 
@@ -902,6 +1090,8 @@ fn aen_result(bit: u32) -> u32 {
         AEN_NS_ATTR => TYPE_NOTICE | (0x04 << 16), // information 00h
         AEN_DISC_CHANGE => TYPE_NOTICE | (0xF0 << 8) | (0x70 << 16),
         AEN_ANA_CHANGE => TYPE_NOTICE | (0x03 << 8) | (0x0C << 16),
+        // I/O command specific status: reservation log page available.
+        AEN_RESERVATION => 6 | (0x80 << 16),
         _ => TYPE_NOTICE,
     }
 }

@@ -10,6 +10,11 @@
 //! controller (changed-namespace list + Namespace Attribute Changed event;
 //! also when a namespace's bdev is resized),
 //! ANA changes to the controllers of the paths they touch.
+//! Per-host namespace visibility (`no_auto_visible`, `visibility.rs`): each
+//! host's controllers get a table without the namespaces hidden from them
+//! (the shared table itself when nothing is hidden), and namespace changes
+//! are announced only to the controllers whose host sees (or saw) the
+//! namespace.
 
 use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, HashMap};
@@ -25,6 +30,7 @@ use crate::controller::{CloseReason, Controller, AEN_ANA_CHANGE};
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceState, NamespaceTable};
 use crate::queue::PortInfo;
+use crate::visibility::{NsVisibility, Visibility};
 
 /// What kind of subsystem this is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,6 +71,9 @@ pub struct Subsystem {
     /// ANA state per listener; `None` without ANA reporting.
     ana: Option<SubsystemAna>,
     namespaces: RwLock<Arc<NamespaceTable>>,
+    /// Per-host visibility rules and views; changed only with the
+    /// `namespaces` write lock held (lock order: `namespaces`, then this).
+    visibility: Mutex<Visibility>,
     ns_generation: AtomicU64,
     registry: Mutex<Registry>,
 }
@@ -88,6 +97,7 @@ impl Subsystem {
             ana: cfg
                 .ana_reporting
                 .then(|| SubsystemAna::new(cfg.ana_group_max(), &cfg.listeners)),
+            visibility: Mutex::new(visibility_of(cfg, &namespaces)),
             namespaces: RwLock::new(Arc::new(namespaces)),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
@@ -113,6 +123,7 @@ impl Subsystem {
             listeners: RwLock::new(listeners),
             ana: None,
             namespaces: RwLock::new(Arc::new(NamespaceTable::new())),
+            visibility: Mutex::new(Visibility::default()),
             ns_generation: AtomicU64::new(0),
             registry: Mutex::new(Registry {
                 by_id: BTreeMap::new(),
@@ -379,9 +390,91 @@ impl Subsystem {
         (generation, self.namespaces())
     }
 
-    /// Add a namespace; every controller of the subsystem gets a Namespace
-    /// Attribute Changed event.
+    /// The table `hostnqn`'s controllers see: the current one without the
+    /// namespaces hidden from that host (the current `Arc` itself when none
+    /// is). Control path (locks; the result is cached per host until the
+    /// next change).
+    pub fn namespaces_for(&self, hostnqn: &str) -> Arc<NamespaceTable> {
+        let table = self.namespaces.read().unwrap_or_else(|e| e.into_inner());
+        let mut vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+        vis.view(&table, hostnqn)
+    }
+
+    /// [`Self::namespaces_for`] and the generation, read together (the
+    /// table is at least as new as the generation).
+    pub fn namespaces_with_generation_for(&self, hostnqn: &str) -> (u64, Arc<NamespaceTable>) {
+        let generation = self.ns_generation();
+        (generation, self.namespaces_for(hostnqn))
+    }
+
+    /// Which hosts see namespace `nsid` (`All` unless it is `no_auto_visible`).
+    pub fn ns_visibility(&self, nsid: u32) -> NsVisibility {
+        let _table = self.namespaces.read().unwrap_or_else(|e| e.into_inner());
+        let vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+        vis.get(nsid)
+    }
+
+    /// Whether `hostnqn` sees namespace `nsid` (true for an NSID with no
+    /// namespace: whether it exists is the table's business).
+    pub fn ns_visible_to(&self, nsid: u32, hostnqn: &str) -> bool {
+        let _table = self.namespaces.read().unwrap_or_else(|e| e.into_inner());
+        let vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+        vis.sees(nsid, hostnqn)
+    }
+
+    /// Set which hosts see namespace `nsid` (`nvmf_ns_add_host`,
+    /// `nvmf_ns_remove_host`, a configuration load). Each controller of a
+    /// host that gains or loses the namespace gets it in its Changed
+    /// Namespace List and a Namespace Attribute Changed event; its queues
+    /// take the new table at their next command (the generation moves).
+    /// Returns how many controllers were told.
+    pub fn set_ns_visibility(&self, nsid: u32, v: NsVisibility) -> Result<usize, CoreError> {
+        let old = {
+            let table = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
+            if table.get(nsid).is_none() {
+                return Err(CoreError::Namespace {
+                    nqn: self.nqn.clone(),
+                    nsid,
+                    reason: "no such namespace".to_string(),
+                });
+            }
+            let mut vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+            let old = vis.set(nsid, v.clone());
+            if old == v {
+                return Ok(0);
+            }
+            self.ns_generation.fetch_add(1, Ordering::AcqRel);
+            old
+        };
+        Ok(self.announce_ns_change_to(nsid, |h| old.sees(h) != v.sees(h)))
+    }
+
+    /// Apply the configuration's visibility rules (`ns_visibility`) to every
+    /// namespace of this subsystem; see [`Self::set_ns_visibility`].
+    /// Returns how many controllers were told of a change.
+    pub fn sync_visibility(&self, cfg: &SubsystemConfig) -> usize {
+        let mut told = 0;
+        for nsid in self.namespaces().active_nsids() {
+            let v = NsVisibility::from_hosts(cfg.ns_visibility.get(nsid));
+            told += self.set_ns_visibility(*nsid, v).unwrap_or(0);
+        }
+        told
+    }
+
+    /// Add a namespace visible to every host; every controller of the
+    /// subsystem gets a Namespace Attribute Changed event.
     pub fn add_namespace(&self, ns: Arc<Namespace>) -> Result<(), CoreError> {
+        self.add_namespace_visible(ns, NsVisibility::All)
+    }
+
+    /// Add a namespace that the hosts `v` names see (all of them with
+    /// `NsVisibility::All`); the controllers of those hosts get a Namespace
+    /// Attribute Changed event, the others never learn of it.
+    pub fn add_namespace_visible(
+        &self,
+        ns: Arc<Namespace>,
+        v: NsVisibility,
+    ) -> Result<(), CoreError> {
         let nsid = ns.nsid();
         let err = |reason: &str| CoreError::Namespace {
             nqn: self.nqn.clone(),
@@ -402,17 +495,20 @@ impl Subsystem {
             if table.get(nsid).is_some() {
                 return Err(err("NSID already in use"));
             }
+            let mut vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+            vis.set(nsid, v.clone());
             *table = Arc::new(table.with(ns));
             self.ns_generation.fetch_add(1, Ordering::AcqRel);
         }
-        self.announce_ns_change(nsid);
+        self.announce_ns_change_to(nsid, |h| v.sees(h));
         Ok(())
     }
 
     /// Remove a namespace: it answers Internal Path Error from now on, leaves
-    /// the table, and every controller gets a Namespace Attribute Changed event.
+    /// the table (and its visibility rule goes), and every controller that
+    /// saw it gets a Namespace Attribute Changed event.
     pub fn remove_namespace(&self, nsid: u32) -> Result<Arc<Namespace>, CoreError> {
-        let removed = {
+        let (removed, saw) = {
             let mut table = self.namespaces.write().unwrap_or_else(|e| e.into_inner());
             let ns = table
                 .get(nsid)
@@ -423,11 +519,13 @@ impl Subsystem {
                     reason: "no such namespace".to_string(),
                 })?;
             ns.set_state(NamespaceState::Removing);
+            let mut vis = self.visibility.lock().unwrap_or_else(|e| e.into_inner());
+            let saw = vis.set(nsid, NsVisibility::All);
             *table = Arc::new(table.without(nsid));
             self.ns_generation.fetch_add(1, Ordering::AcqRel);
-            ns
+            (ns, saw)
         };
-        self.announce_ns_change(nsid);
+        self.announce_ns_change_to(nsid, |h| saw.sees(h));
         Ok(removed)
     }
 
@@ -445,15 +543,25 @@ impl Subsystem {
             }
         }
         for &nsid in &changed {
-            self.announce_ns_change(nsid);
+            let v = self.ns_visibility(nsid);
+            self.announce_ns_change_to(nsid, |h| v.sees(h));
         }
         changed
     }
 
-    fn announce_ns_change(&self, nsid: u32) {
+    /// Tell the controllers of the hosts `to` accepts that namespace `nsid`
+    /// changed (Changed Namespace List + Namespace Attribute Changed); a
+    /// host that does not see the namespace never hears its NSID. Returns
+    /// how many were told.
+    fn announce_ns_change_to(&self, nsid: u32, to: impl Fn(&str) -> bool) -> usize {
+        let mut n = 0;
         for ctrl in self.controllers() {
-            ctrl.namespace_changed(nsid);
+            if to(ctrl.hostnqn()) {
+                ctrl.namespace_changed(nsid);
+                n += 1;
+            }
         }
+        n
     }
 
     /// Live controllers.
@@ -507,6 +615,17 @@ impl Subsystem {
         let mut reg = self.registry.lock().unwrap_or_else(|e| e.into_inner());
         reg.by_id.remove(&cntlid);
     }
+}
+
+/// The visibility rules of `cfg` for the namespaces of `table`.
+fn visibility_of(cfg: &SubsystemConfig, table: &NamespaceTable) -> Visibility {
+    let mut v = Visibility::default();
+    for (nsid, hosts) in &cfg.ns_visibility {
+        if table.get(*nsid).is_some() {
+            v.set(*nsid, NsVisibility::from_hosts(Some(hosts)));
+        }
+    }
+    v
 }
 
 /// Controller IDs must lie in 1..=0xFFEF; fix up nonsense rather than panic.

@@ -764,6 +764,18 @@ impl Target {
     /// Add a namespace to a subsystem at run time (the backend must exist).
     /// Controllers of the subsystem get Namespace Attribute Changed.
     pub fn add_namespace(&self, nqn: &str, ns: &NamespaceConfig) -> Result<(), CoreError> {
+        self.add_namespace_visible(nqn, ns, crate::visibility::NsVisibility::All)
+    }
+
+    /// Add a namespace seen only by the hosts `v` names (`no_auto_visible`;
+    /// all hosts with `NsVisibility::All`). Only their controllers get
+    /// Namespace Attribute Changed.
+    pub fn add_namespace_visible(
+        &self,
+        nqn: &str,
+        ns: &NamespaceConfig,
+        v: crate::visibility::NsVisibility,
+    ) -> Result<(), CoreError> {
         let sub = self
             .subsystem(nqn)
             .filter(|s| !s.is_discovery())
@@ -773,7 +785,18 @@ impl Target {
         let built = build_namespace(nqn, sub.max_namespaces(), ns, &backends, &mut qos)?;
         drop(qos);
         drop(backends);
-        sub.add_namespace(Arc::new(built))
+        sub.add_namespace_visible(Arc::new(built), v)
+    }
+
+    /// Apply subsystem `cfg.nqn`'s visibility rules (`ns_visibility`) to its
+    /// namespaces; controllers of hosts that gain or lose a namespace are
+    /// told. Returns how many controllers were told.
+    pub fn sync_visibility(&self, cfg: &nvmf_config::SubsystemConfig) -> Result<usize, CoreError> {
+        let sub = self
+            .subsystem(&cfg.nqn)
+            .filter(|s| !s.is_discovery())
+            .ok_or_else(|| CoreError::UnknownSubsystem(cfg.nqn.clone()))?;
+        Ok(sub.sync_visibility(cfg))
     }
 
     /// Remove a namespace at run time. In-flight I/O finishes; new I/O gets
@@ -1088,7 +1111,12 @@ fn build_namespace(
         .cloned()
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
     let q = qos.entry(n.bdev_name.clone()).or_default().clone();
-    let ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid).with_qos(q);
+    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid).with_qos(q);
+    if let Some(f) = &n.ptpl_file {
+        ns = ns
+            .with_ptpl_file(std::path::Path::new(f))
+            .map_err(|e| err(format!("ptpl_file {e}")))?;
+    }
     ns.set_anagrpid(n.anagrpid);
     Ok(ns)
 }

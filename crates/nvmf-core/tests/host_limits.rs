@@ -41,6 +41,7 @@ fn target() -> Arc<Target> {
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: 1,
+        ptpl_file: None,
     }];
     s.listeners = vec![listener()];
     let cfg = TargetConfig {

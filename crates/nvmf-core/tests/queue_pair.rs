@@ -45,6 +45,7 @@ fn ns_cfg(nqn: &str, nsid: u32, bdev: &str) -> NamespaceConfig {
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: nsid,
+        ptpl_file: None,
     }
 }
 
@@ -780,10 +781,14 @@ fn identify_namespace_and_lists() {
     let (c, _) = identify(&mut qp, 0x1F, 0);
     assert_eq!(status(&c), Status::INVALID_FIELD.with_dnr());
 
-    // NVM command set specific controller / namespace pages: zeroes.
+    // NVM command set specific controller / namespace pages: zeroes, but
+    // for the controller page's Verify Size Limit (byte 0, = MDTS).
     let (c, buf) = identify(&mut qp, 0x06, 0);
     assert_eq!(status(&c), Status::SUCCESS);
-    assert!(buf.iter().all(|&b| b == 0));
+    let (c, id) = identify(&mut qp, 1, 0);
+    assert_eq!(status(&c), Status::SUCCESS);
+    assert_eq!(buf[0], id[77], "VSL = MDTS");
+    assert!(buf[1..].iter().all(|&b| b == 0));
     let (c, buf) = identify(&mut qp, 0x05, 1);
     assert_eq!(status(&c), Status::SUCCESS);
     assert!(buf.iter().all(|&b| b == 0));
@@ -1489,7 +1494,8 @@ fn io_errors() {
     assert_eq!(status(&c), Status::INVALID_FIELD.with_dnr());
 
     // Unknown and unsupported opcodes.
-    for op in [0x03u8, 0x05, 0x0C, 0x0D, 0x80, 0xFF] {
+    // (04h Write Uncorrectable and 19h Copy are not offered.)
+    for op in [0x03u8, 0x04, 0x19, 0x80, 0xFF] {
         let mut cmd = Command::new(op, 1);
         cmd.set_nsid(1);
         let c = done(q.execute(&cmd, &mut []));

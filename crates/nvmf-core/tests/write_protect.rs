@@ -100,6 +100,7 @@ fn ns_cfg(nsid: u32, bdev: &str) -> NamespaceConfig {
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: nsid,
+        ptpl_file: None,
     }
 }
 

@@ -225,6 +225,9 @@ struct Conn {
 /// What the data model follows of one command.
 enum Track {
     Other,
+    /// A Reservation Acquire: once one succeeds, reads and writes may meet
+    /// Reservation Conflict.
+    Acquire,
     /// Blocks of namespace 1 it changes.
     Writes(Vec<PendingWrite>),
     Read(PendingRead),
@@ -356,6 +359,7 @@ impl Conn {
         &mut self,
         cid: u16,
         ok: bool,
+        status: u16,
         shadow: &mut Shadow,
         others: &[(u64, u32)],
         rep: &mut Report,
@@ -366,6 +370,15 @@ impl Conn {
         let t = q.pop_front();
         if q.is_empty() {
             self.track.remove(&cid);
+        }
+        let st = nvmf_wire::status::Status::from_field(status);
+        match &t {
+            Some(Track::Acquire) if ok => shadow.reserved = true,
+            Some(Track::Writes(_) | Track::Read(_)) => assert!(
+                shadow.reserved || (st.sct, st.sc) != (0, 0x83),
+                "Reservation Conflict on CID {cid} though no Reservation Acquire ever succeeded"
+            ),
+            _ => {}
         }
         if let Some(Track::Writes(ws)) = &t {
             if ok {
@@ -554,6 +567,10 @@ enum Kind {
     Flush,
     WriteZeroes,
     Dsm,
+    /// Reservation Register, Acquire, Release or Report.
+    Reservation,
+    /// Compare (05h, host data) or Verify (0Ch), by the selector's bit 0.
+    CompareVerify,
     RawIo,
     Fabrics,
 }
@@ -595,6 +612,8 @@ const IO_KINDS: &[Kind] = &[
     Kind::RawIo,
     Kind::Fabrics,
     Kind::Identify,
+    Kind::Reservation,
+    Kind::CompareVerify,
 ];
 
 fn block_size(nsid: u32) -> u32 {
@@ -903,7 +922,14 @@ impl Harness {
             HostNqn::Other => OTHER_HOSTNQN,
             HostNqn::Empty | HostNqn::Unterminated => "",
         };
-        let mut data = ConnectBlock::new([7; 16], cntlid, subnqn, hostnqn)
+        // The other host NQN is another host (another host identifier: a
+        // registrant of its own for reservations).
+        let hostid = if hostnqn == OTHER_HOSTNQN {
+            [8; 16]
+        } else {
+            [7; 16]
+        };
+        let mut data = ConnectBlock::new(hostid, cntlid, subnqn, hostnqn)
             .as_bytes()
             .to_vec();
         if let SubNqn::Unterminated = spec.subnqn {
@@ -966,7 +992,7 @@ impl Harness {
                 (cmd, 4096)
             }
             Kind::GetLogPage => {
-                let lids = [1u8, 2, 3, 4, 5, 0x0C, 0x70, sel];
+                let lids = [1u8, 2, 3, 4, 5, 0x0C, 0x70, 0x80, sel];
                 let lid = lids[usize::from(sel) % lids.len()];
                 let len = 512 * (1 + (nlb % 8));
                 let off = if sel & 0x80 != 0 {
@@ -979,7 +1005,7 @@ impl Harness {
                 (cmd, len)
             }
             Kind::GetFeatures | Kind::SetFeatures => {
-                let fids = [1u8, 2, 5, 6, 7, 8, 0x0b, 0x0f, 0x81, sel];
+                let fids = [1u8, 2, 5, 6, 7, 8, 0x0b, 0x0f, 0x81, 0x82, 0x83, sel];
                 let fid = u32::from(fids[usize::from(sel) % fids.len()]);
                 let (op, save) = if kind == Kind::GetFeatures {
                     (0x0a, (cdw[0] & 0x7) << 8)
@@ -1052,6 +1078,57 @@ impl Harness {
                     cmd.set_cdw12(cmd.cdw12() | (cdw[0] & 0xffff_0000));
                 }
                 (cmd, (nlb + 1) * block_size(nsid))
+            }
+            Kind::Reservation => {
+                // Register 0Dh, Report 0Eh, Acquire 11h, Release 15h; actions,
+                // types and keys from a small set (so they meet), sometimes raw.
+                let ops = [0x0du8, 0x0d, 0x11, 0x11, 0x15, 0x0e];
+                let op = ops[usize::from(sel) % ops.len()];
+                let keys = [1u64, 2, 0, u64::from(cdw[1])];
+                let k = |i: u32| keys[(cdw[2] >> (2 * i)) as usize % keys.len()];
+                let cdw10 = if sel >= 0xf0 {
+                    cdw[0]
+                } else {
+                    // action 2:0 (0..=2), IEKEY 3, type 15:8 (1..=6), CPTPL 31:30
+                    ((cdw[0] & 3) % 3)
+                        | (cdw[0] & 8)
+                        | ((1 + (cdw[0] >> 8) % 6) << 8)
+                        | (cdw[0] & (3 << 30))
+                };
+                let mut cmd = Command::new(op, cid);
+                cmd.set_nsid(nsid).set_cdw10(cdw10).set_cdw11(!cdw[3] & 1);
+                let natural = match op {
+                    0x0e => {
+                        cmd.set_cdw10(nlb * 16 + 15);
+                        (nlb + 1) * 64
+                    }
+                    0x15 => {
+                        data_override = Some(k(0).to_le_bytes().to_vec());
+                        8
+                    }
+                    _ => {
+                        let mut d = k(0).to_le_bytes().to_vec();
+                        d.extend_from_slice(&k(1).to_le_bytes());
+                        data_override = Some(d);
+                        16
+                    }
+                };
+                (cmd, natural)
+            }
+            Kind::CompareVerify => {
+                let compare = sel & 1 == 0;
+                let mut cmd = Command::new(if compare { 0x05 } else { 0x0c }, cid);
+                cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
+                if sel & 0x80 != 0 {
+                    // sometimes fused (not offered: Invalid Field)
+                    cmd.set_flags((sel >> 1) & 3);
+                }
+                let natural = if compare {
+                    (nlb + 1) * block_size(nsid)
+                } else {
+                    0
+                };
+                (cmd, natural)
             }
             Kind::Flush => {
                 let mut cmd = Command::new(0x00, cid);
@@ -1181,6 +1258,7 @@ impl Harness {
                 }
                 track = Track::Writes(ws);
             }
+            Kind::Reservation if cmd.opcode() == 0x11 => track = Track::Acquire,
             Kind::Read if on_io && (nsid == 1 || nsid == 2) => {
                 let bs = block_size(nsid) as usize;
                 if sgl_len == count as usize * bs {
@@ -1431,7 +1509,12 @@ impl Harness {
             }
             for r in c.parse() {
                 match r {
-                    Resp::Cqe { cid, ok, dw0, .. } => {
+                    Resp::Cqe {
+                        cid,
+                        ok,
+                        dw0,
+                        status,
+                    } => {
                         c.done_cid(cid, "CapsuleResp");
                         match c.connects.remove(&cid) {
                             Some(0) if ok => {
@@ -1447,7 +1530,7 @@ impl Harness {
                             None => rep.completions += 1,
                         }
                         c.r2ts.retain(|r| r.cccid != cid);
-                        c.finish(cid, ok, shadow, &others, rep);
+                        c.finish(cid, ok, status, shadow, &others, rep);
                     }
                     Resp::C2H {
                         cccid,
@@ -1468,7 +1551,7 @@ impl Harness {
                         if success {
                             rep.completions += 1;
                             c.done_cid(cccid, "C2HData SUCCESS");
-                            c.finish(cccid, true, shadow, &others, rep);
+                            c.finish(cccid, true, 0, shadow, &others, rep);
                         } else {
                             assert!(
                                 !c.tracked || c.outstanding.contains_key(&cccid),

@@ -147,6 +147,13 @@ impl Enc {
         self.split(hold).no_mangle()
     }
 
+    /// `Op::Io` (4) on nsid 1 with selector `sel`, in-capsule.
+    pub fn io_sel(&mut self, conn: u8, op: u8, sel: u8, nlb: u8) -> &mut Self {
+        self.tag(4, 15).u8(conn);
+        self.cmd(op, false, 0, nlb, sel, false);
+        self.split(None).no_mangle()
+    }
+
     /// `Op::H2c` (7): answer R2T `pick` with `pieces` PDUs (0: all) of
     /// `piece` bytes (0: MAXH2CDATA).
     pub fn h2c(&mut self, conn: u8, pick: u8, pieces: u8, piece: u16) -> &mut Self {
@@ -203,6 +210,9 @@ pub mod op {
     pub const IO_FLUSH: u8 = 8;
     pub const IO_WRITE_ZEROES: u8 = 9;
     pub const IO_DSM: u8 = 10;
+    /// Reservation commands; the selector picks Register (0), Acquire (2),
+    /// Release (4) or Report (5).
+    pub const IO_RESERVATION: u8 = 15;
 }
 
 /// The hand-made seeds: (file name, bytes).
@@ -233,6 +243,17 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         .io(1, IO_WRITE_ZEROES, false, 16, 7, false, None)
         .io(1, IO_DSM, false, 16, 7, false, None);
     v.push(("hand-io-incapsule", e.0));
+
+    // Reservations: register (key 1), acquire Write Exclusive, a write by
+    // the holder, Report (C2HData), release.
+    let mut e = new();
+    e.io_sel(1, IO_RESERVATION, 0, 0)
+        .io_sel(1, IO_RESERVATION, 2, 0)
+        .io(1, IO_WRITE, false, 8, 0, false, None)
+        .io_sel(1, IO_RESERVATION, 5, 0)
+        .io_sel(1, IO_RESERVATION, 4, 0)
+        .io(1, IO_READ, false, 8, 0, false, None);
+    v.push(("hand-reservation", e.0));
 
     // R2T writes (whole, then in 1000-byte pieces), reads via C2HData, on
     // both namespaces.

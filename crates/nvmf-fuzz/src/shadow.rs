@@ -53,6 +53,9 @@ pub struct Shadow {
     blocks: HashMap<u64, Block>,
     /// False once the host did something the model cannot follow.
     pub valid: bool,
+    /// Some Reservation Acquire succeeded in this case: reads and writes
+    /// may get Reservation Conflict from now on (never before).
+    pub reserved: bool,
     clock: u64,
 }
 
@@ -61,6 +64,7 @@ impl Default for Shadow {
         Shadow {
             blocks: HashMap::new(),
             valid: true,
+            reserved: false,
             clock: 0,
         }
     }

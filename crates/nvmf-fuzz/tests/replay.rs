@@ -135,6 +135,14 @@ fn hand_made_seeds_reach_their_scenarios() {
             "hand-stalled-reader" => r.io_connects == 2 && r.closed >= 1,
             "hand-discovery" => r.admin_connects == 1 && r.c2h >= 2 && r.terms == 0,
             "hand-termreq" => r.r2ts >= 1 && r.closed >= 1 && r.terms == 0,
+            // register, acquire, write, report (C2HData), release, read back
+            "hand-reservation" => {
+                r.io_connects == 1
+                    && r.completions >= 6
+                    && r.c2h >= 2
+                    && r.terms == 0
+                    && r.verified_blocks == 1
+            }
             // ANA log page (C2HData) + Identify (C2HData) + a read of the
             // non-optimized group that completes
             "hand-ana" => r.c2h >= 3 && r.completions >= 3 && r.terms == 0,

@@ -99,6 +99,14 @@ pub enum Change {
     AnaChange {
         nqn: String,
     },
+    /// Which hosts see a `no_auto_visible` namespace changed
+    /// (`nvmf_ns_add_host`, `nvmf_ns_remove_host`; the rules are in
+    /// `SubsystemConfig::ns_visibility`): the controllers of the hosts that
+    /// gain or lose it get Namespace Attribute Changed.
+    NsVisibility {
+        nqn: String,
+        nsid: u32,
+    },
     /// DH-HMAC-CHAP keys or policy changed (`keyring_file_add_key`,
     /// `keyring_file_remove_key`, `nvmf_subsystem_set_keys`,
     /// `nvmf_set_config dhchap_*`): the target reloads the hosts' keys
@@ -130,6 +138,7 @@ impl Change {
             Change::RemoveHost { .. } => "RemoveHost",
             Change::AllowAnyHost { .. } => "AllowAnyHost",
             Change::AnaChange { .. } => "AnaChange",
+            Change::NsVisibility { .. } => "NsVisibility",
             Change::AuthKeys => "AuthKeys",
             Change::LoadConfig => "LoadConfig",
         }
@@ -174,6 +183,14 @@ pub trait LiveTarget: Send + Sync {
     fn bdev_qos_throttled(&self, name: &str) -> u64 {
         let _ = name;
         0
+    }
+    /// `nvmf_ns_get_reservation` (nvmfd's own method): the reservation of
+    /// namespace `nsid` of `nqn` (`generation, rtype, holder, ptpl,
+    /// ptpl_file, registrants: [{hostid, rkey, holder}]`); `None` when the
+    /// running target has no such namespace.
+    fn reservation(&self, nqn: &str, nsid: u32) -> Option<Value> {
+        let _ = (nqn, nsid);
+        None
     }
     /// Reads and Writes per namespace since the target started, every
     /// queue and path together (open and closed), for `bdev_get_iostat`:

@@ -73,10 +73,13 @@ pub const METHODS: &[&str] = &[
     "nvmf_subsystem_get_listeners",
     "nvmf_subsystem_listener_set_ana_state",
     "nvmf_subsystem_set_ns_ana_group",
+    "nvmf_ns_add_host",
+    "nvmf_ns_remove_host",
     "nvmf_get_stats",
     "thread_get_stats",
     "framework_get_reactors",
     "nvmf_get_path_stats",
+    "nvmf_ns_get_reservation",
 ];
 
 /// Methods that change state (persisted after success).
@@ -110,6 +113,8 @@ pub const STATE_CHANGING_METHODS: &[&str] = &[
     "keyring_file_add_key",
     "keyring_file_remove_key",
     "nvmf_set_config",
+    "nvmf_ns_add_host",
+    "nvmf_ns_remove_host",
 ];
 
 /// `spdk_get_version`'s `version` string.
@@ -465,6 +470,21 @@ impl RpcService {
                         json!(true),
                     )
                 }),
+            "nvmf_ns_add_host" | "nvmf_ns_remove_host" => {
+                self.apply_config_method(method, params, |_, nqn| {
+                    let nsid = params
+                        .and_then(|p| p.get("nsid"))
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0) as u32;
+                    (
+                        Change::NsVisibility {
+                            nqn: nqn.to_string(),
+                            nsid,
+                        },
+                        json!(true),
+                    )
+                })
+            }
             "bdev_malloc_delete" => self.delete_bdev(method, params, BdevKind::Malloc),
             "bdev_null_delete" => self.delete_bdev(method, params, BdevKind::Null),
             "bdev_uring_delete" => {
@@ -520,6 +540,33 @@ impl RpcService {
             "nvmf_get_path_stats" => {
                 Params::new(method, params)?.finish()?;
                 Ok(self.live.path_stats())
+            }
+            "nvmf_ns_get_reservation" => {
+                let mut p = Params::new(method, params)?;
+                let nqn = p.req_str("nqn")?.to_string();
+                let nsid = p
+                    .opt_u64("nsid", u64::from(u32::MAX))?
+                    .ok_or_else(|| p.err("nsid", "missing"))? as u32;
+                let known = self
+                    .lock()
+                    .config
+                    .subsystem(&nqn)
+                    .map(|s| s.namespace(nsid).is_some());
+                let found = match known {
+                    None => Err(p.err("nqn", format!("no subsystem \"{nqn}\""))),
+                    Some(false) => Err(p.err(
+                        "nsid",
+                        format!("subsystem \"{nqn}\" has no namespace {nsid}"),
+                    )),
+                    Some(true) => self.live.reservation(&nqn, nsid).ok_or_else(|| {
+                        p.err(
+                            "nsid",
+                            format!("namespace {nsid} of \"{nqn}\" is not live yet"),
+                        )
+                    }),
+                };
+                p.finish()?;
+                found
             }
             m if SKIPPED_METHODS.contains(&m) => {
                 // SPDK-internal tuning (what SPDK's save_config emits for
@@ -810,6 +857,7 @@ impl RpcService {
         p.finish()?;
         let mut new = st.config.clone();
         new.subsystems[si].namespaces.retain(|ns| ns.nsid != nsid);
+        new.subsystems[si].ns_visibility.remove(&nsid);
         let change = Change::RemoveNamespace {
             nqn: nqn.to_string(),
             nsid,

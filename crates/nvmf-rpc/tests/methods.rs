@@ -1514,3 +1514,98 @@ fn keys_refcnt(c: &mut RpcClient) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+#[test]
+fn ns_visibility_methods() {
+    let h = Harness::new();
+    let mut c = h.client();
+    quickstart(&mut c);
+    let host = "nqn.2016-06.io.spdk:host1";
+    call(
+        &mut c,
+        "bdev_malloc_create",
+        json!({"name": "Hidden0", "num_blocks": 64, "block_size": 512}),
+    )
+    .unwrap();
+    let nsid = call(
+        &mut c,
+        "nvmf_subsystem_add_ns",
+        json!({"nqn": CNODE1, "namespace": {"bdev_name": "Hidden0", "no_auto_visible": true}}),
+    )
+    .unwrap();
+    assert_eq!(nsid, json!(2));
+    h.live.take_changes();
+    assert_eq!(
+        call(
+            &mut c,
+            "nvmf_ns_add_host",
+            json!({"nqn": CNODE1, "nsid": 2, "host": host})
+        )
+        .unwrap(),
+        json!(true)
+    );
+    assert_eq!(
+        h.live.take_changes(),
+        vec![Change::NsVisibility {
+            nqn: CNODE1.into(),
+            nsid: 2
+        }]
+    );
+    assert_eq!(
+        h.service.config().subsystems[0].ns_visibility[&2],
+        vec![host]
+    );
+    // save_config as SPDK writes it.
+    let saved = call(&mut c, "save_config", Value::Null)
+        .unwrap()
+        .to_string();
+    assert!(saved.contains(r#""no_auto_visible":true"#), "{saved}");
+    assert!(
+        saved.contains(&format!(
+            r#"{{"method":"nvmf_ns_add_host","params":{{"host":"{host}","nqn":"{CNODE1}","nsid":2}}}}"#
+        )),
+        "{saved}"
+    );
+
+    // Errors: SPDK's code (invalid params) and a message naming the problem.
+    fails(
+        &h,
+        &mut c,
+        "nvmf_ns_add_host",
+        json!({"nqn": CNODE1, "nsid": 1, "host": host}),
+        INVALID_PARAMS,
+        "visible to every host",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_ns_remove_host",
+        json!({"nqn": CNODE1, "nsid": 9, "host": host}),
+        INVALID_PARAMS,
+        "no namespace 9",
+    );
+    fails(
+        &h,
+        &mut c,
+        "nvmf_ns_add_host",
+        json!({"nqn": "nqn.2016-06.io.spdk:none", "nsid": 2, "host": host}),
+        INVALID_PARAMS,
+        "no subsystem",
+    );
+
+    call(
+        &mut c,
+        "nvmf_ns_remove_host",
+        json!({"nqn": CNODE1, "nsid": 2, "host": host}),
+    )
+    .unwrap();
+    assert!(h.service.config().subsystems[0].ns_visibility[&2].is_empty());
+    // Removing the namespace drops its rule.
+    call(
+        &mut c,
+        "nvmf_subsystem_remove_ns",
+        json!({"nqn": CNODE1, "nsid": 2}),
+    )
+    .unwrap();
+    assert!(h.service.config().subsystems[0].ns_visibility.is_empty());
+}

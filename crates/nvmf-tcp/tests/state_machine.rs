@@ -741,6 +741,7 @@ fn async_event_request_completes_through_poll() {
         eui64: [2; 8],
         uuid: [2; 16],
         anagrpid: 1,
+        ptpl_file: None,
     };
     t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
     admin.conn.poll(std::time::Instant::now());
@@ -790,6 +791,7 @@ fn command_reusing_an_outstanding_aer_id_replaces_it() {
         eui64: [2; 8],
         uuid: [2; 16],
         anagrpid: 1,
+        ptpl_file: None,
     };
     t.add_namespace(DEFAULT_NQN, &ns).expect("add namespace");
     admin.conn.poll(std::time::Instant::now());

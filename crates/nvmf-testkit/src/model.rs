@@ -39,6 +39,7 @@ pub fn single_namespace(
         eui64: ids.eui64,
         uuid: ids.uuid,
         anagrpid: 1,
+        ptpl_file: None,
     }];
     TargetConfig {
         bdevs: vec![BdevConfig {

@@ -349,6 +349,7 @@ impl Live {
             x.listeners.clear();
             x.allow_any_host = false;
             x.ana_states.clear();
+            x.ns_visibility.clear(); // changes live (nvmf_ns_add_host)
             x
         };
         let mut fresh: Vec<&SubsystemConfig> = Vec::new();
@@ -506,9 +507,18 @@ impl Live {
         }
         for ns in &n.namespaces {
             if !same(ns, o.namespace(ns.nsid)) {
-                t.add_namespace(nqn, ns).map_err(|e| e.to_string())?;
+                // A no_auto_visible namespace is hidden from its first moment.
+                let v = nvmf_core::NsVisibility::from_hosts(n.ns_visibility.get(&ns.nsid));
+                t.add_namespace_visible(nqn, ns, v)
+                    .map_err(|e| e.to_string())?;
                 info!(nqn = %nqn, nsid = ns.nsid, bdev = %ns.bdev_name, "namespace added");
             }
+        }
+        // Per-host visibility of the namespaces that stayed
+        // (nvmf_ns_add_host / nvmf_ns_remove_host, load_config).
+        if o.ns_visibility != n.ns_visibility {
+            let told = t.sync_visibility(n).map_err(|e| e.to_string())?;
+            info!(nqn = %nqn, controllers = told, "namespace visibility changed");
         }
         for h in &n.hosts {
             if !o.hosts.contains(h) {
@@ -623,6 +633,26 @@ impl LiveTarget for Live {
 
     fn qpairs(&self, nqn: &str) -> Vec<Value> {
         qpairs_json(&self.snapshots(), nqn)
+    }
+
+    fn reservation(&self, nqn: &str, nsid: u32) -> Option<Value> {
+        let sub = self.target.subsystem(nqn)?;
+        let table = sub.namespaces();
+        let ns = table.get(nsid)?;
+        let r = ns.reservations();
+        let st = r.snapshot();
+        Some(json!({
+            "generation": st.generation,
+            "rtype": st.rtype,
+            "holder": st.holder.filter(|_| st.rtype != 0).map(|h| format_hostid(&h)),
+            "ptpl": st.ptpl,
+            "ptpl_file": r.ptpl_file().map(|p| p.display().to_string()),
+            "registrants": st.registrants.iter().map(|g| json!({
+                "hostid": format_hostid(&g.hostid),
+                "rkey": g.rkey,
+                "holder": st.is_holder(&g.hostid),
+            })).collect::<Vec<_>>(),
+        }))
     }
 
     fn thread_stats(&self) -> Value {

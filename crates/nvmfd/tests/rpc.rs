@@ -839,3 +839,121 @@ fn bdev_get_iostat_counts_the_io_done() {
     assert!(msg.contains("array of strings"), "{msg}");
     assert!(d.running(), "{}", d.logs());
 }
+
+/// NVMe reservations seen from the control plane: `nvmf_subsystem_add_ns
+/// --ptpl-file` (kept in save_config and --state), `nvmf_ns_get_reservation`
+/// showing what hosts did over NVMe/TCP (registrants, holder, type,
+/// generation, PTPL), Reservation Conflicts counted in the path statistics,
+/// and the reservation back after a restart from the state file.
+#[test]
+fn reservations_over_rpc_and_through_a_restart() {
+    use nvmf_host::{ConnectOptions, Controller, TransportId};
+    use nvmf_wire::command::Command;
+    use nvmf_wire::opcode::IoOpcode;
+    let dir = tmp_dir("resv");
+    let empty = empty_config(&dir);
+    let port = free_port();
+    let ptpl = dir.join("Malloc0.ptpl");
+    let d = Daemon::start(&dir, Some(&empty), true);
+    d.ok(&["nvmf_create_transport", "-t", "TCP"]);
+    d.ok(&["bdev_malloc_create", "-b", "Malloc0", "64", "512"]);
+    d.ok(&["nvmf_create_subsystem", NQN, "-a"]);
+    d.ok(&[
+        "nvmf_subsystem_add_ns",
+        NQN,
+        "Malloc0",
+        "-p",
+        ptpl.to_str().unwrap(),
+    ]);
+    d.ok(&[
+        "nvmf_subsystem_add_listener",
+        NQN,
+        "-t",
+        "tcp",
+        "-a",
+        "127.0.0.1",
+        "-s",
+        &port.to_string(),
+    ]);
+    let empty_resv = d.ok(&["nvmf_ns_get_reservation", NQN, "1"]);
+    assert_eq!(empty_resv["rtype"], 0, "{empty_resv}");
+    assert_eq!(empty_resv["ptpl_file"], ptpl.to_str().unwrap());
+    let (ok, text) = d.cli(&["nvmf_ns_get_reservation", NQN, "9"]);
+    assert!(!ok && text.contains("no namespace 9"), "{text}");
+
+    let host = |nqn: &str| {
+        let trid = TransportId::parse(&nvmf_testkit::trid(port, NQN)).unwrap();
+        let c = Controller::connect(&ConnectOptions::new(trid).with_hostnqn(nqn)).expect("connect");
+        let q = c.create_io_queue(1, 16, 4096).expect("I/O queue");
+        (c, q)
+    };
+    let run = |q: &mut nvmf_host::queue::IoQueue, c: Command, out: &[u8], len: u32| {
+        let slot = q.alloc().unwrap();
+        q.buf_mut(slot)[..out.len()].copy_from_slice(out);
+        let r = q.execute(slot, c, len, Duration::from_secs(10)).unwrap();
+        q.release(slot);
+        r.status
+    };
+    let a_nqn = "nqn.2014-08.org.nvmexpress:uuid:0a0a0a0a-0000-4000-8000-00000000000a";
+    let (_ca, mut qa) = host(a_nqn);
+    let mut reg = Command::new(IoOpcode::ReservationRegister as u8, 0);
+    reg.set_nsid(1).set_cdw10(3 << 30);
+    let mut k = 0u64.to_le_bytes().to_vec();
+    k.extend_from_slice(&5u64.to_le_bytes());
+    assert!(run(&mut qa, reg, &k, 16).is_success());
+    let mut acq = Command::new(IoOpcode::ReservationAcquire as u8, 0);
+    acq.set_nsid(1).set_cdw10(1 << 8);
+    let mut k = 5u64.to_le_bytes().to_vec();
+    k.extend_from_slice(&0u64.to_le_bytes());
+    assert!(run(&mut qa, acq, &k, 16).is_success());
+
+    let r = d.ok(&["nvmf_ns_get_reservation", NQN, "1"]);
+    assert_eq!(
+        (r["rtype"].as_u64(), r["ptpl"].as_bool()),
+        (Some(1), Some(true)),
+        "{r}"
+    );
+    assert_eq!(r["holder"], "0a0a0a0a-0000-4000-8000-00000000000a", "{r}");
+    assert_eq!(r["registrants"][0]["rkey"], 5, "{r}");
+    assert_eq!(r["registrants"][0]["holder"], true, "{r}");
+
+    // Another host's write conflicts, and the statistics count it.
+    let (_cb, mut qb) =
+        host("nqn.2014-08.org.nvmexpress:uuid:0b0b0b0b-0000-4000-8000-00000000000b");
+    let mut w = Command::new(IoOpcode::Write as u8, 0);
+    w.set_nsid(1).set_lba_range(0, 1);
+    let st = run(&mut qb, w, &[0u8; 512], 512);
+    assert_eq!((st.sct, st.sc), (0, 0x83), "{st:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = d.call("nvmf_get_path_stats", json!({}));
+        if s.to_string().contains("Reservation Conflict") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no Reservation Conflict counted: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let saved = d.call("save_config", json!({}));
+    assert!(
+        saved
+            .to_string()
+            .contains(&format!(r#""ptpl_file":"{}""#, ptpl.display())),
+        "{saved}"
+    );
+    drop((qa, qb));
+
+    // Restart from --state: the namespace comes back with its PTPL file,
+    // and the reservation with it.
+    let mut d = d;
+    unsafe { libc::kill(d.child.id() as i32, libc::SIGTERM) };
+    assert!(d
+        .wait_exit(Duration::from_secs(10))
+        .is_some_and(|s| s.success()));
+    let d = Daemon::start(&dir, Some(&empty), true);
+    let again = d.ok(&["nvmf_ns_get_reservation", NQN, "1"]);
+    assert_eq!(again["rtype"], 1, "{again}");
+    assert_eq!(again["registrants"], r["registrants"], "{again}");
+}
