@@ -53,5 +53,6 @@ pub(crate) fn embedded_default() -> TargetConfig {
         keyring: Vec::new(),
         dhchap_digests: None,
         dhchap_dhgroups: None,
+        bdev_qos: Default::default(),
     }
 }

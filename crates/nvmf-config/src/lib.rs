@@ -30,6 +30,7 @@ mod keyring;
 mod nqn;
 mod params;
 mod parse;
+mod qos;
 mod rbd_bdev;
 mod write;
 
@@ -46,6 +47,7 @@ pub use ids::{
 pub use keyring::{read_key_file, HostDhchapKeys, KeyringKey, DHCHAP_DHGROUPS, DHCHAP_DIGESTS};
 pub use nqn::{validate_nqn, DISCOVERY_NQN, NQN_MAX_LEN};
 pub use parse::{ignored_param_names, SKIPPED_METHODS};
+pub use qos::{round_ios_per_sec, QosLimits, QOS_IOS_GRANULE, QOS_MAX_MBYTES_PER_SEC};
 pub use rbd_bdev::{
     cluster_info as rbd_cluster_info, driver_specific as rbd_driver_specific,
     RBD_DEFAULT_BLOCK_SIZE,
@@ -98,6 +100,9 @@ pub struct TargetConfig {
     /// DH-HMAC-CHAP DH groups the target allows (`nvmf_set_config
     /// dhchap_dhgroups`); `None`: all.
     pub dhchap_dhgroups: Option<Vec<String>>,
+    /// QoS rate limits by bdev name (`bdev_set_qos_limit`); only bdevs
+    /// with at least one limit, each naming a bdev in `bdevs`.
+    pub bdev_qos: std::collections::BTreeMap<String, QosLimits>,
 }
 
 /// A block device (SPDK bdev) that namespaces are backed by.

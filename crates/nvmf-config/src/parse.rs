@@ -363,6 +363,7 @@ fn apply(
         "bdev_aio_create" => crate::file_bdev::create(cfg, p, FileMethod::Aio),
         "bdev_rbd_register_cluster" => crate::rbd_bdev::register_cluster(cfg, p),
         "bdev_rbd_create" => crate::rbd_bdev::create(cfg, p),
+        "bdev_set_qos_limit" => crate::qos::set_limit(cfg, p),
         "nvmf_create_transport" => create_transport(cfg, p),
         "nvmf_create_subsystem" => create_subsystem(cfg, p),
         "nvmf_subsystem_add_ns" => add_ns(cfg, p),
@@ -384,6 +385,7 @@ fn apply(
             method,
             "method not supported by nvmfd (it implements bdev_malloc_create, bdev_null_create, \
              bdev_uring_create, bdev_aio_create, bdev_rbd_register_cluster, bdev_rbd_create, \
+             bdev_set_qos_limit, \
              nvmf_create_transport, nvmf_create_subsystem, nvmf_subsystem_add_ns/add_listener/\
              add_host/allow_any_host/set_keys, keyring_file_add_key/remove_key, \
              nvmf_subsystem_listener_set_ana_state, \

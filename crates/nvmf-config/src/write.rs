@@ -68,6 +68,24 @@ pub(crate) fn transport_params(t: &TransportConfig) -> Value {
     p
 }
 
+/// The creation entry of bdev `b` (its method and parameters).
+fn bdev_entry(b: &crate::BdevConfig) -> Value {
+    if let (BdevKind::File(m), Some(f)) = (b.kind, &b.file) {
+        return entry(b.kind.create_method(), crate::file_bdev::params(b, f, m));
+    }
+    if let (BdevKind::Rbd, Some(r)) = (b.kind, &b.rbd) {
+        return entry(b.kind.create_method(), crate::rbd_bdev::bdev_params(b, r));
+    }
+    let mut p = Map::new();
+    p.insert("name".into(), json!(b.name));
+    p.insert("num_blocks".into(), json!(b.num_blocks));
+    p.insert("block_size".into(), json!(b.block_size));
+    if let Some(u) = &b.uuid {
+        p.insert("uuid".into(), json!(u.to_string()));
+    }
+    entry(b.kind.create_method(), Value::Object(p))
+}
+
 pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
     // Registered Ceph clusters first: rbd bdevs name them.
     let clusters = cfg.rbd_clusters.iter().map(|c| {
@@ -77,21 +95,9 @@ pub(crate) fn to_json_value(cfg: &TargetConfig) -> Value {
         )
     });
     let bdevs: Vec<Value> = clusters
-        .chain(cfg.bdevs.iter().map(|b| {
-            if let (BdevKind::File(m), Some(f)) = (b.kind, &b.file) {
-                return entry(b.kind.create_method(), crate::file_bdev::params(b, f, m));
-            }
-            if let (BdevKind::Rbd, Some(r)) = (b.kind, &b.rbd) {
-                return entry(b.kind.create_method(), crate::rbd_bdev::bdev_params(b, r));
-            }
-            let mut p = Map::new();
-            p.insert("name".into(), json!(b.name));
-            p.insert("num_blocks".into(), json!(b.num_blocks));
-            p.insert("block_size".into(), json!(b.block_size));
-            if let Some(u) = &b.uuid {
-                p.insert("uuid".into(), json!(u.to_string()));
-            }
-            entry(b.kind.create_method(), Value::Object(p))
+        .chain(cfg.bdevs.iter().flat_map(|b| {
+            // A bdev's QoS limits right after its creation, as SPDK writes them.
+            std::iter::once(bdev_entry(b)).chain(crate::qos::entry(cfg, &b.name))
         }))
         .collect();
 

@@ -29,6 +29,10 @@
 //! change, every command to a namespace of that group gets the ANA status
 //! (`ana.rs`), checked right after the namespace lookup.
 //!
+//! QoS (docs/QOS.md): `qos_wait`, called by the queue pair before
+//! `execute`, says whether a Read or Write must wait for its bdev's rate
+//! limit tokens (commands that fail these checks anyway never wait).
+//!
 //! Volatile write cache: with the controller's cache disabled (Set Features
 //! 06h = 0; `write_cache` false) every Write and Write Zeroes is executed
 //! with FUA, so it is durable when it completes.
@@ -44,6 +48,7 @@ use crate::backend::{BlockOp, CompletionSink, DsmRanges, IoTag, Submitted};
 use crate::controller::QueueStats;
 use crate::error::{INVALID_FIELD, INVALID_NAMESPACE, INVALID_OPCODE, SGL_LENGTH_INVALID};
 use crate::namespace::{Namespace, NamespaceTable};
+use crate::qos::BdevQos;
 
 /// Dataset Management: most ranges in one command.
 pub const DSM_MAX_RANGES: usize = 256;
@@ -576,6 +581,46 @@ fn dataset_management(
         write: true,
     };
     ns.backend().deallocate(ranges, tag, sink)
+}
+
+/// QoS (`qos.rs`): whether a Read or Write must wait for its bdev's
+/// tokens. Returns the bdev's QoS state when it must (nothing taken); `None`
+/// when it may run now (tokens taken) or QoS does not apply: no limit on
+/// the bdev, another opcode, or a command `execute` answers with an error
+/// at once (unknown or inactive namespace, ANA, Reservation Conflict,
+/// write-protected, too long, out of range), which costs no tokens and
+/// never waits.
+#[inline]
+pub(crate) fn qos_wait<'t>(
+    table: &'t NamespaceTable,
+    ana: Option<&PathAna>,
+    host: &Host,
+    cmd: &Command,
+    max_transfer: u32,
+) -> Option<&'t Arc<BdevQos>> {
+    let write = match cmd.opcode() {
+        op if op == IoOpcode::Write as u8 => true,
+        op if op == IoOpcode::Read as u8 => false,
+        _ => return None,
+    };
+    let q = table.get(cmd.nsid())?.qos();
+    if !q.is_active() {
+        return None;
+    }
+    let ns = lookup(table, ana, host, cmd.nsid(), write).ok()?;
+    if write && ns.read_only() {
+        return None;
+    }
+    let nlb = u64::from(cmd.nlb());
+    let len = nlb << ns.block_shift();
+    if len > u64::from(max_transfer) || !in_range(ns, cmd.slba(), nlb) {
+        return None;
+    }
+    if q.admit(write, len, crate::qos::now_ns()) {
+        None
+    } else {
+        Some(q)
+    }
 }
 
 #[cfg(test)]

@@ -40,6 +40,7 @@ pub mod identify;
 pub mod io;
 pub mod logpage;
 pub mod namespace;
+pub mod qos;
 pub mod queue;
 pub mod request;
 pub mod reservation;

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Backend;
+use crate::qos::BdevQos;
 use crate::reservation::Reservations;
 
 /// Lifecycle of a namespace, read on every I/O (one relaxed load).
@@ -47,6 +48,8 @@ pub struct Namespace {
     /// ANA group (changeable at run time: `nvmf_subsystem_set_ns_ana_group`).
     anagrpid: AtomicU32,
     state: AtomicU8,
+    /// The QoS limits of the bdev (shared by every namespace on it).
+    qos: Arc<BdevQos>,
     /// Registrants, holder and type (`reservation.rs`): shared by every
     /// controller of this namespace.
     reservations: Reservations,
@@ -75,8 +78,22 @@ impl Namespace {
             uuid,
             anagrpid: AtomicU32::new(nsid),
             state: AtomicU8::new(NamespaceState::Active as u8),
+            qos: Arc::new(BdevQos::new()),
             reservations: Reservations::new(),
         }
+    }
+
+    /// The same namespace under the QoS limits `qos` of its bdev (the
+    /// target's, by bdev name; `new` gives it limits of its own, none).
+    pub fn with_qos(mut self, qos: Arc<BdevQos>) -> Namespace {
+        self.qos = qos;
+        self
+    }
+
+    /// The QoS limits of the bdev.
+    #[inline]
+    pub fn qos(&self) -> &Arc<BdevQos> {
+        &self.qos
     }
 
     /// With a Persist Through Power Loss file (SPDK's `ptpl_file`): the

@@ -5,7 +5,9 @@
 //! queue of an existing one), [`PortInfo`], [`Exec`] and [`QueueState`]. It
 //! dispatches each command to fabrics/admin/io handlers, fills completions
 //! (CID, SQID, SQHD), keeps per-queue statistics, holds the admin queue's
-//! outstanding Asynchronous Event Requests and keep-alive clock, caches the
+//! outstanding Asynchronous Event Requests and keep-alive clock, answers
+//! `Exec::Throttled` for a Read or Write over its bdev's QoS limit (the
+//! request engine parks it and calls `resume`; docs/QOS.md), caches the
 //! subsystem's namespace table as the controller's host sees it (per-host
 //! visibility: `visibility.rs`) for the lock-free I/O path, and tears the
 //! controller down when the admin queue is dropped. A host with a
@@ -79,6 +81,11 @@ pub enum Exec {
     CompleteZeroData(Completion),
     /// The completion comes later through `poll`; keep the slot and its buffer.
     Pending,
+    /// QoS: the command's bdev has no tokens left for it now (`qos.rs`).
+    /// Nothing was done; the request engine parks the command (slot and
+    /// buffer kept, data in the slot buffer) and offers it again with
+    /// `QueuePair::resume` in arrival order once tokens come back.
+    Throttled,
     /// The command breaks the queue's command sequence (a command before
     /// Fabrics Connect): the transport ends the connection the way its
     /// binding prescribes (NVMe/TCP: C2HTermReq, PDU Sequence Error).
@@ -161,6 +168,9 @@ pub struct QueuePair {
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
     io_claimed: bool,
+    /// `execute_io` runs for a command parked for QoS (`resume`): it was
+    /// counted as throttled already.
+    resuming: bool,
 }
 
 impl QueuePair {
@@ -193,6 +203,7 @@ impl QueuePair {
             checks: Vec::new(),
             copies: Vec::new(),
             io_claimed: false,
+            resuming: false,
         }
     }
 
@@ -394,6 +405,30 @@ impl QueuePair {
         } else {
             self.sqhd
         }
+    }
+
+    /// QoS: a command that will wait behind commands already parked for
+    /// QoS, without being executed now, left the submission queue (SQHD
+    /// moves as for any command the target took); `resume` executes it.
+    pub(crate) fn take_sq_entry(&mut self, cmd: &Command) {
+        self.consume_sq_entry();
+        if let Some(ns) = self.ns.get(cmd.nsid()) {
+            ns.qos().count_throttled();
+        }
+        // A snapshot pinned for this command's buffer choice is not needed:
+        // a parked command's data is in its slot buffer.
+        self.ns_pinned = false;
+    }
+
+    /// QoS: executes an I/O command that `execute` answered
+    /// [`Exec::Throttled`] (or that `take_sq_entry` took) with its data in
+    /// the slot buffer; [`Exec::Throttled`] again while its bdev still has
+    /// no tokens for it.
+    pub(crate) fn resume(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
+        self.resuming = true;
+        let r = self.execute_io(cmd, data);
+        self.resuming = false;
+        r
     }
 
     /// Execute one command. `data` is exactly the command's transfer length:
@@ -733,6 +768,16 @@ impl QueuePair {
         // Volatile write cache off: writes become FUA (one relaxed load).
         let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
         let ana = self.ctrl.as_ref().and_then(|c| c.ana_path());
+        // QoS: one relaxed load while no bdev has limits.
+        if crate::qos::any_active() {
+            let path = ana.map(|p| &**p);
+            if let Some(q) = io::qos_wait(&self.ns, path, &self.host, cmd, self.max_transfer) {
+                if !self.resuming {
+                    q.count_throttled();
+                }
+                return Exec::Throttled;
+            }
+        }
         match io::execute(
             &self.ns,
             ana.map(|p| &**p),

@@ -1,6 +1,6 @@
 //! The target: everything one nvmfd process exports.
 //!
-//! Owns [`Target`] (backends by bdev name, NVM subsystems, the discovery
+//! Owns [`Target`] (backends by bdev name and their QoS limits, NVM subsystems, the discovery
 //! subsystem, listen addresses and their port IDs, the discovery log
 //! generation counter, the active controller count, connect-time admission
 //! against [`HostLimits`]: controllers in total and per host NQN, I/O queues
@@ -24,6 +24,7 @@ use crate::backend::{self, Backend};
 use crate::controller::AEN_DISC_CHANGE;
 use crate::error::CoreError;
 use crate::namespace::{Namespace, NamespaceTable};
+use crate::qos::BdevQos;
 use crate::subsystem::Subsystem;
 pub use crate::transport::TransportLimits;
 use crate::transport::TransportTable;
@@ -267,6 +268,9 @@ pub struct Target {
     /// Limits of each transport type (from its `TransportConfig`).
     limits: TransportTable,
     backends: Mutex<BTreeMap<String, Arc<dyn Backend>>>,
+    /// QoS limits by bdev name (made on first use; a namespace takes its
+    /// bdev's when it is built, so all namespaces on a bdev share them).
+    qos: Mutex<BTreeMap<String, Arc<BdevQos>>>,
     /// Where backends' size hooks send (a clone per hook).
     size_tx: Mutex<Sender<SizeChange>>,
     /// The other end, until the control plane takes it.
@@ -306,6 +310,12 @@ impl Target {
             backends.insert(b.name.clone(), created);
         }
 
+        let mut qos: BTreeMap<String, Arc<BdevQos>> = BTreeMap::new();
+        for (name, l) in &cfg.bdev_qos {
+            let q = qos.entry(name.clone()).or_default();
+            q.set_limits(l);
+        }
+
         let mut subsystems: Vec<Arc<Subsystem>> = Vec::new();
         for s in &cfg.subsystems {
             let serr = |reason: &str| CoreError::Subsystem {
@@ -321,7 +331,7 @@ impl Target {
             let max = s.max_namespaces.max(1);
             let mut table = NamespaceTable::new();
             for n in &s.namespaces {
-                let ns = build_namespace(&s.nqn, max, n, &backends)?;
+                let ns = build_namespace(&s.nqn, max, n, &backends, &mut qos)?;
                 if table.get(n.nsid).is_some() {
                     return Err(CoreError::Namespace {
                         nqn: s.nqn.clone(),
@@ -352,6 +362,7 @@ impl Target {
         Ok(Arc::new(Target {
             limits,
             backends: Mutex::new(backends),
+            qos: Mutex::new(qos),
             size_tx: Mutex::new(size_tx),
             size_rx: Mutex::new(Some(size_rx)),
             subsystems: RwLock::new(subsystems),
@@ -770,7 +781,9 @@ impl Target {
             .filter(|s| !s.is_discovery())
             .ok_or_else(|| CoreError::UnknownSubsystem(nqn.to_string()))?;
         let backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
-        let built = build_namespace(nqn, sub.max_namespaces(), ns, &backends)?;
+        let mut qos = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        let built = build_namespace(nqn, sub.max_namespaces(), ns, &backends, &mut qos)?;
+        drop(qos);
         drop(backends);
         sub.add_namespace_visible(Arc::new(built), v)
     }
@@ -896,6 +909,28 @@ impl Target {
         b.remove(name).is_some()
     }
 
+    /// The QoS state of bdev `name` (made without limits if it had none):
+    /// what its namespaces share.
+    pub fn bdev_qos(&self, name: &str) -> Arc<BdevQos> {
+        let mut q = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        q.entry(name.to_string()).or_default().clone()
+    }
+
+    /// Forgets bdev `name`'s QoS state (the bdev was deleted; namespaces
+    /// still holding it keep theirs until they go).
+    pub fn remove_bdev_qos(&self, name: &str) {
+        let mut q = self.qos.lock().unwrap_or_else(|e| e.into_inner());
+        q.remove(name);
+    }
+
+    /// Sets bdev `name`'s QoS limits, live: every queue serving a namespace
+    /// on it applies them to its next command, and commands waiting for
+    /// tokens are tried again on the next time slice. Kept by name, so a
+    /// bdev that is redefined keeps them; all zero turns QoS off.
+    pub fn set_bdev_qos(&self, name: &str, limits: &nvmf_config::QosLimits) {
+        self.bdev_qos(name).set_limits(limits);
+    }
+
     /// Names of the bdevs with a backend.
     pub fn backend_names(&self) -> Vec<String> {
         let b = self.backends.lock().unwrap_or_else(|e| e.into_inner());
@@ -915,6 +950,7 @@ impl Target {
         let mut table = NamespaceTable::new();
         {
             let backends = self.backends.lock().unwrap_or_else(|e| e.into_inner());
+            let mut qos = self.qos.lock().unwrap_or_else(|e| e.into_inner());
             for n in &cfg.namespaces {
                 if table.get(n.nsid).is_some() {
                     return Err(CoreError::Namespace {
@@ -923,7 +959,9 @@ impl Target {
                         reason: "NSID used twice".to_string(),
                     });
                 }
-                table = table.with(Arc::new(build_namespace(&cfg.nqn, max, n, &backends)?));
+                table = table.with(Arc::new(build_namespace(
+                    &cfg.nqn, max, n, &backends, &mut qos,
+                )?));
             }
         }
         {
@@ -1056,6 +1094,7 @@ fn build_namespace(
     max_namespaces: u32,
     n: &NamespaceConfig,
     backends: &BTreeMap<String, Arc<dyn Backend>>,
+    qos: &mut BTreeMap<String, Arc<BdevQos>>,
 ) -> Result<Namespace, CoreError> {
     let err = |reason: String| CoreError::Namespace {
         nqn: nqn.to_string(),
@@ -1071,7 +1110,8 @@ fn build_namespace(
         .get(&n.bdev_name)
         .cloned()
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
-    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid);
+    let q = qos.entry(n.bdev_name.clone()).or_default().clone();
+    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid).with_qos(q);
     if let Some(f) = &n.ptpl_file {
         ns = ns
             .with_ptpl_file(std::path::Path::new(f))

@@ -381,6 +381,19 @@ static COMMANDS: &[Cmd] = &[
         example: "nvmf rpc bdev_get_iostat --names Malloc0,Rbd0",
     },
     Cmd {
+        name: "bdev_set_qos_limit",
+        help: "Set QoS rate limits on a bdev, live (commands over the limit wait, they never fail; limits not given are unchanged, 0 turns one off; see docs/QOS.md)",
+        pos: &[p("name", Str, "Blockdev name to set QoS. Example: Malloc0")],
+        opts: &[
+            o("", "--rw-ios-per-sec", "rw_ios_per_sec", Int, "R/W IOs per second limit (>=1000, rounded up to a multiple of 1000; 0 = unlimited)"),
+            o("", "--rw-mbytes-per-sec", "rw_mbytes_per_sec", Int, "R/W megabytes (MiB) per second limit (0 = unlimited)"),
+            o("", "--r-mbytes-per-sec", "r_mbytes_per_sec", Int, "Read megabytes (MiB) per second limit (0 = unlimited)"),
+            o("", "--w-mbytes-per-sec", "w_mbytes_per_sec", Int, "Write megabytes (MiB) per second limit (0 = unlimited)"),
+        ],
+        build: plain,
+        example: "nvmf rpc bdev_set_qos_limit Malloc0 --rw-ios-per-sec 20000 --w-mbytes-per-sec 100",
+    },
+    Cmd {
         name: "nvmf_create_transport",
         help: "Create an NVMe-oF transport (nvmfd: TCP or RDMA)",
         pos: &[],

@@ -26,6 +26,11 @@ pub enum Change {
     /// `bdev_rbd_create`, ...). Creating it may be slow (an rbd image is
     /// opened over the network): the call blocks only the control plane.
     AddBdev(BdevConfig),
+    /// A bdev's QoS rate limits changed (`bdev_set_qos_limit`): they apply
+    /// live to every queue serving it.
+    SetQosLimit {
+        name: String,
+    },
     /// A bdev was resized (`bdev_rbd_resize`) to `num_blocks` blocks: the
     /// backend grows the device, namespaces on it take the new size and
     /// hosts get Namespace Attribute Changed. The model is unchanged (the
@@ -119,6 +124,7 @@ impl Change {
             Change::AddBdev(_) => "AddBdev",
             Change::DeleteBdev { .. } => "DeleteBdev",
             Change::ResizeBdev { .. } => "ResizeBdev",
+            Change::SetQosLimit { .. } => "SetQosLimit",
             Change::RegisterRbdCluster(_) => "RegisterRbdCluster",
             Change::UnregisterRbdCluster { .. } => "UnregisterRbdCluster",
             Change::CreateTransport(_) => "CreateTransport",
@@ -171,6 +177,12 @@ pub trait LiveTarget: Send + Sync {
     /// host, controller) and namespace.
     fn path_stats(&self) -> Value {
         json!({ "tick_rate": 1_000_000_000u64, "paths": [] })
+    }
+    /// Reads and Writes to bdev `name` that had to wait for its QoS
+    /// tokens since it was created (`bdev_get_iostat` `qos_throttled_ios`).
+    fn bdev_qos_throttled(&self, name: &str) -> u64 {
+        let _ = name;
+        0
     }
     /// `nvmf_ns_get_reservation` (nvmfd's own method): the reservation of
     /// namespace `nsid` of `nqn` (`generation, rtype, holder, ptpl,

@@ -128,6 +128,21 @@ impl Live {
         (t, rdma)
     }
 
+    /// Every bdev of the running target with the Reads and Writes
+    /// that waited for its QoS tokens (`/metrics`).
+    pub fn qos_throttled(&self) -> Vec<(String, u64)> {
+        // The target's bdev table (not the applied configuration, whose
+        // lock a slow change holds): a scrape never waits for a change.
+        self.target
+            .backend_names()
+            .into_iter()
+            .map(|b| {
+                let n = self.target.bdev_qos(&b).throttled();
+                (b, n)
+            })
+            .collect()
+    }
+
     pub fn uptime_us(&self) -> u64 {
         self.started.elapsed().as_micros() as u64
     }
@@ -381,10 +396,19 @@ impl Live {
         }
 
         // 4. Backends no bdev defines any more, then clusters no longer
-        // registered.
+        // registered. QoS limits that changed (bdev_set_qos_limit; a
+        // deleted bdev's are turned off) apply live, by bdev name.
+        for name in old.bdevs.iter().chain(&new.bdevs).map(|b| &b.name) {
+            let l = new.qos_limits(name);
+            if old.qos_limits(name) != l {
+                t.set_bdev_qos(name, &l);
+                info!(bdev = %name, limits = ?l, "QoS rate limits set");
+            }
+        }
         for o in &old.bdevs {
             if new.bdev(&o.name).is_none() {
                 t.remove_backend(&o.name);
+                t.remove_bdev_qos(&o.name);
             }
         }
         for o in &old.rbd_clusters {
@@ -582,6 +606,10 @@ impl LiveTarget for Live {
 
     fn bdev_num_blocks(&self, name: &str) -> Option<u64> {
         self.target.bdev_num_blocks(name)
+    }
+
+    fn bdev_qos_throttled(&self, name: &str) -> u64 {
+        self.target.bdev_qos(name).throttled()
     }
 
     fn controllers(&self, nqn: &str) -> Vec<Value> {

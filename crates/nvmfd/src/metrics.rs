@@ -30,6 +30,8 @@
 //! `nvmf_rdma_cq_wakeups_total`, `nvmf_rdma_busy_polls_total`,
 //! `nvmf_rdma_completions_total`, `nvmf_rdma_polled_completions_total`,
 //! `nvmf_rdma_async_events_total`, `nvmf_rdma_srq_unconfirmed_teardowns_total`.
+//! Per bdev (label `bdev`): `nvmf_bdev_qos_throttled_total`, Reads and Writes
+//! that waited for the bdev's QoS tokens (docs/QOS.md).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -152,7 +154,7 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     let (status, ctype, body, head) = match req {
         Req::Metrics { head } => {
             let (paths, rdma) = live.gather_metrics();
-            let body = encode(&paths, &rdma);
+            let body = encode(&paths, &rdma, &live.qos_throttled());
             ("200 OK", CONTENT_TYPE, body, head)
         }
         Req::NotFound => (
@@ -209,12 +211,14 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The exposition of a path table and the reactors' NVMe/RDMA sides
-/// (OpenMetrics text, ends with `# EOF`).
-pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)]) -> String {
+/// The exposition of a path table, the reactors' NVMe/RDMA sides and the
+/// bdevs' QoS counters, (name, throttled) (OpenMetrics text, ends with
+/// `# EOF`).
+pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)], qos: &[(String, u64)]) -> String {
     let mut reg = Registry::default();
     reg.register_collector(Box::new(Paths(t.clone())));
     reg.register_collector(Box::new(Rdma(rdma.to_vec())));
+    reg.register_collector(Box::new(Qos(qos.to_vec())));
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
@@ -288,6 +292,30 @@ impl Collector for Rdma {
                     _ => f.encode_gauge(&get(r))?,
                 }
             }
+        }
+        Ok(())
+    }
+}
+
+/// QoS per bdev: (bdev name, commands that waited for its tokens).
+#[derive(Debug)]
+struct Qos(Vec<(String, u64)>);
+
+impl Collector for Qos {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_bdev_qos_throttled",
+            "Reads and Writes that waited for the bdev's QoS rate limit tokens (bdev_set_qos_limit)",
+            None,
+            MetricType::Counter,
+        )?;
+        for (bdev, n) in &self.0 {
+            let l: Labels = vec![("bdev", bdev.clone())];
+            m.encode_family(&l)?
+                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
         }
         Ok(())
     }
@@ -491,6 +519,21 @@ mod tests {
     }
 
     #[test]
+    fn qos_throttled_commands_are_exposed_per_bdev() {
+        let t = PathTable::default();
+        let out = encode(&t, &[], &[("Malloc0".into(), 42), ("Malloc1".into(), 0)]);
+        assert!(
+            out.contains("nvmf_bdev_qos_throttled_total{bdev=\"Malloc0\"} 42"),
+            "{out}"
+        );
+        assert!(
+            out.contains("nvmf_bdev_qos_throttled_total{bdev=\"Malloc1\"} 0"),
+            "{out}"
+        );
+        assert!(!encode(&t, &[], &[]).contains("qos"), "none without bdevs");
+    }
+
+    #[test]
     fn rdma_queues_and_poll_counters_are_exposed() {
         use crate::paths::PathStats;
         let mut t = PathTable::default();
@@ -518,7 +561,7 @@ mod tests {
             qpairs: 2,
             ..Default::default()
         };
-        let body = encode(&t, &[(1, r)]);
+        let body = encode(&t, &[(1, r)], &[]);
         let has = |line: &str| body.lines().any(|l| l == line);
         assert!(
             has(
@@ -535,7 +578,7 @@ mod tests {
         assert!(has(r#"nvmf_rdma_completions_total{reactor="1"} 9"#));
         assert!(has(r#"nvmf_rdma_polled_completions_total{reactor="1"} 4"#));
         // no RDMA port anywhere: no RDMA series
-        assert!(!encode(&t, &[]).contains("nvmf_rdma_"));
+        assert!(!encode(&t, &[], &[]).contains("nvmf_rdma_"));
     }
 
     #[test]

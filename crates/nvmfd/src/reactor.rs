@@ -23,6 +23,11 @@
 //! idle or half-open sockets cannot pile up (the kernel target and SPDK
 //! bound these too).
 //!
+//! QoS (docs/QOS.md): while commands of this thread's queues wait for their
+//! bdev's rate-limit tokens (`nvmf_core::qos::parked_here`), the epoll
+//! timeout is at most the next 1 ms time slice, and then every connection
+//! with executing commands (parked ones count) is polled, NVMe/RDMA too.
+//!
 //! Adaptive polling: after a loop turn that did work, the reactor polls
 //! epoll with a zero timeout for up to `poll_window` (`--poll-us`) before
 //! it blocks again, so a loaded reactor answers the next PDU without a
@@ -484,6 +489,10 @@ impl Reactor {
         let mut accept_again: Vec<usize> = Vec::with_capacity(4);
         let mut accept_now: Vec<usize> = Vec::with_capacity(4);
         let mut next_tick = Instant::now() + TICK;
+        // QoS: while commands of this thread's queues wait for their bdev's
+        // tokens, the queues with executing commands are polled every time
+        // slice (nothing else wakes the reactor when tokens come back).
+        let mut next_qos = Instant::now();
         // Until when to keep polling without sleeping (set after work).
         let mut spin_until: Option<Instant> = None;
 
@@ -510,6 +519,12 @@ impl Reactor {
                 None
             } else {
                 Some(next_tick.saturating_duration_since(now))
+            };
+            let timeout = if nvmf_core::qos::parked_here() > 0 {
+                let q = next_qos.saturating_duration_since(now);
+                Some(timeout.map_or(q, |t| t.min(q)))
+            } else {
+                timeout
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() != io::ErrorKind::Interrupted {
@@ -618,6 +633,16 @@ impl Reactor {
                 self.poll_executing(&mut conns, &mut again, &mut tick_keys);
                 rdma.poll_executing();
                 uring::flush();
+            }
+
+            // QoS: a new time slice for commands waiting for tokens.
+            if nvmf_core::qos::parked_here() > 0 {
+                let now = Instant::now();
+                if now >= next_qos {
+                    next_qos = now + nvmf_core::qos::TIMESLICE;
+                    self.poll_executing(&mut conns, &mut again, &mut tick_keys);
+                    rdma.poll_executing();
+                }
             }
 
             let now = Instant::now();

@@ -3,7 +3,8 @@
 //! left", except the bytes on the wire.
 //!
 //! Owns [`RequestEngine`] (the core `QueuePair`, the request slots, the FIFO
-//! of commands waiting for a data buffer or for fetch allowance, the
+//! of commands waiting for a data buffer or for fetch allowance, the FIFO
+//! of commands parked for their bdev's QoS tokens (docs/QOS.md), the
 //! accounting of host data being fetched, late completions, the queue's
 //! close reason), [`RequestParams`], [`Fabric`] (the transport operations
 //! the engine calls: classify an SGL, fetch host data, send a response) and
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use nvmf_wire::command::{Command, SglDescriptor};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
-use nvmf_wire::opcode::{AdminOpcode, FabricsType};
+use nvmf_wire::opcode::{AdminOpcode, FabricsType, IoOpcode};
 use nvmf_wire::status::Status;
 use nvmf_wire::zerocopy::FromBytes;
 use tracing::{debug, warn};
@@ -194,6 +195,8 @@ pub struct RequestStats {
     pub data_errors: u64,
     /// Commands that had to wait for a data buffer or fetch allowance.
     pub buffer_waits: u64,
+    /// Commands parked for their bdev's QoS tokens (`qos.rs`).
+    pub qos_waits: u64,
 }
 
 /// Whether a command waiting for its data phase could start.
@@ -225,6 +228,10 @@ pub struct RequestEngine {
     /// Commands waiting for a data buffer or fetch allowance, oldest first
     /// (slots in state `NeedBuffer`; at most one per slot).
     need_buf: VecDeque<u16>,
+    /// Commands parked for their bdev's QoS tokens, oldest first (slots in
+    /// state `Executing`, so the queue polls and stays on its thread while
+    /// any waits; each counted in `qos::parked_here`).
+    throttled: VecDeque<u16>,
     /// Slot releases + finished fetches when the FIFO last failed to start
     /// its head: nothing to retry before this changes (or a tick).
     wait_mark: u64,
@@ -264,6 +271,7 @@ impl Drop for RequestEngine {
     /// handed to the core (`QueuePair::hand_over`), which frees them when
     /// the I/O finishes.
     fn drop(&mut self) {
+        crate::qos::unpark_here(self.throttled.len());
         let slots = std::mem::replace(&mut self.slots, Slots::new(0, self.params.buffers.clone()));
         let bytes = slots.buffer_bytes();
         self.qp.hand_over(Box::new(slots), bytes);
@@ -279,6 +287,7 @@ impl RequestEngine {
             params: params.clone(),
             slots: Slots::new(PRE_CONNECT_SLOTS, params.buffers.clone()),
             need_buf: VecDeque::new(),
+            throttled: VecDeque::new(),
             wait_mark: 0,
             fetch_done: 0,
             fetch_count: 0,
@@ -347,6 +356,11 @@ impl RequestEngine {
     /// Commands waiting for a data buffer or fetch allowance.
     pub fn waiting_for_buffer(&self) -> usize {
         self.need_buf.len()
+    }
+
+    /// Commands parked for their bdev's QoS tokens.
+    pub fn waiting_for_qos(&self) -> usize {
+        self.throttled.len()
     }
 
     /// Fetches whose data has not all arrived.
@@ -761,6 +775,10 @@ impl RequestEngine {
                 self.slots.trim_idle();
             }
         }
+        if !self.throttled.is_empty() {
+            // QoS tokens may be back (a new time slice).
+            self.run_throttled(fab)?;
+        }
         if !self.need_buf.is_empty() {
             // Room may have been freed by other queues.
             self.run_waiting(fab)?;
@@ -802,11 +820,21 @@ impl RequestEngine {
                 return Ok(());
             }
         }
+        if !self.throttled.is_empty() && self.waits_behind(idx) {
+            // QoS: in order behind the commands to this namespace that
+            // are waiting for tokens.
+            if let Some(cmd) = self.slots.get(idx).map(|s| s.cmd) {
+                self.qp.take_sq_entry(&cmd);
+            }
+            self.park(idx, src);
+            return Ok(());
+        }
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
         // The command is read in place from its slot (no copy).
-        let res = match src {
+        let mut src = src;
+        let res = match &mut src {
             Src::None => self.qp.execute(&slot.cmd, &mut []),
             Src::Capsule(d) => self.qp.execute(&slot.cmd, d),
             Src::Slot => {
@@ -814,6 +842,16 @@ impl RequestEngine {
                 self.qp.execute(cmd, data)
             }
         };
+        if res == Exec::Throttled {
+            self.park(idx, src);
+            return Ok(());
+        }
+        self.finish(fab, idx, res)
+    }
+
+    /// What `QueuePair::execute` (or `resume`) answered for slot `idx`.
+    #[inline]
+    fn finish<F: Fabric>(&mut self, fab: &mut F, idx: u16, res: Exec) -> Result<(), Fault> {
         match res {
             Exec::Complete(c) => {
                 self.complete(fab, idx, c, false);
@@ -831,7 +869,80 @@ impl RequestEngine {
                 self.slots.release(idx);
                 Err(Fault::sequence(reason))
             }
+            Exec::Throttled => {
+                self.park(idx, Src::Slot);
+                Ok(())
+            }
         }
+    }
+
+    // ---------------------------------------------------------------------
+    // QoS: commands waiting for their bdev's tokens
+    // ---------------------------------------------------------------------
+
+    /// Slot `idx` is a Read or Write on an I/O queue to a namespace that
+    /// has commands waiting for QoS tokens here: it must wait behind them.
+    #[cold]
+    fn waits_behind(&self, idx: u16) -> bool {
+        let Some(cmd) = self.slots.get(idx).map(|s| &s.cmd) else {
+            return false;
+        };
+        let op = cmd.opcode();
+        if self.qp.qid() == 0 || (op != IoOpcode::Read as u8 && op != IoOpcode::Write as u8) {
+            return false;
+        }
+        let nsid = cmd.nsid();
+        self.throttled
+            .iter()
+            .any(|&i| self.slots.get(i).is_some_and(|s| s.cmd.nsid() == nsid))
+    }
+
+    /// Parks slot `idx` until its bdev has tokens: the slot and its buffer
+    /// stay reserved (state `Executing`: the reactor polls the queue every
+    /// time slice, and the queue does not move to another thread). Data
+    /// still in the transport's receive buffer (in-capsule) is copied into
+    /// the slot buffer first, within the retained size.
+    #[cold]
+    fn park(&mut self, idx: u16, src: Src<'_>) {
+        if let Src::Capsule(d) = src {
+            let len = d.len();
+            self.slots.reserve(idx, len, true);
+            if let Some(slot) = self.slots.get_mut(idx) {
+                slot.len = len as u32;
+                let dst = slot.data_mut(len);
+                let n = dst.len();
+                dst.copy_from_slice(&d[..n]);
+            }
+        }
+        self.slots.set_state(idx, RequestState::Executing);
+        self.throttled.push_back(idx);
+        self.stats.qos_waits += 1;
+        crate::qos::park_here(1);
+    }
+
+    /// Offers the parked commands to their bdevs again, oldest first, until
+    /// one still has to wait.
+    fn run_throttled<F: Fabric>(&mut self, fab: &mut F) -> Result<(), Fault> {
+        while self.close.is_none() {
+            let Some(&idx) = self.throttled.front() else {
+                break;
+            };
+            let res = match self.slots.get_mut(idx) {
+                Some(slot) => {
+                    let (cmd, data) = slot.cmd_and_data_mut();
+                    self.qp.resume(cmd, data)
+                }
+                None => Exec::Pending,
+            };
+            if res == Exec::Throttled {
+                break;
+            }
+            self.throttled.pop_front();
+            crate::qos::unpark_here(1);
+            self.slots.set_state(idx, RequestState::ReadyToExecute);
+            self.finish(fab, idx, res)?;
+        }
+        Ok(())
     }
 
     /// Completes slot `idx` with a status the transport or the engine made
@@ -903,6 +1014,7 @@ impl RequestEngine {
             let depth = slots.max(1);
             self.slots.grow(depth);
             self.need_buf.reserve(depth);
+            self.throttled.reserve(depth);
             self.sq_flow_disabled = cmd.cattr() & CATTR_DISABLE_SQ_FLOW_CONTROL != 0;
         }
         // A rejected Connect (unknown subsystem, host not allowed, Busy...)
