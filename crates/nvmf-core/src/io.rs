@@ -114,7 +114,8 @@ fn in_range(ns: &Namespace, slba: u64, nlb: u64) -> bool {
 /// Execute one I/O command against the namespace table snapshot.
 /// `write_cache`: the controller's volatile write cache is enabled (when
 /// not, writes are forced to FUA).
-#[inline]
+// Always inlined into the queue's `execute_io` (the data path).
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute(
     table: &NamespaceTable,
@@ -192,7 +193,7 @@ pub(crate) fn execute(
     }
 }
 
-#[inline]
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn read_write(
     table: &NamespaceTable,

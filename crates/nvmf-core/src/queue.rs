@@ -424,6 +424,7 @@ impl QueuePair {
     /// [`Exec::Throttled`] (or that `take_sq_entry` took) with its data in
     /// the slot buffer; [`Exec::Throttled`] again while its bdev still has
     /// no tokens for it.
+    #[inline(never)]
     pub(crate) fn resume(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
         self.resuming = true;
         let r = self.execute_io(cmd, data);
@@ -717,7 +718,9 @@ impl QueuePair {
 
     // ---- I/O queue (data path: no locks, no allocation) ----
 
-    #[inline]
+    // Always inlined into `execute` (the data path); `resume` (QoS, rare)
+    // gets its own copy.
+    #[inline(always)]
     fn execute_io(&mut self, cmd: &Command, data: &mut [u8]) -> Exec {
         if self.auth_pending {
             return self.io_auth_pending(cmd, data);

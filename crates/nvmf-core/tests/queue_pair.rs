@@ -1494,8 +1494,8 @@ fn io_errors() {
     assert_eq!(status(&c), Status::INVALID_FIELD.with_dnr());
 
     // Unknown and unsupported opcodes.
-    // (04h Write Uncorrectable and 19h Copy are not offered.)
-    for op in [0x03u8, 0x04, 0x19, 0x80, 0xFF] {
+    // (04h Write Uncorrectable is not offered.)
+    for op in [0x03u8, 0x04, 0x1A, 0x80, 0xFF] {
         let mut cmd = Command::new(op, 1);
         cmd.set_nsid(1);
         let c = done(q.execute(&cmd, &mut []));

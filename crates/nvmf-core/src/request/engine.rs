@@ -809,17 +809,6 @@ impl RequestEngine {
 
     #[inline]
     fn execute<F: Fabric>(&mut self, fab: &mut F, idx: u16, src: Src<'_>) -> Result<(), Fault> {
-        let Some(slot) = self.slots.get_mut(idx) else {
-            return Ok(());
-        };
-        if is_connect(&slot.cmd) {
-            if let Err(st) =
-                transport_connect_check(fab, &slot.cmd, &src, slot.data(slot.len as usize))
-            {
-                self.complete_status(fab, idx, st);
-                return Ok(());
-            }
-        }
         if !self.throttled.is_empty() && self.waits_behind(idx) {
             // QoS: in order behind the commands to this namespace that
             // are waiting for tokens.
@@ -832,20 +821,46 @@ impl RequestEngine {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
-        // The command is read in place from its slot (no copy).
-        let mut src = src;
-        let res = match &mut src {
-            Src::None => self.qp.execute(&slot.cmd, &mut []),
-            Src::Capsule(d) => self.qp.execute(&slot.cmd, d),
+        if is_connect(&slot.cmd) {
+            if let Err(st) =
+                transport_connect_check(fab, &slot.cmd, &src, slot.data(slot.len as usize))
+            {
+                self.complete_status(fab, idx, st);
+                return Ok(());
+            }
+        }
+        let Some(slot) = self.slots.get_mut(idx) else {
+            return Ok(());
+        };
+        // The command is read in place from its slot (no copy). A command
+        // QoS parks keeps where its data is (`park`).
+        let res = match src {
+            Src::None => {
+                let r = self.qp.execute(&slot.cmd, &mut []);
+                if matches!(r, Exec::Throttled) {
+                    self.park(idx, Src::None);
+                    return Ok(());
+                }
+                r
+            }
+            Src::Capsule(d) => {
+                let r = self.qp.execute(&slot.cmd, d);
+                if matches!(r, Exec::Throttled) {
+                    self.park(idx, Src::Capsule(d));
+                    return Ok(());
+                }
+                r
+            }
             Src::Slot => {
                 let (cmd, data) = slot.cmd_and_data_mut();
-                self.qp.execute(cmd, data)
+                let r = self.qp.execute(cmd, data);
+                if matches!(r, Exec::Throttled) {
+                    self.park(idx, Src::Slot);
+                    return Ok(());
+                }
+                r
             }
         };
-        if res == Exec::Throttled {
-            self.park(idx, src);
-            return Ok(());
-        }
         self.finish(fab, idx, res)
     }
 
@@ -934,7 +949,7 @@ impl RequestEngine {
                 }
                 None => Exec::Pending,
             };
-            if res == Exec::Throttled {
+            if matches!(res, Exec::Throttled) {
                 break;
             }
             self.throttled.pop_front();
