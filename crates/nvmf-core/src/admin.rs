@@ -4,13 +4,15 @@
 //! Asynchronous Event Request queuing, Keep Alive and Abort. Identify and
 //! Get Log Page live in `identify.rs` and `logpage.rs`.
 //!
-//! Abort reaches what is outstanding on this admin queue: an Asynchronous
+//! Abort reaches what is outstanding on this admin queue (an Asynchronous
 //! Event Request named by (SQID 0, CID) completes with Command Aborted by
-//! Request (delivered by `QueuePair::poll`) and the Abort reports "aborted"
-//! (dword 0 bit 0 clear). Commands on I/O queues live on other connections,
-//! possibly other reactor threads, and complete in backend time; the Abort
-//! reports "not aborted" (bit 0 set) for them, as the spec allows
-//! (docs/DESIGN.md, "Abort").
+//! Request, delivered by `QueuePair::poll`, and the Abort reports
+//! "aborted": dword 0 bit 0 clear) and on the controller's I/O queues,
+//! which live on other connections, possibly other reactors: the Abort
+//! waits (`abort_io`) until that queue looked at the command on its next
+//! poll; a command still waiting for a buffer or QoS tokens is aborted,
+//! one whose data is arriving or that is in a backend is "not aborted"
+//! (bit 0 set), as the spec allows (docs/DESIGN.md, "Abort").
 
 use std::sync::Arc;
 
@@ -35,8 +37,12 @@ pub(crate) struct AdminCtx<'a> {
     /// CIDs of AERs aborted by an Abort, to complete with Aborted by Request.
     pub aborted: &'a mut Vec<u16>,
     /// The admin queue's completion sink (commands finished on another
-    /// thread: Set Features Reservation Persistence on a PTPL namespace).
+    /// thread: Set Features Reservation Persistence on a PTPL namespace,
+    /// Aborts answered by an I/O queue).
     pub sink: &'a Arc<crate::backend::CompletionSink>,
+    /// CIDs of Aborts waiting for an I/O queue's answer (it comes through
+    /// `sink`; the queue turns it into dword 0).
+    pub abort_waits: &'a mut Vec<u16>,
 }
 
 /// How an admin command ended.
@@ -87,7 +93,13 @@ pub(crate) fn execute(ctx: &mut AdminCtx<'_>, cmd: &Command, data: &mut [u8]) ->
         }
         // The admin queue already recorded the activity.
         AdminOpcode::KeepAlive => Outcome::ok(),
-        AdminOpcode::Abort => abort(ctx, cmd),
+        AdminOpcode::Abort => {
+            let sqid = (cmd.cdw10() & 0xFFFF) as u16;
+            if sqid != 0 {
+                return abort_io(ctx, cmd, sqid);
+            }
+            abort(ctx, cmd)
+        }
         // Create/Delete I/O SQ/CQ do not exist on fabrics; the rest is unsupported.
         _ => Outcome::err(INVALID_OPCODE),
     };
@@ -108,6 +120,32 @@ fn abort(ctx: &mut AdminCtx<'_>, cmd: &Command) -> Outcome {
     }
     // Not found, already completed, or on an I/O queue: not aborted.
     Outcome::ok_dw0(1)
+}
+
+/// Abort of a command on I/O queue `sqid`: the queue (on whichever
+/// reactor) looks at it on its next poll and answers through this queue's
+/// sink; a command still waiting for a data buffer or for QoS tokens is
+/// aborted (Command Aborted by Request), anything else (data arriving,
+/// in a backend, done, unknown) is "not aborted". A queue not connected:
+/// "not aborted" at once; over [`crate::controller::ABORT_LIMIT`] waiting:
+/// Abort Command Limit Exceeded.
+fn abort_io(ctx: &mut AdminCtx<'_>, cmd: &Command, sqid: u16) -> AdminResult {
+    if ctx.abort_waits.len() >= crate::controller::ABORT_LIMIT {
+        return AdminResult::Done(Outcome::err(Status::ABORT_LIMIT_EXCEEDED));
+    }
+    let ask = crate::controller::AbortAsk {
+        sqid,
+        cid: (cmd.cdw10() >> 16) as u16,
+        abort_cid: cmd.cid(),
+        reply: ctx.sink.clone(),
+    };
+    match ctx.ctrl.ask_abort(ask) {
+        Ok(()) => {
+            ctx.abort_waits.push(cmd.cid());
+            AdminResult::Queued
+        }
+        Err(_) => AdminResult::Done(Outcome::ok_dw0(1)),
+    }
 }
 
 /// Asynchronous Event Configuration bits 4:0: SMART / health critical warnings.

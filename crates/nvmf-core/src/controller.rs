@@ -171,6 +171,45 @@ struct ResvNotices {
     masks: std::collections::HashMap<u32, u32>,
 }
 
+/// Outstanding Abort commands a controller takes for its I/O queues
+/// (Identify ACL + 1).
+pub const ABORT_LIMIT: usize = 4;
+
+/// An Abort (admin 08h) of a command on one of the controller's I/O
+/// queues, waiting for that queue (possibly on another reactor) to look.
+#[derive(Debug)]
+pub struct AbortAsk {
+    /// The queue and the command to abort.
+    pub sqid: u16,
+    pub cid: u16,
+    /// The Abort command's own CID on the admin queue.
+    pub abort_cid: u16,
+    /// The admin queue's sink: the I/O queue posts the answer there
+    /// (success: aborted; anything else: not aborted) and wakes it.
+    pub reply: Arc<crate::backend::CompletionSink>,
+}
+
+impl AbortAsk {
+    /// Tells the admin queue whether the command was aborted.
+    pub fn answer(self, aborted: bool) {
+        let tag = crate::backend::IoTag {
+            cid: self.abort_cid,
+            bytes: 0,
+            write: false,
+        };
+        let st = if aborted {
+            nvmf_wire::status::Status::SUCCESS
+        } else {
+            NOT_ABORTED
+        };
+        crate::backend::CompletionSink::post_and_wake(self.reply, tag, st);
+    }
+}
+
+/// The answer an I/O queue posts for a command it did not abort (the
+/// admin queue turns it into success with dword 0 bit 0 set).
+pub const NOT_ABORTED: nvmf_wire::status::Status = nvmf_wire::status::Status::INTERNAL_ERROR;
+
 /// One Reservation Notification log page entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResvLogEntry {
@@ -214,6 +253,10 @@ pub struct Controller {
     aen_masked: AtomicU32,
     changed_ns: Mutex<ChangedNs>,
     resv: Mutex<ResvNotices>,
+    /// Aborts asked for on I/O queues, not yet looked at by their queue.
+    aborts: Mutex<Vec<AbortAsk>>,
+    /// `aborts` is not empty (the I/O queues' one load per poll).
+    abort_asked: AtomicBool,
     /// The ANA state of the listener this controller connected through
     /// (`None` without ANA reporting).
     ana_path: Option<Arc<PathAna>>,
@@ -255,6 +298,8 @@ impl Controller {
             aen_masked: AtomicU32::new(0),
             changed_ns: Mutex::new(ChangedNs::default()),
             resv: Mutex::new(ResvNotices::default()),
+            aborts: Mutex::new(Vec::new()),
+            abort_asked: AtomicBool::new(false),
             ana_path: None,
             stats: AtomicStats::default(),
             admitted_by: Weak::new(),
@@ -399,9 +444,17 @@ impl Controller {
     pub(crate) fn release_io_queue(&self, qid: u16) {
         let was = {
             let mut q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
-            q.get_mut(qid as usize)
+            let was = q
+                .get_mut(qid as usize)
                 .map(|slot| std::mem::replace(slot, false))
-                .unwrap_or(false)
+                .unwrap_or(false);
+            // Aborts still waiting for this queue: nothing of it is left
+            // to abort (taken under the queue table's lock, as `ask_abort`
+            // queues them, so none is left behind).
+            for ask in self.take_aborts(qid) {
+                ask.answer(false);
+            }
+            was
         };
         if was {
             if let Some(t) = self.admitted_by.upgrade() {
@@ -598,6 +651,42 @@ impl Controller {
         for &n in nsids {
             r.masks.insert(n, mask);
         }
+    }
+
+    // ---- Abort of I/O commands ----
+
+    /// Queues an Abort for I/O queue `ask.sqid`; gives it back when
+    /// [`ABORT_LIMIT`] are already waiting.
+    /// Fails (giving the ask back) when that queue is not connected: the
+    /// caller answers "not aborted" at once.
+    pub(crate) fn ask_abort(&self, ask: AbortAsk) -> Result<(), AbortAsk> {
+        // Lock order: the queue table, then the aborts (as in release).
+        let q = self.io_queues.lock().unwrap_or_else(|e| e.into_inner());
+        if !q.get(usize::from(ask.sqid)).copied().unwrap_or(false) || ask.sqid == 0 {
+            return Err(ask);
+        }
+        let mut a = self.aborts.lock().unwrap_or_else(|e| e.into_inner());
+        if a.len() >= ABORT_LIMIT {
+            return Err(ask);
+        }
+        a.push(ask);
+        self.abort_asked.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// Some Abort waits for an I/O queue (one relaxed load).
+    #[inline]
+    pub fn abort_asked(&self) -> bool {
+        self.abort_asked.load(Ordering::Relaxed)
+    }
+
+    /// Takes the Aborts waiting for I/O queue `sqid`.
+    pub(crate) fn take_aborts(&self, sqid: u16) -> Vec<AbortAsk> {
+        let mut a = self.aborts.lock().unwrap_or_else(|e| e.into_inner());
+        let (mine, rest): (Vec<_>, Vec<_>) = a.drain(..).partition(|x| x.sqid == sqid);
+        *a = rest;
+        self.abort_asked.store(!a.is_empty(), Ordering::Release);
+        mine
     }
 
     /// Take the Changed Namespace List (and clear it): up to 1024 NSIDs, or

@@ -107,6 +107,8 @@ struct AdminQueue {
     /// AERs an Abort removed from `aers`: completed by `poll` with Command
     /// Aborted by Request.
     aborted: Vec<u16>,
+    /// Aborts of I/O commands waiting for their queue's answer (CIDs).
+    abort_waits: Vec<u16>,
     /// Last command seen on the admin queue (every admin command counts as
     /// keep-alive traffic).
     last_activity: Instant,
@@ -398,6 +400,15 @@ impl QueuePair {
         Completion::new(cmd.cid(), self.qid, self.reported_sqhd(), status, 0)
     }
 
+    /// Completes `cmd`, whose SQ entry was already consumed (a command QoS
+    /// parked), with `status` without executing it: an Abort took it.
+    pub(crate) fn complete_parked(&mut self, cmd: &Command, status: Status) -> Completion {
+        if !status.is_success() {
+            self.stats.count_error(status);
+        }
+        Completion::new(cmd.cid(), self.qid, self.reported_sqhd(), status, 0)
+    }
+
     #[inline]
     fn reported_sqhd(&self) -> u16 {
         if self.sq_flow_disabled {
@@ -482,6 +493,7 @@ impl QueuePair {
                 self.role = Role::Admin(AdminQueue {
                     aers: Vec::with_capacity(AER_LIMIT),
                     aborted: Vec::with_capacity(AER_LIMIT),
+                    abort_waits: Vec::new(),
                     last_activity: Instant::now(),
                 });
                 self.complete(cmd.cid(), Outcome::ok_dw0(cntlid as u32 | authreq))
@@ -709,6 +721,7 @@ impl QueuePair {
             aers: &mut aq.aers,
             aborted: &mut aq.aborted,
             sink: &self.sink,
+            abort_waits: &mut aq.abort_waits,
         };
         match admin::execute(&mut ctx, cmd, data) {
             AdminResult::Done(out) => self.complete(cmd.cid(), out),
@@ -1061,9 +1074,23 @@ impl QueuePair {
         let stats = &mut self.stats;
         let checks = &mut self.checks;
         let copies = &mut self.copies;
+        let mut abort_waits = match &mut self.role {
+            Role::Admin(aq) if !aq.abort_waits.is_empty() => Some(&mut aq.abort_waits),
+            _ => None,
+        };
         // (a clone for the Copy writes submitted from here)
         let sink = self.sink.clone();
         self.sink.drain(|tag, mut status| {
+            if let Some(waits) = abort_waits.as_deref_mut() {
+                // An I/O queue's answer to an Abort: success, with dword 0
+                // bit 0 set when it was not aborted.
+                if let Some(i) = waits.iter().position(|&c| c == tag.cid) {
+                    waits.swap_remove(i);
+                    let dw0 = u32::from(!status.is_success());
+                    out(Completion::new(tag.cid, qid, sqhd, Status::SUCCESS, dw0));
+                    return;
+                }
+            }
             if !checks.is_empty() {
                 // A Compare or Verify whose read ended: check it now.
                 if let Some(i) = checks.iter().position(|c| c.cid == tag.cid) {

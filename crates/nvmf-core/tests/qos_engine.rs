@@ -29,10 +29,12 @@ const KEYED: u8 = 0x40;
 /// Data Block, subtype offset (in-capsule data).
 const IN_CAPSULE: u8 = 0x01;
 
-/// A fabric that records responses (CID, status, read data).
+/// A fabric that records responses (CID, status, read data) and every
+/// completion's dword 0.
 #[derive(Default)]
 struct Rec {
     done: Vec<(u16, Status, Vec<u8>)>,
+    dw0: Vec<(u16, u32)>,
 }
 
 impl Fabric for Rec {
@@ -73,6 +75,7 @@ impl Fabric for Rec {
             DataOut::None => Vec::new(),
         };
         self.done.push((cqe.cid(), cqe.status(), bytes));
+        self.dw0.push((cqe.cid(), cqe.dw0()));
         false
     }
 
@@ -208,5 +211,79 @@ fn parked_commands_wait_in_order_keep_their_data_and_pin_the_queue() {
     assert!(qos::parked_here() > parked_before);
     drop(io);
     assert_eq!(qos::parked_here(), parked_before);
+    t.set_bdev_qos("Ram", &limit(0));
+}
+
+/// Abort (admin 08h) of I/O commands: a command parked for QoS tokens is
+/// aborted (Command Aborted by Request, its slot freed, the Abort's dword 0
+/// bit 0 clear) once its queue polls; one already answered, or on a queue
+/// that is not connected, is "not aborted" (bit 0 set).
+#[test]
+fn an_abort_takes_a_parked_command_and_leaves_the_rest() {
+    let t = inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 4096);
+    let port = inproc::port(TransportType::Rdma, inproc::KEYED_CAPS);
+    let mut fab = Rec::default();
+    let mut admin = connect(&mut fab, &t, &port, 0, 0xFFFF);
+    let cntlid = admin.queue().controller().unwrap().cntlid();
+    let mut io = connect(&mut fab, &t, &port, 1, cntlid);
+    fab.done.clear();
+    fab.dw0.clear();
+    let parked_before = qos::parked_here();
+    t.set_bdev_qos("Ram", &limit(1000));
+    let mut rx = vec![7u8; 512];
+    for cid in 1..=3u16 {
+        io.on_command(&mut fab, &write(cid, 0), &mut rx, true, 0)
+            .unwrap();
+    }
+    assert_eq!(fab.done.len(), 1, "one ran, two parked");
+    let abort = |cid: u16, victim: u16, sqid: u16| {
+        let mut c = Command::new(0x08, cid);
+        c.set_cdw10((u32::from(victim) << 16) | u32::from(sqid));
+        c
+    };
+    // Not connected: answered at once, not aborted.
+    admin
+        .on_command(&mut fab, &abort(40, 2, 5), &mut [], true, 0)
+        .unwrap();
+    assert_eq!(fab.dw0.last(), Some(&(40, 1)));
+    // CID 2 (parked) and CID 1 (answered already): wait for the queue.
+    admin
+        .on_command(&mut fab, &abort(41, 2, 1), &mut [], true, 0)
+        .unwrap();
+    admin
+        .on_command(&mut fab, &abort(42, 1, 1), &mut [], true, 0)
+        .unwrap();
+    assert!(!fab.dw0.iter().any(|d| d.0 == 41 || d.0 == 42));
+    io.poll(&mut fab, Instant::now()).unwrap();
+    let st = fab.done.iter().find(|d| d.0 == 2).map(|d| d.1);
+    assert_eq!(st, Some(Status::ABORTED_BY_REQUEST), "{:?}", fab.done);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !(fab.dw0.iter().any(|d| d.0 == 41) && fab.dw0.iter().any(|d| d.0 == 42)) {
+        assert!(Instant::now() < deadline, "Abort answers never came");
+        admin.poll(&mut fab, Instant::now()).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        fab.dw0.contains(&(41, 0)),
+        "parked command aborted: {:?}",
+        fab.dw0
+    );
+    assert!(
+        fab.dw0.contains(&(42, 1)),
+        "answered command not aborted: {:?}",
+        fab.dw0
+    );
+    // CID 3 still runs when its tokens come; nothing stays parked.
+    while !fab.done.iter().any(|d| d.0 == 3) {
+        assert!(Instant::now() < deadline, "CID 3 never ran");
+        io.poll(&mut fab, Instant::now()).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(
+        fab.done.iter().find(|d| d.0 == 3).map(|d| d.1),
+        Some(Status::SUCCESS)
+    );
+    assert_eq!(qos::parked_here(), parked_before);
+    assert_eq!(io.in_flight(), 0);
     t.set_bdev_qos("Ram", &limit(0));
 }

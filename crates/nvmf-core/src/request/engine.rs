@@ -750,6 +750,9 @@ impl RequestEngine {
         if self.close.is_some() {
             return Ok(());
         }
+        if self.qp.qid() != 0 && self.qp.controller().is_some_and(|c| c.abort_asked()) {
+            self.run_aborts(fab);
+        }
         self.coarse_now = now;
         let mut late = std::mem::take(&mut self.late);
         let state = self.qp.poll(now, &mut |c| late.push(c));
@@ -784,6 +787,44 @@ impl RequestEngine {
             self.run_waiting(fab)?;
         }
         Ok(())
+    }
+
+    /// Aborts (admin 08h) asked for on this queue: a command still waiting
+    /// for a data buffer (`need_buf`) or for QoS tokens (`throttled`) is
+    /// completed with Command Aborted by Request and its slot freed; any
+    /// other (its data arriving, in a backend, already answered, unknown)
+    /// is not aborted. Each Abort gets its answer through the admin queue.
+    #[cold]
+    fn run_aborts<F: Fabric>(&mut self, fab: &mut F) {
+        let Some(ctrl) = self.qp.controller().cloned() else {
+            return;
+        };
+        for ask in ctrl.take_aborts(self.qp.qid()) {
+            let holds =
+                |slots: &Slots, i: u16| slots.get(i).is_some_and(|s| s.cmd.cid() == ask.cid);
+            if let Some(pos) = self.need_buf.iter().position(|&i| holds(&self.slots, i)) {
+                if let Some(idx) = self.need_buf.remove(pos) {
+                    if pos == 0 {
+                        self.slots.set_waiter(false);
+                    }
+                    // Never executed: its SQ entry is consumed now.
+                    self.complete_status(fab, idx, Status::ABORTED_BY_REQUEST);
+                }
+                ask.answer(true);
+            } else if let Some(pos) = self.throttled.iter().position(|&i| holds(&self.slots, i)) {
+                if let Some(idx) = self.throttled.remove(pos) {
+                    crate::qos::unpark_here(1);
+                    if let Some(cmd) = self.slots.get(idx).map(|s| s.cmd) {
+                        // Parked after its SQ entry was consumed.
+                        let c = self.qp.complete_parked(&cmd, Status::ABORTED_BY_REQUEST);
+                        self.complete(fab, idx, c, false);
+                    }
+                }
+                ask.answer(true);
+            } else {
+                ask.answer(false);
+            }
+        }
     }
 
     /// Closes the queue when its oldest outstanding fetch has waited longer
