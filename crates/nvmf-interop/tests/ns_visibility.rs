@@ -5,7 +5,8 @@
 //! `nvmf_ns_add_host` (namespace 2 appears on the same controller without a
 //! reconnect, write + verify) and `nvmf_ns_remove_host` (the kernel removes
 //! it, the controller stays live); a second controller as the other host NQN
-//! lists namespace 2 only. Opt-in with NVMFD_INTEROP=1, like kernel_host.rs.
+//! lists namespace 2 only. On 6.1 and 6.12 (`..._612`). Opt-in with
+//! NVMFD_INTEROP=1, like kernel_host.rs.
 
 use std::time::{Duration, Instant};
 
@@ -17,11 +18,27 @@ const NQN: &str = "nqn.2016-06.io.spdk:vis1";
 
 #[test]
 fn kernel_host_sees_only_its_namespaces_and_changes_without_reconnect() {
-    let Some(_serial) = begin("kernel_host_sees_only_its_namespaces_and_changes_without_reconnect")
-    else {
+    scenario(
+        Kernel::from_env(),
+        "kernel_host_sees_only_its_namespaces_and_changes_without_reconnect",
+        "ns_visibility",
+    );
+}
+
+#[test]
+fn kernel_host_sees_only_its_namespaces_and_changes_without_reconnect_612() {
+    scenario(
+        Kernel::Backports612,
+        "kernel_host_sees_only_its_namespaces_and_changes_without_reconnect_612",
+        "ns_visibility-612",
+    );
+}
+
+fn scenario(kernel: Kernel, test: &str, work: &str) {
+    let Some(_serial) = begin(test) else {
         return;
     };
-    let dir = work_dir("ns_visibility");
+    let dir = work_dir(work);
     let port = free_port();
     let me = host_nqn(HOST_ID);
     let other = host_nqn(OTHER_HOST_ID);
@@ -51,7 +68,8 @@ fn kernel_host_sees_only_its_namespaces_and_changes_without_reconnect() {
         ("OTHERID", OTHER_HOST_ID.to_string()),
     ];
     let mut failures = Vec::new();
-    let run = run_guest(
+    let run = run_guest_on(
+        kernel,
         &dir,
         "ns-visibility.sh",
         &[port],
@@ -78,10 +96,5 @@ fn kernel_host_sees_only_its_namespaces_and_changes_without_reconnect() {
             })
         },
     );
-    finish(
-        "kernel_host_sees_only_its_namespaces_and_changes_without_reconnect",
-        &run,
-        &mut nvmfd,
-        &failures,
-    );
+    finish(test, &run, &mut nvmfd, &failures);
 }
