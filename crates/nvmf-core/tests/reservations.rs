@@ -622,3 +622,45 @@ fn copy_within_a_namespace() {
     let (ns, _) = IdentifyNamespace::read_from_prefix(&buf).unwrap();
     assert_eq!((ns.mssrl.get(), ns.mcl.get(), ns.msrc), (256, 256, 127));
 }
+
+/// A command the reservation refuses is answered at once, even when its
+/// bdev is out of QoS tokens: it never waits for a budget it will not use,
+/// while the holder's commands over the budget do wait.
+#[test]
+fn a_reservation_conflict_never_waits_for_qos_tokens() {
+    let t = Target::from_config(&config(None)).unwrap();
+    let mut a = host(&t, HOST_A, ID_A);
+    let mut b = host(&t, HOST_B, ID_B);
+    assert_eq!(register(&mut a, 0, 0, 1), Status::SUCCESS);
+    assert_eq!(acquire(&mut a, 2, 0, 1, 0), Status::SUCCESS);
+    t.set_bdev_qos(
+        "Malloc0",
+        &nvmf_config::QosLimits {
+            rw_ios_per_sec: 1000,
+            ..Default::default()
+        },
+    );
+    // Use up this slice's token, then more: the holder's next write waits.
+    let mut throttled = false;
+    for _ in 0..20 {
+        let mut cmd = Command::new(IoOpcode::Write as u8, 70);
+        cmd.set_nsid(1).set_lba_range(0, 1);
+        match a.io.execute(&cmd, &mut [0u8; 512]) {
+            Exec::Throttled => {
+                throttled = true;
+                break;
+            }
+            e => assert_eq!(done(e).status(), Status::SUCCESS),
+        }
+    }
+    assert!(throttled, "the holder's writes never hit the limit");
+    // B's write and read conflict at once, whatever the budget.
+    for op in [IoOpcode::Write, IoOpcode::Read] {
+        let mut cmd = Command::new(op as u8, 71);
+        cmd.set_nsid(1).set_lba_range(0, 1);
+        let e = b.io.execute(&cmd, &mut [0u8; 512]);
+        assert!(matches!(e, Exec::Complete(_)), "{op:?}: {e:?}");
+        assert_eq!(done(e).status(), CONFLICT);
+    }
+    t.set_bdev_qos("Malloc0", &nvmf_config::QosLimits::default());
+}
