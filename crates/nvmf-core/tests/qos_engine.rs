@@ -35,6 +35,8 @@ const IN_CAPSULE: u8 = 0x01;
 struct Rec {
     done: Vec<(u16, Status, Vec<u8>)>,
     dw0: Vec<(u16, u32)>,
+    /// Slots whose host data was asked for (never delivered here).
+    fetches: Vec<u16>,
 }
 
 impl Fabric for Rec {
@@ -57,8 +59,8 @@ impl Fabric for Rec {
         }
     }
 
-    fn fetch(&mut self, _: &mut Slots, _: u16, _: u32) {
-        unreachable!("only in-capsule writes here")
+    fn fetch(&mut self, _: &mut Slots, idx: u16, _: u32) {
+        self.fetches.push(idx);
     }
 
     fn respond(
@@ -286,4 +288,77 @@ fn an_abort_takes_a_parked_command_and_leaves_the_rest() {
     assert_eq!(qos::parked_here(), parked_before);
     assert_eq!(io.in_flight(), 0);
     t.set_bdev_qos("Ram", &limit(0));
+}
+
+/// Abort of commands that are not parked: a write whose data is being
+/// fetched is "not aborted"; one waiting behind it for fetch allowance
+/// (a buffer wait) is aborted and never fetched.
+#[test]
+fn an_abort_takes_a_command_waiting_for_its_data_phase_not_one_fetching() {
+    let t = inproc::target(NQN, TransportType::Rdma, BdevKind::Malloc, 512, 4096);
+    let port = inproc::port(TransportType::Rdma, inproc::KEYED_CAPS);
+    let mut fab = Rec::default();
+    // One 4 KiB fetch at a time.
+    let params = inproc::rdma_request_params(4096, Duration::from_secs(30));
+    let mut admin = connect(&mut fab, &t, &port, 0, 0xFFFF);
+    let cntlid = admin.queue().controller().unwrap().cntlid();
+    let mut io = {
+        let mut e = RequestEngine::new(t.clone(), port.clone(), &params);
+        let mut cmd = Command::connect(1, 1, 31, 0, 0);
+        let mut data = ConnectData::new([9; 16], cntlid, NQN, HOST)
+            .as_bytes()
+            .to_vec();
+        cmd.set_sgl(SglDescriptor::new(IN_CAPSULE, 0, data.len() as u32));
+        e.on_command(&mut fab, &cmd, &mut data, true, 0).unwrap();
+        e
+    };
+    fab.done.clear();
+    fab.dw0.clear();
+    let keyed_write = |cid: u16| {
+        rw(
+            IoOpcode::Write,
+            cid,
+            0,
+            8,
+            SglDescriptor::new(KEYED, 0, 4096),
+        )
+    };
+    io.on_command(&mut fab, &keyed_write(1), &mut [], true, 0)
+        .unwrap();
+    io.on_command(&mut fab, &keyed_write(2), &mut [], true, 0)
+        .unwrap();
+    assert_eq!(fab.fetches.len(), 1, "only the first is fetching");
+    assert_eq!(
+        io.waiting_for_buffer(),
+        1,
+        "the second waits for its data phase"
+    );
+    for (abort_cid, victim) in [(50u16, 1u16), (51, 2)] {
+        let mut c = Command::new(0x08, abort_cid);
+        c.set_cdw10((u32::from(victim) << 16) | 1);
+        admin.on_command(&mut fab, &c, &mut [], true, 0).unwrap();
+    }
+    io.poll(&mut fab, Instant::now()).unwrap();
+    assert_eq!(
+        fab.done.iter().find(|d| d.0 == 2).map(|d| d.1),
+        Some(Status::ABORTED_BY_REQUEST)
+    );
+    assert!(
+        !fab.done.iter().any(|d| d.0 == 1),
+        "the fetching write goes on"
+    );
+    assert_eq!(io.waiting_for_buffer(), 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fab.dw0.iter().filter(|d| d.0 >= 50).count() < 2 {
+        assert!(Instant::now() < deadline, "Abort answers never came");
+        admin.poll(&mut fab, Instant::now()).unwrap();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        fab.dw0.contains(&(50, 1)),
+        "fetching: not aborted {:?}",
+        fab.dw0
+    );
+    assert!(fab.dw0.contains(&(51, 0)), "waiting: aborted {:?}", fab.dw0);
+    assert_eq!(fab.fetches.len(), 1, "the aborted write was never fetched");
 }
