@@ -1078,8 +1078,9 @@ impl QueuePair {
             Role::Admin(aq) if !aq.abort_waits.is_empty() => Some(&mut aq.abort_waits),
             _ => None,
         };
-        // (a clone for the Copy writes submitted from here)
-        let sink = self.sink.clone();
+        // A clone for the Copy writes submitted from here, only while a
+        // Copy is in flight (no atomic per drain otherwise).
+        let sink = (!copies.is_empty()).then(|| self.sink.clone());
         self.sink.drain(|tag, mut status| {
             if let Some(waits) = abort_waits.as_deref_mut() {
                 // An I/O queue's answer to an Abort: success, with dword 0
@@ -1100,8 +1101,10 @@ impl QueuePair {
             if !copies.is_empty() {
                 // A Copy's read or write ended: on to its next step, and
                 // completed only when it is over.
-                if let Some(i) = copies.iter().position(|c| c.cid == tag.cid) {
-                    match copies[i].step(status, &sink) {
+                if let (Some(i), Some(sink)) =
+                    (copies.iter().position(|c| c.cid == tag.cid), sink.as_ref())
+                {
+                    match copies[i].step(status, sink) {
                         Some(st) => {
                             copies.swap_remove(i);
                             status = st;
