@@ -150,6 +150,7 @@ mod tests {
             cid: 7,
             bytes: 0,
             write: true,
+            nsid: 0,
         };
         let r = run(&sink, tag, || {
             std::thread::sleep(Duration::from_millis(20));
@@ -178,6 +179,7 @@ mod tests {
             cid: 1,
             bytes: 0,
             write: false,
+            nsid: 0,
         };
         let start = Instant::now();
         assert_eq!(run(&sink, tag, || Status::SUCCESS), Submitted::Pending);

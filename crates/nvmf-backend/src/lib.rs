@@ -168,6 +168,10 @@ pub struct IoTag {
     pub bytes: u32,
     /// True for commands that move data host → controller.
     pub write: bool,
+    /// A write-group command the queue counted in its namespace's write
+    /// gate (nvmf-core `fused.rs`): that namespace's ID, so the queue can
+    /// uncount it when it completes; 0 for every other operation.
+    pub nsid: u32,
 }
 
 /// Where asynchronous backends post completions for one queue pair.
@@ -540,6 +544,7 @@ mod tests {
         cid: 0,
         bytes: 0,
         write: false,
+        nsid: 0,
     };
 
     fn op_status(b: &dyn Backend, op: BlockOp<'_>) -> Status {
@@ -958,6 +963,7 @@ mod tests {
             cid: 5,
             bytes: 512,
             write: true,
+            nsid: 0,
         };
         s.post(tag, Status::SUCCESS);
         assert!(!s.is_empty());
@@ -976,6 +982,7 @@ mod tests {
             cid,
             bytes: 4096,
             write: false,
+            nsid: 0,
         };
         let batch = 64u16;
         // Warm-up: both vectors grow to a batch.
@@ -1019,6 +1026,7 @@ mod tests {
             cid: 1,
             bytes: 4096,
             write: false,
+            nsid: 0,
         };
         let rounds = 200_000u32;
         let mut best = f64::MAX;
@@ -1075,6 +1083,7 @@ mod tests {
                             cid: t,
                             bytes: i,
                             write: false,
+                            nsid: 0,
                         };
                         CompletionSink::post_and_wake(s.clone(), tag, Status::SUCCESS);
                     }
@@ -1108,6 +1117,7 @@ mod tests {
                 cid: 0,
                 bytes: i,
                 write: true,
+                nsid: 0,
             };
             CompletionSink::post_and_wake(s.clone(), tag, Status::SUCCESS);
         }
@@ -1126,6 +1136,7 @@ mod tests {
             cid,
             bytes: 0,
             write: true,
+            nsid: 0,
         };
         s.post(tag(1), Status::SUCCESS);
         let mut got = Vec::new();

@@ -257,6 +257,7 @@ mod tests {
             cid: 3,
             bytes: len as u32,
             write: false,
+            nsid: 0,
         };
         let p2 = posted.clone();
         let writer = std::thread::spawn(move || {

@@ -240,6 +240,7 @@ mod tests {
             cid: 1,
             bytes: 0,
             write: false,
+            nsid: 0,
         };
         let poster = {
             let sink = sink.clone();
@@ -287,6 +288,7 @@ mod tests {
                             cid: i as u16,
                             bytes: r,
                             write: false,
+                            nsid: 0,
                         };
                         CompletionSink::post_and_wake(sink.clone(), tag, Status::SUCCESS);
                     }
@@ -342,6 +344,7 @@ mod tests {
                 cid: i as u16,
                 bytes: 4096,
                 write: false,
+                nsid: 0,
             };
             let start = Instant::now();
             let op = BlockOp::Read {

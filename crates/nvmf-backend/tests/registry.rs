@@ -89,6 +89,7 @@ fn a_constructor_registered_outside_the_crate_is_used() {
         cid: 1,
         bytes: 512,
         write: false,
+        nsid: 0,
     };
     let op = BlockOp::Read {
         lba: 0,

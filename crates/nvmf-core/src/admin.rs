@@ -374,6 +374,7 @@ fn set_reservation_persistence(ctx: &mut AdminCtx<'_>, cmd: &Command) -> AdminRe
         cid: cmd.cid(),
         bytes: 0,
         write: true,
+        nsid: 0,
     };
     let work = move || match ns.reservations().set_ptpl(on) {
         Ok(_) => Status::SUCCESS,

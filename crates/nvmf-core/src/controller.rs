@@ -196,6 +196,7 @@ impl AbortAsk {
             cid: self.abort_cid,
             bytes: 0,
             write: false,
+            nsid: 0,
         };
         let st = if aborted {
             nvmf_wire::status::Status::SUCCESS

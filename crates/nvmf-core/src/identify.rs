@@ -203,6 +203,9 @@ pub fn identify_controller(
     );
     // Copy source range descriptor format 0.
     id.ocfs.set(1);
+    // Fused Compare and Write, atomic up to CAW_MAX_BLOCKS (0's based).
+    id.fuses.set(crate::fused::FUSES_COMPARE_AND_WRITE);
+    id.acwu.set((crate::fused::CAW_MAX_BLOCKS - 1) as u16);
     id.vwc = VWC_PRESENT | VWC_NO_BROADCAST_FLUSH;
     // Command capsule: SQE + in-capsule data, in 16-byte units; response: CQE.
     id.ioccsz.set((64 + limits.in_capsule_data_size) / 16);

@@ -33,6 +33,12 @@
 //! `execute`, says whether a Read or Write must wait for its bdev's rate
 //! limit tokens (commands that fail these checks anyway never wait).
 //!
+//! Fused Compare and Write (`fused.rs`): every write-group command (Write,
+//! Write Zeroes, Dataset Management deallocate, Copy) counts itself in its
+//! bdev's write gate around the backend call (`gated`); while a
+//! compare-and-write holds the gate it is not executed and the queue parks
+//! it (`GATE_CLOSED`). Reads, Compare and Verify pay nothing.
+//!
 //! Volatile write cache: with the controller's cache disabled (Set Features
 //! 06h = 0; `write_cache` false) every Write and Write Zeroes is executed
 //! with FUA, so it is durable when it completes.
@@ -104,6 +110,30 @@ pub(crate) fn lookup<'t>(
 pub struct Host {
     /// The 128-bit host identifier from Connect (reservations' registrant).
     pub hostid: [u8; 16],
+    /// The queue's counter in write gates (`fused.rs`).
+    pub shard: u8,
+}
+
+/// A write-group command found its bdev's write gate closed (a fused
+/// Compare and Write runs): nothing was done, the queue parks it. Never
+/// sent to a host.
+pub(crate) const GATE_CLOSED: Status = Status::new(7, 0xFE);
+
+/// Counts a write-group command in its bdev's write gate (`fused.rs`) for
+/// as long as `submit` keeps it: uncounted at once unless the backend
+/// answered Pending (then the queue uncounts it on its completion, by the
+/// tag's `nsid`). `GATE_CLOSED` while a compare-and-write holds the gate.
+#[inline(always)]
+fn gated(ns: &Namespace, host: &Host, submit: impl FnOnce() -> Submitted) -> Submitted {
+    let gate = ns.write_gate();
+    if !gate.enter(usize::from(host.shard)) {
+        return Submitted::Done(GATE_CLOSED);
+    }
+    let sub = submit();
+    if !matches!(sub, Submitted::Pending) {
+        gate.leave(usize::from(host.shard));
+    }
+    sub
 }
 
 #[inline]
@@ -157,6 +187,7 @@ pub(crate) fn execute(
                 cid: cmd.cid(),
                 bytes: 0,
                 write: false,
+                nsid: 0,
             };
             ns.backend().submit(BlockOp::Flush, tag, sink)
         }
@@ -177,16 +208,19 @@ pub(crate) fn execute(
                 cid: cmd.cid(),
                 bytes: 0,
                 write: true,
+                nsid: cmd.nsid(),
             };
-            ns.backend().submit(
-                BlockOp::WriteZeroes {
-                    lba: slba,
-                    blocks: nlb,
-                    fua: cmd.fua() || !write_cache,
-                },
-                tag,
-                sink,
-            )
+            gated(ns, host, || {
+                ns.backend().submit(
+                    BlockOp::WriteZeroes {
+                        lba: slba,
+                        blocks: nlb,
+                        fua: cmd.fua() || !write_cache,
+                    },
+                    tag,
+                    sink,
+                )
+            })
         }
         IoOpcode::DatasetManagement => dataset_management(table, ana, host, cmd, data, sink),
         _ => Submitted::Done(INVALID_OPCODE),
@@ -227,23 +261,36 @@ fn read_write(
     if !in_range(ns, slba, nlb) {
         return Submitted::Done(LBA_OUT_OF_RANGE);
     }
-    let tag = IoTag {
-        cid: cmd.cid(),
-        bytes: len as u32,
-        write,
-    };
     let submitted = if write {
+        let tag = IoTag {
+            cid: cmd.cid(),
+            bytes: len as u32,
+            write,
+            nsid: cmd.nsid(),
+        };
+        let sub = gated(ns, host, || {
+            ns.backend().submit(
+                BlockOp::Write {
+                    lba: slba,
+                    buf: data,
+                    fua: cmd.fua() || !write_cache,
+                },
+                tag,
+                sink,
+            )
+        });
+        if sub == Submitted::Done(GATE_CLOSED) {
+            return sub;
+        }
         stats.writes += 1;
-        ns.backend().submit(
-            BlockOp::Write {
-                lba: slba,
-                buf: data,
-                fua: cmd.fua() || !write_cache,
-            },
-            tag,
-            sink,
-        )
+        sub
     } else {
+        let tag = IoTag {
+            cid: cmd.cid(),
+            bytes: len as u32,
+            write,
+            nsid: 0,
+        };
         stats.reads += 1;
         ns.backend().submit(
             BlockOp::Read {
@@ -297,8 +344,9 @@ pub(crate) const COMPARE_FAILURE: Status = Status::COMPARE_FAILURE.with_dnr();
 /// group (reservations) that read the range into a buffer of their own and
 /// compare it with the host's data (Compare) or only check that it reads
 /// (Verify; nvmfd keeps no protection information). At most the largest
-/// transfer (MDTS; Verify: VSL, reported as the same). Fused operations
-/// are not offered (FUSES 0): a fused Compare is Invalid Field. Returns the
+/// transfer (MDTS; Verify: VSL, reported as the same). A fused Compare
+/// is paired by the request engine and run by `fused.rs`; one that reaches
+/// here (a queue driven without the engine) is Invalid Field. Returns the
 /// submission and the check to finish when the read ends.
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
@@ -334,6 +382,7 @@ pub(crate) fn start_check(
         cid: cmd.cid(),
         bytes: 0,
         write: false,
+        nsid: 0,
     };
     // The backend may keep a pointer into `buf`'s allocation until the read
     // completes: moving the `AlignedBuf` into the check does not move it.
@@ -387,6 +436,8 @@ pub(crate) struct CopyOp {
     pub status: Status,
     pub sdlba: u64,
     pub fua: bool,
+    /// Counted in the bdev's write gate until the Copy is over (dropped).
+    pub _gate: crate::fused::GateTicket,
 }
 
 impl CopyOp {
@@ -423,6 +474,7 @@ impl CopyOp {
             cid: self.cid,
             bytes: 0,
             write: true,
+            nsid: 0,
         };
         let ns = self.ns.clone();
         ns.backend().submit(
@@ -495,6 +547,7 @@ pub(crate) fn start_copy(
         return Err(LBA_OUT_OF_RANGE);
     }
     let shift = ns.block_shift();
+    let gate = crate::fused::GateTicket::enter(ns.write_gate(), host.shard).ok_or(GATE_CLOSED)?;
     let mut op = CopyOp {
         cid: cmd.cid(),
         ns: ns.clone(),
@@ -503,12 +556,14 @@ pub(crate) fn start_copy(
         status: Status::SUCCESS,
         sdlba,
         fua: cdw12 & (1 << 30) != 0 || !write_cache,
+        _gate: gate,
     };
     op.buf.grow((total << shift) as usize);
     let tag = IoTag {
         cid: cmd.cid(),
         bytes: 0,
         write: false,
+        nsid: 0,
     };
     let mut off = 0usize;
     let mut pending = 0u32;
@@ -580,8 +635,9 @@ fn dataset_management(
         cid: cmd.cid(),
         bytes: 0,
         write: true,
+        nsid: cmd.nsid(),
     };
-    ns.backend().deallocate(ranges, tag, sink)
+    gated(ns, host, || ns.backend().deallocate(ranges, tag, sink))
 }
 
 /// QoS (`qos.rs`): whether a Read or Write must wait for its bdev's

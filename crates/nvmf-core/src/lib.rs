@@ -22,7 +22,8 @@
 //! | `identify.rs` | Identify pages |
 //! | `logpage.rs` | Get Log Page |
 //! | `discovery.rs` | discovery log page |
-//! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management |
+//! | `io.rs` | Read, Write, Flush, Write Zeroes, Dataset Management, Compare, Verify, Copy |
+//! | `fused.rs` | fused Compare and Write: the per-bdev write gate, the compare-and-write op, FUSES/ACWU |
 //! | `reservation.rs` | reservations: state, access rule, Register/Acquire/Release/Report, PTPL file |
 //! | `backend` | re-export of the `nvmf-backend` crate: [`Backend`] trait, backends, sinks, parked buffers |
 //! | `error.rs` | [`CoreError`], status helpers |
@@ -36,6 +37,7 @@ pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod fabrics;
+pub mod fused;
 pub mod identify;
 pub mod io;
 pub mod logpage;

@@ -53,6 +53,9 @@ pub struct Namespace {
     /// Registrants, holder and type (`reservation.rs`): shared by every
     /// controller of this namespace.
     reservations: Reservations,
+    /// The bdev's write gate (`fused.rs`): shared by every namespace on
+    /// the bdev; write-group commands count themselves in it.
+    write_gate: Arc<crate::fused::WriteGate>,
 }
 
 impl Namespace {
@@ -72,7 +75,6 @@ impl Namespace {
             block_shift: block_size.trailing_zeros() as u8,
             block_size,
             num_blocks: AtomicU64::new(num_blocks),
-            backend,
             nguid,
             eui64,
             uuid,
@@ -80,6 +82,8 @@ impl Namespace {
             state: AtomicU8::new(NamespaceState::Active as u8),
             qos: Arc::new(BdevQos::new()),
             reservations: Reservations::new(),
+            write_gate: crate::fused::gate_for(&backend),
+            backend,
         }
     }
 
@@ -102,6 +106,12 @@ impl Namespace {
     pub fn with_ptpl_file(mut self, path: &std::path::Path) -> Result<Namespace, String> {
         self.reservations = Reservations::with_ptpl_file(path)?;
         Ok(self)
+    }
+
+    /// The bdev's write gate (fused Compare and Write, `fused.rs`).
+    #[inline]
+    pub fn write_gate(&self) -> &Arc<crate::fused::WriteGate> {
+        &self.write_gate
     }
 
     /// The namespace's reservation.

@@ -166,6 +166,13 @@ pub struct QueuePair {
     checks: Vec<io::Check>,
     /// Copies with backend operations in flight.
     copies: Vec<io::CopyOp>,
+    /// Fused Compare and Writes being executed (`fused.rs`), and how many
+    /// of them this queue counts in `qos::park_here` (those waiting for
+    /// the write gate, which need a turn every time slice).
+    caws: Vec<crate::fused::CawOp>,
+    caws_parked: usize,
+    /// Write-group commands counted in write gates still in a backend.
+    gated: crate::fused::GatedWrites,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
     /// (claimed at Connect, or after authentication when it must
     /// authenticate: `fabrics::claim_after_auth`).
@@ -180,6 +187,7 @@ impl QueuePair {
     /// but a Fabrics Connect.
     pub fn new(target: Arc<Target>, port: Arc<PortInfo>) -> QueuePair {
         let max_transfer = target.limits_for(port.trtype).max_transfer();
+        let shard = crate::fused::next_shard();
         QueuePair {
             target,
             port,
@@ -201,9 +209,15 @@ impl QueuePair {
             auth_pending: false,
             auth_close: None,
             auth_deadline: None,
-            host: io::Host::default(),
+            host: io::Host {
+                hostid: [0; 16],
+                shard,
+            },
             checks: Vec::new(),
             copies: Vec::new(),
+            caws: Vec::new(),
+            caws_parked: 0,
+            gated: crate::fused::GatedWrites::new(shard),
             io_claimed: false,
             resuming: false,
         }
@@ -301,16 +315,27 @@ impl QueuePair {
     pub fn hand_over(&mut self, keep: Box<dyn std::any::Any>, bytes: usize) {
         self.handed_over = true;
         // Compare/Verify reads in flight point into their own buffers:
-        // those are kept with the transport's.
-        let keep: Box<dyn std::any::Any> = if self.checks.is_empty() && self.copies.is_empty() {
-            keep
-        } else {
-            Box::new((
-                keep,
-                std::mem::take(&mut self.checks),
-                std::mem::take(&mut self.copies),
-            ))
-        };
+        // those are kept with the transport's. So are compare-and-writes
+        // in a backend (they hold their bdev's write gate until then:
+        // dropped, they open it), and the write-gate counts of writes still
+        // in flight (uncounted when dropped, all operations done). A
+        // compare-and-write still waiting for the gate has nothing in
+        // flight: it goes now.
+        self.caws.retain(|c| !c.waiting());
+        self.set_caws_parked(0);
+        let gated = std::mem::take(&mut self.gated);
+        let keep: Box<dyn std::any::Any> =
+            if self.checks.is_empty() && self.copies.is_empty() && self.caws.is_empty() {
+                Box::new((keep, gated))
+            } else {
+                Box::new((
+                    keep,
+                    gated,
+                    std::mem::take(&mut self.checks),
+                    std::mem::take(&mut self.copies),
+                    std::mem::take(&mut self.caws),
+                ))
+            };
         if self.backend_ops_in_flight() == 0 {
             // Nothing points into the buffers: free them now.
             drop(keep);
@@ -519,6 +544,7 @@ impl QueuePair {
                 let authreq = self.require_auth(&ctrl);
                 self.host = io::Host {
                     hostid: *ctrl.hostid(),
+                    shard: self.host.shard,
                 };
                 self.ctrl = Some(ctrl);
                 self.role = Role::Io;
@@ -586,6 +612,7 @@ impl QueuePair {
                     cid: cmd.cid(),
                     bytes: 0,
                     write: true,
+                    nsid: 0,
                 };
                 // Hosts that have proven themselves (this queue authenticated
                 // before, or a host authenticated from this address) go
@@ -805,12 +832,25 @@ impl QueuePair {
             &mut self.stats,
             &self.sink,
         ) {
-            Submitted::Done(status) => self.complete(cmd.cid(), Outcome::err(status)),
+            Submitted::Done(status) => {
+                if !status.is_success() && status == io::GATE_CLOSED {
+                    // A compare-and-write holds the bdev's writes.
+                    return Exec::Throttled;
+                }
+                self.complete(cmd.cid(), Outcome::err(status))
+            }
             Submitted::ZeroData => match self.complete(cmd.cid(), Outcome::err(Status::SUCCESS)) {
                 Exec::Complete(c) => Exec::CompleteZeroData(c),
                 other => other,
             },
-            Submitted::Pending => Exec::Pending,
+            Submitted::Pending => {
+                if op != IoOpcode::Read as u8 {
+                    // Write, Write Zeroes and Dataset Management answer
+                    // Pending only once counted in the write gate.
+                    self.note_gated(cmd.nsid());
+                }
+                Exec::Pending
+            }
         }
     }
 
@@ -883,6 +923,7 @@ impl QueuePair {
                 cid: cmd.cid(),
                 bytes: 0,
                 write: true,
+                nsid: 0,
             };
             match crate::reservation::PTPL_POOL.run(&self.sink, tag, work) {
                 Submitted::Done(st) => self.complete(cmd.cid(), Outcome::err(st)),
@@ -941,6 +982,7 @@ impl QueuePair {
             write_cache,
             &self.sink,
         ) {
+            Err(st) if st == io::GATE_CLOSED => Exec::Throttled,
             Err(st) => self.complete(cmd.cid(), Outcome::err(st)),
             Ok(None) => self.complete(cmd.cid(), Outcome::ok()),
             Ok(Some(op)) => {
@@ -948,6 +990,134 @@ impl QueuePair {
                 Exec::Pending
             }
         }
+    }
+
+    /// A counted write-group command went into an asynchronous backend.
+    #[inline]
+    fn note_gated(&mut self, nsid: u32) {
+        if let Some(ns) = self.ns.get(nsid) {
+            self.gated.submitted(nsid, ns.write_gate());
+        }
+    }
+
+    /// A fused Compare (`first`) and Write (`second`), paired by the
+    /// request engine in arrival order, both with their data: executed as
+    /// one atomic compare-and-write (`fused.rs`). Returns what to do with
+    /// each; both Pending while it waits for the write gate or a backend.
+    /// The engine calls it only on I/O queues.
+    #[cold]
+    pub(crate) fn execute_fused(
+        &mut self,
+        first: &Command,
+        first_data: &[u8],
+        second: &Command,
+        second_data: &[u8],
+    ) -> (Exec, Exec) {
+        self.consume_sq_entry();
+        self.consume_sq_entry();
+        if self.auth_pending || !matches!(self.role, Role::Io) {
+            let st = Status::AUTH_REQUIRED.with_dnr();
+            let st = if self.auth_pending {
+                st
+            } else {
+                INVALID_OPCODE
+            };
+            return (
+                self.complete(first.cid(), Outcome::err(st)),
+                self.complete(second.cid(), Outcome::err(st)),
+            );
+        }
+        if self.ctrl.as_ref().is_some_and(|c| c.is_dead()) {
+            // As `execute_io`: no answer, the queue closes.
+            return (Exec::Pending, Exec::Pending);
+        }
+        self.ns_pinned = false;
+        if let Some(ctrl) = &self.ctrl {
+            if ctrl.subsystem().ns_generation() != self.ns_generation {
+                self.refresh_namespaces();
+            }
+        }
+        let write_cache = self.ctrl.as_ref().is_none_or(|c| c.write_cache_enabled());
+        let ana = self.ctrl.as_ref().and_then(|c| c.ana_path()).cloned();
+        let ana = ana.as_deref();
+        let ns_cmp = io::lookup(&self.ns, ana, &self.host, first.nsid(), false);
+        let ns_write = io::lookup(&self.ns, ana, &self.host, second.nsid(), true);
+        let started = crate::fused::start(
+            first,
+            first_data,
+            second,
+            second_data,
+            ns_cmp,
+            ns_write,
+            self.max_transfer,
+            write_cache,
+        );
+        let (c1, c2) = match started {
+            Err(pair) => pair,
+            Ok(mut op) => match op.advance(&self.sink) {
+                Some(pair) => pair,
+                None => {
+                    self.caws.push(op);
+                    self.recount_caws();
+                    return (Exec::Pending, Exec::Pending);
+                }
+            },
+        };
+        (
+            self.complete(first.cid(), Outcome::err(c1)),
+            self.complete(second.cid(), Outcome::err(c2)),
+        )
+    }
+
+    /// Compare-and-writes waiting for their write gate try again (each
+    /// `poll`); those that finish complete both their commands.
+    #[cold]
+    fn advance_caws(&mut self, out: &mut dyn FnMut(Completion)) {
+        let mut i = 0;
+        while i < self.caws.len() {
+            if !self.caws[i].waiting() {
+                i += 1;
+                continue;
+            }
+            match self.caws[i].advance(&self.sink) {
+                Some(pair) => {
+                    let op = self.caws.swap_remove(i);
+                    self.caw_done(&op, pair, out);
+                }
+                None => i += 1,
+            }
+        }
+        self.recount_caws();
+    }
+
+    fn caw_done(
+        &mut self,
+        op: &crate::fused::CawOp,
+        (c1, c2): crate::fused::PairStatus,
+        out: &mut dyn FnMut(Completion),
+    ) {
+        let sqhd = self.reported_sqhd();
+        for (cid, st) in [(op.cmp_cid, c1), (op.write_cid, c2)] {
+            if !st.is_success() {
+                self.stats.count_error(st);
+            }
+            out(Completion::new(cid, self.qid, sqhd, st, 0));
+        }
+    }
+
+    /// Keeps `qos::park_here` counting the compare-and-writes that wait.
+    fn recount_caws(&mut self) {
+        let n = self.caws.iter().filter(|c| c.waiting()).count();
+        self.set_caws_parked(n);
+    }
+
+    fn set_caws_parked(&mut self, n: usize) {
+        if n > self.caws_parked {
+            crate::qos::park_here(n - self.caws_parked);
+        } else {
+            crate::qos::unpark_here(self.caws_parked - n);
+        }
+        self.caws_parked = n;
     }
 
     /// A command on an I/O queue that has not authenticated yet.
@@ -994,6 +1164,9 @@ impl QueuePair {
         }
         if !self.sink.is_empty() {
             self.deliver_backend_completions(out);
+        }
+        if self.caws_parked > 0 {
+            self.advance_caws(out);
         }
         let qid = self.qid;
         let sqhd = self.reported_sqhd();
@@ -1074,14 +1247,39 @@ impl QueuePair {
         let stats = &mut self.stats;
         let checks = &mut self.checks;
         let copies = &mut self.copies;
+        let caws = &mut self.caws;
+        let gated = &mut self.gated;
         let mut abort_waits = match &mut self.role {
             Role::Admin(aq) if !aq.abort_waits.is_empty() => Some(&mut aq.abort_waits),
             _ => None,
         };
-        // A clone for the Copy writes submitted from here, only while a
-        // Copy is in flight (no atomic per drain otherwise).
-        let sink = (!copies.is_empty()).then(|| self.sink.clone());
+        // A clone for the Copy (and compare-and-write) writes submitted
+        // from here, only while one is in flight (no atomic per drain
+        // otherwise).
+        let sink = (!copies.is_empty() || !caws.is_empty()).then(|| self.sink.clone());
         self.sink.drain(|tag, mut status| {
+            if tag.nsid != 0 {
+                // A write-group command counted in its write gate.
+                gated.completed(tag.nsid);
+            }
+            if !caws.is_empty() {
+                // A compare-and-write's read or write ended.
+                if let (Some(i), Some(sink)) = (
+                    caws.iter().position(|c| c.write_cid == tag.cid),
+                    sink.as_ref(),
+                ) {
+                    if let Some((c1, c2)) = caws[i].completed(status, sink) {
+                        let op = caws.swap_remove(i);
+                        for (cid, st) in [(op.cmp_cid, c1), (op.write_cid, c2)] {
+                            if !st.is_success() {
+                                stats.count_error(st);
+                            }
+                            out(Completion::new(cid, qid, sqhd, st, 0));
+                        }
+                    }
+                    return;
+                }
+            }
             if let Some(waits) = abort_waits.as_deref_mut() {
                 // An I/O queue's answer to an Abort: success, with dword 0
                 // bit 0 set when it was not aborted.
@@ -1191,6 +1389,9 @@ impl Drop for QueuePair {
         if Arc::strong_count(&self.sink) > 1 && !self.handed_over {
             crate::backend::uring::wait_sink_idle(&self.sink);
         }
+        // Compare-and-writes (dropped with the queue pair: their gates
+        // open) no longer wait here.
+        self.set_caws_parked(0);
         let Some(ctrl) = self.ctrl.take() else {
             return;
         };

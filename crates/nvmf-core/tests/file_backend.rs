@@ -67,6 +67,7 @@ const TAG: IoTag = IoTag {
     cid: 7,
     bytes: 0,
     write: false,
+    nsid: 0,
 };
 
 /// Runs one op to completion (waiting on this thread's ring).

@@ -258,6 +258,7 @@ mod tests {
                 cid: 1,
                 bytes: 0,
                 write: false,
+                nsid: 0,
             },
             sink: sink.clone(),
             op: Op::Read,

@@ -113,6 +113,7 @@ pub fn tag(cid: u16) -> IoTag {
         cid,
         bytes: 0,
         write: false,
+        nsid: 0,
     }
 }
 

@@ -199,6 +199,25 @@ pub struct RequestStats {
     pub qos_waits: u64,
 }
 
+/// A fused command on its queue (`RequestEngine::fuse_arrived`).
+#[derive(Debug, Clone, Copy)]
+struct Half {
+    idx: u16,
+    link: Link,
+    /// Its data is in (held in its slot until its pair's is).
+    ready: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Link {
+    /// A first whose next capsule has not arrived.
+    Open,
+    /// Paired with this slot.
+    Pair(u16),
+    /// Fails with this status once its data is in.
+    Fail(Status),
+}
+
 /// Whether a command waiting for its data phase could start.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Start {
@@ -232,6 +251,13 @@ pub struct RequestEngine {
     /// state `Executing`, so the queue polls and stays on its thread while
     /// any waits; each counted in `qos::parked_here`).
     throttled: VecDeque<u16>,
+    /// Fused halves on this I/O queue (`fused.rs`; empty on queues that
+    /// never see one): pairs waiting for both halves' data, lone halves
+    /// to fail. See `fuse_arrived`.
+    halves: Vec<Half>,
+    /// The latest command to arrive was a FUSE-first one (its slot): the
+    /// next capsule must be its second half.
+    fuse_open: Option<u16>,
     /// Slot releases + finished fetches when the FIFO last failed to start
     /// its head: nothing to retry before this changes (or a tick).
     wait_mark: u64,
@@ -288,6 +314,8 @@ impl RequestEngine {
             slots: Slots::new(PRE_CONNECT_SLOTS, params.buffers.clone()),
             need_buf: VecDeque::new(),
             throttled: VecDeque::new(),
+            halves: Vec::new(),
+            fuse_open: None,
             wait_mark: 0,
             fetch_done: 0,
             fetch_count: 0,
@@ -430,6 +458,9 @@ impl RequestEngine {
             return Err(Fault::sequence("command before Fabrics Connect"));
         }
         let idx = self.alloc(cmd)?;
+        if cmd.fuse() != 0 || self.fuse_open.is_some() {
+            self.fuse_arrived(fab, idx, cmd.fuse());
+        }
         // One look-up of the new slot: its arrival time, and the direction
         // `alloc` worked out.
         let Some(slot) = self.slots.get_mut(idx) else {
@@ -850,6 +881,9 @@ impl RequestEngine {
 
     #[inline]
     fn execute<F: Fabric>(&mut self, fab: &mut F, idx: u16, src: Src<'_>) -> Result<(), Fault> {
+        if !self.halves.is_empty() && self.halves.iter().any(|h| h.idx == idx) {
+            return self.execute_half(fab, idx, src);
+        }
         if !self.throttled.is_empty() && self.waits_behind(idx) {
             // QoS: in order behind the commands to this namespace that
             // are waiting for tokens.
@@ -933,6 +967,154 @@ impl RequestEngine {
     }
 
     // ---------------------------------------------------------------------
+    // Fused operations (Compare and Write): pairing in arrival order
+    // ---------------------------------------------------------------------
+
+    /// A command arrived with FUSE bits set, or right after a FUSE-first
+    /// one (arrival order is submission order). A first is paired with the
+    /// command that arrives next if that is a FUSE-second; otherwise the
+    /// first gets Command Aborted due to Missing Fused Command, and so
+    /// does a second that follows no first. FUSE 11b is reserved: Invalid
+    /// Field. Fused commands on the admin queue are not paired (the admin
+    /// command set has none).
+    #[cold]
+    fn fuse_arrived<F: Fabric>(&mut self, fab: &mut F, idx: u16, fuse: u8) {
+        if self.qp.qid() == 0 {
+            return;
+        }
+        if let Some(first) = self.fuse_open.take() {
+            if fuse == crate::fused::FUSE_SECOND {
+                if let Some(h) = self.halves.iter_mut().find(|h| h.idx == first) {
+                    h.link = Link::Pair(idx);
+                    self.halves.push(Half {
+                        idx,
+                        link: Link::Pair(first),
+                        ready: false,
+                    });
+                    return;
+                }
+            } else {
+                self.fail_half(fab, first, crate::fused::MISSING_FUSED);
+            }
+        }
+        let link = match fuse {
+            0 => return,
+            crate::fused::FUSE_FIRST => {
+                self.fuse_open = Some(idx);
+                Link::Open
+            }
+            crate::fused::FUSE_SECOND => Link::Fail(crate::fused::MISSING_FUSED),
+            _ => Link::Fail(Status::INVALID_FIELD.with_dnr()),
+        };
+        self.halves.push(Half {
+            idx,
+            link,
+            ready: false,
+        });
+    }
+
+    /// Half `idx` must fail with `st`: now if it waits for its pair, else
+    /// when its data is in.
+    fn fail_half<F: Fabric>(&mut self, fab: &mut F, idx: u16, st: Status) {
+        let Some(i) = self.halves.iter().position(|h| h.idx == idx) else {
+            return;
+        };
+        if self.fuse_open == Some(idx) {
+            self.fuse_open = None;
+        }
+        if self.halves[i].ready {
+            self.halves.remove(i);
+            self.complete_status(fab, idx, st);
+        } else {
+            self.halves[i].link = Link::Fail(st);
+        }
+    }
+
+    /// Slot `idx` is being completed without running: if it is a fused
+    /// half, it is forgotten and its pair fails (Command Aborted due to
+    /// Failed Fused Command).
+    #[cold]
+    fn half_gone<F: Fabric>(&mut self, fab: &mut F, idx: u16) {
+        let Some(i) = self.halves.iter().position(|h| h.idx == idx) else {
+            return;
+        };
+        let h = self.halves.remove(i);
+        if self.fuse_open == Some(idx) {
+            self.fuse_open = None;
+        }
+        if let Link::Pair(p) = h.link {
+            self.fail_half(fab, p, crate::fused::FAILED_FUSED);
+        }
+    }
+
+    /// A fused half has its data: it fails (lone), waits for its pair
+    /// (held: its data kept in its slot buffer), or runs with its pair
+    /// through `QueuePair::execute_fused`.
+    #[cold]
+    fn execute_half<F: Fabric>(
+        &mut self,
+        fab: &mut F,
+        idx: u16,
+        src: Src<'_>,
+    ) -> Result<(), Fault> {
+        let Some(i) = self.halves.iter().position(|h| h.idx == idx) else {
+            return Ok(());
+        };
+        let pair = match self.halves[i].link {
+            Link::Fail(st) => {
+                self.halves.remove(i);
+                self.complete_status(fab, idx, st);
+                return Ok(());
+            }
+            Link::Pair(p) if self.halves.iter().any(|h| h.idx == p && h.ready) => p,
+            _ => {
+                // Wait for the other half: keep the data in the slot.
+                if let Src::Capsule(d) = src {
+                    let len = d.len();
+                    self.slots.reserve(idx, len, true);
+                    if let Some(slot) = self.slots.get_mut(idx) {
+                        slot.len = len as u32;
+                        let dst = slot.data_mut(len);
+                        let n = dst.len();
+                        dst.copy_from_slice(&d[..n]);
+                    }
+                }
+                self.slots.set_state(idx, RequestState::Executing);
+                self.halves[i].ready = true;
+                return Ok(());
+            }
+        };
+        self.halves.retain(|h| h.idx != idx && h.idx != pair);
+        let held = |slots: &Slots, i: u16| {
+            slots
+                .get(i)
+                .map(|s| (s.cmd, s.data(s.len as usize).to_vec()))
+        };
+        let (Some(other), Some(mine_cmd)) =
+            (held(&self.slots, pair), self.slots.get(idx).map(|s| s.cmd))
+        else {
+            return Ok(());
+        };
+        let mine_data: Vec<u8> = match src {
+            Src::None => Vec::new(),
+            Src::Capsule(d) => d.to_vec(),
+            Src::Slot => self
+                .slots
+                .get(idx)
+                .map(|s| s.data(s.len as usize).to_vec())
+                .unwrap_or_default(),
+        };
+        let ((fi, fc, fd), (si, sc, sd)) = if mine_cmd.fuse() == crate::fused::FUSE_FIRST {
+            ((idx, mine_cmd, mine_data), (pair, other.0, other.1))
+        } else {
+            ((pair, other.0, other.1), (idx, mine_cmd, mine_data))
+        };
+        let (e1, e2) = self.qp.execute_fused(&fc, &fd, &sc, &sd);
+        self.finish(fab, fi, e1)?;
+        self.finish(fab, si, e2)
+    }
+
+    // ---------------------------------------------------------------------
     // QoS: commands waiting for their bdev's tokens
     // ---------------------------------------------------------------------
 
@@ -1007,6 +1189,10 @@ impl RequestEngine {
         let Some(cmd) = self.slots.get(idx).map(|s| s.cmd) else {
             return;
         };
+        if !self.halves.is_empty() {
+            // A fused half failed before it could run: its pair fails too.
+            self.half_gone(fab, idx);
+        }
         // The command consumed an SQ entry: the core moves SQHD and fills
         // it in.
         let c = self.qp.complete_unexecuted(&cmd, status);
