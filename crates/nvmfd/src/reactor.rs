@@ -24,7 +24,8 @@
 //! bound these too).
 //!
 //! QoS (docs/QOS.md): while commands of this thread's queues wait for their
-//! bdev's rate-limit tokens (`nvmf_core::qos::parked_here`), the epoll
+//! bdev's rate-limit tokens, or for a bdev's write gate during a fused
+//! Compare and Write (`nvmf_core::qos::parked_here` counts both), the epoll
 //! timeout is at most the next 1 ms time slice, and then every connection
 //! with executing commands (parked ones count) is polled, NVMe/RDMA too.
 //!
@@ -642,6 +643,11 @@ impl Reactor {
                     next_qos = now + nvmf_core::qos::TIMESLICE;
                     self.poll_executing(&mut conns, &mut again, &mut tick_keys);
                     rdma.poll_executing();
+                    // Commands that ran now (resumed for QoS, a
+                    // compare-and-write past its write gate) may have
+                    // queued io_uring operations: submit them before the
+                    // reactor sleeps.
+                    uring::flush();
                 }
             }
 
