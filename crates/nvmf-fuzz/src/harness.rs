@@ -133,6 +133,9 @@ pub struct Report {
     pub closed: u32,
     /// Blocks of successful reads compared with known content.
     pub verified_blocks: u64,
+    /// Halves of fused operations answered Compare Failure, Command
+    /// Aborted due to Failed Fused Command or Missing Fused Command.
+    pub fused_failures: u32,
 }
 
 /// Plays `input` against a fresh target; panics when an invariant breaks.
@@ -219,7 +222,8 @@ struct Conn {
     admin: bool,
     /// What the data model follows of each command in flight, by CID, in
     /// the order sent (a CID may be reused once its command completed).
-    track: HashMap<u16, VecDeque<Track>>,
+    /// With each, the FUSE bits it was sent with.
+    track: HashMap<u16, VecDeque<(Track, u8)>>,
 }
 
 /// What the data model follows of one command.
@@ -367,11 +371,21 @@ impl Conn {
         let Some(q) = self.track.get_mut(&cid) else {
             return;
         };
-        let t = q.pop_front();
+        let (t, fuse) = q.pop_front().map_or((None, 0), |(t, f)| (Some(t), f));
         if q.is_empty() {
             self.track.remove(&cid);
         }
         let st = nvmf_wire::status::Status::from_field(status);
+        // Command Aborted due to Failed / Missing Fused Command only for a
+        // half of a fused operation.
+        let fused_status = matches!((st.sct, st.sc), (0, 0x09) | (0, 0x0a));
+        assert!(
+            fuse != 0 || !fused_status,
+            "fused-command status {st:?} on CID {cid}, sent with FUSE 00b"
+        );
+        if fuse != 0 && (fused_status || (st.sct, st.sc) == (2, 0x85)) {
+            rep.fused_failures += 1;
+        }
         match &t {
             Some(Track::Acquire) if ok => shadow.reserved = true,
             Some(Track::Writes(_) | Track::Read(_)) => assert!(
@@ -401,7 +415,7 @@ impl Conn {
 
     /// Every write in flight.
     fn writes(&self) -> impl Iterator<Item = &PendingWrite> {
-        self.track.values().flatten().flat_map(|t| match t {
+        self.track.values().flatten().flat_map(|(t, _)| match t {
             Track::Writes(ws) => ws.as_slice(),
             _ => &[],
         })
@@ -410,7 +424,10 @@ impl Conn {
     /// The oldest command in flight with this CID (the one the target is
     /// working on).
     fn front(&mut self, cid: u16) -> Option<&mut Track> {
-        self.track.get_mut(&cid).and_then(|q| q.front_mut())
+        self.track
+            .get_mut(&cid)
+            .and_then(|q| q.front_mut())
+            .map(|(t, _)| t)
     }
 
     /// Decodes every complete PDU the target wrote.
@@ -1080,6 +1097,11 @@ impl Harness {
                 if sel & 0xc0 == 0xc0 {
                     cmd.set_cdw12(cmd.cdw12() | (cdw[0] & 0xffff_0000));
                 }
+                if sel & 0x0c == 0x0c {
+                    // The second half of a fused Compare and Write (with a
+                    // FUSE-first Compare just before it, or lone).
+                    cmd.set_flags(2);
+                }
                 (cmd, (nlb + 1) * block_size(nsid))
             }
             Kind::Reservation => {
@@ -1123,7 +1145,8 @@ impl Harness {
                 let mut cmd = Command::new(if compare { 0x05 } else { 0x0c }, cid);
                 cmd.set_nsid(nsid).set_lba_range(slba, nlb + 1);
                 if sel & 0x80 != 0 {
-                    // sometimes fused (not offered: Invalid Field)
+                    // Sometimes fused: first (a Compare and Write if a
+                    // FUSE-second Write comes next), second or reserved.
                     cmd.set_flags((sel >> 1) & 3);
                 }
                 let natural = if compare {
@@ -1240,7 +1263,8 @@ impl Harness {
             Kind::RawAdmin if cmd.opcode() >= 0x80 => self.shadow.valid = false,
             Kind::Write | Kind::WriteZeroes if on_io && nsid == 1 => {
                 let len = count as usize * BS;
-                let known = if kind == Kind::WriteZeroes {
+                let known = if kind == Kind::WriteZeroes || cmd.fuse() != 0 {
+                    // A fused Write lands only if its Compare matched.
                     None
                 } else if incapsule && sgl_len == len && data.len() == len {
                     Some(data.clone())
@@ -1334,7 +1358,10 @@ impl Harness {
         track: Track,
     ) {
         let c = self.conn(s);
-        c.track.entry(cmd.cid()).or_default().push_back(track);
+        c.track
+            .entry(cmd.cid())
+            .or_default()
+            .push_back((track, cmd.fuse()));
         let mut v = Vec::new();
         encode_capsule_cmd(&mut v, &c.eo, cmd, data);
         c.send_cid(cmd.cid());

@@ -982,7 +982,18 @@ impl Harness {
                 let op = if kind == Kind::Read { 0x02 } else { 0x01 };
                 let mut cmd = Command::new(op, cid);
                 cmd.set_nsid(nsid).set_lba_range(slba, count);
+                if kind == Kind::Write && sel & 0x0c == 0x0c {
+                    // Second half of a fused Compare and Write (or lone).
+                    cmd.set_flags(2);
+                }
                 (cmd, count * bs, kind == Kind::Write)
+            }
+            Kind::Compare => {
+                // Usually the first half of a fused Compare and Write.
+                let mut cmd = Command::new(0x05, cid);
+                cmd.set_nsid(nsid).set_lba_range(slba, count);
+                cmd.set_flags(if sel & 0x80 != 0 { sel & 3 } else { 1 });
+                (cmd, count * bs, true)
             }
             Kind::Flush => {
                 let mut cmd = Command::new(0x00, cid);
@@ -1126,7 +1137,8 @@ impl Harness {
             }
             Kind::Aer => Track::Aer,
             Kind::Write | Kind::WriteZeroes if on_io && nsid == 1 => {
-                let known = if kind == Kind::WriteZeroes {
+                let known = if kind == Kind::WriteZeroes || cmd.fuse() != 0 {
+                    // A fused Write lands only if its Compare matched.
                     None
                 } else if exact && (!incapsule || icd.len() == natural as usize) {
                     Some(written)
@@ -1878,6 +1890,8 @@ enum Kind {
     PropSet,
     Disconnect,
     Raw,
+    /// Compare (05h), FUSE first unless the selector says otherwise.
+    Compare,
 }
 
 /// The opcode table `RCmd::op` indexes (seeds.rs mirrors the indices).
@@ -1898,4 +1912,5 @@ const KINDS: &[Kind] = &[
     Kind::PropSet,
     Kind::Disconnect,
     Kind::Raw,
+    Kind::Compare,
 ];

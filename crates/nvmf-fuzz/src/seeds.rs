@@ -213,6 +213,9 @@ pub mod op {
     /// Reservation commands; the selector picks Register (0), Acquire (2),
     /// Release (4) or Report (5).
     pub const IO_RESERVATION: u8 = 15;
+    /// Compare (selector bit 0 clear) or Verify; selector 0x80 | FUSE << 1
+    /// sets the FUSE bits.
+    pub const IO_COMPARE_VERIFY: u8 = 16;
 }
 
 /// The hand-made seeds: (file name, bytes).
@@ -254,6 +257,18 @@ pub fn all() -> Vec<(&'static str, Vec<u8>)> {
         .io_sel(1, IO_RESERVATION, 4, 0)
         .io(1, IO_READ, false, 8, 0, false, None);
     v.push(("hand-reservation", e.0));
+
+    // Fused Compare and Write: a write, then Compare (FUSE first) + Write
+    // (FUSE second) that miscompare (Compare Failure, Failed Fused), a
+    // lone second half (Missing Fused), and a read back of the unchanged
+    // block.
+    let mut e = new();
+    e.io(1, IO_WRITE, false, 0, 0, false, None)
+        .io_sel(1, IO_COMPARE_VERIFY, 0x82, 0)
+        .io_sel(1, IO_WRITE, 0x0c, 0)
+        .io_sel(1, IO_WRITE, 0x0c, 0)
+        .io(1, IO_READ, false, 0, 0, false, None);
+    v.push(("hand-caw", e.0));
 
     // R2T writes (whole, then in 1000-byte pieces), reads via C2HData, on
     // both namespaces.
@@ -349,6 +364,8 @@ pub mod rdma {
     pub const KEEP_ALIVE: u8 = 10;
     pub const AER: u8 = 11;
     pub const PROP_SET: u8 = 13;
+    /// Compare, FUSE first (selector below 0x80).
+    pub const COMPARE: u8 = 16;
 
     const OPS: u32 = 14;
 
@@ -502,6 +519,19 @@ pub mod rdma {
         }
         r.disconnect(1).cmd(0, KEEP_ALIVE, 0, 0, 0);
         v.push(("hand-rdma-srq", r.0 .0));
+
+        // Fused Compare and Write: a write, Compare (FUSE first) + Write
+        // (FUSE second) that miscompare, a lone second half (the model
+        // forgets a block whose write failed), a write and its read back.
+        let mut r = R::new(None);
+        r.bring_up()
+            .cmd(1, WRITE, 300, 0, 0)
+            .cmd(1, COMPARE, 300, 0, 0)
+            .cmd(1, WRITE, 300, 0, 0x0c)
+            .cmd(1, WRITE, 300, 0, 0x0c)
+            .cmd(1, WRITE, 300, 0, 0)
+            .cmd(1, READ, 300, 0, 0);
+        v.push(("hand-rdma-caw", r.0 .0));
 
         // Issue 23 finding 1: the connect request asks for HSQSIZE 1 (a
         // queue of 2 entries), the Connect says SQSIZE 127, then 12 writes

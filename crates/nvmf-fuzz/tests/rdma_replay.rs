@@ -118,6 +118,7 @@ fn hand_made_rdma_seeds_reach_their_scenarios() {
             "hand-rdma-srq" => {
                 r.shared_capsules >= 20 && r.completions >= 18 && r.verified_blocks == 48
             }
+            "hand-rdma-caw" => r.completions >= 6 && r.closed == 0 && r.verified_blocks == 1,
             // The mismatched Connect is refused; the queue that then gets
             // commands before any Connect closes.
             "hand-rdma-mismatch" => r.refused_connects == 1 && r.closed >= 1,

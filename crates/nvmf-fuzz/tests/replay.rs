@@ -143,6 +143,14 @@ fn hand_made_seeds_reach_their_scenarios() {
                     && r.terms == 0
                     && r.verified_blocks == 1
             }
+            // write, fused pair (miscompare), lone second, read back
+            "hand-caw" => {
+                r.io_connects == 1
+                    && r.completions >= 6
+                    && r.terms == 0
+                    && r.fused_failures >= 3
+                    && r.verified_blocks == 1
+            }
             // ANA log page (C2HData) + Identify (C2HData) + a read of the
             // non-optimized group that completes
             "hand-ana" => r.c2h >= 3 && r.completions >= 3 && r.terms == 0,
