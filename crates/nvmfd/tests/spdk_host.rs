@@ -686,6 +686,37 @@ fn nvme_fuzz_runs_to_its_end() {
     assert_perf_ok("after nvme_fuzz", st, &out, &t);
 }
 
+/// SPDK's own fused-command test app (`test/nvme/fused_ordering`, SPDK's
+/// host library): 1024 rounds of 8 writes too big for the capsule (R2T)
+/// followed by a fused Compare (FUSE first) and, after a growing number of
+/// polls, its Write (FUSE second), each round on namespace 1 (malloc): every
+/// command must succeed (the app exits non-zero on any error). The
+/// regression it was written for (SPDK issue 2428) is a fetched write
+/// slipping in between the two halves of the pair.
+#[test]
+#[ignore = "needs a built SPDK v26.05 (NVMFD_SPDK_DIR, see ../shared/tools/spdk-build.sh) with test/nvme/fused_ordering built; run with --ignored"]
+fn fused_ordering_compare_and_write() {
+    let spdk = spdk_dir("fused_ordering_compare_and_write");
+    let bin = spdk.join("test/nvme/fused_ordering/fused_ordering");
+    assert!(
+        bin.is_file(),
+        "fused_ordering_compare_and_write: no {} (make -C test/nvme/fused_ordering in the SPDK tree)",
+        bin.display()
+    );
+    let _one = SERIAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+    let mut t = Target::start(&spdk, "fused");
+    let mut cmd = Command::new(&bin);
+    cmd.args(["-c", "0x1", "--no-huge", "-s", "512", "-r", &t.trid(OPEN, None)]);
+    let mut p = SpdkProc::spawn(cmd, t.dir.path("fused.out"));
+    let (st, out) = p.finish(Duration::from_secs(180), &t.nvmfd);
+    assert!(
+        st.success() && out.contains("fused_ordering(1023)"),
+        "fused_ordering exited {st}\n{}",
+        tail(&out, 40)
+    );
+    assert!(t.nvmfd.running(), "nvmfd died");
+}
+
 /// `scripts/rpc.py -s SOCK args...` (bounded), its stdout parsed as JSON
 /// when there is any.
 fn rpc_py(spdk: &Path, sock: &Path, args: &[&str]) -> Value {
