@@ -31,6 +31,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use nvmf_wire::command::Command;
 use nvmf_wire::opcode::IoOpcode;
@@ -65,11 +66,21 @@ pub const GATE_SHARDS: usize = 16;
 #[repr(align(64))]
 struct Shard(AtomicI64);
 
+/// After a compare-and-write opens a gate that writes found closed, the
+/// next one waits this long before it may close it again, so the writes
+/// waiting (offered again every 1 ms time slice) get their turn even when
+/// a host sends nothing but compare-and-writes.
+pub const WRITERS_TURN: Duration = Duration::from_millis(2);
+
 /// One bdev's write gate (see the module documentation).
 #[derive(Debug, Default)]
 pub struct WriteGate {
     /// A compare-and-write owns the bdev's writes.
     closed: AtomicBool,
+    /// A write found the gate closed since it was last closed.
+    refused: AtomicBool,
+    /// When it was last opened (`qos::now_ns`).
+    opened_ns: AtomicU64,
     /// Write-group commands in flight, summed over the shards.
     shards: [Shard; GATE_SHARDS],
     /// Compare-and-writes executed, and how many of them miscompared.
@@ -87,6 +98,7 @@ impl WriteGate {
         s.fetch_add(1, SeqCst);
         if self.closed.load(SeqCst) {
             s.fetch_sub(1, SeqCst);
+            self.refused.store(true, Relaxed);
             return false;
         }
         true
@@ -114,12 +126,25 @@ impl WriteGate {
     }
 
     fn try_close(&self) -> bool {
-        self.closed
+        if self.refused.load(Relaxed) {
+            let since = crate::qos::now_ns().saturating_sub(self.opened_ns.load(Relaxed));
+            if since < WRITERS_TURN.as_nanos() as u64 {
+                // Writes were kept waiting: their turn first.
+                return false;
+            }
+        }
+        let closed = self
+            .closed
             .compare_exchange(false, true, SeqCst, SeqCst)
-            .is_ok()
+            .is_ok();
+        if closed {
+            self.refused.store(false, Relaxed);
+        }
+        closed
     }
 
     fn open(&self) {
+        self.opened_ns.store(crate::qos::now_ns(), Relaxed);
         self.closed.store(false, SeqCst);
     }
 }
@@ -462,6 +487,14 @@ mod tests {
         assert_eq!(g.in_flight(), 0);
         g.open();
         assert!(g.enter(1));
+        g.leave(1);
+        // A write was refused: the next compare-and-write waits its turn.
+        assert!(!g.try_close(), "writers' turn after a refusal");
+        std::thread::sleep(WRITERS_TURN);
+        assert!(g.try_close());
+        g.open();
+        assert!(g.try_close(), "no write refused meanwhile: no wait");
+        g.open();
     }
 
     #[test]

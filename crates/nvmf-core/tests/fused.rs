@@ -406,23 +406,34 @@ fn the_write_gate_orders_a_compare_and_write_against_other_writes() {
     assert_eq!(status_of(&fab, 2), Some(Status::SUCCESS));
     assert_eq!(status_of(&fab, 3), Some(Status::SUCCESS));
     assert!(!gate.is_closed());
-    // Then the parked write.
+    // A compare-and-write right behind it lets the write it kept waiting
+    // go first (writers' turn).
+    send(&mut io, &mut fab, &compare(30, 5), 0x03);
+    send(&mut io, &mut fab, &fused_write(31, 5), 0x06);
+    assert!(!gate.is_closed(), "the waiting write's turn");
+    assert_eq!(status_of(&fab, 30), None);
+    // The parked write runs on its queue's next turn.
     io2.poll(&mut fab2, Instant::now()).unwrap();
     assert_eq!(
         fab2.done.first().map(|d| (d.0, d.1)),
         Some((1, Status::SUCCESS))
     );
-    assert_eq!(read_back(&mut io, &mut fab, 9, 5), vec![0x03; 512]);
+    // Then the compare-and-write, which sees that write's data.
+    std::thread::sleep(fused::WRITERS_TURN);
+    io.poll(&mut fab, Instant::now()).unwrap();
+    assert_eq!(status_of(&fab, 30), Some(Status::SUCCESS));
+    assert_eq!(status_of(&fab, 31), Some(Status::SUCCESS));
+    assert_eq!(read_back(&mut io, &mut fab, 9, 5), vec![0x06; 512]);
     assert_eq!(gate.in_flight(), 0);
     assert_eq!(qos::parked_here(), parked_before);
-    assert_eq!(gate.counts(), (1, 0));
+    assert_eq!(gate.counts(), (2, 0));
 
     // A second compare-and-write waits while another holds the gate, and a
     // queue dropped while its compare-and-write waits gives the gate back.
     fab.done.clear();
     fab2.done.clear();
     assert!(gate.enter(7));
-    send(&mut io, &mut fab, &compare(20, 5), 0x03);
+    send(&mut io, &mut fab, &compare(20, 5), 0x06);
     send(&mut io, &mut fab, &fused_write(21, 5), 0x04);
     send(&mut io2, &mut fab2, &compare(22, 5), 0x04);
     send(&mut io2, &mut fab2, &fused_write(23, 5), 0x05);

@@ -706,7 +706,15 @@ fn fused_ordering_compare_and_write() {
     let _one = SERIAL_TESTS.lock().unwrap_or_else(|e| e.into_inner());
     let mut t = Target::start(&spdk, "fused");
     let mut cmd = Command::new(&bin);
-    cmd.args(["-c", "0x1", "--no-huge", "-s", "512", "-r", &t.trid(OPEN, None)]);
+    cmd.args([
+        "-c",
+        "0x1",
+        "--no-huge",
+        "-s",
+        "512",
+        "-r",
+        &t.trid(OPEN, None),
+    ]);
     let mut p = SpdkProc::spawn(cmd, t.dir.path("fused.out"));
     let (st, out) = p.finish(Duration::from_secs(180), &t.nvmfd);
     assert!(
