@@ -33,6 +33,10 @@ use nvmf_wire::{Command, DataDirection, IoOpcode, SglDescriptor, Status};
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+/// FUSE field of command dword 0: first / second half of a fused operation.
+const FUSE_FIRST: u8 = 0x01;
+const FUSE_SECOND: u8 = 0x02;
+
 /// A slot (command) index; also the command's CID.
 pub type Slot = u16;
 
@@ -446,6 +450,52 @@ impl IoQueue {
         let mut c = Command::new(IoOpcode::Write as u8, 0);
         c.set_nsid(nsid).set_lba_range(slba, nlb);
         self.submit(slot, c, len)
+    }
+
+    /// Fused Compare and Write of `nlb` blocks at `slba` (`len` = nlb ×
+    /// block size): a Compare (FUSE first) on `compare` whose buffer holds
+    /// the expected data, and right behind it a Write (FUSE second) on
+    /// `write` whose buffer holds the new data. The target writes only if
+    /// the data matched, atomically (VMware's test-and-set): then both
+    /// complete with success; on a miscompare the Compare gets Compare
+    /// Failure and the Write Command Aborted due to Failed Fused Command.
+    /// Nothing else may be submitted on this queue between the two, so both
+    /// go out in this call.
+    pub fn submit_compare_and_write(
+        &mut self,
+        compare: Slot,
+        write: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+    ) -> Result<()> {
+        if compare == write {
+            return Err(Error::InvalidArg(
+                "compare and write need two different slots".into(),
+            ));
+        }
+        let mut c = Command::new(IoOpcode::Compare as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        c.flags |= FUSE_FIRST;
+        let mut w = Command::new(IoOpcode::Write as u8, 0);
+        w.set_nsid(nsid).set_lba_range(slba, nlb);
+        w.flags |= FUSE_SECOND;
+        // Check both before sending either: a lone first half would fail.
+        for s in [compare, write] {
+            let i = s as usize;
+            if i >= self.s.info.len() || self.s.info[i].state != State::Owned {
+                return Err(Error::InvalidArg(format!("slot {s} is not allocated")));
+            }
+        }
+        if len as usize > self.s.buf_size {
+            return Err(Error::InvalidArg(format!(
+                "transfer of {len} bytes exceeds the queue's {} byte buffers",
+                self.s.buf_size
+            )));
+        }
+        self.submit(compare, c, len)?;
+        self.submit(write, w, len)
     }
 
     /// Flush the namespace's volatile write cache.

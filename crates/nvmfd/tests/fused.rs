@@ -22,8 +22,6 @@
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::IoQueue;
 use nvmf_host::trid::TransportId;
-use nvmf_wire::command::Command;
-use nvmf_wire::opcode::IoOpcode;
 use nvmf_wire::status::Status;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -92,14 +90,8 @@ fn compare_and_write(q: &mut IoQueue, nsid: u32, expected: &[u8], new: &[u8]) ->
     let s2 = q.alloc().expect("slot");
     q.buf_mut(s1)[..expected.len()].copy_from_slice(expected);
     q.buf_mut(s2)[..new.len()].copy_from_slice(new);
-    let mut c = Command::new(IoOpcode::Compare as u8, 0);
-    c.set_nsid(nsid).set_lba_range(LOCK, nlb);
-    c.flags |= 0x01; // FUSE: first
-    let mut w = Command::new(IoOpcode::Write as u8, 0);
-    w.set_nsid(nsid).set_lba_range(LOCK, nlb);
-    w.flags |= 0x02; // FUSE: second
-    q.submit(s1, c, len).expect("submit compare");
-    q.submit(s2, w, len).expect("submit write");
+    q.submit_compare_and_write(s1, s2, nsid, LOCK, nlb, len)
+        .expect("submit compare and write");
     q.flush().expect("send");
     (wait_one(q, s1, "compare"), wait_one(q, s2, "write"))
 }
