@@ -224,6 +224,9 @@ struct Conn {
     /// the order sent (a CID may be reused once its command completed).
     /// With each, the FUSE bits it was sent with.
     track: HashMap<u16, VecDeque<(Track, u8)>>,
+    /// A capsule went out with a byte flipped (`Mangle::Byte`): its FUSE
+    /// bits or CID may not be what the model sent.
+    mangled: bool,
 }
 
 /// What the data model follows of one command.
@@ -305,6 +308,7 @@ impl Conn {
             closed_total: None,
             admin: true,
             track: HashMap::new(),
+            mangled: false,
         }
     }
 
@@ -380,7 +384,7 @@ impl Conn {
         // half of a fused operation.
         let fused_status = matches!((st.sct, st.sc), (0, 0x09) | (0, 0x0a));
         assert!(
-            fuse != 0 || !fused_status,
+            fuse != 0 || !fused_status || self.mangled,
             "fused-command status {st:?} on CID {cid}, sent with FUSE 00b"
         );
         if fuse != 0 && (fused_status || (st.sct, st.sc) == (2, 0x85)) {
@@ -1358,6 +1362,7 @@ impl Harness {
         track: Track,
     ) {
         let c = self.conn(s);
+        c.mangled |= matches!(mangle, Mangle::Byte { .. });
         c.track
             .entry(cmd.cid())
             .or_default()

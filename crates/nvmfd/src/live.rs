@@ -128,17 +128,26 @@ impl Live {
         (t, rdma)
     }
 
-    /// Every bdev of the running target with the Reads and Writes
-    /// that waited for its QoS tokens (`/metrics`).
-    pub fn qos_throttled(&self) -> Vec<(String, u64)> {
+    /// Every bdev of the running target with the Reads and Writes that
+    /// waited for its QoS tokens and its compare-and-write counts
+    /// (`/metrics`).
+    pub fn bdev_counters(&self) -> Vec<crate::metrics::BdevCounters> {
         // The target's bdev table (not the applied configuration, whose
         // lock a slow change holds): a scrape never waits for a change.
         self.target
             .backend_names()
             .into_iter()
             .map(|b| {
-                let n = self.target.bdev_qos(&b).throttled();
-                (b, n)
+                let (compare_and_writes, miscompares) = self
+                    .target
+                    .backend(&b)
+                    .map_or((0, 0), |be| nvmf_core::fused::gate_for(&be).counts());
+                crate::metrics::BdevCounters {
+                    qos_throttled: self.target.bdev_qos(&b).throttled(),
+                    compare_and_writes,
+                    miscompares,
+                    name: b,
+                }
             })
             .collect()
     }

@@ -31,7 +31,11 @@
 //! `nvmf_rdma_completions_total`, `nvmf_rdma_polled_completions_total`,
 //! `nvmf_rdma_async_events_total`, `nvmf_rdma_srq_unconfirmed_teardowns_total`.
 //! Per bdev (label `bdev`): `nvmf_bdev_qos_throttled_total`, Reads and Writes
-//! that waited for the bdev's QoS tokens (docs/QOS.md).
+//! that waited for the bdev's QoS tokens (docs/QOS.md);
+//! `nvmf_bdev_compare_and_writes_total` and
+//! `nvmf_bdev_compare_and_write_miscompares_total`, fused Compare and
+//! Writes that read and compared the bdev's data, and those whose data
+//! differed (docs/COMPARE-AND-WRITE.md).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -154,7 +158,7 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     let (status, ctype, body, head) = match req {
         Req::Metrics { head } => {
             let (paths, rdma) = live.gather_metrics();
-            let body = encode(&paths, &rdma, &live.qos_throttled());
+            let body = encode(&paths, &rdma, &live.bdev_counters());
             ("200 OK", CONTENT_TYPE, body, head)
         }
         Req::NotFound => (
@@ -214,11 +218,11 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
 /// The exposition of a path table, the reactors' NVMe/RDMA sides and the
 /// bdevs' QoS counters, (name, throttled) (OpenMetrics text, ends with
 /// `# EOF`).
-pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)], qos: &[(String, u64)]) -> String {
+pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)], bdevs: &[BdevCounters]) -> String {
     let mut reg = Registry::default();
     reg.register_collector(Box::new(Paths(t.clone())));
     reg.register_collector(Box::new(Rdma(rdma.to_vec())));
-    reg.register_collector(Box::new(Qos(qos.to_vec())));
+    reg.register_collector(Box::new(Bdevs(bdevs.to_vec())));
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
@@ -297,25 +301,52 @@ impl Collector for Rdma {
     }
 }
 
-/// QoS per bdev: (bdev name, commands that waited for its tokens).
-#[derive(Debug)]
-struct Qos(Vec<(String, u64)>);
+/// One bdev's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BdevCounters {
+    pub name: String,
+    /// Reads and Writes that waited for its QoS tokens.
+    pub qos_throttled: u64,
+    /// Fused Compare and Writes that compared its data, and how many of
+    /// them miscompared.
+    pub compare_and_writes: u64,
+    pub miscompares: u64,
+}
 
-impl Collector for Qos {
+/// Counters per bdev.
+#[derive(Debug)]
+struct Bdevs(Vec<BdevCounters>);
+
+impl Collector for Bdevs {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         if self.0.is_empty() {
             return Ok(());
         }
-        let mut m = enc.encode_descriptor(
-            "nvmf_bdev_qos_throttled",
-            "Reads and Writes that waited for the bdev's QoS rate limit tokens (bdev_set_qos_limit)",
-            None,
-            MetricType::Counter,
-        )?;
-        for (bdev, n) in &self.0 {
-            let l: Labels = vec![("bdev", bdev.clone())];
-            m.encode_family(&l)?
-                .encode_counter::<NoLabelSet, _, u64>(n, None)?;
+        type Get = fn(&BdevCounters) -> u64;
+        let families: [(&str, &str, Get); 3] = [
+            (
+                "nvmf_bdev_qos_throttled",
+                "Reads and Writes that waited for the bdev's QoS rate limit tokens (bdev_set_qos_limit)",
+                |b| b.qos_throttled,
+            ),
+            (
+                "nvmf_bdev_compare_and_writes",
+                "Fused Compare and Writes that read and compared the bdev's data",
+                |b| b.compare_and_writes,
+            ),
+            (
+                "nvmf_bdev_compare_and_write_miscompares",
+                "Fused Compare and Writes whose data differed (Compare Failure, nothing written)",
+                |b| b.miscompares,
+            ),
+        ];
+        for (name, help, get) in families {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for b in &self.0 {
+                let l: Labels = vec![("bdev", b.name.clone())];
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, u64>(&get(b), None)?;
+            }
         }
         Ok(())
     }
@@ -521,13 +552,27 @@ mod tests {
     #[test]
     fn qos_throttled_commands_are_exposed_per_bdev() {
         let t = PathTable::default();
-        let out = encode(&t, &[], &[("Malloc0".into(), 42), ("Malloc1".into(), 0)]);
+        let b = |name: &str, q, c, m| BdevCounters {
+            name: name.into(),
+            qos_throttled: q,
+            compare_and_writes: c,
+            miscompares: m,
+        };
+        let out = encode(&t, &[], &[b("Malloc0", 42, 7, 2), b("Malloc1", 0, 0, 0)]);
         assert!(
             out.contains("nvmf_bdev_qos_throttled_total{bdev=\"Malloc0\"} 42"),
             "{out}"
         );
         assert!(
             out.contains("nvmf_bdev_qos_throttled_total{bdev=\"Malloc1\"} 0"),
+            "{out}"
+        );
+        assert!(
+            out.contains("nvmf_bdev_compare_and_writes_total{bdev=\"Malloc0\"} 7"),
+            "{out}"
+        );
+        assert!(
+            out.contains("nvmf_bdev_compare_and_write_miscompares_total{bdev=\"Malloc0\"} 2"),
             "{out}"
         );
         assert!(!encode(&t, &[], &[]).contains("qos"), "none without bdevs");

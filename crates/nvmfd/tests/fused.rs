@@ -17,7 +17,9 @@
 //! - on the file namespace the compare-and-write spans 16 blocks (ACWU +
 //!   1, 8 KiB: both halves' data through R2T), on the RAM one 8 blocks
 //!   (4 KiB, in the capsule);
-//! - Identify Controller reports FUSES bit 0 and ACWU.
+//! - Identify Controller reports FUSES bit 0 and ACWU;
+//! - `/metrics` counts each bdev's compare-and-writes and miscompares
+//!   (3 compared per round: both tries and the release; 1 miscompare).
 
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::IoQueue;
@@ -298,9 +300,10 @@ fn two_hosts_test_and_set_with_writes_around_on_ram_and_file() {
         .unwrap()
         .set_len(NS_BLOCKS * 512)
         .unwrap();
+    let metrics = nvmf_testkit::free_port();
     let d = nvmf_testkit::Daemon::start_on_free_port(|port| {
         nvmf_testkit::Daemon::builder(config(port, &img))
-            .args(["-m", "0,1"])
+            .args(["-m", "0,1", "--metrics", &format!("127.0.0.1:{metrics}")])
             .listening(&[port])
             .ready_when(&format!("listening on 127.0.0.1:{port} (tcp)"))
             .ready_within(Duration::from_secs(10))
@@ -324,7 +327,29 @@ fn two_hosts_test_and_set_with_writes_around_on_ram_and_file() {
             "nsid {nsid}: the lock range is not in its final state"
         );
     }
+    let body = scrape(metrics);
+    for bdev in ["Malloc0", "F0"] {
+        for (name, want) in [
+            ("nvmf_bdev_compare_and_writes_total", 3 * ROUNDS),
+            ("nvmf_bdev_compare_and_write_miscompares_total", ROUNDS),
+        ] {
+            let line = format!("{name}{{bdev=\"{bdev}\"}} {want}\n");
+            assert!(body.contains(&line), "no {line:?} in\n{body}");
+        }
+    }
     drop(hosts);
     drop(d);
     let _ = std::fs::remove_file(&img);
+}
+
+/// The body of `GET /metrics` on 127.0.0.1:`port`.
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
 }
