@@ -1578,8 +1578,11 @@ impl Harness {
                         c.sq.iter()
                             .filter(|p| matches!(p.wr, WorkRequest::Read { .. }))
                             .count();
+                    // (A made-up completion for a READ that was not in
+                    // flight makes the queue believe one ended: no device
+                    // does that, so the bound holds only without one.)
                     assert!(
-                        reads < usize::from(c.read_depth),
+                        reads < usize::from(c.read_depth) || c.lied,
                         "more than {} RDMA READs in flight",
                         c.read_depth
                     );
