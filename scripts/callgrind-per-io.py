@@ -16,6 +16,8 @@ counted by callgrind; the target's syscalls per I/O come from a native run in be
                                   CONFIG_ARCH?=haswell in mk/config.mk and rebuild
                                   (default /work/spdk/spdk-cg)
                NVMFD_BIN          nvmfd and nvmf (default target/release)
+               NVMFD_CG_KEEP=1    keep the callgrind output files (their directory is printed), for
+                                  callgrind_annotate per function
 """
 import argparse, json, os, re, signal, socket, subprocess, sys, tempfile, time
 
@@ -103,7 +105,10 @@ def main():
     print("\n| case | target | instructions per I/O | of which data copy/fill | the rest |\n|---|---|---|---|---|")
     for case, target, per, data in rows:
         print(f"| {bench.CASES[case][0]} | {target} | {per:,.0f} | {data:,.0f} | **{per - data:,.0f}** |")
-    subprocess.run(["rm", "-rf", tmp])
+    if os.environ.get("NVMFD_CG_KEEP") == "1":
+        print(f"callgrind output kept in {tmp}")
+    else:
+        subprocess.run(["rm", "-rf", tmp])
 
 
 if __name__ == "__main__":

@@ -262,27 +262,33 @@ fn read_write(
         return Submitted::Done(LBA_OUT_OF_RANGE);
     }
     let submitted = if write {
+        // Counted in the bdev's write gate (`fused.rs`) while the backend
+        // has it; written out here rather than through `gated` (a closure
+        // the compiler does not inline into this path).
+        let gate = ns.write_gate();
+        let shard = usize::from(host.shard);
+        if !gate.enter(shard) {
+            return Submitted::Done(GATE_CLOSED);
+        }
+        stats.writes += 1;
         let tag = IoTag {
             cid: cmd.cid(),
             bytes: len as u32,
             write,
             nsid: cmd.nsid(),
         };
-        let sub = gated(ns, host, || {
-            ns.backend().submit(
-                BlockOp::Write {
-                    lba: slba,
-                    buf: data,
-                    fua: cmd.fua() || !write_cache,
-                },
-                tag,
-                sink,
-            )
-        });
-        if sub == Submitted::Done(GATE_CLOSED) {
-            return sub;
+        let sub = ns.backend().submit(
+            BlockOp::Write {
+                lba: slba,
+                buf: data,
+                fua: cmd.fua() || !write_cache,
+            },
+            tag,
+            sink,
+        );
+        if !matches!(sub, Submitted::Pending) {
+            gate.leave(shard);
         }
-        stats.writes += 1;
         sub
     } else {
         let tag = IoTag {

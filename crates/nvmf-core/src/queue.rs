@@ -844,7 +844,9 @@ impl QueuePair {
                 other => other,
             },
             Submitted::Pending => {
-                if op != IoOpcode::Read as u8 {
+                // (The opcode read again from the command: keeping `op`
+                // live across the call costs every command a spill.)
+                if cmd.opcode() != IoOpcode::Read as u8 {
                     // Write, Write Zeroes and Dataset Management answer
                     // Pending only once counted in the write gate.
                     self.note_gated(cmd.nsid());
@@ -993,7 +995,7 @@ impl QueuePair {
     }
 
     /// A counted write-group command went into an asynchronous backend.
-    #[inline]
+    #[inline(never)]
     fn note_gated(&mut self, nsid: u32) {
         if let Some(ns) = self.ns.get(nsid) {
             self.gated.submitted(nsid, ns.write_gate());

@@ -32,6 +32,10 @@ pub struct TxQueue {
     head_done: usize,
     /// Bytes queued and not yet written.
     pending: usize,
+    /// End in `bytes` of the last `Bytes` segment ever queued (where the
+    /// next one starts): `bytes_pos` once all of them are written. Kept
+    /// here so that queuing never searches the segments.
+    committed: usize,
 }
 
 impl TxQueue {
@@ -42,6 +46,7 @@ impl TxQueue {
             segs: VecDeque::with_capacity(segs),
             head_done: 0,
             pending: 0,
+            committed: 0,
         }
     }
 
@@ -68,23 +73,21 @@ impl TxQueue {
 
     /// Queues every byte appended to `buf()` since the last commit.
     pub fn commit_bytes(&mut self) {
+        debug_assert_eq!(self.committed, self.last_bytes_end());
         let end = self.bytes.len();
-        let prev_end = match self.segs.back_mut() {
-            Some(Seg::Bytes { end: e }) => {
-                let added = end - *e;
-                *e = end;
-                self.pending += added;
-                return;
-            }
-            _ => self.last_bytes_end(),
-        };
-        if end > prev_end {
-            self.pending += end - prev_end;
-            self.segs.push_back(Seg::Bytes { end });
+        if end <= self.committed {
+            return;
+        }
+        self.pending += end - self.committed;
+        self.committed = end;
+        match self.segs.back_mut() {
+            Some(Seg::Bytes { end: e }) => *e = end,
+            _ => self.segs.push_back(Seg::Bytes { end }),
         }
     }
 
-    /// End of the last `Bytes` segment (where the next one starts).
+    /// End of the last `Bytes` segment (where the next one starts), found
+    /// the long way (`committed` keeps it; debug builds compare).
     fn last_bytes_end(&self) -> usize {
         self.segs
             .iter()
@@ -186,6 +189,7 @@ impl TxQueue {
             self.bytes.clear();
             self.bytes_pos = 0;
             self.head_done = 0;
+            self.committed = 0;
         } else if self.bytes_pos > COMPACT_AT && self.bytes_pos * 2 > self.bytes.len() {
             self.compact();
         }
@@ -203,6 +207,7 @@ impl TxQueue {
             }
         }
         self.bytes_pos = 0;
+        self.committed -= cut;
     }
 }
 

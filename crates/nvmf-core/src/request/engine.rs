@@ -30,7 +30,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nvmf_wire::command::{Command, SglDescriptor};
+use nvmf_wire::command::{Command, SglDescriptor, FLAGS_FUSE_MASK};
 use nvmf_wire::completion::Completion;
 use nvmf_wire::fabrics::CATTR_DISABLE_SQ_FLOW_CONTROL;
 use nvmf_wire::opcode::{AdminOpcode, FabricsType, IoOpcode};
@@ -251,6 +251,9 @@ pub struct RequestEngine {
     /// state `Executing`, so the queue polls and stays on its thread while
     /// any waits; each counted in `qos::parked_here`).
     throttled: VecDeque<u16>,
+    /// `throttled` or `halves` may hold something: `execute` takes its
+    /// slow path (set on every push, cleared there once both are empty).
+    detour: bool,
     /// Fused halves on this I/O queue (`fused.rs`; empty on queues that
     /// never see one): pairs waiting for both halves' data, lone halves
     /// to fail. See `fuse_arrived`.
@@ -258,6 +261,9 @@ pub struct RequestEngine {
     /// The latest command to arrive was a FUSE-first one (its slot): the
     /// next capsule must be its second half.
     fuse_open: Option<u16>,
+    /// `FLAGS_FUSE_MASK` while `fuse_open` is set, else 0: `on_command`
+    /// tests it together with the command's FUSE bits (one test).
+    fuse_mark: u8,
     /// Slot releases + finished fetches when the FIFO last failed to start
     /// its head: nothing to retry before this changes (or a tick).
     wait_mark: u64,
@@ -314,8 +320,10 @@ impl RequestEngine {
             slots: Slots::new(PRE_CONNECT_SLOTS, params.buffers.clone()),
             need_buf: VecDeque::new(),
             throttled: VecDeque::new(),
+            detour: false,
             halves: Vec::new(),
             fuse_open: None,
+            fuse_mark: 0,
             wait_mark: 0,
             fetch_done: 0,
             fetch_count: 0,
@@ -458,7 +466,7 @@ impl RequestEngine {
             return Err(Fault::sequence("command before Fabrics Connect"));
         }
         let idx = self.alloc(cmd)?;
-        if cmd.fuse() != 0 || self.fuse_open.is_some() {
+        if (cmd.flags | self.fuse_mark) & FLAGS_FUSE_MASK != 0 {
             self.fuse_arrived(fab, idx, cmd.fuse());
         }
         // One look-up of the new slot: its arrival time, and the direction
@@ -881,6 +889,26 @@ impl RequestEngine {
 
     #[inline]
     fn execute<F: Fabric>(&mut self, fab: &mut F, idx: u16, src: Src<'_>) -> Result<(), Fault> {
+        if self.detour {
+            return self.execute_detour(fab, idx, src);
+        }
+        self.execute_now(fab, idx, src)
+    }
+
+    /// `execute` while fused halves or QoS-parked commands may exist: a
+    /// fused half goes to its pairing, a command behind parked ones to the
+    /// same namespace waits behind them; the rest runs.
+    #[cold]
+    #[inline(never)]
+    fn execute_detour<F: Fabric>(
+        &mut self,
+        fab: &mut F,
+        idx: u16,
+        src: Src<'_>,
+    ) -> Result<(), Fault> {
+        if self.halves.is_empty() && self.throttled.is_empty() {
+            self.detour = false;
+        }
         if !self.halves.is_empty() && self.halves.iter().any(|h| h.idx == idx) {
             return self.execute_half(fab, idx, src);
         }
@@ -893,6 +921,11 @@ impl RequestEngine {
             self.park(idx, src);
             return Ok(());
         }
+        self.execute_now(fab, idx, src)
+    }
+
+    #[inline]
+    fn execute_now<F: Fabric>(&mut self, fab: &mut F, idx: u16, src: Src<'_>) -> Result<(), Fault> {
         let Some(slot) = self.slots.get_mut(idx) else {
             return Ok(());
         };
@@ -982,7 +1015,7 @@ impl RequestEngine {
         if self.qp.qid() == 0 {
             return;
         }
-        if let Some(first) = self.fuse_open.take() {
+        if let Some(first) = self.take_fuse_open() {
             if fuse == crate::fused::FUSE_SECOND {
                 if let Some(h) = self.halves.iter_mut().find(|h| h.idx == first) {
                     h.link = Link::Pair(idx);
@@ -991,6 +1024,7 @@ impl RequestEngine {
                         link: Link::Pair(first),
                         ready: false,
                     });
+                    self.detour = true;
                     return;
                 }
             } else {
@@ -1000,7 +1034,7 @@ impl RequestEngine {
         let link = match fuse {
             0 => return,
             crate::fused::FUSE_FIRST => {
-                self.fuse_open = Some(idx);
+                self.set_fuse_open(Some(idx));
                 Link::Open
             }
             crate::fused::FUSE_SECOND => Link::Fail(crate::fused::MISSING_FUSED),
@@ -1011,6 +1045,18 @@ impl RequestEngine {
             link,
             ready: false,
         });
+        self.detour = true;
+    }
+
+    fn set_fuse_open(&mut self, first: Option<u16>) {
+        self.fuse_open = first;
+        self.fuse_mark = if first.is_some() { FLAGS_FUSE_MASK } else { 0 };
+    }
+
+    fn take_fuse_open(&mut self) -> Option<u16> {
+        let first = self.fuse_open;
+        self.set_fuse_open(None);
+        first
     }
 
     /// Half `idx` must fail with `st`: now if it waits for its pair, else
@@ -1020,7 +1066,7 @@ impl RequestEngine {
             return;
         };
         if self.fuse_open == Some(idx) {
-            self.fuse_open = None;
+            self.set_fuse_open(None);
         }
         if self.halves[i].ready {
             self.halves.remove(i);
@@ -1040,7 +1086,7 @@ impl RequestEngine {
         };
         let h = self.halves.remove(i);
         if self.fuse_open == Some(idx) {
-            self.fuse_open = None;
+            self.set_fuse_open(None);
         }
         if let Link::Pair(p) = h.link {
             self.fail_half(fab, p, crate::fused::FAILED_FUSED);
@@ -1154,6 +1200,7 @@ impl RequestEngine {
         }
         self.slots.set_state(idx, RequestState::Executing);
         self.throttled.push_back(idx);
+        self.detour = true;
         self.stats.qos_waits += 1;
         crate::qos::park_here(1);
     }
