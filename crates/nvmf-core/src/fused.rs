@@ -431,8 +431,15 @@ pub(crate) fn start(
         // The two halves must name the same blocks.
         return Err((INVALID_FIELD, FAILED_FUSED));
     }
-    let ns = ns_cmp.map_err(|st| (st, FAILED_FUSED))?;
-    ns_write.map_err(|st| (FAILED_FUSED, st))?;
+    let ns = match (ns_cmp, ns_write) {
+        (Ok(ns), Ok(_)) => ns,
+        // Both halves refused alike (unknown or inactive namespace, an
+        // ANA state of this path): each gets that status, so a host
+        // retries the pair on another path.
+        (Err(a), Err(b)) => return Err((a, b)),
+        (Err(a), Ok(_)) => return Err((a, FAILED_FUSED)),
+        (Ok(_), Err(b)) => return Err((FAILED_FUSED, b)),
+    };
     if ns.read_only() {
         return Err((FAILED_FUSED, Status::NS_WRITE_PROTECTED.with_dnr()));
     }

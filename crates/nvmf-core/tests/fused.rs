@@ -305,6 +305,17 @@ fn lone_and_bad_halves_get_the_spec_statuses() {
     deliver_fetches(&mut io, &mut fab, 0);
     assert_eq!(status_of(&fab, 9), Some(Status::INVALID_FIELD.with_dnr()));
     assert_eq!(status_of(&fab, 12), Some(Status::ABORTED_FAILED_FUSED));
+    // An unknown namespace: both halves get Invalid Namespace (a path or
+    // namespace status goes to both, so a host can retry the pair).
+    let mut c1 = compare(13, 3);
+    c1.set_nsid(9);
+    let mut c2 = fused_write(14, 3);
+    c2.set_nsid(9);
+    send(&mut io, &mut fab, &c1, 0x11);
+    send(&mut io, &mut fab, &c2, 0x66);
+    let invalid_ns = Status::INVALID_NAMESPACE.with_dnr();
+    assert_eq!(status_of(&fab, 13), Some(invalid_ns));
+    assert_eq!(status_of(&fab, 14), Some(invalid_ns));
     // Nothing written by any of them.
     assert_eq!(read_back(&mut io, &mut fab, 20, 3), vec![0x11; 512]);
     assert_eq!(read_back(&mut io, &mut fab, 21, 4), vec![0; 512]);
