@@ -153,8 +153,16 @@ fn a_short_matrix_against_a_started_nvmfd() {
 fn failing_targets_are_recorded_and_the_matrix_goes_on() {
     let dir = TestDir::new("bench-run-fail");
     // A port taken: nvmfd cannot listen and exits.
-    let taken_port = port_from(4505);
-    let _taken = std::net::TcpListener::bind(("127.0.0.1", taken_port)).unwrap();
+    // (Bound here and kept: finding a free port and binding it again
+    // later races with the other tests of this file.)
+    let (taken_port, _taken) = (4505..4520)
+        .chain(4500..4505)
+        .find_map(|p| {
+            std::net::TcpListener::bind(("127.0.0.1", p))
+                .ok()
+                .map(|l| (p, l))
+        })
+        .expect("a free port in 4500-4519");
     std::fs::write(dir.join("nvmfd.json"), config(taken_port)).unwrap();
     let nobody_port = port_from(4510);
     let spec = dir.join("bench.toml");
