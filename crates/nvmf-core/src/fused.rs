@@ -167,6 +167,48 @@ pub fn gate_for(backend: &Arc<dyn Backend>) -> Arc<WriteGate> {
     gate
 }
 
+/// A gate held until every counted write has finished (Reservation
+/// Acquire with Preempt and Abort: no write of a preempted host may land
+/// after the command completes). Dropped, it opens the gate.
+#[derive(Debug)]
+pub(crate) struct GateHold {
+    gate: Arc<WriteGate>,
+    holding: bool,
+}
+
+impl GateHold {
+    pub fn new(gate: &Arc<WriteGate>) -> GateHold {
+        GateHold {
+            gate: gate.clone(),
+            holding: false,
+        }
+    }
+
+    /// True once this holds the gate and no counted write is left (then
+    /// `release`). Writes that come meanwhile wait, parked.
+    pub fn drained(&mut self) -> bool {
+        if !self.holding {
+            if !self.gate.try_close() {
+                return false;
+            }
+            self.holding = true;
+        }
+        self.gate.in_flight() == 0
+    }
+
+    pub fn release(&mut self) {
+        if std::mem::take(&mut self.holding) {
+            self.gate.open();
+        }
+    }
+}
+
+impl Drop for GateHold {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// A write-group command counted in a gate for as long as this lives (a
 /// Copy in flight holds one).
 #[derive(Debug)]
@@ -277,6 +319,8 @@ pub(crate) struct CawOp {
     pub cmp_cid: u16,
     pub write_cid: u16,
     ns: Arc<Namespace>,
+    /// The host, for the reservation check once the gate is held.
+    hostid: [u8; 16],
     slba: u64,
     fua: bool,
     read: AlignedBuf,
@@ -304,6 +348,15 @@ impl CawOp {
                 return None;
             }
             self.phase = Phase::Drain;
+            // Checked again with the gate held: a Preempt and Abort that
+            // completed while this waited must not be followed by its
+            // write.
+            let r = self.ns.reservations();
+            if r.held() {
+                if let Err(st) = r.check(&self.hostid, true) {
+                    return Some(self.finish(FAILED_FUSED, st));
+                }
+            }
         }
         if self.phase == Phase::Drain {
             if gate.in_flight() > 0 {
@@ -417,6 +470,7 @@ pub(crate) fn start(
     second_data: &[u8],
     ns_cmp: Result<&Arc<Namespace>, Status>,
     ns_write: Result<&Arc<Namespace>, Status>,
+    hostid: [u8; 16],
     max_transfer: u32,
     write_cache: bool,
 ) -> Result<CawOp, PairStatus> {
@@ -465,6 +519,7 @@ pub(crate) fn start(
         cmp_cid: first.cid(),
         write_cid: second.cid(),
         ns: ns.clone(),
+        hostid,
         slba,
         fua: second.fua() || !write_cache,
         read: AlignedBuf::new(),

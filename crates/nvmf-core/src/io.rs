@@ -119,6 +119,21 @@ pub struct Host {
 /// sent to a host.
 pub(crate) const GATE_CLOSED: Status = Status::new(7, 0xFE);
 
+/// The reservation check of a write-group command again, now that it is
+/// counted in the write gate: a Reservation Acquire with Preempt and Abort
+/// that completed since the first check (in `lookup`) waited for every
+/// counted write, so a write of the preempted host that got past the first
+/// check is either counted (and waited for) or refused here. One atomic
+/// load while no reservation is held.
+#[inline(always)]
+fn recheck_reservation(ns: &Namespace, host: &Host) -> Result<(), Status> {
+    let r = ns.reservations();
+    if r.held() {
+        r.check(&host.hostid, true)?;
+    }
+    Ok(())
+}
+
 /// Counts a write-group command in its bdev's write gate (`fused.rs`) for
 /// as long as `submit` keeps it: uncounted at once unless the backend
 /// answered Pending (then the queue uncounts it on its completion, by the
@@ -128,6 +143,10 @@ fn gated(ns: &Namespace, host: &Host, submit: impl FnOnce() -> Submitted) -> Sub
     let gate = ns.write_gate();
     if !gate.enter(usize::from(host.shard)) {
         return Submitted::Done(GATE_CLOSED);
+    }
+    if let Err(st) = recheck_reservation(ns, host) {
+        gate.leave(usize::from(host.shard));
+        return Submitted::Done(st);
     }
     let sub = submit();
     if !matches!(sub, Submitted::Pending) {
@@ -269,6 +288,10 @@ fn read_write(
         let shard = usize::from(host.shard);
         if !gate.enter(shard) {
             return Submitted::Done(GATE_CLOSED);
+        }
+        if let Err(st) = recheck_reservation(ns, host) {
+            gate.leave(shard);
+            return Submitted::Done(st);
         }
         stats.writes += 1;
         let tag = IoTag {
@@ -554,6 +577,7 @@ pub(crate) fn start_copy(
     }
     let shift = ns.block_shift();
     let gate = crate::fused::GateTicket::enter(ns.write_gate(), host.shard).ok_or(GATE_CLOSED)?;
+    recheck_reservation(ns, host)?;
     let mut op = CopyOp {
         cid: cmd.cid(),
         ns: ns.clone(),

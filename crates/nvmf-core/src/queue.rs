@@ -171,6 +171,9 @@ pub struct QueuePair {
     /// the write gate, which need a turn every time slice).
     caws: Vec<crate::fused::CawOp>,
     caws_parked: usize,
+    /// Reservation Acquires with Preempt and Abort waiting for the writes
+    /// counted before their change (counted in `caws_parked` too).
+    preempt_drains: Vec<PreemptDrain>,
     /// Write-group commands counted in write gates still in a backend.
     gated: crate::fused::GatedWrites,
     /// An I/O queue holds its queue ID and the host's I/O queue budget
@@ -217,6 +220,7 @@ impl QueuePair {
             copies: Vec::new(),
             caws: Vec::new(),
             caws_parked: 0,
+            preempt_drains: Vec::new(),
             gated: crate::fused::GatedWrites::new(shard),
             io_claimed: false,
             resuming: false,
@@ -322,6 +326,7 @@ impl QueuePair {
         // compare-and-write still waiting for the gate has nothing in
         // flight: it goes now.
         self.caws.retain(|c| !c.waiting());
+        self.preempt_drains.clear();
         self.set_caws_parked(0);
         let gated = std::mem::take(&mut self.gated);
         let keep: Box<dyn std::any::Any> =
@@ -920,6 +925,10 @@ impl QueuePair {
                 Err(st) => st,
             }
         };
+        // Preempt and Abort: once the new state is published, the command
+        // completes only when every write counted in the namespace's write
+        // gate is done (`PreemptDrain`).
+        let abort = op == IoOpcode::ReservationAcquire as u8 && cdw10 & 7 == 2;
         if ns.reservations().ptpl_file().is_some() {
             let tag = IoTag {
                 cid: cmd.cid(),
@@ -928,13 +937,55 @@ impl QueuePair {
                 nsid: 0,
             };
             match crate::reservation::PTPL_POOL.run(&self.sink, tag, work) {
+                Submitted::Done(st) if st.is_success() && abort => {
+                    self.start_preempt_drain(cmd.cid(), &ns, true)
+                }
                 Submitted::Done(st) => self.complete(cmd.cid(), Outcome::err(st)),
-                _ => Exec::Pending,
+                _ => {
+                    if abort {
+                        // Drained once the PTPL thread answers success.
+                        self.preempt_drains.push(PreemptDrain {
+                            cid: cmd.cid(),
+                            hold: crate::fused::GateHold::new(ns.write_gate()),
+                            started: false,
+                        });
+                    }
+                    Exec::Pending
+                }
             }
         } else {
             let st = work();
+            if st.is_success() && abort {
+                return self.start_preempt_drain(cmd.cid(), &ns, true);
+            }
             self.complete(cmd.cid(), Outcome::err(st))
         }
+    }
+
+    /// A Preempt and Abort changed the reservation: it completes once no
+    /// write counted before the change can still land (the namespace's
+    /// write gate held until its count is zero; writes that come meanwhile
+    /// wait, parked, and then meet the new reservation). `now`: the command
+    /// is being executed (else its completion goes out through `poll`).
+    #[cold]
+    fn start_preempt_drain(
+        &mut self,
+        cid: u16,
+        ns: &Arc<crate::namespace::Namespace>,
+        now: bool,
+    ) -> Exec {
+        let mut hold = crate::fused::GateHold::new(ns.write_gate());
+        if now && hold.drained() {
+            hold.release();
+            return self.complete(cid, Outcome::ok());
+        }
+        self.preempt_drains.push(PreemptDrain {
+            cid,
+            hold,
+            started: true,
+        });
+        self.recount_caws();
+        Exec::Pending
     }
 
     /// Compare or Verify (`io::start_check`): done now when the backend
@@ -1051,6 +1102,7 @@ impl QueuePair {
             second_data,
             ns_cmp,
             ns_write,
+            self.host.hostid,
             self.max_transfer,
             write_cache,
         );
@@ -1072,9 +1124,28 @@ impl QueuePair {
     }
 
     /// Compare-and-writes waiting for their write gate try again (each
-    /// `poll`); those that finish complete both their commands.
+    /// `poll`); those that finish complete both their commands. So do
+    /// Preempt and Aborts waiting for writes to drain.
     #[cold]
     fn advance_caws(&mut self, out: &mut dyn FnMut(Completion)) {
+        let mut i = 0;
+        while i < self.preempt_drains.len() {
+            let d = &mut self.preempt_drains[i];
+            if d.started && d.hold.drained() {
+                d.hold.release();
+                let cid = d.cid;
+                self.preempt_drains.swap_remove(i);
+                out(Completion::new(
+                    cid,
+                    self.qid,
+                    self.reported_sqhd(),
+                    Status::SUCCESS,
+                    0,
+                ));
+            } else {
+                i += 1;
+            }
+        }
         let mut i = 0;
         while i < self.caws.len() {
             if !self.caws[i].waiting() {
@@ -1107,9 +1178,11 @@ impl QueuePair {
         }
     }
 
-    /// Keeps `qos::park_here` counting the compare-and-writes that wait.
+    /// Keeps `qos::park_here` counting the compare-and-writes and Preempt
+    /// and Aborts that wait.
     fn recount_caws(&mut self) {
-        let n = self.caws.iter().filter(|c| c.waiting()).count();
+        let n = self.caws.iter().filter(|c| c.waiting()).count()
+            + self.preempt_drains.iter().filter(|d| d.started).count();
         self.set_caws_parked(n);
     }
 
@@ -1251,6 +1324,8 @@ impl QueuePair {
         let copies = &mut self.copies;
         let caws = &mut self.caws;
         let gated = &mut self.gated;
+        let drains = &mut self.preempt_drains;
+        let mut drains_started = false;
         let mut abort_waits = match &mut self.role {
             Role::Admin(aq) if !aq.abort_waits.is_empty() => Some(&mut aq.abort_waits),
             _ => None,
@@ -1260,6 +1335,18 @@ impl QueuePair {
         // otherwise).
         let sink = (!copies.is_empty() || !caws.is_empty()).then(|| self.sink.clone());
         self.sink.drain(|tag, mut status| {
+            if !drains.is_empty() {
+                // A Preempt and Abort's PTPL write is done: on success it
+                // now waits for the writes to drain (`advance_caws`).
+                if let Some(i) = drains.iter().position(|d| !d.started && d.cid == tag.cid) {
+                    if status.is_success() {
+                        drains[i].started = true;
+                        drains_started = true;
+                        return;
+                    }
+                    drains.swap_remove(i);
+                }
+            }
             if tag.nsid != 0 {
                 // A write-group command counted in its write gate.
                 gated.completed(tag.nsid);
@@ -1324,7 +1411,21 @@ impl QueuePair {
             }
             out(Completion::new(tag.cid, qid, sqhd, status, 0));
         });
+        if drains_started {
+            self.recount_caws();
+            self.advance_caws(out);
+        }
     }
+}
+
+/// A Reservation Acquire with Preempt and Abort whose state change is
+/// done, waiting for the writes counted before it (`started`; before that
+/// its PTPL file write is still on the `nvmfd-ptpl` thread).
+#[derive(Debug)]
+struct PreemptDrain {
+    cid: u16,
+    hold: crate::fused::GateHold,
+    started: bool,
 }
 
 /// Reservation Register, Report, Acquire or Release.

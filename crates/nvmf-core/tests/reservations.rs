@@ -664,3 +664,62 @@ fn a_reservation_conflict_never_waits_for_qos_tokens() {
     }
     t.set_bdev_qos("Malloc0", &nvmf_config::QosLimits::default());
 }
+
+/// Preempt and Abort completes only once no write of the preempted host
+/// can still land: while a write counted before the change is in a backend
+/// (here one counted by hand in the namespace's write gate) the Acquire
+/// stays pending; the preempted host's new writes get Reservation Conflict
+/// at once; other writes wait (parked, not failed) until it completes.
+#[test]
+fn preempt_and_abort_waits_for_writes_in_flight() {
+    let t = Target::from_config(&config(None)).unwrap();
+    let mut a = host(&t, HOST_A, ID_A);
+    let mut b = host(&t, HOST_B, ID_B);
+    assert_eq!(register(&mut a, 0, 0, 0xAAAA), Status::SUCCESS);
+    assert_eq!(register(&mut b, 0, 0, 0xBBBB), Status::SUCCESS);
+    assert_eq!(acquire(&mut a, 1, 0, 0xAAAA, 0), Status::SUCCESS);
+    assert_eq!(io(&mut a, IoOpcode::Write), Status::SUCCESS);
+    let ns = t
+        .subsystem(NQN)
+        .unwrap()
+        .namespaces()
+        .get(1)
+        .unwrap()
+        .clone();
+    let gate = ns.write_gate().clone();
+    // One of A's writes still in a backend.
+    assert!(gate.enter(5));
+
+    // B preempts A and aborts: Exclusive Access, A's key.
+    let mut cmd = Command::new(IoOpcode::ReservationAcquire as u8, 31);
+    cmd.set_nsid(1).set_cdw10((2 << 8) | 2);
+    assert_eq!(
+        b.io.execute(&cmd, &mut keys(0xBBBB, 0xAAAA)),
+        Exec::Pending,
+        "waits for the write in flight"
+    );
+    assert!(gate.is_closed());
+    // A is preempted: its new writes conflict at once.
+    assert_eq!(io(&mut a, IoOpcode::Write), CONFLICT);
+    // B's own writes wait until the Acquire completes.
+    let mut w = Command::new(IoOpcode::Write as u8, 41);
+    w.set_nsid(1).set_lba_range(8, 1);
+    assert_eq!(b.io.execute(&w, &mut [0x5B; 512]), Exec::Throttled);
+    let mut got = Vec::new();
+    std::thread::sleep(Duration::from_millis(3));
+    b.io.poll(Instant::now(), &mut |c| got.push(c));
+    assert!(got.is_empty(), "completed with a write in flight: {got:?}");
+
+    // The write ends: the Acquire completes on the next turn.
+    gate.leave(5);
+    b.io.poll(Instant::now(), &mut |c| got.push(c));
+    assert_eq!(
+        got.iter()
+            .map(|c| (c.cid(), c.status()))
+            .collect::<Vec<_>>(),
+        [(31, Status::SUCCESS)]
+    );
+    assert!(!gate.is_closed());
+    assert_eq!(io(&mut b, IoOpcode::Write), Status::SUCCESS);
+    assert_eq!(io(&mut a, IoOpcode::Read), CONFLICT, "Exclusive Access");
+}
