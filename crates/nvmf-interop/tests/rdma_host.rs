@@ -46,27 +46,58 @@ fn nvmf_host_against_kernel_target_over_rxe() {
 /// The same `nvmf` scenario against nvmfd's own NVMe/RDMA target (a 32 MiB malloc namespace,
 /// the listening guest of `tests/interop/nvmfd-rdma.sh`, role target): both sides of this
 /// workspace over a real RDMA link; nvmfd must then shut down with every queue closed.
+///
+/// Soft-RoCE between two TCG guests sometimes goes silent for good: no
+/// completion, no Keep Alive, and then not even an RDMA connect crosses it
+/// (seen in fresh-clone runs, with nvmfd logging only the keep-alive
+/// timeout that silence causes). The scenario retries once in the same
+/// guests; when the link stays dead through that too, the whole pair is
+/// run once more on fresh guests, loudly. A second such failure, or any
+/// other failure, fails the test.
 #[test]
 fn nvmf_host_against_nvmfd_over_rxe() {
-    let Some(case) = RdmaCase::begin("nvmf_host_against_nvmfd_over_rxe", "rdma_host_nvmfd") else {
+    for attempt in 1..=2 {
+        let dir = if attempt == 1 {
+            "rdma_host_nvmfd"
+        } else {
+            "rdma_host_nvmfd_again"
+        };
+        let Some(case) = RdmaCase::begin("nvmf_host_against_nvmfd_over_rxe", dir) else {
+            return;
+        };
+        let nvmf = nvmf_binary();
+        let nqn = "nqn.2024-01.io.nvmfd:rdma";
+        let target = case.serve_nvmfd(nqn, &[("REJECTED", "0".to_string())]);
+        let host = case.run_host(
+            "nvmf-host-rdma.sh",
+            &host_env(&case, nqn),
+            &[nvmf.as_path()],
+            Duration::from_secs(180),
+        );
+        let target = case.stop(target, Duration::from_secs(60));
+        let link_died = !guest_passed(&host)
+            && guest_passed(&target)
+            && host.stdout.contains("the soft-RoCE link went silent");
+        if attempt == 1 && link_died {
+            say(&format!(
+                "interop nvmf_host_against_nvmfd_over_rxe: THE SOFT-RoCE LINK WENT SILENT and                  stayed so through the in-guest retry (host guest output below): running the                  pair once more on fresh guests\n{}",
+                host.stdout
+                    .lines()
+                    .filter(|l| l.contains("ERROR") || l.contains("RETRY") || l.contains("error"))
+                    .take(8)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+            continue;
+        }
+        case.conclude_pair(
+            &host,
+            &target,
+            true,
+            &format!("host guest {:.1} s", host.wall.as_secs_f64()),
+        );
         return;
-    };
-    let nvmf = nvmf_binary();
-    let nqn = "nqn.2024-01.io.nvmfd:rdma";
-    let target = case.serve_nvmfd(nqn, &[("REJECTED", "0".to_string())]);
-    let host = case.run_host(
-        "nvmf-host-rdma.sh",
-        &host_env(&case, nqn),
-        &[nvmf.as_path()],
-        Duration::from_secs(180),
-    );
-    let target = case.stop(target, Duration::from_secs(60));
-    case.conclude_pair(
-        &host,
-        &target,
-        true,
-        &format!("host guest {:.1} s", host.wall.as_secs_f64()),
-    );
+    }
 }
 
 /// The target vanishes mid-I/O (issue 13, host side): nvmfd serves in the listening guest; in
