@@ -127,11 +127,16 @@ pub(crate) const GATE_CLOSED: Status = Status::new(7, 0xFE);
 /// load while no reservation is held.
 #[inline(always)]
 fn recheck_reservation(ns: &Namespace, host: &Host) -> Result<(), Status> {
-    let r = ns.reservations();
-    if r.held() {
-        r.check(&host.hostid, true)?;
+    if ns.reservations().held() {
+        return recheck_held(ns, host);
     }
     Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn recheck_held(ns: &Namespace, host: &Host) -> Result<(), Status> {
+    ns.reservations().check(&host.hostid, true)
 }
 
 /// Counts a write-group command in its bdev's write gate (`fused.rs`) for
