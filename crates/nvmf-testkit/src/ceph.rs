@@ -230,6 +230,11 @@ impl CephCluster {
         self.cli("ceph", args)
     }
 
+    /// Runs the `rados` CLI with this cluster's conf and `args` (bounded: 120 s).
+    pub fn rados(&self, args: &[&str]) -> Output {
+        self.cli("rados", args)
+    }
+
     fn cli(&self, bin: &str, args: &[&str]) -> Output {
         let mut cmd = Command::new(bin);
         cmd.arg("-c").arg(self.conf_path()).args(args);

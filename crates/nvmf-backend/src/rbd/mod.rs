@@ -11,7 +11,9 @@
 //! write-protects its namespaces; writes that reach it anyway are answered
 //! Namespace Is Write Protected without a librbd call. Submodules: [`ffi`] (the binding,
 //! loaded at run time), [`conn`] (connections and registered clusters),
-//! [`slab`] (per-operation callback contexts).
+//! [`slab`] (per-operation callback contexts), [`group`] (the RADOS
+//! primitives of gateway groups: leases, fencing, guarded objects; issue
+//! 25, not used by the daemon yet).
 //!
 //! Completion path: librbd calls [`on_complete`] on one of its own
 //! threads. It reads the return code, releases the librbd completion,
@@ -66,6 +68,7 @@
 pub mod closer;
 pub mod conn;
 pub mod ffi;
+pub mod group;
 pub mod slab;
 
 use std::ffi::{c_void, CString};

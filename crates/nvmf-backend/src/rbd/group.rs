@@ -1,0 +1,362 @@
+//! The RADOS primitives a gateway group is built on (issue 25,
+//! docs/GATEWAY-GROUPS.md; the group itself is not built yet).
+//!
+//! Owns [`GroupObjects`]: on one librados connection and pool, a member's
+//! lease (a `cls_lock` exclusive lock with a duration, renewed by its
+//! holder and free for another once it expired on the OSD), fencing of a
+//! member by its client address (`rados_blocklist_add`, then waiting for
+//! the OSD map that carries it, so that nothing the fenced client sent can
+//! land after our own next write), and objects read and written whole
+//! with a version guard (a write computed from version v applies only if
+//! the object is still at v). Every call blocks on the cluster: control
+//! plane only, never a reactor.
+//!
+//! The entry points are loaded apart from the RBD backend's (`GroupLib`),
+//! so a librados without them (older than Ceph 16) still serves RBD bdevs.
+
+use std::ffi::{c_char, c_int, c_void, CString};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use libloading::Library;
+
+use super::conn::Conn;
+use super::ffi::{self, Ioctx, Rados};
+
+type WriteOp = *mut c_void;
+
+/// `struct timeval`.
+#[repr(C)]
+struct Timeval {
+    tv_sec: i64,
+    tv_usec: i64,
+}
+
+/// `LIBRADOS_LOCK_FLAG_RENEW` (Ceph 16's name; later `MAY_RENEW`).
+const LOCK_FLAG_RENEW: u8 = 0x1;
+/// `LIBRADOS_CREATE_EXCLUSIVE`.
+const CREATE_EXCLUSIVE: c_int = 1;
+
+struct GroupLib {
+    _rados: Library,
+    rados_lock_exclusive: unsafe extern "C" fn(
+        Ioctx,
+        *const c_char,
+        *const c_char,
+        *const c_char,
+        *const c_char,
+        *mut Timeval,
+        u8,
+    ) -> c_int,
+    rados_unlock: unsafe extern "C" fn(Ioctx, *const c_char, *const c_char, *const c_char) -> c_int,
+    rados_blocklist_add: unsafe extern "C" fn(Rados, *mut c_char, u32) -> c_int,
+    rados_getaddrs: unsafe extern "C" fn(Rados, *mut *mut c_char) -> c_int,
+    rados_buffer_free: unsafe extern "C" fn(*mut c_char),
+    rados_wait_for_latest_osdmap: unsafe extern "C" fn(Rados) -> c_int,
+    rados_stat: unsafe extern "C" fn(Ioctx, *const c_char, *mut u64, *mut i64) -> c_int,
+    rados_read: unsafe extern "C" fn(Ioctx, *const c_char, *mut c_char, usize, u64) -> c_int,
+    rados_get_last_version: unsafe extern "C" fn(Ioctx) -> u64,
+    rados_create_write_op: unsafe extern "C" fn() -> WriteOp,
+    rados_release_write_op: unsafe extern "C" fn(WriteOp),
+    rados_write_op_assert_version: unsafe extern "C" fn(WriteOp, u64),
+    rados_write_op_create: unsafe extern "C" fn(WriteOp, c_int, *const c_char),
+    rados_write_op_write_full: unsafe extern "C" fn(WriteOp, *const c_char, usize),
+    rados_write_op_operate:
+        unsafe extern "C" fn(WriteOp, Ioctx, *const c_char, *mut i64, c_int) -> c_int,
+}
+
+fn group_lib() -> Result<&'static GroupLib, String> {
+    static LIB: OnceLock<Result<GroupLib, String>> = OnceLock::new();
+    LIB.get_or_init(|| {
+        // SAFETY: loading librados runs its initialisers, which have no
+        // preconditions; it is already loaded when an RBD bdev exists.
+        let r = unsafe { Library::new(ffi::RADOS_LIB) }.map_err(|e| {
+            format!(
+                "cannot load {}: {e} ({})",
+                ffi::RADOS_LIB,
+                ffi::PACKAGE_HINT
+            )
+        })?;
+        macro_rules! sym {
+            ($name:ident) => {{
+                // SAFETY: the declared type is the prototype in Ceph 16's
+                // librados.h; used only while `_rados` lives (a static).
+                let s =
+                    unsafe { r.get(concat!(stringify!($name), "\0").as_bytes()) }.map_err(|e| {
+                        format!(
+                            "{} lacks {} (gateway groups need Ceph 16 or later): {e}",
+                            ffi::RADOS_LIB,
+                            stringify!($name)
+                        )
+                    })?;
+                *s
+            }};
+        }
+        Ok(GroupLib {
+            rados_lock_exclusive: sym!(rados_lock_exclusive),
+            rados_unlock: sym!(rados_unlock),
+            rados_blocklist_add: sym!(rados_blocklist_add),
+            rados_getaddrs: sym!(rados_getaddrs),
+            rados_buffer_free: sym!(rados_buffer_free),
+            rados_wait_for_latest_osdmap: sym!(rados_wait_for_latest_osdmap),
+            rados_stat: sym!(rados_stat),
+            rados_read: sym!(rados_read),
+            rados_get_last_version: sym!(rados_get_last_version),
+            rados_create_write_op: sym!(rados_create_write_op),
+            rados_release_write_op: sym!(rados_release_write_op),
+            rados_write_op_assert_version: sym!(rados_write_op_assert_version),
+            rados_write_op_create: sym!(rados_write_op_create),
+            rados_write_op_write_full: sym!(rados_write_op_write_full),
+            rados_write_op_operate: sym!(rados_write_op_operate),
+            _rados: r,
+        })
+    })
+    .as_ref()
+    .map_err(Clone::clone)
+}
+
+/// Why a lease was not taken.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseError {
+    /// Another member holds it and it has not expired.
+    Held,
+    Failed(String),
+}
+
+/// Why a guarded write did not apply.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WriteError {
+    /// The object is not at the expected version (or, for a create,
+    /// exists already): read it again and recompute.
+    Conflict,
+    Failed(String),
+}
+
+/// One member's view of the group's pool (see the module documentation).
+pub struct GroupObjects {
+    lib: &'static GroupLib,
+    conn: Arc<Conn>,
+    io: Ioctx,
+}
+
+// SAFETY: librados handles may be used from any thread; the ioctx is
+// destroyed only in Drop.
+unsafe impl Send for GroupObjects {}
+// SAFETY: as above; every call taking the ioctx is thread-safe.
+unsafe impl Sync for GroupObjects {}
+
+impl std::fmt::Debug for GroupObjects {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GroupObjects").finish_non_exhaustive()
+    }
+}
+
+impl Drop for GroupObjects {
+    fn drop(&mut self) {
+        // SAFETY: our ioctx, created in `open`.
+        unsafe { (self.conn.lib.rados_ioctx_destroy)(self.io) };
+    }
+}
+
+fn cstr(what: &str, s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{what} {s:?} contains a NUL byte"))
+}
+
+impl GroupObjects {
+    /// The pool `pool` on connection `conn`.
+    pub fn open(conn: &Arc<Conn>, pool: &str) -> Result<GroupObjects, String> {
+        let lib = group_lib()?;
+        let p = cstr("pool", pool)?;
+        let mut io: Ioctx = std::ptr::null_mut();
+        // SAFETY: a connected handle, a NUL-terminated name, an out pointer.
+        let rc = unsafe { (conn.lib.rados_ioctx_create)(conn.raw, p.as_ptr(), &mut io) };
+        if rc < 0 {
+            return Err(format!("pool {pool}: {}", ffi::describe(rc.into())));
+        }
+        Ok(GroupObjects {
+            lib,
+            conn: conn.clone(),
+            io,
+        })
+    }
+
+    /// Takes (or, with `renew`, keeps) the exclusive lease `name` on object
+    /// `oid` for `member` for `duration`: it stays this member's until it
+    /// expires on the OSD `duration` after the OSD granted it.
+    pub fn lease(
+        &self,
+        oid: &str,
+        name: &str,
+        member: &str,
+        duration: Duration,
+        renew: bool,
+    ) -> Result<(), LeaseError> {
+        let fail = LeaseError::Failed;
+        let (o, n, m) = (
+            cstr("object", oid).map_err(fail)?,
+            cstr("lock", name).map_err(LeaseError::Failed)?,
+            cstr("member", member).map_err(LeaseError::Failed)?,
+        );
+        let desc = c"nvmfd gateway lease";
+        let mut tv = Timeval {
+            tv_sec: duration.as_secs() as i64,
+            tv_usec: i64::from(duration.subsec_micros()),
+        };
+        let flags = if renew { LOCK_FLAG_RENEW } else { 0 };
+        // SAFETY: NUL-terminated strings and a timeval that outlive the call.
+        let rc = unsafe {
+            (self.lib.rados_lock_exclusive)(
+                self.io,
+                o.as_ptr(),
+                n.as_ptr(),
+                m.as_ptr(),
+                desc.as_ptr(),
+                &mut tv,
+                flags,
+            )
+        };
+        match rc {
+            0 => Ok(()),
+            rc if rc == -libc::EBUSY || rc == -libc::EEXIST => Err(LeaseError::Held),
+            rc => Err(LeaseError::Failed(format!(
+                "lock {name} on {oid}: {}",
+                ffi::describe(rc.into())
+            ))),
+        }
+    }
+
+    /// Gives the lease up (a clean shutdown or a planned move).
+    pub fn release(&self, oid: &str, name: &str, member: &str) -> Result<(), String> {
+        let (o, n, m) = (
+            cstr("object", oid)?,
+            cstr("lock", name)?,
+            cstr("member", member)?,
+        );
+        // SAFETY: NUL-terminated strings that outlive the call.
+        let rc = unsafe { (self.lib.rados_unlock)(self.io, o.as_ptr(), n.as_ptr(), m.as_ptr()) };
+        if rc < 0 && rc != -libc::ENOENT {
+            return Err(format!(
+                "unlock {name} on {oid}: {}",
+                ffi::describe(rc.into())
+            ));
+        }
+        Ok(())
+    }
+
+    /// This connection's client address, as a survivor would fence it.
+    pub fn client_address(&self) -> Result<String, String> {
+        let mut out: *mut c_char = std::ptr::null_mut();
+        // SAFETY: a connected handle and an out pointer; librados allocates
+        // the string, freed below with rados_buffer_free.
+        let rc = unsafe { (self.lib.rados_getaddrs)(self.conn.raw, &mut out) };
+        if rc < 0 || out.is_null() {
+            return Err(format!("rados_getaddrs: {}", ffi::describe(rc.into())));
+        }
+        // SAFETY: librados returned a NUL-terminated string.
+        let s = unsafe { std::ffi::CStr::from_ptr(out) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: allocated by librados for us.
+        unsafe { (self.lib.rados_buffer_free)(out) };
+        Ok(s)
+    }
+
+    /// Fences the client at `address` for `expire`: the monitors add it
+    /// to the OSD blocklist, and this returns once our own connection has
+    /// the OSD map that carries it, so every OSD our later operations
+    /// reach rejects the fenced client's.
+    pub fn fence(&self, address: &str, expire: Duration) -> Result<(), String> {
+        let a = cstr("address", address)?;
+        let secs = u32::try_from(expire.as_secs()).unwrap_or(u32::MAX).max(1);
+        // SAFETY: a connected handle and a NUL-terminated string librados
+        // only reads (the prototype is not const).
+        let rc =
+            unsafe { (self.lib.rados_blocklist_add)(self.conn.raw, a.as_ptr().cast_mut(), secs) };
+        if rc < 0 {
+            return Err(format!("blocklist {address}: {}", ffi::describe(rc.into())));
+        }
+        // SAFETY: a connected handle.
+        let rc = unsafe { (self.lib.rados_wait_for_latest_osdmap)(self.conn.raw) };
+        if rc < 0 {
+            return Err(format!(
+                "waiting for the OSD map after blocklisting {address}: {}",
+                ffi::describe(rc.into())
+            ));
+        }
+        Ok(())
+    }
+
+    /// The whole object `oid` and its version; `None` when it does not exist.
+    pub fn read(&self, oid: &str) -> Result<Option<(Vec<u8>, u64)>, String> {
+        let o = cstr("object", oid)?;
+        let (mut size, mut mtime) = (0u64, 0i64);
+        // SAFETY: NUL-terminated name, out pointers.
+        let rc = unsafe { (self.lib.rados_stat)(self.io, o.as_ptr(), &mut size, &mut mtime) };
+        if rc == -libc::ENOENT {
+            return Ok(None);
+        }
+        if rc < 0 {
+            return Err(format!("stat {oid}: {}", ffi::describe(rc.into())));
+        }
+        // Room for growth between stat and read: a longer object is read again.
+        for _ in 0..8 {
+            let mut buf = vec![0u8; size as usize + 4096];
+            // SAFETY: the buffer has buf.len() writable bytes.
+            let rc = unsafe {
+                (self.lib.rados_read)(self.io, o.as_ptr(), buf.as_mut_ptr().cast(), buf.len(), 0)
+            };
+            if rc == -libc::ENOENT {
+                return Ok(None);
+            }
+            if rc < 0 {
+                return Err(format!("read {oid}: {}", ffi::describe(rc.into())));
+            }
+            // SAFETY: the ioctx's last operation was that read.
+            let version = unsafe { (self.lib.rados_get_last_version)(self.io) };
+            let n = rc as usize;
+            if n < buf.len() {
+                buf.truncate(n);
+                return Ok(Some((buf, version)));
+            }
+            size = (size * 2).max(n as u64);
+        }
+        Err(format!("read {oid}: it keeps growing"))
+    }
+
+    /// Replaces object `oid` with `data` if it is still at version
+    /// `expect` (`None`: only if it does not exist yet). Returns its new
+    /// version.
+    pub fn write(&self, oid: &str, data: &[u8], expect: Option<u64>) -> Result<u64, WriteError> {
+        let o = cstr("object", oid).map_err(WriteError::Failed)?;
+        // SAFETY: a fresh write op, released below on every path.
+        let op = unsafe { (self.lib.rados_create_write_op)() };
+        if op.is_null() {
+            return Err(WriteError::Failed("rados_create_write_op failed".into()));
+        }
+        // SAFETY: `op` is ours; `data` and `o` outlive `operate`.
+        let rc = unsafe {
+            match expect {
+                Some(v) => (self.lib.rados_write_op_assert_version)(op, v),
+                None => (self.lib.rados_write_op_create)(op, CREATE_EXCLUSIVE, std::ptr::null()),
+            }
+            (self.lib.rados_write_op_write_full)(op, data.as_ptr().cast(), data.len());
+            let rc =
+                (self.lib.rados_write_op_operate)(op, self.io, o.as_ptr(), std::ptr::null_mut(), 0);
+            (self.lib.rados_release_write_op)(op);
+            rc
+        };
+        match rc {
+            0 => {
+                // SAFETY: the ioctx's last operation was that write.
+                Ok(unsafe { (self.lib.rados_get_last_version)(self.io) })
+            }
+            rc if rc == -libc::ERANGE || rc == -libc::EOVERFLOW || rc == -libc::EEXIST => {
+                Err(WriteError::Conflict)
+            }
+            rc => Err(WriteError::Failed(format!(
+                "write {oid}: {}",
+                ffi::describe(rc.into())
+            ))),
+        }
+    }
+}
