@@ -263,8 +263,10 @@ impl GroupObjects {
 
     /// Fences the client at `address` for `expire`: the monitors add it
     /// to the OSD blocklist, and this returns once our own connection has
-    /// the OSD map that carries it, so every OSD our later operations
-    /// reach rejects the fenced client's.
+    /// the OSD map that carries it. Every later operation of ours carries
+    /// that map's epoch, so the OSD it reaches takes the map first and from
+    /// then on refuses the fenced client; an operation of the fenced client
+    /// that the OSD processed before ours is ordered before it.
     pub fn fence(&self, address: &str, expire: Duration) -> Result<(), String> {
         let a = cstr("address", address)?;
         let secs = u32::try_from(expire.as_secs()).unwrap_or(u32::MAX).max(1);
