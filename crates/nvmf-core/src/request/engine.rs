@@ -1116,14 +1116,7 @@ impl RequestEngine {
             _ => {
                 // Wait for the other half: keep the data in the slot.
                 if let Src::Capsule(d) = src {
-                    let len = d.len();
-                    self.slots.reserve(idx, len, true);
-                    if let Some(slot) = self.slots.get_mut(idx) {
-                        slot.len = len as u32;
-                        let dst = slot.data_mut(len);
-                        let n = dst.len();
-                        dst.copy_from_slice(&d[..n]);
-                    }
+                    self.keep_in_slot(idx, d);
                 }
                 self.slots.set_state(idx, RequestState::Executing);
                 self.halves[i].ready = true;
@@ -1189,20 +1182,27 @@ impl RequestEngine {
     #[cold]
     fn park(&mut self, idx: u16, src: Src<'_>) {
         if let Src::Capsule(d) = src {
-            let len = d.len();
-            self.slots.reserve(idx, len, true);
-            if let Some(slot) = self.slots.get_mut(idx) {
-                slot.len = len as u32;
-                let dst = slot.data_mut(len);
-                let n = dst.len();
-                dst.copy_from_slice(&d[..n]);
-            }
+            self.keep_in_slot(idx, d);
         }
         self.slots.set_state(idx, RequestState::Executing);
         self.throttled.push_back(idx);
         self.detour = true;
         self.stats.qos_waits += 1;
         crate::qos::park_here(1);
+    }
+
+    /// Copies in-capsule data `d`, still in the transport's receive buffer,
+    /// into slot `idx`'s buffer (within the retained size) for a command
+    /// that runs later.
+    fn keep_in_slot(&mut self, idx: u16, d: &[u8]) {
+        let len = d.len();
+        self.slots.reserve(idx, len, true);
+        if let Some(slot) = self.slots.get_mut(idx) {
+            slot.len = len as u32;
+            let dst = slot.data_mut(len);
+            let n = dst.len();
+            dst.copy_from_slice(&d[..n]);
+        }
     }
 
     /// Offers the parked commands to their bdevs again, oldest first, until
