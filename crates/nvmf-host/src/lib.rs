@@ -38,6 +38,7 @@ pub mod bench;
 pub mod controller;
 pub mod discovery;
 pub mod error;
+pub mod gw;
 pub mod multipath;
 pub mod perf;
 pub mod queue;

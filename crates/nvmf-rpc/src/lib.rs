@@ -25,7 +25,9 @@ pub mod state_file;
 pub use cli::cli_main;
 pub use client::{ClientError, RpcClient};
 pub use error::RpcError;
-pub use live::{Change, LiveTarget, NamespaceIo, NoLive, RecordingLive};
+pub use live::{
+    Change, GroupRequest, LiveTarget, NamespaceIo, NoLive, RecordingLive, NOT_A_MEMBER,
+};
 pub use server::{serve, RpcServer};
 pub use service::RpcService;
 pub use state_file::StateFile;

@@ -18,6 +18,19 @@ use nvmf_config::{
 };
 use serde_json::{json, Value};
 
+/// What `nvmf_gateway_group_*` asks of the group member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GroupRequest {
+    /// Members, leases, ANA group owners, epoch, fencings, counters.
+    Status,
+    /// Make `to` the home of ANA group `anagrpid`: its owner hands it over.
+    Move { anagrpid: u32, to: String },
+}
+
+/// The error of a group request to an nvmfd that is not in a group.
+pub const NOT_A_MEMBER: &str =
+    "this nvmfd is not a member of a gateway group (start it with --gateway-group)";
+
 /// One state change, already validated against the model. `nqn` of listener
 /// changes may be the discovery NQN (`nvmf_config::DISCOVERY_NQN`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,6 +166,12 @@ pub trait LiveTarget: Send + Sync {
     /// client as an internal error and the model is not changed, so the
     /// implementation must leave the target as it was.
     fn apply(&self, change: &Change, new_config: &TargetConfig) -> Result<(), String>;
+    /// A gateway group request (`nvmf_gateway_group_status`,
+    /// `nvmf_gateway_group_move`); an error when this nvmfd is not a
+    /// member of a group.
+    fn gateway_group(&self, _request: &GroupRequest) -> Result<Value, String> {
+        Err(NOT_A_MEMBER.to_string())
+    }
     /// `nvmf_subsystem_get_controllers` entries of a subsystem (SPDK shape:
     /// `cntlid, cntrltype, hostnqn, hostid, num_io_qpairs`).
     fn controllers(&self, nqn: &str) -> Vec<Value>;

@@ -80,6 +80,8 @@ pub const METHODS: &[&str] = &[
     "framework_get_reactors",
     "nvmf_get_path_stats",
     "nvmf_ns_get_reservation",
+    "nvmf_gateway_group_status",
+    "nvmf_gateway_group_move",
 ];
 
 /// Methods that change state (persisted after success).
@@ -540,6 +542,30 @@ impl RpcService {
             "nvmf_get_path_stats" => {
                 Params::new(method, params)?.finish()?;
                 Ok(self.live.path_stats())
+            }
+            "nvmf_gateway_group_status" => {
+                let p = Params::new(method, params)?;
+                p.finish()?;
+                self.live
+                    .gateway_group(&crate::live::GroupRequest::Status)
+                    .map_err(|e| RpcError::new(crate::error::INTERNAL_ERROR, e))
+            }
+            "nvmf_gateway_group_move" => {
+                let mut p = Params::new(method, params)?;
+                let g = p
+                    .opt_u64("anagrpid", u64::from(u32::MAX))?
+                    .ok_or_else(|| p.err("anagrpid", "missing"))?;
+                if g == 0 {
+                    return Err(p.err("anagrpid", "ANA group IDs start at 1"));
+                }
+                let to = p.req_str("to")?.to_string();
+                p.finish()?;
+                self.live
+                    .gateway_group(&crate::live::GroupRequest::Move {
+                        anagrpid: g as u32,
+                        to,
+                    })
+                    .map_err(|e| RpcError::new(crate::error::INTERNAL_ERROR, e))
             }
             "nvmf_ns_get_reservation" => {
                 let mut p = Params::new(method, params)?;

@@ -242,6 +242,53 @@ pub struct Cli {
     #[arg(long = "queue-placement", value_name = "POLICY", value_enum,
           default_value_t = crate::placement::Policy::Balanced)]
     pub queue_placement: crate::placement::Policy,
+
+    /// Join the gateway group NAME on Ceph (docs/GATEWAY-GROUPS.md): every
+    /// ANA group is optimized on the one live member that owns it and
+    /// inaccessible on the others; a member whose lease lapses fences
+    /// itself, and a survivor blocklists it before taking its groups.
+    /// Needs --gateway-id, --group-cluster and --group-pool; every
+    /// namespace must be an RBD image of that cluster in a subsystem with
+    /// ANA reporting.
+    #[arg(long = "gateway-group", value_name = "NAME", requires_all = ["gateway_id", "group_cluster", "group_pool"])]
+    pub gateway_group: Option<String>,
+
+    /// This member's ID in the group: stable across restarts (its lease is
+    /// named after it), unique in the group.
+    #[arg(long = "gateway-id", value_name = "ID", requires = "gateway_group")]
+    pub gateway_id: Option<String>,
+
+    /// The registered Ceph cluster (bdev_rbd_register_cluster name) the
+    /// group uses: its RADOS client is what a survivor blocklists, so every
+    /// RBD namespace must use it.
+    #[arg(
+        long = "group-cluster",
+        value_name = "CLUSTER",
+        requires = "gateway_group"
+    )]
+    pub group_cluster: Option<String>,
+
+    /// The pool holding the group's record and leases.
+    #[arg(long = "group-pool", value_name = "POOL", requires = "gateway_group")]
+    pub group_pool: Option<String>,
+
+    /// The lease duration L in milliseconds: renewed every L/3, a member
+    /// fences itself after L - L/5 without a renewal, survivors take over
+    /// after L. A failover pauses I/O for about L.
+    #[arg(long = "group-lease-ms", value_name = "MS", default_value_t = 15_000,
+          value_parser = clap::value_parser!(u64).range(1_500..=600_000))]
+    pub group_lease_ms: u64,
+
+    /// ANA groups whose home is this member (e.g. 1,2): it owns them while
+    /// alive and gets them back after a failure (failback). Recorded when a
+    /// group first gets a home; `nvmf gw move` changes it later.
+    #[arg(
+        long = "gateway-ana-groups",
+        value_name = "LIST",
+        value_delimiter = ',',
+        requires = "gateway_group"
+    )]
+    pub gateway_ana_groups: Vec<u32>,
 }
 
 /// Default of `--poll-us`.

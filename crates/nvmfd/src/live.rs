@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use mio::Waker;
 use nvmf_config::{ListenerConfig, NamespaceConfig, SubsystemConfig, TargetConfig, DISCOVERY_NQN};
 use nvmf_core::target::Target;
-use nvmf_rpc::{Change, LiveTarget};
+use nvmf_rpc::{Change, GroupRequest, LiveTarget, NOT_A_MEMBER};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
@@ -67,6 +67,9 @@ pub struct Live {
     rdma: Arc<crate::rdma::RdmaControl>,
     /// The reactors' [`GoneHosts`], for sweeping snapshots.
     gone: Arc<GoneHosts>,
+    /// This nvmfd's gateway group membership (`--gateway-group`), once
+    /// its thread started.
+    gateway: std::sync::OnceLock<Arc<crate::gateway::Handle>>,
 }
 
 impl Live {
@@ -85,7 +88,18 @@ impl Live {
             started: Instant::now(),
             rdma,
             gone,
+            gateway: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Hands the gateway group's handle to the RPC methods and `/metrics`.
+    pub fn set_gateway(&self, h: Arc<crate::gateway::Handle>) {
+        let _ = self.gateway.set(h);
+    }
+
+    /// The gateway group's handle, if this nvmfd is a member.
+    pub fn gateway(&self) -> Option<&Arc<crate::gateway::Handle>> {
+        self.gateway.get()
     }
 
     /// Sends `make(reply)` to every reactor and collects the answers.
@@ -642,6 +656,14 @@ impl LiveTarget for Live {
 
     fn qpairs(&self, nqn: &str) -> Vec<Value> {
         qpairs_json(&self.snapshots(), nqn)
+    }
+
+    fn gateway_group(&self, request: &GroupRequest) -> Result<Value, String> {
+        let h = self.gateway.get().ok_or_else(|| NOT_A_MEMBER.to_string())?;
+        match request {
+            GroupRequest::Status => Ok(h.status()),
+            GroupRequest::Move { anagrpid, to } => h.move_group(*anagrpid, to),
+        }
     }
 
     fn reservation(&self, nqn: &str, nsid: u32) -> Option<Value> {

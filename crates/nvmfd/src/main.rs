@@ -10,6 +10,7 @@
 
 mod cli;
 mod cpus;
+mod gateway;
 mod limits;
 mod listen;
 mod live;
@@ -35,12 +36,25 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tracing::{info, warn};
 
+/// The log thread's guard: dropping it flushes what the thread holds.
+static LOG_GUARD: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
+    std::sync::Mutex::new(None);
+
+/// Exits the process now with `code`, after the log thread wrote what it
+/// holds (a plain `process::exit` would lose the last lines).
+pub fn exit_now(code: i32) -> ! {
+    let g = LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()).take();
+    drop(g);
+    std::process::exit(code);
+}
+
 fn main() {
     let cli = Cli::parse();
-    let guard = init_logging(cli.log_level.as_deref());
+    *LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()) =
+        Some(init_logging(cli.log_level.as_deref()));
     let res = run(cli);
     // Flush what the log thread still holds before exiting.
-    drop(guard);
+    drop(LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()).take());
     match res {
         Ok(()) => std::process::exit(0),
         Err(e) => {
@@ -87,7 +101,7 @@ fn run(cli: Cli) -> Result<()> {
         None => None,
     };
     let from_state = restored.is_some();
-    let cfg = match (restored, &cli.config) {
+    let mut cfg = match (restored, &cli.config) {
         (Some(cfg), cfg_arg) => {
             let sf = state_file.as_ref().map(|s| s.path().display().to_string());
             match cfg_arg {
@@ -150,6 +164,31 @@ fn run(cli: Cli) -> Result<()> {
     for c in &cfg.rbd_clusters {
         rbd_clusters::register(c).map_err(|e| anyhow!("rbd cluster {}: {e}", c.name))?;
     }
+    // A gateway group member starts with every ANA group inaccessible
+    // until the group says which ones it owns.
+    let group = match &cli.gateway_group {
+        Some(name) => {
+            let opts = gateway::GroupOptions {
+                name: name.clone(),
+                id: cli.gateway_id.clone().unwrap_or_default(),
+                cluster: cli.group_cluster.clone().unwrap_or_default(),
+                pool: cli.group_pool.clone().unwrap_or_default(),
+                lease: std::time::Duration::from_millis(cli.group_lease_ms),
+                home: cli.gateway_ana_groups.iter().copied().collect(),
+            };
+            let served = gateway::member::served_groups(&cfg, &opts)
+                .map_err(|e| anyhow!("--gateway-group {name}: {e}"))?;
+            for g in &opts.home {
+                if !served.contains_key(g) {
+                    bail!("--gateway-ana-groups: ANA group {g} has no namespace here");
+                }
+            }
+            let groups = served.keys().copied().collect();
+            gateway::member::start_inaccessible(&mut cfg, &groups);
+            Some((opts, served))
+        }
+        None => None,
+    };
     let target = Target::from_config(&cfg).map_err(|e| anyhow!("creating the target: {e}"))?;
     // DH-HMAC-CHAP keys from the keyring's files (docs/AUTH.md).
     let keys = nvmf_core::auth::load_keys(&cfg).map_err(|e| anyhow!("DH-HMAC-CHAP keys: {e}"))?;
@@ -367,9 +406,23 @@ fn run(cli: Cli) -> Result<()> {
     }
     let service = Arc::new(nvmf_rpc::RpcService::new(
         cfg.clone(),
-        live,
+        live.clone(),
         state_file.clone(),
     ));
+    let group_stop = Arc::new(AtomicBool::new(false));
+    let mut group_thread = None;
+    if let Some((opts, served)) = group {
+        let (h, t) = gateway::member::start(
+            opts,
+            served,
+            service.clone(),
+            target.clone(),
+            group_stop.clone(),
+        )
+        .map_err(|e| anyhow!("gateway group: {e}"))?;
+        live.set_gateway(h);
+        group_thread = Some(t);
+    }
     if let Some(sf) = &state_file {
         if !from_state {
             service
@@ -446,6 +499,12 @@ fn run(cli: Cli) -> Result<()> {
     let died = death.lock().unwrap_or_else(|e| e.into_inner()).take();
     if died.is_none() {
         info!("received {name}, shutting down");
+    }
+    // A group member hands its ANA groups over before the reactors stop
+    // (their writes drain first).
+    group_stop.store(true, Ordering::SeqCst);
+    if let Some(t) = group_thread {
+        let _ = t.join();
     }
     stop_all(&shutdown, &wakers, &mut rpc, threads);
     if let Some(why) = died {

@@ -158,7 +158,10 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     let (status, ctype, body, head) = match req {
         Req::Metrics { head } => {
             let (paths, rdma) = live.gather_metrics();
-            let body = encode(&paths, &rdma, &live.bdev_counters());
+            let mut body = encode(&paths, &rdma, &live.bdev_counters());
+            if let Some(h) = live.gateway() {
+                body = with_group(body, h);
+            }
             ("200 OK", CONTENT_TYPE, body, head)
         }
         Req::NotFound => (
@@ -348,6 +351,93 @@ impl Collector for Bdevs {
                     .encode_counter::<NoLabelSet, _, u64>(&get(b), None)?;
             }
         }
+        Ok(())
+    }
+}
+
+/// The gateway group's counters (`--gateway-group`), inserted before the
+/// exposition's `# EOF`.
+pub fn with_group(body: String, h: &crate::gateway::Handle) -> String {
+    let mut reg = Registry::default();
+    reg.register_collector(Box::new(Group(GroupSnapshot::of(h))));
+    let mut more = String::new();
+    let _ = prometheus_client::encoding::text::encode(&mut more, &reg);
+    let head = body.strip_suffix("# EOF\n").unwrap_or(&body);
+    format!("{head}{more}")
+}
+
+/// The counters of [`crate::gateway::member::Counters`], read once.
+#[derive(Debug, Clone)]
+struct GroupSnapshot {
+    group: String,
+    member: String,
+    secs: f64,
+    counters: Vec<(&'static str, &'static str, bool, u64)>,
+}
+
+impl GroupSnapshot {
+    fn of(h: &crate::gateway::Handle) -> GroupSnapshot {
+        use std::sync::atomic::Ordering::Relaxed;
+        let c = &h.counters;
+        let n = c.renewals.load(Relaxed);
+        GroupSnapshot {
+            group: h.opts.name.clone(),
+            member: h.opts.id.clone(),
+            secs: 0.0,
+            counters: vec![
+                ("nvmf_group_lease_renewals", "Lease renewals that succeeded", true, n),
+                ("nvmf_group_lease_renewal_failures", "Lease renewals that failed", true, c.renewal_failures.load(Relaxed)),
+                ("nvmf_group_lease_renewal_seconds", "Round trips of the successful lease renewals, summed (seconds)", true, 0),
+                ("nvmf_group_takeovers", "ANA groups this member took (after fencing their owner when it was alive before)", true, c.takeovers.load(Relaxed)),
+                ("nvmf_group_fencings", "Members this member fenced (blocklisted their RADOS client)", true, c.fencings.load(Relaxed)),
+                ("nvmf_group_handovers", "ANA groups this member handed over (planned: failback, nvmf gw move)", true, c.handovers.load(Relaxed)),
+                ("nvmf_group_self_fences", "Times this member fenced itself (no lease renewal for L - L/5)", true, c.self_fences.load(Relaxed)),
+                ("nvmf_group_rados_errors", "RADOS calls of the member that failed (retried)", true, c.rados_errors.load(Relaxed)),
+                ("nvmf_group_epoch", "Epoch of the group record this member last read", false, c.epoch.load(Relaxed)),
+                ("nvmf_group_ana_groups_owned", "ANA groups optimized on this member now", false, c.owned.load(Relaxed)),
+                ("nvmf_group_self_fenced", "1 while this member is fenced by itself", false, c.fenced_now.load(Relaxed)),
+            ],
+        }
+        .with_renewal_seconds(c.renewal_us.load(Relaxed))
+    }
+
+    fn with_renewal_seconds(mut self, us: u64) -> GroupSnapshot {
+        self.counters
+            .retain(|c| c.0 != "nvmf_group_lease_renewal_seconds");
+        self.secs = us as f64 / 1e6;
+        self
+    }
+}
+
+#[derive(Debug)]
+struct Group(GroupSnapshot);
+
+impl Collector for Group {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let g = &self.0;
+        let l: Labels = vec![("group", g.group.clone()), ("member", g.member.clone())];
+        for (name, help, counter, v) in &g.counters {
+            let ty = if *counter {
+                MetricType::Counter
+            } else {
+                MetricType::Gauge
+            };
+            let mut m = enc.encode_descriptor(name, help, None, ty)?;
+            let mut f = m.encode_family(&l)?;
+            if *counter {
+                f.encode_counter::<NoLabelSet, _, u64>(v, None)?;
+            } else {
+                f.encode_gauge(&(*v as i64))?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_group_lease_renewal_seconds",
+            "Round trips of the successful lease renewals, summed (seconds)",
+            None,
+            MetricType::Counter,
+        )?;
+        m.encode_family(&l)?
+            .encode_counter::<NoLabelSet, _, f64>(&g.secs, None)?;
         Ok(())
     }
 }

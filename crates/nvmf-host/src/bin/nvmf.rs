@@ -201,6 +201,9 @@ enum Cmd {
     /// Benchmark matrices against NVMe-oF targets: `plan` shows what `run` would do, `run` does it, `compare` sets two reports side by side
     #[command(after_help = BENCH_HELP)]
     Bench(BenchArgs),
+    /// A gateway group on Ceph as one member sees it: `status`, and `move` an ANA group to another member
+    #[command(subcommand, after_help = GW_HELP)]
+    Gw(GwCmd),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
     #[command(disable_help_flag = true)]
     Rpc {
@@ -285,6 +288,42 @@ struct BenchPlanArgs {
     /// Milliseconds of /proc/stat sampling to find busy cores (0 = skip)
     #[arg(long = "sample-ms", default_value_t = 250, value_name = "MS")]
     sample_ms: u64,
+}
+
+const GW_HELP: &str = "\
+A gateway group (nvmfd --gateway-group, docs/GATEWAY-GROUPS.md) keeps each ANA group
+optimized on one live member, its owner, and inaccessible on the others. Ask any member:
+
+  nvmf gw status -s /run/nvmfd/gw1.sock        members, leases, owners, epoch, fencings
+  nvmf gw status --json                         the same as JSON
+  nvmf gw move 2 gw3 -s /run/nvmfd/gw1.sock     ANA group 2 goes to gw3 (planned: its owner
+                                                drains and hands over; hosts see no error)
+";
+
+#[derive(Subcommand)]
+enum GwCmd {
+    /// Members and their leases, each ANA group's home and owner, the epoch, fencings, counters
+    Status {
+        /// A member's JSON-RPC socket
+        #[arg(short = 's', long = "server", default_value = nvmf_rpc::DEFAULT_RPC_SOCKET, value_name = "PATH")]
+        socket: std::path::PathBuf,
+        /// Print the member's answer as JSON
+        #[arg(long)]
+        json: bool,
+    },
+    /// Move ANA group GROUP to member TO (it becomes its home): planned, without fencing
+    Move {
+        /// ANA group ID
+        group: u32,
+        /// The member that should own it
+        to: String,
+        /// A member's JSON-RPC socket
+        #[arg(short = 's', long = "server", default_value = nvmf_rpc::DEFAULT_RPC_SOCKET, value_name = "PATH")]
+        socket: std::path::PathBuf,
+        /// Seconds to wait until TO owns it (0: do not wait)
+        #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+        wait: u64,
+    },
 }
 
 #[derive(Args)]
@@ -512,6 +551,7 @@ fn main() -> ExitCode {
         Cmd::Identify(a) => identify(a),
         Cmd::Perf(a) => run_perf(a),
         Cmd::Top(a) => top(a),
+        Cmd::Gw(c) => gw(c),
         Cmd::Bench(b) => bench(b),
         Cmd::Rpc { args } => {
             let code = nvmf_rpc::cli_main(&args);
@@ -696,6 +736,58 @@ fn bench_run(a: BenchRunArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+fn gw(c: GwCmd) -> Result<ExitCode> {
+    use std::time::Instant;
+    let call = |socket: &std::path::Path, method: &str, params: Option<&serde_json::Value>| {
+        let mut client = nvmf_rpc::RpcClient::connect(socket, 0)
+            .with_context(|| format!("connecting to {}", socket.display()))?;
+        client.set_timeout(Some(Duration::from_secs(10)))?;
+        client
+            .call(method, params)
+            .map_err(|e| anyhow::anyhow!("{method}: {e}"))
+    };
+    match c {
+        GwCmd::Status { socket, json } => {
+            let v = call(&socket, "nvmf_gateway_group_status", None)?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", nvmf_host::gw::format_status(&v));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        GwCmd::Move {
+            group,
+            to,
+            socket,
+            wait,
+        } => {
+            let p = serde_json::json!({ "anagrpid": group, "to": to });
+            let r = call(&socket, "nvmf_gateway_group_move", Some(&p))?;
+            println!(
+                "ANA group {group}: home is now {to} (owner was {})",
+                r["owner"].as_str().unwrap_or("nobody")
+            );
+            if wait == 0 {
+                return Ok(ExitCode::SUCCESS);
+            }
+            let t0 = Instant::now();
+            while t0.elapsed() < Duration::from_secs(wait) {
+                let v = call(&socket, "nvmf_gateway_group_status", None)?;
+                if nvmf_host::gw::owner_of(&v, group) == Some((to.clone(), true)) {
+                    println!(
+                        "ANA group {group} is owned by {to} ({} ms)",
+                        t0.elapsed().as_millis()
+                    );
+                    return Ok(ExitCode::SUCCESS);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            bail!("ANA group {group} is not owned by {to} after {wait} s (see nvmf gw status)")
+        }
+    }
 }
 
 fn top(a: TopArgs) -> Result<ExitCode> {

@@ -1,0 +1,840 @@
+//! This nvmfd as a member of a gateway group (docs/GATEWAY-GROUPS.md).
+//!
+//! Owns the member thread: it takes and renews this member's lease (a
+//! `cls_lock` on `nvmfd.group.<name>.lease` named after the member),
+//! fences itself when renewals stop succeeding (every ANA group it serves
+//! goes inaccessible at L − δ after the last renewal that succeeded),
+//! joins the shared record, probes the other members' leases, and carries
+//! out what `gateway::plan` decides: a takeover (blocklist the old owner's
+//! RADOS client, wait for the OSD map that carries it, then write the new
+//! owner with a version guard) or a planned hand-over (inaccessible here,
+//! counted writes drained, then the record changed). It sets this member's
+//! ANA states through the RPC service, like `nvmf_subsystem_listener_set_ana_state`,
+//! so hosts get the ANA Change event. Also the RPC side of `nvmf gw
+//! status` / `nvmf gw move` ([`Handle`]) and the group's counters.
+//!
+//! Every RADOS call blocks: this thread and the RPC thread only, never a
+//! reactor. A failed call is logged and retried on the next tick; only
+//! renewals decide fencing.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use nvmf_config::{AnaState, TargetConfig};
+use nvmf_core::backend::rbd::group::{GroupObjects, LeaseError, WriteError};
+use nvmf_core::target::Target;
+use serde_json::{json, Value};
+use tracing::{error, info, warn};
+
+use super::doc::{Fenced, GroupDoc, Member};
+use super::plan::{self, Action, View};
+
+/// How long a blocklist entry lasts: longer than any pause a frozen
+/// process could come back from unnoticed.
+pub const FENCE_EXPIRE: Duration = Duration::from_secs(7 * 24 * 3600);
+/// How long a hand-over waits for the group's writes to drain before it
+/// gives up (the group is optimized here again).
+const DRAIN_LIMIT: Duration = Duration::from_secs(30);
+/// Exit status of a member that learnt it was fenced: its supervisor
+/// restarts it with a new RADOS client, which rejoins.
+pub const EXIT_FENCED: i32 = 3;
+
+/// `--gateway-group` and friends.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    pub name: String,
+    pub id: String,
+    /// The registered cluster (`bdev_rbd_register_cluster`) whose client
+    /// the member and all its RBD namespaces use.
+    pub cluster: String,
+    pub pool: String,
+    /// L: the lease duration.
+    pub lease: Duration,
+    /// ANA groups whose home this member claims when it first joins.
+    pub home: BTreeSet<u32>,
+}
+
+impl GroupOptions {
+    /// R = L / 3.
+    pub fn renew_every(&self) -> Duration {
+        self.lease / 3
+    }
+    /// δ = L / 5.
+    pub fn margin(&self) -> Duration {
+        self.lease / 5
+    }
+    fn tick(&self) -> Duration {
+        (self.lease / 12).clamp(Duration::from_millis(50), Duration::from_millis(500))
+    }
+    pub fn record_oid(&self) -> String {
+        format!("nvmfd.group.{}", self.name)
+    }
+    pub fn lease_oid(&self) -> String {
+        format!("nvmfd.group.{}.lease", self.name)
+    }
+}
+
+/// The group's counters, for `/metrics` and `nvmf gw status`.
+#[derive(Debug, Default)]
+pub struct Counters {
+    pub renewals: AtomicU64,
+    pub renewal_failures: AtomicU64,
+    /// Sum of the successful renewals' round trips, in microseconds.
+    pub renewal_us: AtomicU64,
+    pub renewal_max_us: AtomicU64,
+    pub self_fences: AtomicU64,
+    pub fencings: AtomicU64,
+    pub takeovers: AtomicU64,
+    pub handovers: AtomicU64,
+    pub rados_errors: AtomicU64,
+    pub epoch: AtomicU64,
+    pub owned: AtomicU64,
+    pub fenced_now: AtomicU64,
+}
+
+/// What the RPC thread and `/metrics` reach.
+#[derive(Debug)]
+pub struct Handle {
+    pub opts: GroupOptions,
+    objs: Arc<GroupObjects>,
+    status: Mutex<Value>,
+    pub counters: Counters,
+}
+
+fn now_unix() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+impl Handle {
+    /// The member's latest view (`nvmf_gateway_group_status`).
+    pub fn status(&self) -> Value {
+        let mut v = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let c = &self.counters;
+        let n = c.renewals.load(Relaxed);
+        v["counters"] = json!({
+            "lease_renewals": n,
+            "lease_renewal_failures": c.renewal_failures.load(Relaxed),
+            "lease_renewal_avg_us": c.renewal_us.load(Relaxed).checked_div(n).unwrap_or(0),
+            "lease_renewal_max_us": c.renewal_max_us.load(Relaxed),
+            "self_fences": c.self_fences.load(Relaxed),
+            "fencings": c.fencings.load(Relaxed),
+            "takeovers": c.takeovers.load(Relaxed),
+            "handovers": c.handovers.load(Relaxed),
+            "rados_errors": c.rados_errors.load(Relaxed),
+        });
+        v
+    }
+
+    /// `nvmf_gateway_group_move`: makes `to` the home of ANA group `g`; its
+    /// owner then hands it over (planned, no fencing). Returns the record's
+    /// epoch after the change.
+    pub fn move_group(&self, g: u32, to: &str) -> Result<Value, String> {
+        let oid = self.opts.record_oid();
+        for _ in 0..8 {
+            let (mut doc, version) = match self.objs.read(&oid)? {
+                Some((b, v)) => (GroupDoc::parse(&b)?, v),
+                None => return Err(format!("group {}: no record yet", self.opts.name)),
+            };
+            let m = doc
+                .members
+                .get(to)
+                .ok_or_else(|| format!("group {}: no member \"{to}\"", self.opts.name))?;
+            if !m.serves.contains(&g) {
+                return Err(format!(
+                    "member \"{to}\" does not serve ANA group {g} (it serves {:?})",
+                    m.serves
+                ));
+            }
+            let owner = doc
+                .groups
+                .get(&g)
+                .and_then(|a| a.owner.as_ref())
+                .map(|o| o.member.clone());
+            doc.groups.entry(g).or_default().home = Some(to.to_string());
+            match self.objs.write(&oid, &doc.to_bytes(), Some(version)) {
+                Ok(_) => {
+                    info!(group = %self.opts.name, anagrpid = g, to, "ANA group move requested");
+                    return Ok(json!({
+                        "anagrpid": g,
+                        "home": to,
+                        "owner": owner,
+                        "epoch": doc.epoch,
+                    }));
+                }
+                Err(WriteError::Conflict) => continue,
+                Err(WriteError::Failed(e)) => return Err(e),
+            }
+        }
+        Err("the group record kept changing; try again".into())
+    }
+}
+
+/// The member thread's state.
+struct MemberLoop {
+    h: Arc<Handle>,
+    address: String,
+    service: Arc<nvmf_rpc::RpcService>,
+    target: Arc<Target>,
+    /// ANA group → the bdevs of its namespaces.
+    serves: BTreeMap<u32, BTreeSet<String>>,
+    /// When the last successful renewal was sent.
+    last_ok: Option<Instant>,
+    last_try: Option<Instant>,
+    fenced_self: bool,
+    /// Hand-overs in progress: group → (to, since).
+    draining: BTreeMap<u32, (String, Instant)>,
+    doc: GroupDoc,
+    alive: BTreeSet<String>,
+    last_error_log: Option<Instant>,
+}
+
+/// The ANA groups of every subsystem with ANA reporting, with the bdevs of
+/// their namespaces, after checking that the configuration can be a group
+/// member: every namespace on an RBD image of the group's cluster (the
+/// only writes a blocklist stops) in a subsystem with ANA reporting.
+pub fn served_groups(
+    cfg: &TargetConfig,
+    opts: &GroupOptions,
+) -> Result<BTreeMap<u32, BTreeSet<String>>, String> {
+    if cfg.rbd_cluster(&opts.cluster).is_none() {
+        return Err(format!(
+            "--group-cluster {}: no such cluster in the configuration (bdev_rbd_register_cluster)",
+            opts.cluster
+        ));
+    }
+    let mut out: BTreeMap<u32, BTreeSet<String>> = BTreeMap::new();
+    for s in &cfg.subsystems {
+        for ns in &s.namespaces {
+            if !s.ana_reporting {
+                return Err(format!(
+                    "subsystem {} has namespaces but no ANA reporting (ana_reporting / -r): \
+                     a gateway group moves ANA groups",
+                    s.nqn
+                ));
+            }
+            let rbd_ok = cfg
+                .bdev(&ns.bdev_name)
+                .and_then(|b| b.rbd.as_ref())
+                .is_some_and(|r| r.cluster_name.as_deref() == Some(opts.cluster.as_str()));
+            if !rbd_ok {
+                return Err(format!(
+                    "namespace {} of {} is on bdev {}, which is not an RBD image of cluster {}: \
+                     a group can only fence writes that go through its own RADOS client",
+                    ns.nsid, s.nqn, ns.bdev_name, opts.cluster
+                ));
+            }
+            out.entry(ns.anagrpid)
+                .or_default()
+                .insert(ns.bdev_name.clone());
+        }
+    }
+    Ok(out)
+}
+
+/// Sets every served ANA group inaccessible on every listener: how a
+/// member starts (before it knows what it owns).
+pub fn start_inaccessible(cfg: &mut TargetConfig, groups: &BTreeSet<u32>) {
+    for s in &mut cfg.subsystems {
+        if !s.ana_reporting {
+            continue;
+        }
+        let ls = s.listeners.clone();
+        for l in &ls {
+            for &g in groups {
+                s.set_ana_state(l, Some(g), AnaState::Inaccessible);
+            }
+        }
+    }
+}
+
+/// Opens the group's objects on the cluster's connection and starts the
+/// member thread. Returns the handle the RPC server and `/metrics` use.
+pub fn start(
+    opts: GroupOptions,
+    serves: BTreeMap<u32, BTreeSet<String>>,
+    service: Arc<nvmf_rpc::RpcService>,
+    target: Arc<Target>,
+    shutdown: Arc<AtomicBool>,
+) -> Result<(Arc<Handle>, std::thread::JoinHandle<()>), String> {
+    let conn = nvmf_core::backend::rbd::conn::cluster(&opts.cluster)
+        .ok_or_else(|| format!("cluster {} is not connected", opts.cluster))?;
+    let objs = Arc::new(GroupObjects::open(&conn, &opts.pool)?);
+    let address = objs.client_address()?;
+    info!(
+        group = %opts.name, member = %opts.id, %address, pool = %opts.pool,
+        "gateway group member: lease {} ms, renewed every {} ms, self-fence after {} ms without one",
+        opts.lease.as_millis(), opts.renew_every().as_millis(),
+        (opts.lease - opts.margin()).as_millis()
+    );
+    let h = Arc::new(Handle {
+        opts,
+        objs,
+        status: Mutex::new(json!({})),
+        counters: Counters::default(),
+    });
+    let mut m = MemberLoop {
+        h: h.clone(),
+        address,
+        service,
+        target,
+        serves,
+        last_ok: None,
+        last_try: None,
+        fenced_self: false,
+        draining: BTreeMap::new(),
+        doc: GroupDoc::default(),
+        alive: BTreeSet::new(),
+        last_error_log: None,
+    };
+    let t = std::thread::Builder::new()
+        .name("gateway-group".into())
+        .spawn(move || m.run(&shutdown))
+        .map_err(|e| format!("spawning the gateway group thread: {e}"))?;
+    Ok((h, t))
+}
+
+/// Whether a RADOS error says this client is blocklisted.
+fn blocklisted(e: &str) -> bool {
+    e.contains("-108") || e.contains("blocklist") || e.contains("ESHUTDOWN")
+}
+
+impl MemberLoop {
+    fn opts(&self) -> &GroupOptions {
+        &self.h.opts
+    }
+
+    fn run(&mut self, shutdown: &AtomicBool) {
+        let tick = self.opts().tick();
+        while !shutdown.load(Relaxed) {
+            let t0 = Instant::now();
+            self.step();
+            self.publish();
+            let spent = t0.elapsed();
+            if spent < tick {
+                std::thread::sleep(tick - spent);
+            }
+        }
+        self.leave();
+    }
+
+    /// Logs a RADOS failure, at most one line per second.
+    fn rados_error(&mut self, what: &str, e: &str) {
+        self.h.counters.rados_errors.fetch_add(1, Relaxed);
+        let now = Instant::now();
+        if self
+            .last_error_log
+            .is_none_or(|t| now.duration_since(t) >= Duration::from_secs(1))
+        {
+            self.last_error_log = Some(now);
+            warn!(group = %self.opts().name, "{what}: {e} (retried)");
+        }
+    }
+
+    fn fenced_exit(&self, why: &str) -> ! {
+        error!(
+            group = %self.opts().name, member = %self.opts().id,
+            "{why}: this member may have been fenced by the group; every ANA group here is \
+             inaccessible; exiting with status {EXIT_FENCED} so that its supervisor restarts it \
+             with a new RADOS client, which rejoins"
+        );
+        crate::exit_now(EXIT_FENCED);
+    }
+
+    /// Takes or renews the lease; returns whether this member may serve.
+    fn renew(&mut self) -> bool {
+        let o = self.opts().clone();
+        let now = Instant::now();
+        let due = self
+            .last_try
+            .is_none_or(|t| now.duration_since(t) >= o.renew_every());
+        if due {
+            self.last_try = Some(now);
+            let first = self.last_ok.is_none();
+            let r = self
+                .h
+                .objs
+                .lease(&o.lease_oid(), &o.id, &o.id, o.lease, !first);
+            let rtt = now.elapsed();
+            match r {
+                Ok(()) => {
+                    let c = &self.h.counters;
+                    c.renewals.fetch_add(1, Relaxed);
+                    let us = rtt.as_micros() as u64;
+                    c.renewal_us.fetch_add(us, Relaxed);
+                    c.renewal_max_us.fetch_max(us, Relaxed);
+                    if let Some(prev) = self.last_ok {
+                        if now.duration_since(prev) >= o.lease {
+                            // Its lock may have expired on the OSD and been
+                            // probed by a survivor, which then fences.
+                            self.set_all_inaccessible();
+                            self.fenced_exit(&format!(
+                                "lease lapsed for {} ms (at least its duration)",
+                                now.duration_since(prev).as_millis()
+                            ));
+                        }
+                    } else {
+                        info!(group = %o.name, member = %o.id, "lease taken");
+                    }
+                    self.last_ok = Some(now);
+                    if self.fenced_self {
+                        info!(group = %o.name, "lease renewed again in time: serving again");
+                        self.fenced_self = false;
+                    }
+                }
+                Err(LeaseError::Held) if first => {
+                    self.rados_error(
+                        "lease",
+                        &format!(
+                            "member ID {} is held by another process (a previous incarnation's \
+                             lease ends within {} ms)",
+                            o.id,
+                            o.lease.as_millis()
+                        ),
+                    );
+                }
+                Err(LeaseError::Held) => {
+                    self.set_all_inaccessible();
+                    self.fenced_exit("the lease is held by another process");
+                }
+                Err(LeaseError::Failed(e)) => {
+                    self.h.counters.renewal_failures.fetch_add(1, Relaxed);
+                    if blocklisted(&e) && self.last_ok.is_some() {
+                        self.set_all_inaccessible();
+                        self.fenced_exit(&format!("lease renewal refused: {e}"));
+                    }
+                    self.rados_error("lease renewal", &e);
+                }
+            }
+        }
+        let Some(ok) = self.last_ok else {
+            return false;
+        };
+        if now.duration_since(ok) >= o.lease - o.margin() && !self.fenced_self {
+            self.fenced_self = true;
+            self.h.counters.self_fences.fetch_add(1, Relaxed);
+            error!(
+                group = %o.name, member = %o.id,
+                "no lease renewal for {} ms: fencing itself (every ANA group here inaccessible) \
+                 before any survivor may take over",
+                now.duration_since(ok).as_millis()
+            );
+            self.set_all_inaccessible();
+        }
+        !self.fenced_self
+    }
+
+    fn step(&mut self) {
+        if !self.renew() {
+            self.alive.clear();
+            return;
+        }
+        let o = self.opts().clone();
+        let oid = o.record_oid();
+        let (mut doc, version) = match self.h.objs.read(&oid) {
+            Ok(Some((b, v))) => match GroupDoc::parse(&b) {
+                Ok(d) => (d, Some(v)),
+                Err(e) => return self.rados_error("group record", &e),
+            },
+            Ok(None) => (GroupDoc::default(), None),
+            Err(e) => return self.rados_error("reading the group record", &e),
+        };
+        if doc.is_fenced(&self.address) {
+            self.set_all_inaccessible();
+            self.fenced_exit("the group record lists this member's RADOS client as fenced");
+        }
+        // Join (or refresh what this incarnation publishes).
+        let serves: BTreeSet<u32> = self.serves.keys().copied().collect();
+        let me = doc.members.get(&o.id);
+        if me.is_none_or(|m| m.address != self.address || m.serves != serves)
+            || o.home
+                .iter()
+                .any(|g| serves.contains(g) && doc.groups.get(g).is_none_or(|a| a.home.is_none()))
+        {
+            let joined = match me {
+                Some(m) if m.address == self.address => m.joined,
+                _ => now_unix(),
+            };
+            doc.members.insert(
+                o.id.clone(),
+                Member {
+                    address: self.address.clone(),
+                    joined,
+                    serves,
+                },
+            );
+            for g in &o.home {
+                if self.serves.contains_key(g) {
+                    let a = doc.groups.entry(*g).or_default();
+                    a.home.get_or_insert_with(|| o.id.clone());
+                }
+            }
+            match self.h.objs.write(&oid, &doc.to_bytes(), version) {
+                Ok(_) => info!(group = %o.name, member = %o.id, address = %self.address, "joined"),
+                Err(WriteError::Conflict) => {}
+                Err(WriteError::Failed(e)) => self.rados_error("joining", &e),
+            }
+            return;
+        }
+        // Who is alive: a lease another client holds is a live member.
+        let mut alive = BTreeSet::new();
+        alive.insert(o.id.clone());
+        let probe = format!("probe.{}", o.id);
+        for m in doc
+            .members
+            .keys()
+            .filter(|m| **m != o.id)
+            .cloned()
+            .collect::<Vec<_>>()
+        {
+            match self
+                .h
+                .objs
+                .lease(&o.lease_oid(), &m, &probe, Duration::from_secs(1), false)
+            {
+                Err(LeaseError::Held) => {
+                    alive.insert(m);
+                }
+                Ok(()) => {
+                    if let Err(e) = self.h.objs.release(&o.lease_oid(), &m, &probe) {
+                        self.rados_error("releasing a probe", &e);
+                    }
+                }
+                Err(LeaseError::Failed(e)) => {
+                    // Unknown: counted alive, so nothing is taken from it.
+                    self.rados_error(&format!("probing member {m}"), &e);
+                    alive.insert(m);
+                }
+            }
+        }
+        self.alive = alive;
+        let serves: BTreeSet<u32> = self.serves.keys().copied().collect();
+        let actions = plan::decide(&View {
+            me: &o.id,
+            address: &self.address,
+            doc: &doc,
+            alive: &self.alive,
+            serves: &serves,
+        });
+        let mut changed = false;
+        let mut took = Vec::new();
+        let mut handing: BTreeSet<u32> = BTreeSet::new();
+        for a in actions {
+            match a {
+                Action::Take { group, fence } => {
+                    if let Some((member, address)) = fence {
+                        if !doc.is_fenced(&address) {
+                            let t = Instant::now();
+                            if let Err(e) = self.h.objs.fence(&address, FENCE_EXPIRE) {
+                                self.rados_error(&format!("fencing {member} ({address})"), &e);
+                                continue;
+                            }
+                            self.h.counters.fencings.fetch_add(1, Relaxed);
+                            warn!(
+                                group = %o.name, fenced = %member, %address,
+                                "fenced (blocklisted, OSD map has it) in {} ms before taking its ANA groups",
+                                t.elapsed().as_millis()
+                            );
+                            doc.record_fence(Fenced {
+                                member,
+                                address,
+                                by: o.id.clone(),
+                                at: now_unix(),
+                            });
+                        }
+                    }
+                    doc.set_owner(group, &o.id, &self.address);
+                    took.push(group);
+                    changed = true;
+                }
+                Action::HandOver { group, to } => {
+                    handing.insert(group);
+                    let since = self
+                        .draining
+                        .entry(group)
+                        .or_insert_with(|| (to.clone(), Instant::now()))
+                        .1;
+                    if since.elapsed() > DRAIN_LIMIT {
+                        warn!(group = %o.name, anagrpid = group, %to, "hand-over abandoned: writes did not drain");
+                        self.draining.remove(&group);
+                        continue;
+                    }
+                    // Inaccessible here first; then wait until nothing this
+                    // member counted as writing to the group's bdevs is left.
+                    self.apply_ana(&doc);
+                    if since.elapsed() < Duration::from_millis(20) || !self.drained(group) {
+                        continue;
+                    }
+                    let Some(addr) = doc.members.get(&to).map(|m| m.address.clone()) else {
+                        continue;
+                    };
+                    doc.set_owner(group, &to, &addr);
+                    changed = true;
+                    info!(group = %o.name, anagrpid = group, %to, "handing over (planned)");
+                }
+            }
+        }
+        self.draining.retain(|g, _| handing.contains(g));
+        if changed {
+            match self.h.objs.write(&oid, &doc.to_bytes(), version) {
+                Ok(_) => {
+                    for g in &took {
+                        self.h.counters.takeovers.fetch_add(1, Relaxed);
+                        info!(group = %o.name, anagrpid = g, epoch = doc.epoch, "took ANA group");
+                    }
+                    for (g, (to, _)) in std::mem::take(&mut self.draining) {
+                        if doc
+                            .groups
+                            .get(&g)
+                            .and_then(|a| a.owner.as_ref())
+                            .is_some_and(|x| x.member == to)
+                        {
+                            self.h.counters.handovers.fetch_add(1, Relaxed);
+                        } else {
+                            self.draining.insert(g, (to, Instant::now()));
+                        }
+                    }
+                }
+                Err(WriteError::Conflict) => {
+                    // Someone else changed it: decide again on the next tick.
+                    return;
+                }
+                Err(WriteError::Failed(e)) => {
+                    return self.rados_error("writing the group record", &e)
+                }
+            }
+        }
+        self.doc = doc;
+        let d = self.doc.clone();
+        self.apply_ana(&d);
+    }
+
+    /// Whether every bdev of group `g` has no counted write in flight.
+    fn drained(&self, g: u32) -> bool {
+        self.serves.get(&g).is_none_or(|bdevs| {
+            bdevs.iter().all(|b| {
+                self.target
+                    .backend(b)
+                    .is_none_or(|be| nvmf_core::fused::gate_for(&be).in_flight() == 0)
+            })
+        })
+    }
+
+    /// The state each served group should have here now.
+    fn desired(&self, doc: &GroupDoc) -> BTreeMap<u32, AnaState> {
+        let serves: BTreeSet<u32> = self.serves.keys().copied().collect();
+        let v = View {
+            me: &self.h.opts.id,
+            address: &self.address,
+            doc,
+            alive: &self.alive,
+            serves: &serves,
+        };
+        serves
+            .iter()
+            .map(|&g| {
+                let s = if self.draining.contains_key(&g) {
+                    AnaState::Inaccessible
+                } else {
+                    plan::ana_state(&v, g, self.fenced_self)
+                };
+                (g, s)
+            })
+            .collect()
+    }
+
+    fn set_all_inaccessible(&mut self) {
+        let want = self
+            .serves
+            .keys()
+            .map(|g| (*g, AnaState::Inaccessible))
+            .collect();
+        self.set_states(&want);
+    }
+
+    fn apply_ana(&mut self, doc: &GroupDoc) {
+        let want = self.desired(doc);
+        self.set_states(&want);
+    }
+
+    /// Changes, through the RPC service, every listener's state of every
+    /// group that differs from `want`.
+    fn set_states(&mut self, want: &BTreeMap<u32, AnaState>) {
+        let cfg = self.service.config();
+        let owned = want.values().filter(|s| **s == AnaState::Optimized).count() as u64;
+        self.h.counters.owned.store(owned, Relaxed);
+        for sub in cfg.subsystems.iter().filter(|s| s.ana_reporting) {
+            for l in &sub.listeners {
+                for (&g, &state) in want {
+                    if sub.ana_state(l, g) == state {
+                        continue;
+                    }
+                    let params = json!({
+                        "nqn": sub.nqn,
+                        "listen_address": {
+                            "trtype": l.trtype.as_str(),
+                            "adrfam": l.adrfam.as_str(),
+                            "traddr": l.traddr,
+                            "trsvcid": l.trsvcid,
+                        },
+                        "ana_state": state.as_str(),
+                        "anagrpid": g,
+                    });
+                    match self
+                        .service
+                        .call("nvmf_subsystem_listener_set_ana_state", Some(&params))
+                    {
+                        Ok(_) => info!(
+                            group = %self.h.opts.name, subsystem = %sub.nqn, anagrpid = g,
+                            listener = %format!("{}:{}", l.traddr, l.trsvcid),
+                            "ANA state {}", state.as_str()
+                        ),
+                        Err(e) => warn!(
+                            subsystem = %sub.nqn, anagrpid = g,
+                            "setting ANA state {}: {}", state.as_str(), e.message
+                        ),
+                    }
+                }
+            }
+        }
+    }
+
+    /// Publishes the view `nvmf gw status` shows.
+    fn publish(&self) {
+        let o = self.opts();
+        let lease_age = self.last_ok.map(|t| t.elapsed().as_millis() as u64);
+        let d = &self.doc;
+        let members: Vec<Value> = d
+            .members
+            .iter()
+            .map(|(id, m)| {
+                json!({
+                    "id": id,
+                    "address": m.address,
+                    "joined": m.joined,
+                    "serves": m.serves,
+                    "lease": if *id == o.id {
+                        if self.fenced_self { "lapsed" } else { "held" }
+                    } else if self.alive.contains(id) { "held" } else { "free" },
+                    "owns": d.owned_by(id),
+                })
+            })
+            .collect();
+        let groups: Vec<Value> = d
+            .groups
+            .iter()
+            .map(|(g, a)| {
+                json!({
+                    "anagrpid": g,
+                    "home": a.home,
+                    "owner": a.owner.as_ref().map(|x| x.member.clone()),
+                    "owner_address": a.owner.as_ref().map(|x| x.address.clone()),
+                    "owner_epoch": a.owner.as_ref().map(|x| x.epoch),
+                    "owner_alive": plan::live_owner(d, &self.alive, *g).is_some(),
+                    "here": if self.draining.contains_key(g) { "draining" } else {
+                        match self.desired(d).get(g) {
+                            Some(AnaState::Optimized) => "optimized",
+                            Some(_) => "inaccessible",
+                            None => "not served",
+                        }
+                    },
+                })
+            })
+            .collect();
+        let state = if self.last_ok.is_none() {
+            "joining"
+        } else if self.fenced_self {
+            "self-fenced"
+        } else {
+            "serving"
+        };
+        let c = &self.h.counters;
+        c.epoch.store(d.epoch, Relaxed);
+        c.fenced_now.store(u64::from(self.fenced_self), Relaxed);
+        *self.h.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
+            "group": o.name,
+            "member": o.id,
+            "address": self.address,
+            "pool": o.pool,
+            "state": state,
+            "lease_ms": o.lease.as_millis() as u64,
+            "lease_age_ms": lease_age,
+            "epoch": d.epoch,
+            "members": members,
+            "ana_groups": groups,
+            "fenced": d.fenced,
+        });
+    }
+
+    /// A clean stop: every group this member owns goes to its successor
+    /// (planned: inaccessible here, drained, record changed), then the
+    /// lease is released. Bounded: whatever is left is taken over by the
+    /// survivors after the lease (with fencing).
+    fn leave(&mut self) {
+        let o = self.opts().clone();
+        if self.last_ok.is_none() || self.fenced_self {
+            return;
+        }
+        let oid = o.record_oid();
+        self.set_all_inaccessible();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut left = false;
+        while Instant::now() < deadline {
+            if self.serves.keys().all(|g| self.drained(*g)) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        for _ in 0..8 {
+            let Ok(Some((b, v))) = self.h.objs.read(&oid) else {
+                break;
+            };
+            let Ok(mut doc) = GroupDoc::parse(&b) else {
+                break;
+            };
+            let mut alive = self.alive.clone();
+            alive.remove(&o.id);
+            let mine: Vec<u32> = doc
+                .owned_by(&o.id)
+                .into_iter()
+                .filter(|g| {
+                    doc.groups[g]
+                        .owner
+                        .as_ref()
+                        .is_some_and(|x| x.address == self.address)
+                })
+                .collect();
+            for g in &mine {
+                if let Some(to) = plan::successor(&doc, &alive, *g) {
+                    let addr = doc.members[&to].address.clone();
+                    doc.set_owner(*g, &to, &addr);
+                }
+            }
+            match self.h.objs.write(&oid, &doc.to_bytes(), Some(v)) {
+                Ok(_) => {
+                    info!(group = %o.name, member = %o.id, "left the group: ANA groups {mine:?} handed over");
+                    left = true;
+                    break;
+                }
+                Err(WriteError::Conflict) => continue,
+                Err(WriteError::Failed(e)) => {
+                    warn!(group = %o.name, "leaving: {e}");
+                    break;
+                }
+            }
+        }
+        if left {
+            if let Err(e) = self.h.objs.release(&o.lease_oid(), &o.id, &o.id) {
+                warn!(group = %o.name, "releasing the lease: {e}");
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! What a gateway group member does next, decided from the shared record
+//! and who is alive (docs/GATEWAY-GROUPS.md).
+//!
+//! Owns the rules, as pure functions over a [`View`]:
+//! - which incarnation owns an ANA group *alive* (its member's lease is held
+//!   and the record's address of that member is still the owner's);
+//! - who takes a group whose owner is not alive (its home if alive, else
+//!   the least loaded live member serving it; ties by ID), and whether the
+//!   old incarnation must be fenced first (always, unless it was already);
+//! - when an owner hands a group back to its home (failback, `nvmf gw
+//!   move`): planned, no fencing;
+//! - the ANA state each group gets on this member's listeners: optimized
+//!   on its live owner only, inaccessible everywhere else.
+//!
+//! No I/O here; `gateway::member` acts on the result.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nvmf_config::AnaState;
+
+use super::doc::{GroupDoc, Owner};
+
+/// What one member sees at one moment.
+pub struct View<'a> {
+    pub me: &'a str,
+    /// This incarnation's RADOS client address.
+    pub address: &'a str,
+    pub doc: &'a GroupDoc,
+    /// Members whose lease is held now (this one included while its lease
+    /// is valid).
+    pub alive: &'a BTreeSet<String>,
+    /// ANA groups this member serves, with their namespaces.
+    pub serves: &'a BTreeSet<u32>,
+}
+
+/// One step a member takes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Become the owner of `group`. `fence`: the incarnation (member,
+    /// address) to blocklist first.
+    Take {
+        group: u32,
+        fence: Option<(String, String)>,
+    },
+    /// Give `group` to its home `to` (planned: drain, then hand over).
+    HandOver { group: u32, to: String },
+}
+
+/// Whether member `m` is alive: listed, holding its lease, and its listed
+/// incarnation not fenced (a fenced client that renews before it learns
+/// it was blocklisted is not a member any more; it must restart).
+pub fn is_live(doc: &GroupDoc, alive: &BTreeSet<String>, m: &str) -> bool {
+    alive.contains(m)
+        && doc
+            .members
+            .get(m)
+            .is_some_and(|x| !doc.is_fenced(&x.address))
+}
+
+/// The owner of `g` if that incarnation is alive.
+pub fn live_owner<'d>(doc: &'d GroupDoc, alive: &BTreeSet<String>, g: u32) -> Option<&'d Owner> {
+    let o = doc.groups.get(&g)?.owner.as_ref()?;
+    let current = doc.members.get(&o.member)?;
+    (is_live(doc, alive, &o.member) && current.address == o.address).then_some(o)
+}
+
+/// Whether member `m` serves group `g` (what it published when it joined).
+fn serves(doc: &GroupDoc, m: &str, g: u32) -> bool {
+    doc.members.get(m).is_some_and(|x| x.serves.contains(&g))
+}
+
+/// Who should own `g` now that its owner is not alive: its home if alive
+/// and serving it, else the live member serving it that owns fewest groups
+/// alive (ties: the smallest ID).
+pub fn successor(doc: &GroupDoc, alive: &BTreeSet<String>, g: u32) -> Option<String> {
+    if let Some(h) = doc.groups.get(&g).and_then(|a| a.home.as_deref()) {
+        if is_live(doc, alive, h) && serves(doc, h, g) {
+            return Some(h.to_string());
+        }
+    }
+    let mut load: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in doc.members.keys() {
+        if is_live(doc, alive, m) && serves(doc, m, g) {
+            load.insert(m, 0);
+        }
+    }
+    for other in doc.groups.keys() {
+        if let Some(o) = live_owner(doc, alive, *other) {
+            if let Some(n) = load.get_mut(o.member.as_str()) {
+                *n += 1;
+            }
+        }
+    }
+    load.into_iter()
+        .min_by_key(|(m, n)| (*n, *m))
+        .map(|(m, _)| m.to_string())
+}
+
+/// The steps this member takes now.
+pub fn decide(v: &View<'_>) -> Vec<Action> {
+    let mut out = Vec::new();
+    for &g in v.serves {
+        match live_owner(v.doc, v.alive, g) {
+            Some(o) if o.member == v.me && o.address == v.address => {
+                let home = v.doc.groups.get(&g).and_then(|a| a.home.as_deref());
+                if let Some(h) = home {
+                    if h != v.me && is_live(v.doc, v.alive, h) && serves(v.doc, h, g) {
+                        out.push(Action::HandOver {
+                            group: g,
+                            to: h.to_string(),
+                        });
+                    }
+                }
+            }
+            Some(_) => {}
+            None => {
+                if successor(v.doc, v.alive, g).as_deref() == Some(v.me) {
+                    let fence = v
+                        .doc
+                        .groups
+                        .get(&g)
+                        .and_then(|a| a.owner.as_ref())
+                        .filter(|o| o.address != v.address && !v.doc.is_fenced(&o.address))
+                        .map(|o| (o.member.clone(), o.address.clone()));
+                    out.push(Action::Take { group: g, fence });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The ANA state group `g` gets on this member's listeners.
+pub fn ana_state(v: &View<'_>, g: u32, fenced_self: bool) -> AnaState {
+    match live_owner(v.doc, v.alive, g) {
+        Some(o) if !fenced_self && o.member == v.me && o.address == v.address => {
+            AnaState::Optimized
+        }
+        _ => AnaState::Inaccessible,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::doc::{Fenced, Member};
+    use super::*;
+
+    fn doc(members: &[(&str, &str, &[u32])]) -> GroupDoc {
+        let mut d = GroupDoc::default();
+        for (m, a, s) in members {
+            d.members.insert(
+                m.to_string(),
+                Member {
+                    address: a.to_string(),
+                    joined: 0,
+                    serves: s.iter().copied().collect(),
+                },
+            );
+        }
+        d
+    }
+
+    fn set(xs: &[&str]) -> BTreeSet<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn view<'a>(
+        me: &'a str,
+        address: &'a str,
+        d: &'a GroupDoc,
+        alive: &'a BTreeSet<String>,
+        serves: &'a BTreeSet<u32>,
+    ) -> View<'a> {
+        View {
+            me,
+            address,
+            doc: d,
+            alive,
+            serves,
+        }
+    }
+
+    #[test]
+    fn unowned_groups_go_home_or_to_the_least_loaded() {
+        let all = [1, 2, 3, 4];
+        let mut d = doc(&[("a", "A", &all), ("b", "B", &all), ("c", "C", &all)]);
+        d.groups.entry(1).or_default().home = Some("a".into());
+        d.groups.entry(2).or_default().home = Some("b".into());
+        let alive = set(&["a", "b", "c"]);
+        let serves: BTreeSet<u32> = all.into_iter().collect();
+        // a takes its home 1; nobody's home 3 and 4 go to the least loaded
+        // (all zero: "a" by ID) — each member computes the same answer.
+        let acts = decide(&view("a", "A", &d, &alive, &serves));
+        assert!(acts.contains(&Action::Take {
+            group: 1,
+            fence: None
+        }));
+        assert!(!acts
+            .iter()
+            .any(|x| matches!(x, Action::Take { group: 2, .. })));
+        let acts_b = decide(&view("b", "B", &d, &alive, &serves));
+        assert_eq!(
+            acts_b,
+            vec![Action::Take {
+                group: 2,
+                fence: None
+            }]
+        );
+        // Once a owns 1 and b owns 2, group 3 goes to c (it owns none).
+        d.set_owner(1, "a", "A");
+        d.set_owner(2, "b", "B");
+        assert_eq!(successor(&d, &alive, 3).as_deref(), Some("c"));
+        assert_eq!(
+            ana_state(&view("a", "A", &d, &alive, &serves), 1, false),
+            AnaState::Optimized
+        );
+        assert_eq!(
+            ana_state(&view("a", "A", &d, &alive, &serves), 1, true),
+            AnaState::Inaccessible
+        );
+        assert_eq!(
+            ana_state(&view("b", "B", &d, &alive, &serves), 1, false),
+            AnaState::Inaccessible
+        );
+    }
+
+    #[test]
+    fn a_dead_owner_is_fenced_by_its_successor_then_failback_is_planned() {
+        let all = [1, 2];
+        let mut d = doc(&[("a", "A1", &all), ("b", "B", &all)]);
+        d.groups.entry(1).or_default().home = Some("a".into());
+        d.groups.entry(2).or_default().home = Some("b".into());
+        d.set_owner(1, "a", "A1");
+        d.set_owner(2, "b", "B");
+        let serves: BTreeSet<u32> = all.into_iter().collect();
+        // a's lease expired: b takes 1 and fences A1 first.
+        let only_b = set(&["b"]);
+        assert_eq!(
+            decide(&view("b", "B", &d, &only_b, &serves)),
+            vec![Action::Take {
+                group: 1,
+                fence: Some(("a".into(), "A1".into()))
+            }]
+        );
+        d.set_owner(1, "b", "B");
+        d.record_fence(Fenced {
+            member: "a".into(),
+            address: "A1".into(),
+            by: "b".into(),
+            at: 0,
+        });
+        assert!(decide(&view("b", "B", &d, &only_b, &serves)).is_empty());
+        // A1 renewing its lease again (frozen, then resumed before it learns
+        // it was blocklisted) is not alive: nothing goes back to it.
+        assert!(decide(&view("b", "B", &d, &set(&["a", "b"]), &serves)).is_empty());
+        assert_eq!(successor(&d, &set(&["a", "b"]), 1).as_deref(), Some("b"));
+        // a comes back as a new incarnation A2: b hands 1 back, a waits.
+        d.members.get_mut("a").unwrap().address = "A2".into();
+        let both = set(&["a", "b"]);
+        assert_eq!(
+            decide(&view("b", "B", &d, &both, &serves)),
+            vec![Action::HandOver {
+                group: 1,
+                to: "a".into()
+            }]
+        );
+        assert!(decide(&view("a", "A2", &d, &both, &serves)).is_empty());
+        // If the record still names the old incarnation as owner, the new
+        // one takes it (fencing A1 only if nobody did).
+        let mut d2 = d.clone();
+        d2.set_owner(1, "a", "A1");
+        assert_eq!(
+            decide(&view("a", "A2", &d2, &both, &serves)),
+            vec![Action::Take {
+                group: 1,
+                fence: None
+            }]
+        );
+        d2.fenced.clear();
+        assert_eq!(
+            decide(&view("a", "A2", &d2, &both, &serves)),
+            vec![Action::Take {
+                group: 1,
+                fence: Some(("a".into(), "A1".into()))
+            }]
+        );
+    }
+
+    #[test]
+    fn nobody_takes_a_group_it_does_not_serve() {
+        let mut d = doc(&[("a", "A", &[1]), ("b", "B", &[2])]);
+        d.set_owner(1, "a", "A");
+        let alive = set(&["b"]);
+        let serves_b: BTreeSet<u32> = [2].into_iter().collect();
+        assert_eq!(successor(&d, &alive, 1), None);
+        assert_eq!(
+            decide(&view("b", "B", &d, &alive, &serves_b)),
+            vec![Action::Take {
+                group: 2,
+                fence: None
+            }]
+        );
+    }
+}

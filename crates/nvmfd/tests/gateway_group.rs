@@ -1,0 +1,516 @@
+//! Gateway groups on the suite's real Ceph cluster (issue 25,
+//! docs/GATEWAY-GROUPS.md), with the user-space initiator as the host.
+//!
+//! * `kill9_takes_over_with_fencing_then_fails_back`: three members, three
+//!   ANA groups (one RBD image each), each group optimized on its home and
+//!   inaccessible elsewhere (writes there answer ANA Inaccessible). One
+//!   member killed with SIGKILL: after its lease, the least loaded survivor
+//!   blocklists its RADOS client and takes its group; writes through the
+//!   survivor succeed (the pause is printed), and what the dead member had
+//!   acknowledged is still there. Restarted, the member gets its group back
+//!   by a planned hand-over (no fencing) and reads the survivor's data.
+//!   `nvmf gw move` then moves a group by hand, and `/metrics` counts it all.
+//! * `frozen_member_cannot_land_a_stale_write`: writes sent to a member that
+//!   is then frozen (SIGSTOP) while they are in flight; a survivor fences it
+//!   and takes over, the host writes newer data through the survivor; the
+//!   frozen member resumed: its writes are refused by the OSDs
+//!   (blocklisted), it exits with status 3 (fenced), and the image holds the
+//!   newer data everywhere.
+
+use std::time::{Duration, Instant};
+
+use nvmf_host::controller::{ConnectOptions, Controller};
+use nvmf_host::queue::IoQueue;
+use nvmf_host::trid::TransportId;
+use nvmf_testkit::ceph::{ceph_check, POOL};
+use nvmf_testkit::{bins, free_port, run_bounded, text, CephCluster, Daemon};
+use nvmf_wire::status::Status;
+use serde_json::Value;
+
+const NQN: &str = "nqn.2016-06.io.nvmfd:group";
+/// L for the tests: short, so a failover takes seconds.
+const LEASE_MS: u64 = 3000;
+const BLOCK: u32 = 4096;
+/// Bytes per command (the I/O queue's slot buffers).
+const CHUNK: u32 = 131072;
+
+fn begin() -> Option<&'static CephCluster> {
+    match ceph_check() {
+        Ok(true) => Some(CephCluster::shared()),
+        Ok(false) => {
+            eprintln!("skipped: NVMFD_SKIP_CEPH=1");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
+/// A member's configuration: cluster `ceph0`, one RBD bdev per image,
+/// namespace i (ANA group i) on image i, one listener.
+fn config(c: &CephCluster, images: &[String], port: u16) -> String {
+    let mut bdevs = vec![format!(
+        r#"{{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0","config_file":"{}","key_file":"{}"}}}}"#,
+        c.conf_path().display(),
+        c.keyring_path().display()
+    )];
+    let mut nvmf = vec![
+        r#"{"method":"nvmf_create_transport","params":{"trtype":"TCP"}}"#.to_string(),
+        format!(
+            r#"{{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,"ana_reporting":true,"serial_number":"NVMFDGROUP1","max_namespaces":8}}}}"#
+        ),
+    ];
+    for (i, img) in images.iter().enumerate() {
+        let n = i + 1;
+        bdevs.push(format!(
+            r#"{{"method":"bdev_rbd_create","params":{{"name":"Rbd{n}","pool_name":"{POOL}","rbd_name":"{img}","block_size":{BLOCK},"cluster_name":"ceph0"}}}}"#
+        ));
+        nvmf.push(format!(
+            r#"{{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"bdev_name":"Rbd{n}","nsid":{n},"anagrpid":{n}}}}}}}"#
+        ));
+    }
+    nvmf.push(format!(
+        r#"{{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}"#
+    ));
+    format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[{}]}},{{"subsystem":"nvmf","config":[{}]}}]}}"#,
+        bdevs.join(","),
+        nvmf.join(",")
+    )
+}
+
+struct Member {
+    d: Daemon,
+    port: u16,
+    metrics: u16,
+}
+
+fn member(
+    c: &CephCluster,
+    images: &[String],
+    group: &str,
+    id: &str,
+    home: &str,
+    port: u16,
+) -> Member {
+    let metrics = free_port();
+    let d = Daemon::builder(config(c, images, port))
+        .args([
+            "-m",
+            "0",
+            "--gateway-group",
+            group,
+            "--gateway-id",
+            id,
+            "--group-cluster",
+            "ceph0",
+            "--group-pool",
+            POOL,
+            "--group-lease-ms",
+            &LEASE_MS.to_string(),
+            "--gateway-ana-groups",
+            home,
+            "--metrics",
+            &format!("127.0.0.1:{metrics}"),
+        ])
+        .listening(&[port])
+        .ready_within(Duration::from_secs(60))
+        .start();
+    Member { d, port, metrics }
+}
+
+/// `nvmf gw status --json` of a member.
+fn status(m: &Member) -> Value {
+    let mut cmd = std::process::Command::new(bins::nvmf());
+    cmd.args(["gw", "status", "--json", "-s"])
+        .arg(&m.d.rpc_socket);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    assert!(
+        out.status.success(),
+        "nvmf gw status: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("status JSON")
+}
+
+/// Owner of each ANA group (1..=n) in a member's view, when alive.
+fn owners(v: &Value, n: u32) -> Vec<Option<String>> {
+    (1..=n)
+        .map(|g| {
+            nvmf_host::gw::owner_of(v, g)
+                .filter(|(_, alive)| *alive)
+                .map(|(o, _)| o)
+        })
+        .collect()
+}
+
+/// Waits until member `m` sees the owners `want` and says it is here as
+/// `here` for its groups.
+fn wait_owners(m: &Member, want: &[&str], limit: Duration) -> Duration {
+    let t0 = Instant::now();
+    let want: Vec<Option<String>> = want.iter().map(|s| Some(s.to_string())).collect();
+    loop {
+        let v = status(m);
+        if owners(&v, want.len() as u32) == want {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < limit,
+            "owners {want:?} not reached in {limit:?}; status: {v:#}\n--- log ---\n{}",
+            m.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+struct Host {
+    _ctrl: Controller,
+    q: IoQueue,
+}
+
+fn host(port: u16) -> Host {
+    let trid = TransportId::tcp("127.0.0.1", &port.to_string(), NQN);
+    let opts = ConnectOptions::new(trid);
+    let ctrl = Controller::connect(&opts).expect("connect");
+    assert!(ctrl.set_num_queues(1).expect("Number of Queues") >= 1);
+    let q = ctrl.create_io_queue(1, 32, CHUNK).expect("I/O queue");
+    Host { _ctrl: ctrl, q }
+}
+
+fn pattern(tag: u64, lba: u64, nlb: u32) -> Vec<u8> {
+    let mut b = vec![0u8; (nlb * BLOCK) as usize];
+    for (i, blk) in b.chunks_mut(BLOCK as usize).enumerate() {
+        blk.fill(tag as u8);
+        blk[..8].copy_from_slice(&tag.to_le_bytes());
+        blk[8..16].copy_from_slice(&(lba + i as u64).to_le_bytes());
+    }
+    b
+}
+
+fn wait_slot(q: &mut IoQueue, slot: u16) -> Status {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(c) = q.take_completion(slot) {
+            return c.status;
+        }
+        assert!(Instant::now() < deadline, "no completion in 30 s");
+        q.poll(Some(Duration::from_millis(20)))
+            .expect("queue failed");
+    }
+}
+
+/// Writes `data` at `lba` in 128 KiB commands: the first failure's status.
+fn write(h: &mut Host, nsid: u32, lba: u64, data: &[u8]) -> Status {
+    for (i, chunk) in data.chunks(CHUNK as usize).enumerate() {
+        let st = write_one(h, nsid, lba + (i as u64) * u64::from(CHUNK / BLOCK), chunk);
+        if !st.is_success() {
+            return st;
+        }
+    }
+    Status::SUCCESS
+}
+
+fn write_one(h: &mut Host, nsid: u32, lba: u64, data: &[u8]) -> Status {
+    let s = h.q.alloc().expect("slot");
+    h.q.buf_mut(s)[..data.len()].copy_from_slice(data);
+    h.q.submit_write(s, nsid, lba, data.len() as u32 / BLOCK, data.len() as u32)
+        .expect("submit write");
+    h.q.flush().expect("send");
+    let st = wait_slot(&mut h.q, s);
+    h.q.release(s);
+    st
+}
+
+fn read(h: &mut Host, nsid: u32, lba: u64, nlb: u32) -> Vec<u8> {
+    let per = CHUNK / BLOCK;
+    let mut out = Vec::new();
+    let mut done = 0;
+    while done < nlb {
+        let n = per.min(nlb - done);
+        out.extend(read_one(h, nsid, lba + u64::from(done), n));
+        done += n;
+    }
+    out
+}
+
+fn read_one(h: &mut Host, nsid: u32, lba: u64, nlb: u32) -> Vec<u8> {
+    let s = h.q.alloc().expect("slot");
+    h.q.submit_read(s, nsid, lba, nlb, nlb * BLOCK)
+        .expect("read");
+    h.q.flush().expect("send");
+    let st = wait_slot(&mut h.q, s);
+    assert!(st.is_success(), "read failed: {} {st:?}", st.name());
+    let d = h.q.buf(s)[..(nlb * BLOCK) as usize].to_vec();
+    h.q.release(s);
+    d
+}
+
+/// SCT 3 (path related), SC 02h: ANA Inaccessible.
+fn is_ana_inaccessible(st: Status) -> bool {
+    st.sct == 3 && st.sc == 0x02
+}
+
+fn scrape(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
+    out
+}
+
+fn metric(body: &str, name: &str) -> u64 {
+    body.lines()
+        .find(|l| l.starts_with(name) && !l.starts_with('#'))
+        .and_then(|l| l.split_whitespace().last())
+        .and_then(|v| v.parse::<f64>().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics:\n{body}")) as u64
+}
+
+fn images(c: &CephCluster, test: &str, n: usize) -> Vec<String> {
+    (1..=n)
+        .map(|i| {
+            let img = format!("{test}-{}-{i}", std::process::id());
+            c.create_image(POOL, &img, 16, "layering")
+                .unwrap_or_else(|e| panic!("{e}"));
+            img
+        })
+        .collect()
+}
+
+#[test]
+fn kill9_takes_over_with_fencing_then_fails_back() {
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-kill", 3);
+    let group = format!("kill-{}", std::process::id());
+    let mut a = member(c, &imgs, &group, "a", "1", free_port());
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    let cm = member(c, &imgs, &group, "c", "3", free_port());
+    let took = wait_owners(&cm, &["a", "b", "c"], Duration::from_secs(60));
+    eprintln!("three members own their homes {took:?} after the last started");
+
+    // Group 1 is written through its owner a; through b it is inaccessible.
+    let mut ha = host(a.port);
+    let mut hb = host(b.port);
+    let old = pattern(1, 0, 8);
+    assert!(write(&mut ha, 1, 0, &old).is_success());
+    let st = write(&mut hb, 1, 100, &pattern(9, 100, 1));
+    assert!(
+        is_ana_inaccessible(st),
+        "a non-owner wrote: {} {st:?}",
+        st.name()
+    );
+    assert!(write(&mut hb, 2, 0, &pattern(2, 0, 8)).is_success());
+
+    // SIGKILL a: after its lease, b (owning 1 group, like c; "b" < "c")
+    // fences a and takes group 1.
+    let a_address = status(&a)["address"].as_str().unwrap().to_string();
+    // (Takeovers so far: groups nobody owned yet while members were joining.)
+    let mb0 = scrape(b.metrics);
+    let b_took = metric(&mb0, "nvmf_group_takeovers_total");
+    let b_handed = metric(&mb0, "nvmf_group_handovers_total");
+    a.d.kill();
+    drop(ha);
+    let t0 = Instant::now();
+    let newer = pattern(2, 0, 8);
+    let pause = loop {
+        let st = write(&mut hb, 1, 0, &newer);
+        if st.is_success() {
+            break t0.elapsed();
+        }
+        assert!(
+            is_ana_inaccessible(st),
+            "unexpected status {} {st:?}",
+            st.name()
+        );
+        assert!(
+            t0.elapsed() < Duration::from_millis(LEASE_MS) + Duration::from_secs(10),
+            "no takeover in time; b's log:\n{}",
+            b.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    eprintln!("takeover: writes to group 1 through b succeed {pause:?} after SIGKILL (lease {LEASE_MS} ms)");
+    // a's lock expires on the OSD at least L after its last renewal, which
+    // was at most R = L/3 before the kill.
+    assert!(
+        pause >= Duration::from_millis(LEASE_MS * 2 / 3 - 100),
+        "taken before the lease could expire: {pause:?}"
+    );
+    let v = status(&b);
+    assert_eq!(
+        owners(&v, 3),
+        vec![Some("b".into()), Some("b".into()), Some("c".into())]
+    );
+    assert!(
+        v["fenced"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["address"] == a_address.as_str() && f["by"] == "b"),
+        "a's client is not recorded fenced: {v:#}"
+    );
+    assert_eq!(read(&mut hb, 1, 0, 8), newer);
+
+    // a restarted (a new RADOS client): b hands group 1 back, planned.
+    let a2 = member(c, &imgs, &group, "a", "1", a.port);
+    let back = wait_owners(&a2, &["a", "b", "c"], Duration::from_secs(60));
+    eprintln!("failback: a owns group 1 again {back:?} after it started");
+    let mut ha2 = host(a2.port);
+    assert_eq!(read(&mut ha2, 1, 0, 8), newer, "a reads what b wrote");
+    let st = write(&mut hb, 1, 0, &old);
+    assert!(
+        is_ana_inaccessible(st),
+        "b still writes group 1: {} {st:?}",
+        st.name()
+    );
+    let mb = scrape(b.metrics);
+    assert_eq!(
+        metric(&mb, "nvmf_group_takeovers_total"),
+        b_took + 1,
+        "{mb}"
+    );
+    assert_eq!(metric(&mb, "nvmf_group_fencings_total"), 1, "{mb}");
+    assert_eq!(
+        metric(&mb, "nvmf_group_handovers_total"),
+        b_handed + 1,
+        "{mb}"
+    );
+    assert!(metric(&mb, "nvmf_group_lease_renewals_total") >= 3, "{mb}");
+
+    // nvmf gw move: group 3 to a, planned; c's writes then get ANA Inaccessible.
+    let mut cmd = std::process::Command::new(bins::nvmf());
+    cmd.args(["gw", "move", "3", "a", "--wait", "30", "-s"])
+        .arg(&b.d.rpc_socket);
+    let out = run_bounded(cmd, Duration::from_secs(40));
+    assert!(
+        out.status.success(),
+        "gw move: {}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    eprintln!("{}", text(&out.stdout).trim());
+    wait_owners(&cm, &["a", "b", "a"], Duration::from_secs(10));
+    assert_eq!(metric(&scrape(cm.metrics), "nvmf_group_fencings_total"), 0);
+    // (The new owner makes it optimized on its next tick, as a host retrying
+    // ANA Inaccessible sees it.)
+    let mut ha3 = host(a2.port);
+    let t0 = Instant::now();
+    loop {
+        let st = write(&mut ha3, 3, 0, &pattern(3, 0, 1));
+        if st.is_success() {
+            break;
+        }
+        assert!(
+            is_ana_inaccessible(st) && t0.elapsed() < Duration::from_secs(5),
+            "{} {st:?}",
+            st.name()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "group 3 writable through a {:?} after the move was seen done",
+        t0.elapsed()
+    );
+
+    // The table an operator reads.
+    let mut cmd = std::process::Command::new(bins::nvmf());
+    cmd.args(["gw", "status", "-s"]).arg(&cm.d.rpc_socket);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    eprintln!("{}", text(&out.stdout));
+    for m in [&a2, &b, &cm] {
+        assert!(!m.d.logs().contains("panicked"), "{}", m.d.logs());
+    }
+    drop((ha2, ha3, hb));
+    drop((a2, b, cm, a));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
+
+#[test]
+fn frozen_member_cannot_land_a_stale_write() {
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-frozen", 2);
+    let group = format!("frozen-{}", std::process::id());
+    let mut a = member(c, &imgs, &group, "a", "1", free_port());
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    wait_owners(&b, &["a", "b"], Duration::from_secs(60));
+
+    // 16 writes of OLD over blocks 0..128 sent to a, then a frozen at once:
+    // some are in librbd, some still in a's socket.
+    let mut ha = host(a.port);
+    let nlb = 8u32;
+    let mut slots = Vec::new();
+    for i in 0..16u64 {
+        let lba = i * u64::from(nlb);
+        let s = ha.q.alloc().expect("slot");
+        let d = pattern(0x0d, lba, nlb);
+        ha.q.buf_mut(s)[..d.len()].copy_from_slice(&d);
+        ha.q.submit_write(s, 1, lba, nlb, nlb * BLOCK)
+            .expect("submit");
+        slots.push(s);
+    }
+    ha.q.flush().expect("send");
+    std::thread::sleep(Duration::from_millis(2));
+    a.d.signal(libc::SIGSTOP);
+    let mut done = 0;
+    for _ in 0..5 {
+        let _ = ha.q.poll(Some(Duration::from_millis(10)));
+    }
+    while ha.q.next_completion().is_some() {
+        done += 1;
+    }
+    eprintln!("{done} of 16 OLD writes completed before a froze");
+
+    // b fences a and takes group 1; the host writes NEW through b.
+    let mut hb = host(b.port);
+    let t0 = Instant::now();
+    let new = pattern(0x4e, 0, 128);
+    loop {
+        let st = write(&mut hb, 1, 0, &new);
+        if st.is_success() {
+            break;
+        }
+        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no takeover: {}",
+            b.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("b took group 1 from the frozen a in {:?}", t0.elapsed());
+
+    // a resumes: whatever it still sends is refused; it exits as fenced.
+    a.d.signal(libc::SIGCONT);
+    let st = a.d.wait_exit(Duration::from_secs(30));
+    let code = st.and_then(|s| s.code());
+    assert_eq!(
+        code,
+        Some(3),
+        "a should exit as fenced; log:\n{}",
+        a.d.logs()
+    );
+    // (Its last lines may reach the log reader after the exit.)
+    a.d.wait_log_for("may have been fenced", Duration::from_secs(5));
+    drop(ha);
+    // Nothing OLD landed over NEW.
+    std::thread::sleep(Duration::from_secs(1));
+    let got = read(&mut hb, 1, 0, 128);
+    for (i, blk) in got.chunks(BLOCK as usize).enumerate() {
+        assert_eq!(
+            blk[0], 0x4e,
+            "block {i} holds stale data (tag {:#x})",
+            blk[0]
+        );
+    }
+    let image = c.export(POOL, &imgs[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&image[..new.len()], &new[..], "the image itself holds NEW");
+    drop((hb, b, a));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
