@@ -47,9 +47,14 @@ fn begin() -> Option<&'static CephCluster> {
 
 /// A member's configuration: cluster `ceph0`, one RBD bdev per image,
 /// namespace i (ANA group i) on image i, one listener.
-fn config(c: &CephCluster, images: &[String], port: u16) -> String {
+fn config(c: &CephCluster, images: &[String], port: u16, asok: Option<&std::path::Path>) -> String {
+    // With `asok`, the member's RADOS client has an admin socket there, through
+    // which a test cuts it from the cluster (`ms_blackhole_mon/osd`).
+    let extra = asok
+        .map(|p| format!(r#","config_param":{{"admin_socket":"{}"}}"#, p.display()))
+        .unwrap_or_default();
     let mut bdevs = vec![format!(
-        r#"{{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0","config_file":"{}","key_file":"{}"}}}}"#,
+        r#"{{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0","config_file":"{}","key_file":"{}"{extra}}}}}"#,
         c.conf_path().display(),
         c.keyring_path().display()
     )];
@@ -92,8 +97,20 @@ fn member(
     home: &str,
     port: u16,
 ) -> Member {
+    member_with(c, images, group, id, home, port, None)
+}
+
+fn member_with(
+    c: &CephCluster,
+    images: &[String],
+    group: &str,
+    id: &str,
+    home: &str,
+    port: u16,
+    asok: Option<&std::path::Path>,
+) -> Member {
     let metrics = free_port();
-    let d = Daemon::builder(config(c, images, port))
+    let d = Daemon::builder(config(c, images, port, asok))
         .args([
             "-m",
             "0",
@@ -510,6 +527,122 @@ fn frozen_member_cannot_land_a_stale_write() {
     let image = c.export(POOL, &imgs[0]).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(&image[..new.len()], &new[..], "the image itself holds NEW");
     drop((hb, b, a));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
+
+/// Cuts (or heals) a member's RADOS client from the monitors and OSDs: its
+/// messenger drops every message to and from them (`ms_blackhole_*`, set at
+/// run time through the client's admin socket). The host still reaches the
+/// member over NVMe/TCP.
+fn cut(asok: &std::path::Path, on: bool) {
+    for opt in ["ms_blackhole_mon", "ms_blackhole_osd"] {
+        let mut cmd = std::process::Command::new("ceph");
+        cmd.arg("--admin-daemon").arg(asok).args([
+            "config",
+            "set",
+            opt,
+            if on { "true" } else { "false" },
+        ]);
+        let out = run_bounded(cmd, Duration::from_secs(20));
+        assert!(
+            out.status.success(),
+            "ceph --admin-daemon {} config set {opt}: {}{}",
+            asok.display(),
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-cut", 2);
+    let group = format!("cut-{}", std::process::id());
+    let dir = nvmf_testkit::TestDir::new("gw-cut");
+    let asok = dir.path().join("a.asok");
+    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&asok));
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    wait_owners(&b, &["a", "b"], Duration::from_secs(60));
+    let mut ha = host(a.port);
+    let mut hb = host(b.port);
+    assert!(write(&mut ha, 1, 0, &pattern(1, 0, 8)).is_success());
+
+    // Cut a from the cluster, not from the host.
+    cut(&asok, true);
+    let t0 = Instant::now();
+    loop {
+        if status(&a)["state"] == "self-fenced" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(LEASE_MS) + Duration::from_secs(2),
+            "a did not fence itself within its lease: {:#}\n{}",
+            status(&a),
+            a.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let fenced_after = t0.elapsed();
+    // Its paths now answer ANA Inaccessible at once (the host retries on
+    // another path), without waiting for the cluster.
+    let t1 = Instant::now();
+    let st = write(&mut ha, 1, 8, &pattern(1, 8, 1));
+    assert!(
+        is_ana_inaccessible(st),
+        "a still takes writes: {} {st:?}",
+        st.name()
+    );
+    assert!(
+        t1.elapsed() < Duration::from_secs(1),
+        "the refusal took {:?}",
+        t1.elapsed()
+    );
+    assert!(
+        metric(&scrape(a.metrics), "nvmf_group_self_fenced") == 1,
+        "self-fenced gauge"
+    );
+    // b fences a (its monitors still hear b) and takes group 1.
+    let newer = pattern(2, 0, 8);
+    loop {
+        let st = write(&mut hb, 1, 0, &newer);
+        if st.is_success() {
+            break;
+        }
+        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no takeover: {}",
+            b.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let taken_after = t0.elapsed();
+    eprintln!(
+        "cut at 0: a fenced itself after {fenced_after:?} (L - L/5 = {} ms after its last renewal), \
+         b took over after {taken_after:?}",
+        LEASE_MS * 4 / 5
+    );
+    assert!(
+        fenced_after < taken_after,
+        "a must stop before b may take over"
+    );
+
+    // Healed: a learns it was fenced and exits for its supervisor to restart it.
+    cut(&asok, false);
+    let code =
+        a.d.wait_exit(Duration::from_secs(60))
+            .and_then(|s| s.code());
+    assert_eq!(
+        code,
+        Some(3),
+        "a should exit as fenced; log:\n{}",
+        a.d.logs()
+    );
+    assert_eq!(read(&mut hb, 1, 0, 8), newer);
+    drop((ha, hb, a, b));
     for i in &imgs {
         let _ = c.remove_image(POOL, i);
     }

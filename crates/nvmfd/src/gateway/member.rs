@@ -95,12 +95,30 @@ pub struct Counters {
 }
 
 /// What the RPC thread and `/metrics` reach.
-#[derive(Debug)]
 pub struct Handle {
     pub opts: GroupOptions,
     objs: Arc<GroupObjects>,
     status: Mutex<Value>,
     pub counters: Counters,
+    /// When the last successful renewal was sent (`None`: no lease yet).
+    last_ok: Mutex<Option<Instant>>,
+    /// Fenced by itself: every served group inaccessible here.
+    fenced: AtomicBool,
+    /// Held while ANA states are computed and set, so that a self-fence
+    /// (watchdog thread) and the member thread never interleave.
+    ana: Mutex<()>,
+    service: Arc<nvmf_rpc::RpcService>,
+    /// The ANA groups served here.
+    groups: BTreeSet<u32>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle")
+            .field("opts", &self.opts)
+            .field("fenced", &self.fenced)
+            .finish_non_exhaustive()
+    }
 }
 
 fn now_unix() -> u64 {
@@ -118,6 +136,16 @@ impl Handle {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
+        // Live, even while the member thread waits on the cluster.
+        let last_ok = self.last_ok();
+        v["lease_age_ms"] = json!(last_ok.map(|t| t.elapsed().as_millis() as u64));
+        v["state"] = json!(if last_ok.is_none() {
+            "joining"
+        } else if self.fenced() {
+            "self-fenced"
+        } else {
+            "serving"
+        });
         let c = &self.counters;
         let n = c.renewals.load(Relaxed);
         v["counters"] = json!({
@@ -132,6 +160,89 @@ impl Handle {
             "rados_errors": c.rados_errors.load(Relaxed),
         });
         v
+    }
+
+    pub fn last_ok(&self) -> Option<Instant> {
+        *self.last_ok.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_last_ok(&self, t: Instant) {
+        *self.last_ok.lock().unwrap_or_else(|e| e.into_inner()) = Some(t);
+    }
+
+    pub fn fenced(&self) -> bool {
+        self.fenced.load(Relaxed)
+    }
+
+    /// Fences this member when no renewal succeeded for L − δ: every
+    /// served group inaccessible. Called by the watchdog thread every tick,
+    /// so it happens on time even while the member thread waits on an
+    /// unreachable cluster.
+    fn fence_self_if_due(&self) {
+        let Some(ok) = self.last_ok() else { return };
+        let o = &self.opts;
+        if ok.elapsed() < o.lease - o.margin() || self.fenced() {
+            return;
+        }
+        let _g = self.ana.lock().unwrap_or_else(|e| e.into_inner());
+        if self.fenced.swap(true, Relaxed) {
+            return;
+        }
+        self.counters.self_fences.fetch_add(1, Relaxed);
+        self.counters.fenced_now.store(1, Relaxed);
+        error!(
+            group = %o.name, member = %o.id,
+            "no lease renewal for {} ms: fencing itself (every ANA group here inaccessible) \
+             before any survivor may take over",
+            ok.elapsed().as_millis()
+        );
+        self.set_states(&self.all(AnaState::Inaccessible));
+    }
+
+    fn all(&self, s: AnaState) -> BTreeMap<u32, AnaState> {
+        self.groups.iter().map(|g| (*g, s)).collect()
+    }
+
+    /// Changes, through the RPC service, every listener's state of every
+    /// group that differs from `want`. Callers hold `ana`.
+    fn set_states(&self, want: &BTreeMap<u32, AnaState>) {
+        let cfg = self.service.config();
+        let owned = want.values().filter(|s| **s == AnaState::Optimized).count() as u64;
+        self.counters.owned.store(owned, Relaxed);
+        for sub in cfg.subsystems.iter().filter(|s| s.ana_reporting) {
+            for l in &sub.listeners {
+                for (&g, &state) in want {
+                    if sub.ana_state(l, g) == state {
+                        continue;
+                    }
+                    let params = json!({
+                        "nqn": sub.nqn,
+                        "listen_address": {
+                            "trtype": l.trtype.as_str(),
+                            "adrfam": l.adrfam.as_str(),
+                            "traddr": l.traddr,
+                            "trsvcid": l.trsvcid,
+                        },
+                        "ana_state": state.as_str(),
+                        "anagrpid": g,
+                    });
+                    match self
+                        .service
+                        .call("nvmf_subsystem_listener_set_ana_state", Some(&params))
+                    {
+                        Ok(_) => info!(
+                            group = %self.opts.name, subsystem = %sub.nqn, anagrpid = g,
+                            listener = %format!("{}:{}", l.traddr, l.trsvcid),
+                            "ANA state {}", state.as_str()
+                        ),
+                        Err(e) => warn!(
+                            subsystem = %sub.nqn, anagrpid = g,
+                            "setting ANA state {}: {}", state.as_str(), e.message
+                        ),
+                    }
+                }
+            }
+        }
     }
 
     /// `nvmf_gateway_group_move`: makes `to` the home of ANA group `g`; its
@@ -182,14 +293,10 @@ impl Handle {
 struct MemberLoop {
     h: Arc<Handle>,
     address: String,
-    service: Arc<nvmf_rpc::RpcService>,
     target: Arc<Target>,
     /// ANA group → the bdevs of its namespaces.
     serves: BTreeMap<u32, BTreeSet<String>>,
-    /// When the last successful renewal was sent.
-    last_ok: Option<Instant>,
     last_try: Option<Instant>,
-    fenced_self: bool,
     /// Hand-overs in progress: group → (to, since).
     draining: BTreeMap<u32, (String, Instant)>,
     doc: GroupDoc,
@@ -280,21 +387,34 @@ pub fn start(
         objs,
         status: Mutex::new(json!({})),
         counters: Counters::default(),
+        last_ok: Mutex::new(None),
+        fenced: AtomicBool::new(false),
+        ana: Mutex::new(()),
+        service: service.clone(),
+        groups: serves.keys().copied().collect(),
     });
     let mut m = MemberLoop {
         h: h.clone(),
         address,
-        service,
         target,
         serves,
-        last_ok: None,
         last_try: None,
-        fenced_self: false,
         draining: BTreeMap::new(),
         doc: GroupDoc::default(),
         alive: BTreeSet::new(),
         last_error_log: None,
     };
+    let (wd, stop) = (h.clone(), shutdown.clone());
+    std::thread::Builder::new()
+        .name("group-fence".into())
+        .spawn(move || {
+            let tick = wd.opts.tick();
+            while !stop.load(Relaxed) {
+                wd.fence_self_if_due();
+                std::thread::sleep(tick);
+            }
+        })
+        .map_err(|e| format!("spawning the gateway group's fence thread: {e}"))?;
     let t = std::thread::Builder::new()
         .name("gateway-group".into())
         .spawn(move || m.run(&shutdown))
@@ -358,7 +478,7 @@ impl MemberLoop {
             .is_none_or(|t| now.duration_since(t) >= o.renew_every());
         if due {
             self.last_try = Some(now);
-            let first = self.last_ok.is_none();
+            let first = self.h.last_ok().is_none();
             let r = self
                 .h
                 .objs
@@ -371,7 +491,7 @@ impl MemberLoop {
                     let us = rtt.as_micros() as u64;
                     c.renewal_us.fetch_add(us, Relaxed);
                     c.renewal_max_us.fetch_max(us, Relaxed);
-                    if let Some(prev) = self.last_ok {
+                    if let Some(prev) = self.h.last_ok() {
                         if now.duration_since(prev) >= o.lease {
                             // Its lock may have expired on the OSD and been
                             // probed by a survivor, which then fences.
@@ -384,10 +504,14 @@ impl MemberLoop {
                     } else {
                         info!(group = %o.name, member = %o.id, "lease taken");
                     }
-                    self.last_ok = Some(now);
-                    if self.fenced_self {
+                    self.h.set_last_ok(now);
+                    if self.h.fenced() {
+                        // Renewed within L of the previous renewal: the lock
+                        // never expired, nobody could have taken over.
+                        let _g = self.h.ana.lock().unwrap_or_else(|e| e.into_inner());
+                        self.h.fenced.store(false, Relaxed);
+                        self.h.counters.fenced_now.store(0, Relaxed);
                         info!(group = %o.name, "lease renewed again in time: serving again");
-                        self.fenced_self = false;
                     }
                 }
                 Err(LeaseError::Held) if first => {
@@ -407,7 +531,7 @@ impl MemberLoop {
                 }
                 Err(LeaseError::Failed(e)) => {
                     self.h.counters.renewal_failures.fetch_add(1, Relaxed);
-                    if blocklisted(&e) && self.last_ok.is_some() {
+                    if blocklisted(&e) && self.h.last_ok().is_some() {
                         self.set_all_inaccessible();
                         self.fenced_exit(&format!("lease renewal refused: {e}"));
                     }
@@ -415,21 +539,11 @@ impl MemberLoop {
                 }
             }
         }
-        let Some(ok) = self.last_ok else {
+        if self.h.last_ok().is_none() {
             return false;
-        };
-        if now.duration_since(ok) >= o.lease - o.margin() && !self.fenced_self {
-            self.fenced_self = true;
-            self.h.counters.self_fences.fetch_add(1, Relaxed);
-            error!(
-                group = %o.name, member = %o.id,
-                "no lease renewal for {} ms: fencing itself (every ANA group here inaccessible) \
-                 before any survivor may take over",
-                now.duration_since(ok).as_millis()
-            );
-            self.set_all_inaccessible();
         }
-        !self.fenced_self
+        self.h.fence_self_if_due();
+        !self.h.fenced()
     }
 
     fn step(&mut self) {
@@ -644,7 +758,7 @@ impl MemberLoop {
                 let s = if self.draining.contains_key(&g) {
                     AnaState::Inaccessible
                 } else {
-                    plan::ana_state(&v, g, self.fenced_self)
+                    plan::ana_state(&v, g, self.h.fenced())
                 };
                 (g, s)
             })
@@ -652,65 +766,21 @@ impl MemberLoop {
     }
 
     fn set_all_inaccessible(&mut self) {
-        let want = self
-            .serves
-            .keys()
-            .map(|g| (*g, AnaState::Inaccessible))
-            .collect();
-        self.set_states(&want);
+        let _g = self.h.ana.lock().unwrap_or_else(|e| e.into_inner());
+        self.h.set_states(&self.h.all(AnaState::Inaccessible));
     }
 
     fn apply_ana(&mut self, doc: &GroupDoc) {
+        let _g = self.h.ana.lock().unwrap_or_else(|e| e.into_inner());
+        // Computed under the lock: a self-fence in between is seen.
         let want = self.desired(doc);
-        self.set_states(&want);
-    }
-
-    /// Changes, through the RPC service, every listener's state of every
-    /// group that differs from `want`.
-    fn set_states(&mut self, want: &BTreeMap<u32, AnaState>) {
-        let cfg = self.service.config();
-        let owned = want.values().filter(|s| **s == AnaState::Optimized).count() as u64;
-        self.h.counters.owned.store(owned, Relaxed);
-        for sub in cfg.subsystems.iter().filter(|s| s.ana_reporting) {
-            for l in &sub.listeners {
-                for (&g, &state) in want {
-                    if sub.ana_state(l, g) == state {
-                        continue;
-                    }
-                    let params = json!({
-                        "nqn": sub.nqn,
-                        "listen_address": {
-                            "trtype": l.trtype.as_str(),
-                            "adrfam": l.adrfam.as_str(),
-                            "traddr": l.traddr,
-                            "trsvcid": l.trsvcid,
-                        },
-                        "ana_state": state.as_str(),
-                        "anagrpid": g,
-                    });
-                    match self
-                        .service
-                        .call("nvmf_subsystem_listener_set_ana_state", Some(&params))
-                    {
-                        Ok(_) => info!(
-                            group = %self.h.opts.name, subsystem = %sub.nqn, anagrpid = g,
-                            listener = %format!("{}:{}", l.traddr, l.trsvcid),
-                            "ANA state {}", state.as_str()
-                        ),
-                        Err(e) => warn!(
-                            subsystem = %sub.nqn, anagrpid = g,
-                            "setting ANA state {}: {}", state.as_str(), e.message
-                        ),
-                    }
-                }
-            }
-        }
+        self.h.set_states(&want);
     }
 
     /// Publishes the view `nvmf gw status` shows.
     fn publish(&self) {
         let o = self.opts();
-        let lease_age = self.last_ok.map(|t| t.elapsed().as_millis() as u64);
+        let fenced = self.h.fenced();
         let d = &self.doc;
         let members: Vec<Value> = d
             .members
@@ -722,7 +792,7 @@ impl MemberLoop {
                     "joined": m.joined,
                     "serves": m.serves,
                     "lease": if *id == o.id {
-                        if self.fenced_self { "lapsed" } else { "held" }
+                        if fenced { "lapsed" } else { "held" }
                     } else if self.alive.contains(id) { "held" } else { "free" },
                     "owns": d.owned_by(id),
                 })
@@ -749,24 +819,14 @@ impl MemberLoop {
                 })
             })
             .collect();
-        let state = if self.last_ok.is_none() {
-            "joining"
-        } else if self.fenced_self {
-            "self-fenced"
-        } else {
-            "serving"
-        };
         let c = &self.h.counters;
         c.epoch.store(d.epoch, Relaxed);
-        c.fenced_now.store(u64::from(self.fenced_self), Relaxed);
         *self.h.status.lock().unwrap_or_else(|e| e.into_inner()) = json!({
             "group": o.name,
             "member": o.id,
             "address": self.address,
             "pool": o.pool,
-            "state": state,
             "lease_ms": o.lease.as_millis() as u64,
-            "lease_age_ms": lease_age,
             "epoch": d.epoch,
             "members": members,
             "ana_groups": groups,
@@ -780,7 +840,7 @@ impl MemberLoop {
     /// survivors after the lease (with fencing).
     fn leave(&mut self) {
         let o = self.opts().clone();
-        if self.last_ok.is_none() || self.fenced_self {
+        if self.h.last_ok().is_none() || self.h.fenced() {
             return;
         }
         let oid = o.record_oid();
