@@ -15,7 +15,23 @@
 //!   and takes over, the host writes newer data through the survivor; the
 //!   frozen member resumed: its writes are refused by the OSDs
 //!   (blocklisted), it exits with status 3 (fenced), and the image holds the
-//!   newer data everywhere.
+//!   newer data everywhere. With the blocklist left out, this test fails:
+//!   the resumed member's OLD writes land over NEW.
+//! * `member_cut_from_the_cluster_fences_itself_within_its_lease`: a
+//!   member's RADOS client cut from the monitors and OSDs (its messenger
+//!   drops their messages: `ms_blackhole_*` set through the client's admin
+//!   socket; this machine has no packet filter) while the host still
+//!   reaches it: it goes inaccessible before its lease ends (its fence
+//!   thread does not wait for the stuck cluster calls), answers writes ANA
+//!   Inaccessible at once, the survivor takes over after the lease, and
+//!   once healed the member learns it was fenced and exits (status 3).
+//! * `partition_with_writes_in_flight_then_healed_keeps_the_newer_data`:
+//!   the same cut with 16 writes in flight in the member; the host retries
+//!   through the survivor, which takes over and writes NEW; healed, the
+//!   image holds NEW. (The blackhole discards the cut member's messages
+//!   instead of delaying them, so here no late write reaches an OSD even
+//!   without fencing; the frozen-member test is the one that delivers late
+//!   writes and shows the blocklist refusing them.)
 
 use std::time::{Duration, Instant};
 
@@ -643,6 +659,89 @@ fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
     );
     assert_eq!(read(&mut hb, 1, 0, 8), newer);
     drop((ha, hb, a, b));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
+
+#[test]
+fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-part", 2);
+    let group = format!("part-{}", std::process::id());
+    let dir = nvmf_testkit::TestDir::new("gw-part");
+    let asok = dir.path().join("a.asok");
+    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&asok));
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    wait_owners(&b, &["a", "b"], Duration::from_secs(60));
+
+    // a is cut from the OSDs and monitors; then 16 writes of OLD reach it
+    // (its groups are still optimized): they go into librbd and stay there.
+    let mut ha = host(a.port);
+    cut(&asok, true);
+    let nlb = 8u32;
+    for i in 0..16u64 {
+        let lba = i * u64::from(nlb);
+        let s = ha.q.alloc().expect("slot");
+        let d = pattern(0x0d, lba, nlb);
+        ha.q.buf_mut(s)[..d.len()].copy_from_slice(&d);
+        ha.q.submit_write(s, 1, lba, nlb, nlb * BLOCK)
+            .expect("submit");
+    }
+    ha.q.flush().expect("send");
+
+    // The host gives up on a and retries through b, which takes over.
+    let mut hb = host(b.port);
+    let t0 = Instant::now();
+    let new = pattern(0x4e, 0, 128);
+    loop {
+        let st = write(&mut hb, 1, 0, &new);
+        if st.is_success() {
+            break;
+        }
+        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no takeover: {}",
+            b.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!("b took group 1 from the cut a in {:?}", t0.elapsed());
+    let mut answered = Vec::new();
+    let _ = ha.q.poll(Some(Duration::from_millis(10)));
+    while let Some(c) = ha.q.next_completion() {
+        answered.push(c.status.name());
+    }
+    eprintln!(
+        "{} of the 16 OLD writes were answered by a before the heal: {answered:?}",
+        answered.len()
+    );
+
+    // Healed: a's client reconnects; whatever it resends is refused.
+    cut(&asok, false);
+    let code =
+        a.d.wait_exit(Duration::from_secs(60))
+            .and_then(|s| s.code());
+    assert_eq!(
+        code,
+        Some(3),
+        "a should exit as fenced; log:\n{}",
+        a.d.logs()
+    );
+    drop(ha);
+    std::thread::sleep(Duration::from_secs(1));
+    let got = read(&mut hb, 1, 0, 128);
+    for (i, blk) in got.chunks(BLOCK as usize).enumerate() {
+        assert_eq!(
+            blk[0], 0x4e,
+            "block {i} holds stale data (tag {:#x})",
+            blk[0]
+        );
+    }
+    let image = c.export(POOL, &imgs[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(&image[..new.len()], &new[..], "the image itself holds NEW");
+    drop((hb, b, a));
     for i in &imgs {
         let _ = c.remove_image(POOL, i);
     }
