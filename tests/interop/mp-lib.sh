@@ -89,23 +89,27 @@ mp_path_ios() {  # port -> reads+writes completed through that path's namespace 
   echo 0
 }
 
-# one fio crc32c verify run after another on $1 until /tmp/io.stop appears; each run writes
-# and then verifies IO_MB MiB (default 4).  Results in /tmp/io.log, one terse line per run.
+# one fio crc32c verify run after another on $1 (one device, or several separated by spaces:
+# one fio job each, run together) until /tmp/io.stop appears; each run writes and then
+# verifies IO_MB MiB (default 4) per device.  Results in /tmp/io.log, one terse line per job.
 io_loop() {
-  local dev=$1 n=0 out rc line
+  local devs=$1 n=0 out rc lines d
+  local -a jobs
   : > /tmp/io.log
   while [ ! -e /tmp/io.stop ]; do
     n=$((n + 1))
-    out=$(fio --name="mp$n" --filename="$dev" --direct=1 --ioengine=libaio --rw=randrw \
+    jobs=()
+    for d in $devs; do jobs+=(--name="mp$n-${d##*/}" --filename="$d"); done
+    out=$(fio --direct=1 --ioengine=libaio --rw=randrw \
               --rwmixread=50 --bs=4k --iodepth=8 --size="${IO_MB:-4}m" --offset="$(( (n % 4) * ${IO_MB:-4} ))m" \
               --verify=crc32c --do_verify=1 --verify_fatal=1 \
-              --output-format=terse --terse-version=3 2>&1); rc=$?
-    line=$(printf '%s\n' "$out" | grep '^3;' | tail -n 1)
-    if [ "$rc" != 0 ] || [ -z "$line" ]; then
+              --output-format=terse --terse-version=3 "${jobs[@]}" 2>&1); rc=$?
+    lines=$(printf '%s\n' "$out" | grep '^3;')
+    if [ "$rc" != 0 ] || [ -z "$lines" ]; then
       { echo "run $n: fio status $rc"; printf '%s\n' "$out" | tail -n 20; } >> /tmp/io.fail
       break
     fi
-    echo "$line" >> /tmp/io.log
+    printf '%s\n' "$lines" >> /tmp/io.log
   done
   echo done > /tmp/io.done
 }

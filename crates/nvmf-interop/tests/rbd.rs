@@ -15,6 +15,12 @@
 //!   separate subsystems (the guest picks the gateway): 1 MiB written through one is read
 //!   through the other at once, both ways, also after the reader held the old data (what a
 //!   gateway-side read cache, e.g. `rbd_cache=true`, would break).
+//! * `rbd_gateway_group_kill9_failback` (gw-failover.sh): an nvmfd gateway group
+//!   (docs/GATEWAY-GROUPS.md) of three members, three namespaces on three images, ANA
+//!   group i homed on member i; under fio verify on all three, member a is killed with
+//!   SIGKILL (its group moves to b after the lease, b fenced a first) and restarted (the
+//!   group comes back by planned failback): 0 errors, 0 verify failures; the guest prints
+//!   the takeover and failback times and fio's longest I/O.
 //! * `rbd_osd_restart_under_io` (rbd-osd-restart.sh): the cluster's only OSD stops under a
 //!   fio verify loop (I/O stalls, no error) and starts again (I/O resumes, verify clean).
 //!   One OSD with pool size 1 is what makes the outage total (every PG inactive), so this
@@ -479,5 +485,106 @@ fn rbd_osd_restart_under_io() {
     finish(test, &run, &mut d, &failures);
     drop(d);
     let _ = c.remove_image(POOL, &img);
+    done(test, t0);
+}
+
+/// A gateway group member's configuration: namespaces 1..=3 on `images`, namespace i in
+/// ANA group i, the multipath identity shared by all members (serial, model, NGUID/UUID
+/// per namespace), controller IDs from `gateway*1000+1`.
+fn group_config(c: &CephCluster, images: &[String], port: u16, gateway: u16) -> Value {
+    let mut bdevs = vec![json!({"method": "bdev_rbd_register_cluster", "params": {
+        "name": "ceph0",
+        "config_file": c.conf_path().to_string_lossy(),
+        "key_file": c.keyring_path().to_string_lossy()}})];
+    let mut nvmf = vec![
+        json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}}),
+        json!({"method": "nvmf_create_subsystem", "params": {"nqn": NQN,
+            "serial_number": "NVMFDGROUP0001", "model_number": "nvmfd group",
+            "allow_any_host": true, "ana_reporting": true, "max_namespaces": 8,
+            "min_cntlid": gateway * 1000 + 1, "max_cntlid": gateway * 1000 + 999}}),
+    ];
+    for (i, img) in images.iter().enumerate() {
+        let n = i + 1;
+        bdevs.push(json!({"method": "bdev_rbd_create", "params": {"name": format!("Rbd{n}"),
+            "pool_name": POOL, "rbd_name": img, "block_size": 512, "cluster_name": "ceph0"}}));
+        nvmf.push(json!({"method": "nvmf_subsystem_add_ns", "params": {"nqn": NQN, "namespace": {
+            "bdev_name": format!("Rbd{n}"), "nsid": n, "anagrpid": n,
+            "nguid": format!("6e766d666467726f7570000000000{n:03x}"),
+            "uuid": format!("6e766d66-6467-4072-8f75-7000000000{n:02x}")}}}));
+    }
+    nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen(port)}}));
+    json!({"subsystems": [
+        {"subsystem": "bdev", "config": bdevs},
+        {"subsystem": "nvmf", "config": nvmf},
+    ]})
+}
+
+#[test]
+fn rbd_gateway_group_kill9_failback() {
+    let test = "rbd_gateway_group_kill9_failback";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let images: Vec<String> = (1..=3).map(|i| image(c, &format!("grp{i}"), 32)).collect();
+    let group = format!("interop-{}", std::process::id());
+    let ports = [free_port(), free_port(), free_port()];
+    let start = |i: usize, run: u32| {
+        let id = ["a", "b", "c"][i];
+        let p = dir.join(format!("gw{id}-{run}"));
+        std::fs::create_dir_all(&p).unwrap();
+        let home = (i + 1).to_string();
+        Nvmfd::start_with(
+            &p,
+            &group_config(c, &images, ports[i], i as u16),
+            ports[i],
+            &[
+                "--gateway-group", &group, "--gateway-id", id, "--group-cluster", "ceph0",
+                "--group-pool", POOL, "--group-lease-ms", "5000", "--gateway-ana-groups", &home,
+            ],
+        )
+    };
+    let mut a = Some(start(0, 0));
+    let mut b = start(1, 0);
+    let mut cm = start(2, 0);
+    let env = guest_env(&ports, &[]);
+    let run = run_guest(&dir, "gw-failover.sh", &ports, &env, GUEST_TIMEOUT, |cp, _| match cp {
+        "kill-a" => {
+            if let Some(d) = a.as_mut() {
+                d.kill_hard();
+            }
+            "ok member a killed (SIGKILL)".into()
+        }
+        "restart-a" => {
+            a = Some(start(0, 1));
+            "ok member a restarted".into()
+        }
+        other => format!("fail: unknown checkpoint {other}"),
+    });
+    let mut failures = Vec::new();
+    report_pause(test, &run, &mut failures);
+    for key in ["TAKEOVER_S=", "FAILBACK_S="] {
+        if let Some(l) = run.stdout.lines().find(|l| l.trim().starts_with(key)) {
+            say(&format!("interop {test}: {}", l.trim()));
+        }
+    }
+    for (name, d) in [("b", &mut b), ("c", &mut cm)] {
+        if let Err(e) = d.health() {
+            failures.push(format!("member {name}: {e}"));
+        }
+    }
+    if !b.log().contains("fenced (blocklisted") {
+        failures.push("member b never logged fencing a".into());
+    }
+    let mut a = a.expect("member a");
+    if let Err(e) = a.health() {
+        failures.push(format!("restarted member a: {e}"));
+    }
+    finish(test, &run, &mut b, &failures);
+    drop((a, b, cm));
+    for i in &images {
+        let _ = c.remove_image(POOL, i);
+    }
     done(test, t0);
 }

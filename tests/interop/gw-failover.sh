@@ -1,0 +1,118 @@
+# Interop scenario: an nvmfd gateway group (docs/GATEWAY-GROUPS.md) of three members on one
+# Ceph cluster, one subsystem with namespaces 1..3 (ANA group i = namespace i, on RBD image
+# i), whose home is member i.  The kernel host connects one path per member with native
+# multipath and runs fio crc32c verify on the three namespaces throughout.  Each namespace
+# must be optimized on its home's path only (inaccessible elsewhere); member a is killed
+# with SIGKILL (checkpoint kill-a): after its lease, namespace 1 becomes optimized on member
+# b's path (the survivor fenced a first); a is restarted (checkpoint restart-a): namespace 1
+# goes back to a's path (planned failback).  fio must end with 0 errors and 0 verify failures.
+#
+# env: PORTS="PA PB PC" NQN HOSTNQN HOSTID, CHECKPOINTS=1
+PORT=${PORTS%% *}
+. /job/lib.sh
+. /job/mp-lib.sh
+read -r PA PB PC <<< "$PORTS"
+
+# ana_state of namespace $2 through the path of host port $1 ("none" without one)
+ana_of() {
+  local c b
+  c=$(mp_ctrl_of_port "$1") || { echo none; return; }
+  for b in /sys/block/nvme*c*n*; do
+    [ -e "$b/device" ] || continue
+    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
+    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
+    cat "$b/ana_state"; return
+  done
+  echo none
+}
+
+# I/Os completed on namespace $2 through the path of host port $1
+ns_path_ios() {
+  local c b a r
+  c=$(mp_ctrl_of_port "$1") || { echo 0; return; }
+  for b in /sys/block/nvme*c*n*; do
+    [ -e "$b/device" ] || continue
+    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
+    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
+    read -r a _ _ _ r _ < "$b/stat"
+    echo $((a + r)); return
+  done
+  echo 0
+}
+
+# wait up to $3 s until namespace $1 is optimized through port $2 and through no other port
+wait_owner() {
+  local i p n
+  for i in $(seq $(($3 * 10))); do
+    n=0
+    for p in $PORTS; do
+      if [ "$(ana_of "$p" "$1")" = optimized ]; then
+        [ "$p" = "$2" ] || { n=99; break; }
+        n=$((n + 1))
+      fi
+    done
+    [ "$n" = 1 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+show_ana() {
+  local p n
+  for n in 1 2 3; do
+    echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" "$n")"; done)"
+  done
+}
+
+step "connect the three members ($PORTS) to $NQN"
+mp_connect
+mp_wait_live 3 || { mp_show; fail "not 3 live paths"; }
+D1=$(ns_dev "$NQN" 1) && D2=$(ns_dev "$NQN" 2) && D3=$(ns_dev "$NQN" 3) || fail "namespaces 1..3 not all there"
+ok "3 live paths; heads $D1 $D2 $D3"
+
+step "each namespace optimized on its home only"
+wait_owner 1 "$PA" 10 && wait_owner 2 "$PB" 10 && wait_owner 3 "$PC" 10 || { show_ana; fail "ANA states"; }
+show_ana
+ok "namespace i optimized through member i, inaccessible elsewhere"
+
+step "fio verify on the three namespaces; each flows through its owner"
+io_start "$D1 $D2 $D3"
+a0=$(ns_path_ios "$PA" 1); b0=$(ns_path_ios "$PB" 2); c0=$(ns_path_ios "$PC" 3)
+sleep 4
+a1=$(ns_path_ios "$PA" 1); b1=$(ns_path_ios "$PB" 2); c1=$(ns_path_ios "$PC" 3)
+io_alive || { io_stop; fail "fio loop ended early"; }
+[ "$a1" -gt "$a0" ] && [ "$b1" -gt "$b0" ] && [ "$c1" -gt "$c0" ] ||
+  fail "I/O through the owners: a $a0->$a1, b $b0->$b1, c $c0->$c1"
+ok "I/Os: namespace 1 via a $((a1 - a0)), 2 via b $((b1 - b0)), 3 via c $((c1 - c0))"
+
+step "member a killed (SIGKILL) under I/O: namespace 1 moves to b"
+t0=$(uptime_s)
+checkpoint kill-a
+wait_owner 1 "$PB" 40 || { show_ana; io_stop; fail "namespace 1 not optimized on b within 40 s"; }
+echo "TAKEOVER_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
+show_ana
+x0=$(ns_path_ios "$PB" 1); sleep 3; x1=$(ns_path_ios "$PB" 1)
+io_alive || { io_stop; fail "fio loop ended after the kill"; }
+[ "$x1" -gt "$x0" ] || fail "no I/O on namespace 1 through b ($x0 -> $x1)"
+ok "namespace 1 flows through b ($((x1 - x0)) I/Os in 3 s)"
+
+step "member a restarted: namespace 1 goes back to a (failback)"
+t0=$(uptime_s)
+checkpoint restart-a
+mp_wait_live 3 60 || { mp_show; io_stop; fail "a's path not live again within 60 s"; }
+wait_owner 1 "$PA" 60 || { show_ana; io_stop; fail "namespace 1 not back on a within 60 s"; }
+echo "FAILBACK_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
+show_ana
+y0=$(ns_path_ios "$PA" 1); sleep 3; y1=$(ns_path_ios "$PA" 1)
+io_alive || { io_stop; fail "fio loop ended after the failback"; }
+[ "$y1" -gt "$y0" ] || fail "no I/O on namespace 1 through a after failback ($y0 -> $y1)"
+ok "namespace 1 flows through a again ($((y1 - y0)) I/Os in 3 s)"
+
+step "stop fio; every run verified"
+io_stop
+
+step "disconnect"
+run nvme disconnect -n "$NQN"
+wait_no_ctrl "$NQN" || fail "controllers of $NQN still present"
+ok "disconnected"
+echo "ALL STEPS PASSED"
