@@ -505,12 +505,16 @@ fn group_config(c: &CephCluster, images: &[String], port: u16, gateway: u16) -> 
     ];
     for (i, img) in images.iter().enumerate() {
         let n = i + 1;
-        bdevs.push(json!({"method": "bdev_rbd_create", "params": {"name": format!("Rbd{n}"),
-            "pool_name": POOL, "rbd_name": img, "block_size": 512, "cluster_name": "ceph0"}}));
-        nvmf.push(json!({"method": "nvmf_subsystem_add_ns", "params": {"nqn": NQN, "namespace": {
+        bdevs.push(
+            json!({"method": "bdev_rbd_create", "params": {"name": format!("Rbd{n}"),
+            "pool_name": POOL, "rbd_name": img, "block_size": 512, "cluster_name": "ceph0"}}),
+        );
+        nvmf.push(
+            json!({"method": "nvmf_subsystem_add_ns", "params": {"nqn": NQN, "namespace": {
             "bdev_name": format!("Rbd{n}"), "nsid": n, "anagrpid": n,
             "nguid": format!("6e766d666467726f7570000000000{n:03x}"),
-            "uuid": format!("6e766d66-6467-4072-8f75-7000000000{n:02x}")}}}));
+            "uuid": format!("6e766d66-6467-4072-8f75-7000000000{n:02x}")}}}),
+        );
     }
     nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen(port)}}));
     json!({"subsystems": [
@@ -540,8 +544,18 @@ fn rbd_gateway_group_kill9_failback() {
             &group_config(c, &images, ports[i], i as u16),
             ports[i],
             &[
-                "--gateway-group", &group, "--gateway-id", id, "--group-cluster", "ceph0",
-                "--group-pool", POOL, "--group-lease-ms", "5000", "--gateway-ana-groups", &home,
+                "--gateway-group",
+                &group,
+                "--gateway-id",
+                id,
+                "--group-cluster",
+                "ceph0",
+                "--group-pool",
+                POOL,
+                "--group-lease-ms",
+                "5000",
+                "--gateway-ana-groups",
+                &home,
             ],
         )
     };
@@ -549,19 +563,26 @@ fn rbd_gateway_group_kill9_failback() {
     let mut b = start(1, 0);
     let mut cm = start(2, 0);
     let env = guest_env(&ports, &[]);
-    let run = run_guest(&dir, "gw-failover.sh", &ports, &env, GUEST_TIMEOUT, |cp, _| match cp {
-        "kill-a" => {
-            if let Some(d) = a.as_mut() {
-                d.kill_hard();
+    let run = run_guest(
+        &dir,
+        "gw-failover.sh",
+        &ports,
+        &env,
+        GUEST_TIMEOUT,
+        |cp, _| match cp {
+            "kill-a" => {
+                if let Some(d) = a.as_mut() {
+                    d.kill_hard();
+                }
+                "ok member a killed (SIGKILL)".into()
             }
-            "ok member a killed (SIGKILL)".into()
-        }
-        "restart-a" => {
-            a = Some(start(0, 1));
-            "ok member a restarted".into()
-        }
-        other => format!("fail: unknown checkpoint {other}"),
-    });
+            "restart-a" => {
+                a = Some(start(0, 1));
+                "ok member a restarted".into()
+            }
+            other => format!("fail: unknown checkpoint {other}"),
+        },
+    );
     let mut failures = Vec::new();
     report_pause(test, &run, &mut failures);
     for key in ["TAKEOVER_S=", "FAILBACK_S="] {

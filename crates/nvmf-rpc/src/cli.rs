@@ -581,6 +581,22 @@ static COMMANDS: &[Cmd] = &[
         example: "nvmf rpc nvmf_ns_get_reservation nqn.2016-06.io.spdk:cnode1 1",
     },
     Cmd {
+        name: "nvmf_gateway_group_status",
+        help: "Show a gateway group as this member sees it: members, leases, ANA group owners, epoch, fencings (nvmfd's own method; also `nvmf gw status`)",
+        pos: &[],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc nvmf_gateway_group_status",
+    },
+    Cmd {
+        name: "nvmf_gateway_group_move",
+        help: "Move an ANA group of a gateway group to another member, planned (nvmfd's own method; also `nvmf gw move`)",
+        pos: &[p("anagrpid", Int, "ANA group ID"), p("to", Str, "Member ID that should own it")],
+        opts: &[],
+        build: plain,
+        example: "nvmf rpc nvmf_gateway_group_move 2 gw3",
+    },
+    Cmd {
         name: "nvmf_subsystem_remove_ns",
         help: "Remove a namespace from an NVMe-oF subsystem",
         pos: &[NQN, p("nsid", Int, "Namespace ID")],

@@ -746,3 +746,79 @@ fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
         let _ = c.remove_image(POOL, i);
     }
 }
+
+/// Without Ceph: an nvmfd outside a group answers the group methods with a clear error, and a
+/// configuration that cannot be a member is refused at start, naming why.
+#[test]
+fn group_requests_and_member_configs_are_checked() {
+    let port = free_port();
+    let cfg = format!(
+        r#"{{"subsystems":[{{"subsystem":"bdev","config":[
+  {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","num_blocks":2048,"block_size":512}}}}]}},
+  {{"subsystem":"nvmf","config":[
+  {{"method":"nvmf_create_transport","params":{{"trtype":"TCP"}}}},
+  {{"method":"nvmf_create_subsystem","params":{{"nqn":"{NQN}","allow_any_host":true,"ana_reporting":true}}}},
+  {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{NQN}","namespace":{{"bdev_name":"Malloc0","nsid":1}}}}}},
+  {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}]}}]}}"#
+    );
+    let d = Daemon::builder(cfg.clone())
+        .args(["-m", "0"])
+        .listening(&[port])
+        .start();
+    let mut cmd = std::process::Command::new(bins::nvmf());
+    cmd.args(["gw", "status", "-s"]).arg(&d.rpc_socket);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(!out.status.success(), "{said}");
+    assert!(said.contains("not a member of a gateway group"), "{said}");
+    let mut cmd = std::process::Command::new(bins::nvmf());
+    cmd.args(["gw", "move", "0", "x", "-s"]).arg(&d.rpc_socket);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    let said = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(said.contains("ANA group IDs start at 1"), "{said}");
+    drop(d);
+
+    // A member needs every option, and RBD namespaces of the group's cluster.
+    let dir = nvmf_testkit::TestDir::new("gw-cfg");
+    let path = dir.path().join("c.json");
+    std::fs::write(&path, &cfg).unwrap();
+    let run = |args: &[&str]| {
+        let mut cmd = bins::nvmfd_command();
+        cmd.arg("-c")
+            .arg(&path)
+            .arg("-r")
+            .arg(dir.path().join("r.sock"))
+            .args(args);
+        let out = run_bounded(cmd, Duration::from_secs(20));
+        (
+            out.status.success(),
+            format!("{}{}", text(&out.stdout), text(&out.stderr)),
+        )
+    };
+    let (ok, said) = run(&["--gateway-group", "g"]);
+    assert!(!ok && said.contains("--gateway-id"), "{said}");
+    let (ok, said) = run(&[
+        "--gateway-group",
+        "g",
+        "--gateway-id",
+        "a",
+        "--group-cluster",
+        "ceph0",
+        "--group-pool",
+        "rbd",
+    ]);
+    assert!(!ok && said.contains("no such cluster"), "{said}");
+    let (ok, said) = run(&[
+        "--gateway-group",
+        "g",
+        "--gateway-id",
+        "a",
+        "--group-cluster",
+        "c",
+        "--group-pool",
+        "p",
+        "--group-lease-ms",
+        "100",
+    ]);
+    assert!(!ok && said.contains("--group-lease-ms"), "{said}");
+}

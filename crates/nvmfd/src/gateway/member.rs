@@ -898,3 +898,62 @@ impl MemberLoop {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts() -> GroupOptions {
+        GroupOptions {
+            name: "g".into(),
+            id: "a".into(),
+            cluster: "ceph0".into(),
+            pool: "rbd".into(),
+            lease: Duration::from_secs(15),
+            home: BTreeSet::new(),
+        }
+    }
+
+    fn cfg(ana: bool, bdev: &str) -> TargetConfig {
+        let nqn = "nqn.2016-06.io.nvmfd:g";
+        TargetConfig::from_json_str(&format!(
+            r#"{{"subsystems":[{{"subsystem":"bdev","config":[
+  {{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0"}}}},
+  {{"method":"bdev_rbd_create","params":{{"name":"Rbd0","pool_name":"rbd","rbd_name":"i","block_size":512,"cluster_name":"ceph0"}}}},
+  {{"method":"bdev_rbd_create","params":{{"name":"Own0","pool_name":"rbd","rbd_name":"j","block_size":512}}}},
+  {{"method":"bdev_malloc_create","params":{{"name":"Malloc0","num_blocks":64,"block_size":512}}}}]}},
+  {{"subsystem":"nvmf","config":[
+  {{"method":"nvmf_create_subsystem","params":{{"nqn":"{nqn}","ana_reporting":{ana}}}}},
+  {{"method":"nvmf_subsystem_add_ns","params":{{"nqn":"{nqn}","namespace":{{"bdev_name":"{bdev}","nsid":1,"anagrpid":1}}}}}}]}}]}}"#
+        ))
+        .expect("config")
+    }
+
+    #[test]
+    fn a_member_serves_only_rbd_namespaces_of_its_cluster_with_ana() {
+        let g = served_groups(&cfg(true, "Rbd0"), &opts()).expect("served");
+        assert_eq!(g.get(&1).map(|b| b.contains("Rbd0")), Some(true));
+        let e = served_groups(&cfg(true, "Malloc0"), &opts()).unwrap_err();
+        assert!(e.contains("not an RBD image of cluster ceph0"), "{e}");
+        let e = served_groups(&cfg(true, "Own0"), &opts()).unwrap_err();
+        assert!(e.contains("its own RADOS client"), "{e}");
+        let e = served_groups(&cfg(false, "Rbd0"), &opts()).unwrap_err();
+        assert!(e.contains("no ANA reporting"), "{e}");
+        let mut o = opts();
+        o.cluster = "other".into();
+        let e = served_groups(&cfg(true, "Rbd0"), &o).unwrap_err();
+        assert!(e.contains("no such cluster"), "{e}");
+        // Starting: every served group inaccessible on every listener.
+        let mut c = cfg(true, "Rbd0");
+        let l = nvmf_config::ListenerConfig {
+            trtype: nvmf_config::TransportType::Tcp,
+            adrfam: nvmf_config::AddressFamily::Ipv4,
+            traddr: "127.0.0.1".into(),
+            trsvcid: "4420".into(),
+        };
+        c.subsystems[0].listeners.push(l.clone());
+        start_inaccessible(&mut c, &[1].into_iter().collect());
+        assert_eq!(c.subsystems[0].ana_state(&l, 1), AnaState::Inaccessible);
+        assert_eq!(c.subsystems[0].ana_state(&l, 2), AnaState::Optimized);
+    }
+}
