@@ -9,7 +9,10 @@
 //! log page (0Ch, with or without the NSID lists).
 //!
 //! States come from the configuration (`SubsystemConfig::ana_state`), applied
-//! by `Target::sync_ana` on the control path; a controller keeps an
+//! by `Target::sync_ana` on the control path, unless this process is a
+//! gateway group member: then [`group_ana`] (the group's states, the same
+//! on every listener, set by the member thread with atomic stores; no lock,
+//! no RPC) overrides them; a controller keeps an
 //! `Arc<PathAna>` of its listener from its Connect on, so its queues read the
 //! state without a lock. A change raises the ANA Change asynchronous event on
 //! the controllers of the paths it touched.
@@ -59,6 +62,10 @@ impl PathAna {
     /// which the configuration never produces).
     #[inline]
     pub fn state_code(&self, grp: u32) -> u8 {
+        let g = group_ana().code(grp);
+        if g != 0 {
+            return g;
+        }
         match self.states.get((grp as usize).wrapping_sub(1)) {
             Some(s) => s.load(Ordering::Relaxed),
             None => ANA_OPTIMIZED,
@@ -74,6 +81,67 @@ impl PathAna {
     fn set(&self, grp: u32, code: u8) -> bool {
         match self.states.get((grp as usize).wrapping_sub(1)) {
             Some(s) => s.swap(code, Ordering::AcqRel) != code,
+            None => false,
+        }
+    }
+}
+
+/// Highest ANA group ID a gateway group manages.
+pub const GROUP_ANA_MAX: u32 = 4096;
+
+/// The ANA states a gateway group member imposes on every listener of this
+/// process (docs/GATEWAY-GROUPS.md): per group, a state code or 0 (not
+/// set: the `default`, which is 0 until [`GroupAna::manage`] is called, so
+/// a process outside a group reads only zeros and keeps its configured
+/// states). One process is at most one group member, hence one table.
+#[derive(Debug)]
+pub struct GroupAna {
+    default: AtomicU8,
+    states: [AtomicU8; GROUP_ANA_MAX as usize],
+}
+
+static GROUP_ANA: GroupAna = GroupAna {
+    default: AtomicU8::new(0),
+    states: [const { AtomicU8::new(0) }; GROUP_ANA_MAX as usize],
+};
+
+/// This process's [`GroupAna`].
+#[inline]
+pub fn group_ana() -> &'static GroupAna {
+    &GROUP_ANA
+}
+
+impl GroupAna {
+    /// The state code imposed on group `grp`; 0: none.
+    #[inline]
+    pub fn code(&self, grp: u32) -> u8 {
+        let c = match self.states.get((grp as usize).wrapping_sub(1)) {
+            Some(s) => s.load(Ordering::Relaxed),
+            None => 0,
+        };
+        if c != 0 {
+            c
+        } else {
+            self.default.load(Ordering::Relaxed)
+        }
+    }
+
+    /// From now on every group not set otherwise is in `default` on every
+    /// listener (a member starts with everything inaccessible).
+    pub fn manage(&self, default: AnaState) {
+        self.default.store(default.code(), Ordering::Release);
+    }
+
+    /// Whether a group member manages the states.
+    pub fn managed(&self) -> bool {
+        self.default.load(Ordering::Acquire) != 0
+    }
+
+    /// Imposes `state` on group `grp`; true when it changed. Hosts learn it
+    /// from `Target::notify_group_ana`.
+    pub fn set(&self, grp: u32, state: AnaState) -> bool {
+        match self.states.get((grp as usize).wrapping_sub(1)) {
+            Some(s) => s.swap(state.code(), Ordering::AcqRel) != state.code(),
             None => false,
         }
     }

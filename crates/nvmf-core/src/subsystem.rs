@@ -232,6 +232,20 @@ impl Subsystem {
     /// and namespace ANA groups. Controllers whose path changed, or all of
     /// them when a namespace moved to another group, get the ANA Change
     /// event. Returns whether anything changed.
+    /// The gateway group's states changed ([`crate::ana::group_ana`]): the
+    /// ANA change count moves and every controller gets the ANA Change
+    /// event. False without ANA reporting.
+    pub fn notify_group_ana(&self) -> bool {
+        let Some(ana) = &self.ana else {
+            return false;
+        };
+        ana.bump();
+        for c in self.controllers() {
+            c.raise_event(AEN_ANA_CHANGE);
+        }
+        true
+    }
+
     pub fn sync_ana(&self, cfg: &SubsystemConfig) -> bool {
         let Some(ana) = &self.ana else {
             return false;

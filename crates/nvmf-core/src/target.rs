@@ -1034,6 +1034,16 @@ impl Target {
         Ok(self.nvm_subsystem(&cfg.nqn)?.sync_ana(cfg))
     }
 
+    /// Tells the hosts of every subsystem with ANA reporting that the
+    /// gateway group's ANA states changed (ANA Change event).
+    pub fn notify_group_ana(&self) {
+        for s in self.subsystems() {
+            if !s.is_discovery() {
+                s.notify_group_ana();
+            }
+        }
+    }
+
     /// Allow `host` on subsystem `nqn`.
     pub fn add_host(&self, nqn: &str, host: &str) -> Result<(), CoreError> {
         let sub = self.nvm_subsystem(nqn)?;

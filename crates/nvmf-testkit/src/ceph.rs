@@ -360,6 +360,16 @@ impl CephCluster {
         self.script_cmd(&["osd-start", &id.to_string()]).map(|_| ())
     }
 
+    /// Stops the monitor (SIGTERM, or SIGKILL with `kill`) and starts it again on the same
+    /// store and ports; returns once it answers.
+    pub fn restart_mon(&self, kill: bool) -> Result<(), String> {
+        let mut args = vec!["mon-restart"];
+        if kill {
+            args.push("--kill");
+        }
+        self.script_cmd(&args).map(|_| ())
+    }
+
     /// Whether osd.`id`'s process is alive.
     pub fn osd_running(&self, id: usize) -> bool {
         let Ok(pid) = std::fs::read_to_string(self.dir.join(format!("pids/osd.{id}"))) else {

@@ -577,6 +577,16 @@ impl Live {
 
 impl LiveTarget for Live {
     fn apply(&self, change: &Change, new_config: &TargetConfig) -> Result<(), String> {
+        // A gateway group member writes a change of the shared
+        // configuration to RADOS first (docs/GATEWAY-GROUPS.md); refused
+        // there, nothing changes here either.
+        if let Some(h) = self.gateway.get() {
+            if !matches!(change, Change::ResizeBdev { .. }) {
+                h.publish_config(new_config).inspect_err(|e| {
+                    warn!("rpc: {} refused: {e}", change.kind());
+                })?;
+            }
+        }
         let mut st = self.applied.lock().unwrap_or_else(|e| e.into_inner());
         if let Change::CreateTransport(tc) = change {
             if tc.trtype == nvmf_config::TransportType::Tcp

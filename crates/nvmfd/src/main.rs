@@ -101,7 +101,7 @@ fn run(cli: Cli) -> Result<()> {
         None => None,
     };
     let from_state = restored.is_some();
-    let mut cfg = match (restored, &cli.config) {
+    let cfg = match (restored, &cli.config) {
         (Some(cfg), cfg_arg) => {
             let sf = state_file.as_ref().map(|s| s.path().display().to_string());
             match cfg_arg {
@@ -183,8 +183,9 @@ fn run(cli: Cli) -> Result<()> {
                     bail!("--gateway-ana-groups: ANA group {g} has no namespace here");
                 }
             }
-            let groups = served.keys().copied().collect();
-            gateway::member::start_inaccessible(&mut cfg, &groups);
+            // Before any listener accepts: every group inaccessible here until
+            // the group says which ones this member owns.
+            nvmf_core::ana::group_ana().manage(nvmf_config::AnaState::Inaccessible);
             Some((opts, served))
         }
         None => None,

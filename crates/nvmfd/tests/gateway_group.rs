@@ -126,7 +126,12 @@ fn member_with(
     asok: Option<&std::path::Path>,
 ) -> Member {
     let metrics = free_port();
+    let mut args: Vec<String> = Vec::new();
+    if !home.is_empty() {
+        args.extend(["--gateway-ana-groups".to_string(), home.to_string()]);
+    }
     let d = Daemon::builder(config(c, images, port, asok))
+        .args(args)
         .args([
             "-m",
             "0",
@@ -140,8 +145,6 @@ fn member_with(
             POOL,
             "--group-lease-ms",
             &LEASE_MS.to_string(),
-            "--gateway-ana-groups",
-            home,
             "--metrics",
             &format!("127.0.0.1:{metrics}"),
         ])
@@ -455,6 +458,9 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     eprintln!("{}", text(&out.stdout));
     for m in [&a2, &b, &cm] {
         assert!(!m.d.logs().contains("panicked"), "{}", m.d.logs());
+        for l in m.d.logs().lines().filter(|l| l.contains("retried")) {
+            eprintln!("  {l}");
+        }
     }
     drop((ha2, ha3, hb));
     drop((a2, b, cm, a));
@@ -821,4 +827,368 @@ fn group_requests_and_member_configs_are_checked() {
         "100",
     ]);
     assert!(!ok && said.contains("--group-lease-ms"), "{said}");
+}
+
+/// Writes and reads back one block after another on namespaces `nss` through `port` until
+/// `stop`; returns (rounds, failures with what failed).
+fn load(
+    port: u16,
+    nss: Vec<u32>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(u64, Vec<String>)> {
+    std::thread::spawn(move || {
+        let mut h = host(port);
+        let (mut rounds, mut failures) = (0u64, Vec::new());
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) && failures.len() < 10 {
+            rounds += 1;
+            for &ns in &nss {
+                let lba = 512 + rounds % 64;
+                let d = pattern(rounds, lba, 1);
+                let st = write(&mut h, ns, lba, &d);
+                if !st.is_success() {
+                    failures.push(format!("round {rounds} ns {ns}: write {}", st.name()));
+                    continue;
+                }
+                if read(&mut h, ns, lba, 1) != d {
+                    failures.push(format!("round {rounds} ns {ns}: read back differs"));
+                }
+            }
+        }
+        (rounds, failures)
+    })
+}
+
+#[test]
+fn two_of_three_killed_together_then_the_monitor_restarts_under_load() {
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-two", 3);
+    let group = format!("two-{}", std::process::id());
+    let mut a = member(c, &imgs, &group, "a", "1", free_port());
+    let mut b = member(c, &imgs, &group, "b", "2", free_port());
+    let cm = member(c, &imgs, &group, "c", "3", free_port());
+    wait_owners(&cm, &["a", "b", "c"], Duration::from_secs(60));
+    let addrs = [status(&a)["address"].clone(), status(&b)["address"].clone()];
+
+    // Load on c's own group throughout; a and b killed together.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let own = load(cm.port, vec![3], stop.clone());
+    std::thread::sleep(Duration::from_millis(500));
+    a.d.kill();
+    b.d.kill();
+    let t0 = Instant::now();
+    let mut hc = host(cm.port);
+    for ns in [1u32, 2] {
+        loop {
+            let st = write(&mut hc, ns, 0, &pattern(7, 0, 1));
+            if st.is_success() {
+                break;
+            }
+            assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+            assert!(
+                t0.elapsed() < Duration::from_secs(20),
+                "no takeover: {}",
+                cm.d.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    eprintln!(
+        "c took groups 1 and 2 from the two killed members in {:?}",
+        t0.elapsed()
+    );
+    let v = status(&cm);
+    assert_eq!(owners(&v, 3), vec![Some("c".into()); 3]);
+    for addr in &addrs {
+        assert!(
+            v["fenced"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| &f["address"] == addr),
+            "{addr} not fenced: {v:#}"
+        );
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (rounds, failures) = own.join().unwrap();
+    assert!(
+        failures.is_empty(),
+        "c's own group failed during the kills: {failures:?}"
+    );
+    eprintln!("{rounds} write+read rounds on c's own group during the kills, 0 failures");
+
+    // The monitor killed and restarted under load on all three groups: leases live on the
+    // OSD, so nothing moves and nothing fails.
+    stop.store(false, std::sync::atomic::Ordering::Relaxed);
+    let all = load(cm.port, vec![1, 2, 3], stop.clone());
+    std::thread::sleep(Duration::from_secs(1));
+    let t1 = Instant::now();
+    c.restart_mon(true).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("monitor restarted in {:?}", t1.elapsed());
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (rounds, failures) = all.join().unwrap();
+    assert!(
+        failures.is_empty(),
+        "I/O failed across the monitor restart: {failures:?}"
+    );
+    let v = status(&cm);
+    assert_eq!(v["state"], "serving", "{v:#}");
+    assert_eq!(owners(&v, 3), vec![Some("c".into()); 3]);
+    assert_eq!(v["counters"]["self_fences"], 0, "{v:#}");
+    eprintln!("{rounds} write+read rounds on three groups across the monitor restart, 0 failures");
+    drop((hc, cm, a, b));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() - 1) as f64 * p).round() as usize]
+}
+
+/// Issue 25 test 7: the kill / failback cycle 20 times, with the host (the user-space
+/// initiator) retrying a write on the moved group every 50 ms. Every takeover pause must stay
+/// under L + R + 2 s (the lease still running after the last renewal, a probe tick and the
+/// fencing); the distribution is printed (BENCHMARKS.md has a run's figures).
+#[test]
+fn kill_and_failback_twenty_times() {
+    let Some(c) = begin() else { return };
+    let cycles: usize = std::env::var("NVMFD_GROUP_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    let imgs = images(c, "gw-cycle", 2);
+    let group = format!("cycle-{}", std::process::id());
+    let port_a = free_port();
+    let mut a = member(c, &imgs, &group, "a", "1", port_a);
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    wait_owners(&b, &["a", "b"], Duration::from_secs(60));
+    let mut hb = host(b.port);
+    let bound = Duration::from_millis(LEASE_MS + LEASE_MS / 3 + 2000);
+    let (mut takeovers, mut failbacks) = (Vec::new(), Vec::new());
+    let retry_write = |h: &mut Host, tag: u64, limit: Duration| -> Duration {
+        let t0 = Instant::now();
+        loop {
+            let st = write(h, 1, tag % 64, &pattern(tag, tag % 64, 1));
+            if st.is_success() {
+                return t0.elapsed();
+            }
+            assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+            assert!(
+                t0.elapsed() < limit,
+                "group 1 not writable within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    for i in 0..cycles {
+        let mut ha = host(a.port);
+        assert!(retry_write(&mut ha, i as u64, Duration::from_secs(10)) < Duration::from_secs(10));
+        drop(ha);
+        a.d.kill();
+        let pause = retry_write(&mut hb, 100 + i as u64, bound);
+        takeovers.push(pause);
+        let t0 = Instant::now();
+        a = member(c, &imgs, &group, "a", "1", port_a);
+        let mut ha = host(a.port);
+        retry_write(&mut ha, 200 + i as u64, Duration::from_secs(30));
+        failbacks.push(t0.elapsed());
+    }
+    let summary = |name: &str, v: &mut Vec<Duration>| {
+        let (p50, max) = (percentile(v, 0.5), percentile(v, 1.0));
+        let min = v[0];
+        eprintln!(
+            "{name} over {} cycles (lease {LEASE_MS} ms): min {:.2} s, median {:.2} s, max {:.2} s",
+            v.len(),
+            min.as_secs_f64(),
+            p50.as_secs_f64(),
+            max.as_secs_f64()
+        );
+    };
+    summary(
+        "takeover pause (SIGKILL -> write through the survivor)",
+        &mut takeovers,
+    );
+    summary(
+        "failback (restart -> write through the returned member)",
+        &mut failbacks,
+    );
+    let v = status(&b);
+    assert_eq!(owners(&v, 2), vec![Some("a".into()), Some("b".into())]);
+    assert!(!b.d.logs().contains("panicked"));
+    drop((hb, a, b));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}
+
+/// `nvmf rpc` against a member; panics with the output unless it succeeds.
+fn rpc(m: &Member, args: &[&str]) -> String {
+    m.d.rpc(args)
+        .unwrap_or_else(|e| panic!("nvmf rpc {args:?}: {e}\n--- log ---\n{}", m.d.logs()))
+}
+
+/// The namespaces and allowed hosts member `m` serves in the group's subsystem.
+fn served(m: &Member) -> (Vec<u64>, Vec<String>, bool) {
+    let v: Value = serde_json::from_str(&rpc(m, &["nvmf_get_subsystems"])).expect("JSON");
+    let s = v
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["nqn"] == NQN)
+        .expect("the group's subsystem");
+    let mut ns: Vec<u64> = s["namespaces"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["nsid"].as_u64().unwrap())
+        .collect();
+    ns.sort();
+    let hosts = s["hosts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["nqn"].as_str().unwrap().to_string())
+        .collect();
+    (ns, hosts, s["allow_any_host"].as_bool().unwrap())
+}
+
+/// Issue 25 test 4: an RPC change on one member is written to RADOS first and served by every
+/// member within a second; every member restarted at once (from its original configuration
+/// file) comes back with the group's configuration.
+#[test]
+fn a_change_on_one_member_is_served_by_all_and_survives_restarting_them_all() {
+    let Some(c) = begin() else { return };
+    let mut imgs = images(c, "gw-cfg", 3);
+    let group = format!("cfg-{}", std::process::id());
+    // Members start with namespaces 1 and 2; the third image is added by RPC.
+    let base = &imgs[..2].to_vec();
+    let ports = [free_port(), free_port(), free_port()];
+    let start = |id: &str, home: &str, port: u16| member(c, base, &group, id, home, port);
+    let mut ms = vec![
+        start("a", "1", ports[0]),
+        start("b", "2", ports[1]),
+        start("c", "", ports[2]),
+    ];
+    wait_owners(&ms[2], &["a", "b"], Duration::from_secs(60));
+
+    // On a: a new bdev and namespace 3 (ANA group 3), a host allowed, any-host off.
+    let host_nqn = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000c0f1";
+    let t0 = Instant::now();
+    let img3 = imgs[2].clone();
+    rpc(
+        &ms[0],
+        &[
+            "bdev_rbd_create",
+            "-b",
+            "Rbd3",
+            "-c",
+            "ceph0",
+            POOL,
+            &img3,
+            "4096",
+        ],
+    );
+    rpc(
+        &ms[0],
+        &["nvmf_subsystem_add_ns", NQN, "Rbd3", "-n", "3", "-a", "3"],
+    );
+    rpc(&ms[0], &["nvmf_subsystem_add_host", NQN, host_nqn]);
+    rpc(&ms[0], &["nvmf_subsystem_allow_any_host", "-d", NQN]);
+    let want = (vec![1, 2, 3], vec![host_nqn.to_string()], false);
+    for m in &ms {
+        loop {
+            if served(m) == want {
+                break;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(5),
+                "a member does not serve the change: {:?}\n{}",
+                served(m),
+                m.d.logs()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let spread = t0.elapsed();
+    eprintln!("four RPCs on a served by all three members {spread:?} after the first");
+    // Group 3 got an owner (nobody's home: the least loaded, c), writable through it only.
+    wait_owners(&ms[1], &["a", "b", "c"], Duration::from_secs(10));
+    let trid = TransportId::tcp("127.0.0.1", &ms[2].port.to_string(), NQN);
+    let mut opts = ConnectOptions::new(trid);
+    opts.hostnqn = host_nqn.into();
+    let ctrl = Controller::connect(&opts).expect("the allowed host connects to c");
+    let mut q = Host {
+        q: ctrl.create_io_queue(1, 32, CHUNK).expect("queue"),
+        _ctrl: ctrl,
+    };
+    assert!(write(&mut q, 3, 0, &pattern(3, 0, 4)).is_success());
+    drop(q);
+    // Any other host is refused now, on every member.
+    let trid = TransportId::tcp("127.0.0.1", &ms[1].port.to_string(), NQN);
+    assert!(
+        Controller::connect(&ConnectOptions::new(trid)).is_err(),
+        "b lets any host in"
+    );
+
+    // A change the group refuses (a namespace on a RAM bdev: nothing could fence it) is
+    // refused on the member and changes nothing anywhere.
+    rpc(&ms[1], &["bdev_malloc_create", "-b", "Ram0", "8", "4096"]);
+    let e = ms[1]
+        .d
+        .rpc(&["nvmf_subsystem_add_ns", NQN, "Ram0", "-n", "4"])
+        .unwrap_err();
+    assert!(e.contains("not an RBD image of cluster"), "{e}");
+
+    // Everyone killed at once and started again from the original files (namespaces 1, 2):
+    // the group's configuration comes back everywhere.
+    for m in &mut ms {
+        m.d.kill();
+    }
+    let mut ms = vec![
+        start("a", "1", ports[0]),
+        start("b", "2", ports[1]),
+        start("c", "", ports[2]),
+    ];
+    let want = (vec![1, 2, 3], vec![host_nqn.to_string()], false);
+    let t1 = Instant::now();
+    for m in &ms {
+        loop {
+            if served(m) == want {
+                break;
+            }
+            assert!(
+                t1.elapsed() < Duration::from_secs(30),
+                "after the restart: {:?}",
+                served(m)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    // Every group has a live owner again (group 3 has no home: whoever came first).
+    loop {
+        let o = owners(&status(&ms[0]), 3);
+        if o.iter().all(Option::is_some) {
+            eprintln!("owners after the restart: {o:?}");
+            break;
+        }
+        assert!(
+            t1.elapsed() < Duration::from_secs(30),
+            "owners after the restart: {o:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "all three restarted at once serve the group's configuration {:?} after",
+        t1.elapsed()
+    );
+    for m in &mut ms {
+        assert!(!m.d.logs().contains("panicked"), "{}", m.d.logs());
+    }
+    drop(ms);
+    imgs.push(img3);
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
 }

@@ -30,6 +30,18 @@ use tracing::{error, info, warn};
 
 use super::doc::{Fenced, GroupDoc, Member};
 use super::plan::{self, Action, View};
+use super::shared;
+
+/// The group configuration object's content: the shared part as a
+/// `save_config` document, who wrote it and when.
+fn config_body(shared: &TargetConfig, by: &str) -> Vec<u8> {
+    serde_json::to_vec_pretty(&json!({
+        "config": shared.to_json_value(),
+        "by": by,
+        "at": now_unix(),
+    }))
+    .unwrap_or_default()
+}
 
 /// How long a blocklist entry lasts: longer than any pause a frozen
 /// process could come back from unnoticed.
@@ -74,6 +86,9 @@ impl GroupOptions {
     pub fn lease_oid(&self) -> String {
         format!("nvmfd.group.{}.lease", self.name)
     }
+    pub fn config_oid(&self) -> String {
+        format!("nvmfd.group.{}.config", self.name)
+    }
 }
 
 /// The group's counters, for `/metrics` and `nvmf gw status`.
@@ -108,8 +123,12 @@ pub struct Handle {
     /// (watchdog thread) and the member thread never interleave.
     ana: Mutex<()>,
     service: Arc<nvmf_rpc::RpcService>,
-    /// The ANA groups served here.
-    groups: BTreeSet<u32>,
+    target: Arc<Target>,
+    /// The ANA groups served here (they change with the configuration).
+    groups: Mutex<BTreeSet<u32>>,
+    /// The group configuration's version this member last read or wrote,
+    /// and its shared part.
+    config_seen: Mutex<Option<(u64, TargetConfig)>>,
 }
 
 impl std::fmt::Debug for Handle {
@@ -200,48 +219,70 @@ impl Handle {
     }
 
     fn all(&self, s: AnaState) -> BTreeMap<u32, AnaState> {
-        self.groups.iter().map(|g| (*g, s)).collect()
+        let g = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+        g.iter().map(|g| (*g, s)).collect()
     }
 
-    /// Changes, through the RPC service, every listener's state of every
-    /// group that differs from `want`. Callers hold `ana`.
+    /// Publishes the shared part of `new` (a configuration an RPC is about
+    /// to make live here) as the group's next configuration, unless it is
+    /// the one the group has: written to RADOS first, guarded by the
+    /// version this member last saw. An error refuses the RPC; nothing
+    /// changed anywhere.
+    pub fn publish_config(&self, new: &TargetConfig) -> Result<(), String> {
+        let shared = shared::shared_part(new);
+        let mut seen = self.config_seen.lock().unwrap_or_else(|e| e.into_inner());
+        let expect = match &*seen {
+            Some((_, s)) if *s == shared => return Ok(()),
+            Some((v, _)) => *v,
+            None => {
+                return Err(format!(
+                    "gateway group {}: this member has not read the group's configuration yet; \
+                     try again in a moment",
+                    self.opts.name
+                ))
+            }
+        };
+        served_groups(new, &self.opts)?;
+        let body = config_body(&shared, &self.opts.id);
+        match self
+            .objs
+            .write(&self.opts.config_oid(), &body, Some(expect))
+        {
+            Ok(v) => {
+                info!(group = %self.opts.name, version = v, "group configuration changed here and published");
+                *seen = Some((v, shared));
+                Ok(())
+            }
+            Err(WriteError::Conflict) => Err(format!(
+                "gateway group {}: the group's configuration was changed on another member \
+                 meanwhile; nothing was changed: try again",
+                self.opts.name
+            )),
+            Err(WriteError::Failed(e)) => Err(format!(
+                "gateway group {}: the group's configuration could not be written to RADOS \
+                 ({e}); nothing was changed",
+                self.opts.name
+            )),
+        }
+    }
+
+    /// Imposes `want` on every listener (the core's group ANA table: atomic
+    /// stores, no RPC lock, so a self-fence never waits for a slow RPC),
+    /// then raises the ANA Change event when anything changed. Callers hold
+    /// `ana`.
     fn set_states(&self, want: &BTreeMap<u32, AnaState>) {
-        let cfg = self.service.config();
         let owned = want.values().filter(|s| **s == AnaState::Optimized).count() as u64;
         self.counters.owned.store(owned, Relaxed);
-        for sub in cfg.subsystems.iter().filter(|s| s.ana_reporting) {
-            for l in &sub.listeners {
-                for (&g, &state) in want {
-                    if sub.ana_state(l, g) == state {
-                        continue;
-                    }
-                    let params = json!({
-                        "nqn": sub.nqn,
-                        "listen_address": {
-                            "trtype": l.trtype.as_str(),
-                            "adrfam": l.adrfam.as_str(),
-                            "traddr": l.traddr,
-                            "trsvcid": l.trsvcid,
-                        },
-                        "ana_state": state.as_str(),
-                        "anagrpid": g,
-                    });
-                    match self
-                        .service
-                        .call("nvmf_subsystem_listener_set_ana_state", Some(&params))
-                    {
-                        Ok(_) => info!(
-                            group = %self.opts.name, subsystem = %sub.nqn, anagrpid = g,
-                            listener = %format!("{}:{}", l.traddr, l.trsvcid),
-                            "ANA state {}", state.as_str()
-                        ),
-                        Err(e) => warn!(
-                            subsystem = %sub.nqn, anagrpid = g,
-                            "setting ANA state {}: {}", state.as_str(), e.message
-                        ),
-                    }
-                }
+        let table = nvmf_core::ana::group_ana();
+        let mut changed = Vec::new();
+        for (&g, &state) in want {
+            if table.set(g, state) {
+                changed.push(format!("{g}={}", state.as_str()));
             }
+        }
+        if !changed.is_empty() {
+            self.target.notify_group_ana();
+            info!(group = %self.opts.name, "ANA states here: {}", changed.join(" "));
         }
     }
 
@@ -339,28 +380,21 @@ pub fn served_groups(
                     ns.nsid, s.nqn, ns.bdev_name, opts.cluster
                 ));
             }
+            if ns.anagrpid > nvmf_core::ana::GROUP_ANA_MAX {
+                return Err(format!(
+                    "namespace {} of {} is in ANA group {}: a gateway group manages groups 1..={}",
+                    ns.nsid,
+                    s.nqn,
+                    ns.anagrpid,
+                    nvmf_core::ana::GROUP_ANA_MAX
+                ));
+            }
             out.entry(ns.anagrpid)
                 .or_default()
                 .insert(ns.bdev_name.clone());
         }
     }
     Ok(out)
-}
-
-/// Sets every served ANA group inaccessible on every listener: how a
-/// member starts (before it knows what it owns).
-pub fn start_inaccessible(cfg: &mut TargetConfig, groups: &BTreeSet<u32>) {
-    for s in &mut cfg.subsystems {
-        if !s.ana_reporting {
-            continue;
-        }
-        let ls = s.listeners.clone();
-        for l in &ls {
-            for &g in groups {
-                s.set_ana_state(l, Some(g), AnaState::Inaccessible);
-            }
-        }
-    }
 }
 
 /// Opens the group's objects on the cluster's connection and starts the
@@ -391,7 +425,9 @@ pub fn start(
         fenced: AtomicBool::new(false),
         ana: Mutex::new(()),
         service: service.clone(),
-        groups: serves.keys().copied().collect(),
+        target: target.clone(),
+        groups: Mutex::new(serves.keys().copied().collect()),
+        config_seen: Mutex::new(None),
     });
     let mut m = MemberLoop {
         h: h.clone(),
@@ -551,6 +587,7 @@ impl MemberLoop {
             self.alive.clear();
             return;
         }
+        self.sync_config();
         let o = self.opts().clone();
         let oid = o.record_oid();
         let (mut doc, version) = match self.h.objs.read(&oid) {
@@ -729,6 +766,96 @@ impl MemberLoop {
         self.doc = doc;
         let d = self.doc.clone();
         self.apply_ana(&d);
+    }
+
+    /// Brings this member to the group's configuration: creates it from
+    /// this member's when there is none yet; applies a version it has not
+    /// seen (merged with what is its own, through `load_config`), then
+    /// recomputes the ANA groups it serves.
+    fn sync_config(&mut self) {
+        let o = self.opts().clone();
+        let oid = o.config_oid();
+        let seen = self
+            .h
+            .config_seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(v, _)| *v);
+        match self.h.objs.read(&oid) {
+            Err(e) => self.rados_error("reading the group configuration", &e),
+            Ok(None) => {
+                let mine = shared::shared_part(&self.h.service.config());
+                let mut guard = self.h.config_seen.lock().unwrap_or_else(|e| e.into_inner());
+                match self.h.objs.write(&oid, &config_body(&mine, &o.id), None) {
+                    Ok(v) => {
+                        info!(group = %o.name, version = v, "group configuration created from this member's");
+                        *guard = Some((v, mine));
+                    }
+                    Err(WriteError::Conflict) => {}
+                    Err(WriteError::Failed(e)) => {
+                        drop(guard);
+                        self.rados_error("creating the group configuration", &e)
+                    }
+                }
+            }
+            Ok(Some((_, v))) if seen == Some(v) => {}
+            Ok(Some((bytes, v))) => {
+                let parsed = serde_json::from_slice::<Value>(&bytes)
+                    .map_err(|e| e.to_string())
+                    .and_then(|doc| {
+                        TargetConfig::from_json_value(&doc["config"]).map_err(|e| e.to_string())
+                    });
+                let group_cfg = match parsed {
+                    Ok(c) => c,
+                    Err(e) => {
+                        return self.rados_error(
+                            &format!("group configuration version {v} is not usable"),
+                            &e,
+                        )
+                    }
+                };
+                let local = self.h.service.config();
+                let pos = self
+                    .doc
+                    .members
+                    .keys()
+                    .position(|m| *m == o.id)
+                    .unwrap_or(self.doc.members.len());
+                let base = ((pos + 1) * 1000).min(60_000) as u16;
+                let merged = shared::merge(&local, &group_cfg, base);
+                // Seen before it is applied: applying it publishes nothing.
+                *self.h.config_seen.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((v, group_cfg));
+                if merged != local {
+                    match self
+                        .h
+                        .service
+                        .call("load_config", Some(&merged.to_json_value()))
+                    {
+                        Ok(_) => {
+                            info!(group = %o.name, version = v, "applied the group's configuration")
+                        }
+                        Err(e) => error!(
+                            group = %o.name, version = v,
+                            "cannot apply the group's configuration here: {}", e.message
+                        ),
+                    }
+                }
+            }
+        }
+        // What is served follows the configuration, whichever way it changed
+        // (the group's, or an RPC here).
+        match served_groups(&self.h.service.config(), &o) {
+            Ok(s) if s != self.serves => {
+                info!(group = %o.name, "ANA groups served here: {:?}", s.keys().collect::<Vec<_>>());
+                *self.h.groups.lock().unwrap_or_else(|e| e.into_inner()) =
+                    s.keys().copied().collect();
+                self.serves = s;
+            }
+            Ok(_) => {}
+            Err(e) => self.rados_error("the configuration here cannot be a member's", &e),
+        }
     }
 
     /// Whether every bdev of group `g` has no counted write in flight.
@@ -943,17 +1070,5 @@ mod tests {
         o.cluster = "other".into();
         let e = served_groups(&cfg(true, "Rbd0"), &o).unwrap_err();
         assert!(e.contains("no such cluster"), "{e}");
-        // Starting: every served group inaccessible on every listener.
-        let mut c = cfg(true, "Rbd0");
-        let l = nvmf_config::ListenerConfig {
-            trtype: nvmf_config::TransportType::Tcp,
-            adrfam: nvmf_config::AddressFamily::Ipv4,
-            traddr: "127.0.0.1".into(),
-            trsvcid: "4420".into(),
-        };
-        c.subsystems[0].listeners.push(l.clone());
-        start_inaccessible(&mut c, &[1].into_iter().collect());
-        assert_eq!(c.subsystems[0].ana_state(&l, 1), AnaState::Inaccessible);
-        assert_eq!(c.subsystems[0].ana_state(&l, 2), AnaState::Optimized);
     }
 }

@@ -8,5 +8,6 @@
 pub mod doc;
 pub mod member;
 pub mod plan;
+pub mod shared;
 
 pub use member::{GroupOptions, Handle};
