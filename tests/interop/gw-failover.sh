@@ -13,10 +13,12 @@ PORT=${PORTS%% *}
 . /job/mp-lib.sh
 read -r PA PB PC <<< "$PORTS"
 
-# ana_state of namespace $2 through the path of host port $1 ("none" without one)
+# ana_state of namespace $2 through the path of host port $1 ("none" without a live one: a
+# dead controller's path keeps the last state it read)
 ana_of() {
   local c b
   c=$(mp_ctrl_of_port "$1") || { echo none; return; }
+  [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || { echo none; return; }
   for b in /sys/block/nvme*c*n*; do
     [ -e "$b/device" ] || continue
     [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
