@@ -929,7 +929,7 @@ impl QueuePair {
         // completes only when every write counted in the namespace's write
         // gate is done (`PreemptDrain`).
         let abort = op == IoOpcode::ReservationAcquire as u8 && cdw10 & 7 == 2;
-        if ns.reservations().ptpl_file().is_some() {
+        if ns.reservations().persists() {
             let tag = IoTag {
                 cid: cmd.cid(),
                 bytes: 0,

@@ -25,6 +25,13 @@
 //! write and its fsync never run on a reactor), and readers keep reading
 //! the last published state meanwhile.
 //!
+//! In a gateway group (docs/GATEWAY-GROUPS.md) the state is also kept
+//! beyond this process: a [`ResvStore`] attached to the namespace saves
+//! every change (on the `nvmfd-ptpl` thread, before the command
+//! completes; a failed save fails the command with a path error so the
+//! host retries elsewhere), and [`Reservations::install`] puts in the
+//! state another member left, before this one serves the namespace.
+//!
 //! Not done: Preempt and Abort does not abort commands of the preempted
 //! host that already reached the backend; every command of that host
 //! executed after the preempt gets Reservation Conflict (docs/RESERVATIONS.md).
@@ -201,6 +208,15 @@ const CONFLICT: Status = Status::RESERVATION_CONFLICT.with_dnr();
 const INVALID_FIELD: Status = Status::INVALID_FIELD.with_dnr();
 const HOSTID_FORMAT: Status = Status::HOST_ID_INCONSISTENT_FORMAT.with_dnr();
 
+/// Where a namespace's reservation state is kept beyond this process (a
+/// gateway group's RADOS object). Called under the change lock, on the
+/// `nvmfd-ptpl` thread, never on a reactor.
+pub trait ResvStore: Send + Sync + std::fmt::Debug {
+    /// Makes `new` the kept state; an error leaves everything as it was
+    /// and fails the command.
+    fn save(&self, new: &ResvState) -> Result<(), String>;
+}
+
 /// What a state-changing command did: the notices to deliver, and whether
 /// the state changed (and must be persisted).
 #[derive(Debug, Default)]
@@ -220,6 +236,8 @@ pub struct Reservations {
     change: Mutex<()>,
     /// SPDK's `ptpl_file`: where the state persists through power loss.
     ptpl_file: Option<PathBuf>,
+    /// Where the state is shared (a gateway group), once attached.
+    store: std::sync::OnceLock<Arc<dyn ResvStore>>,
 }
 
 impl Reservations {
@@ -247,7 +265,36 @@ impl Reservations {
             state: RwLock::new(Arc::new(state)),
             change: Mutex::new(()),
             ptpl_file: Some(path.to_path_buf()),
+            store: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Shares the state through `store` from now on (once; false when a
+    /// store was attached already).
+    pub fn attach_store(&self, store: Arc<dyn ResvStore>) -> bool {
+        self.store.set(store).is_ok()
+    }
+
+    /// The attached store, if any.
+    pub fn store(&self) -> Option<&Arc<dyn ResvStore>> {
+        self.store.get()
+    }
+
+    /// Whether a change is written somewhere before its command completes
+    /// (a PTPL file or a store): such commands run on the `nvmfd-ptpl`
+    /// thread.
+    pub fn persists(&self) -> bool {
+        self.ptpl_file.is_some() || self.store.get().is_some()
+    }
+
+    /// Puts in `st` as the current state (what another gateway of the group
+    /// left, loaded before this one serves the namespace). No notices: the
+    /// hosts concerned were told by the gateway that made the change.
+    pub fn install(&self, st: ResvState) {
+        let _g = self.change.lock().unwrap_or_else(|e| e.into_inner());
+        let held = st.rtype != 0;
+        *self.state.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(st);
+        self.held.store(held, Ordering::Release);
     }
 
     /// The PTPL file, if the namespace has one.
@@ -294,6 +341,14 @@ impl Reservations {
             return Ok(fx);
         }
         fx.changed = true;
+        if let Some(store) = self.store.get() {
+            if let Err(e) = store.save(&new) {
+                tracing::error!(
+                    "reservation state not saved to the gateway group, command fails: {e}"
+                );
+                return Err(Status::INTERNAL_PATH_ERROR);
+            }
+        }
         if let Some(path) = &self.ptpl_file {
             if new.ptpl || old.ptpl {
                 if let Err(e) = write_ptpl(path, &new) {

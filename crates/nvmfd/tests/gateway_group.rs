@@ -1192,3 +1192,142 @@ fn a_change_on_one_member_is_served_by_all_and_survives_restarting_them_all() {
         let _ = c.remove_image(POOL, i);
     }
 }
+
+/// A host with identity `n` (host NQN and host ID of its own) connected to `port`.
+fn host_as(port: u16, n: u8) -> Host {
+    let trid = TransportId::tcp("127.0.0.1", &port.to_string(), NQN);
+    let mut opts = ConnectOptions::new(trid);
+    opts.hostnqn =
+        format!("nqn.2014-08.org.nvmexpress:uuid:0000000{n}-0000-4000-8000-00000000beef");
+    opts.hostid = [n; 16];
+    let ctrl = Controller::connect(&opts).expect("connect");
+    assert!(ctrl.set_num_queues(1).expect("Number of Queues") >= 1);
+    let q = ctrl.create_io_queue(1, 32, CHUNK).expect("I/O queue");
+    Host { _ctrl: ctrl, q }
+}
+
+/// Runs `c` with `out` as its data (`len` bytes transferred); the status and the data read.
+fn raw(h: &mut Host, c: nvmf_wire::command::Command, out: &[u8], len: u32) -> (Status, Vec<u8>) {
+    let s = h.q.alloc().expect("slot");
+    h.q.buf_mut(s)[..out.len()].copy_from_slice(out);
+    let r =
+        h.q.execute(s, c, len, Duration::from_secs(20))
+            .expect("command");
+    let buf = h.q.buf(s)[..len as usize].to_vec();
+    h.q.release(s);
+    (r.status, buf)
+}
+
+fn resv(h: &mut Host, op: nvmf_wire::opcode::IoOpcode, cdw10: u32, k1: u64, k2: u64) -> Status {
+    let mut c = nvmf_wire::command::Command::new(op as u8, 0);
+    c.set_nsid(1).set_cdw10(cdw10);
+    let mut data = k1.to_le_bytes().to_vec();
+    data.extend_from_slice(&k2.to_le_bytes());
+    raw(h, c, &data, 16).0
+}
+
+const CONFLICT: Status = Status::RESERVATION_CONFLICT.with_dnr();
+
+/// Issue 25 test 6: a host's Write Exclusive taken through the owner of the namespace's ANA
+/// group is respected by every member (the others answer ANA Inaccessible, so the host's
+/// multipath goes to the owner, which answers Reservation Conflict), and the reservation
+/// outlives the member it was taken through: after SIGKILL, the survivor that takes the
+/// group loads it from RADOS before serving it.
+#[test]
+fn a_reservation_taken_through_one_member_holds_on_all_and_survives_it() {
+    use nvmf_wire::opcode::IoOpcode;
+    let Some(c) = begin() else { return };
+    let imgs = images(c, "gw-resv", 2);
+    let group = format!("resv-{}", std::process::id());
+    let mut a = member(c, &imgs, &group, "a", "1", free_port());
+    let b = member(c, &imgs, &group, "b", "2", free_port());
+    let cm = member(c, &imgs, &group, "c", "", free_port());
+    wait_owners(&cm, &["a", "b"], Duration::from_secs(60));
+    let (kx, ky) = (0xA11CE, 0xB0B);
+
+    // Host X registers and takes Write Exclusive through a (group 1's owner).
+    let mut xa = host_as(a.port, 1);
+    assert_eq!(
+        resv(&mut xa, IoOpcode::ReservationRegister, 0, 0, kx),
+        Status::SUCCESS
+    );
+    assert_eq!(
+        resv(&mut xa, IoOpcode::ReservationAcquire, 1 << 8, kx, 0),
+        Status::SUCCESS
+    );
+    assert!(write(&mut xa, 1, 0, &pattern(1, 0, 1)).is_success());
+    // Host Y: conflict at the owner; the other members do not serve group 1 at all.
+    let mut ya = host_as(a.port, 2);
+    let mut yb = host_as(b.port, 2);
+    let mut yc = host_as(cm.port, 2);
+    assert_eq!(
+        resv(&mut ya, IoOpcode::ReservationRegister, 0, 0, ky),
+        Status::SUCCESS
+    );
+    assert_eq!(write(&mut ya, 1, 8, &pattern(2, 8, 1)), CONFLICT);
+    assert_eq!(
+        read(&mut ya, 1, 0, 1),
+        pattern(1, 0, 1),
+        "Write Exclusive lets Y read"
+    );
+    for y in [&mut yb, &mut yc] {
+        let st = write(y, 1, 8, &pattern(2, 8, 1));
+        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+        let st = resv(y, IoOpcode::ReservationAcquire, 1 << 8, ky, 0);
+        assert!(
+            is_ana_inaccessible(st),
+            "a non-owner took a reservation command: {st:?}"
+        );
+    }
+
+    // a killed: the least loaded survivor (c: it owns nothing) takes group 1 with the
+    // reservation from RADOS.
+    a.d.kill();
+    drop((xa, ya));
+    let t0 = Instant::now();
+    let mut xc = host_as(cm.port, 1);
+    loop {
+        let st = write(&mut xc, 1, 16, &pattern(3, 16, 1));
+        if st.is_success() {
+            break;
+        }
+        assert!(is_ana_inaccessible(st), "X through c: {} {st:?}", st.name());
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "no takeover: {}",
+            cm.d.logs()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    eprintln!(
+        "c took group 1 with its reservation {:?} after the kill",
+        t0.elapsed()
+    );
+    assert_eq!(
+        write(&mut yc, 1, 8, &pattern(2, 8, 1)),
+        CONFLICT,
+        "Y through c"
+    );
+    let st = write(&mut yb, 1, 8, &pattern(2, 8, 1));
+    assert!(is_ana_inaccessible(st), "Y through b: {} {st:?}", st.name());
+    // The report through c names X as the holder of Write Exclusive, both registered.
+    let mut rc = nvmf_wire::command::Command::new(IoOpcode::ReservationReport as u8, 0);
+    rc.set_nsid(1).set_cdw10(1024 / 4 - 1).set_cdw11(1);
+    let (st, page) = raw(&mut yc, rc, &[], 1024);
+    assert_eq!(st, Status::SUCCESS);
+    assert_eq!(page[4], 1, "rtype Write Exclusive");
+    assert_eq!(u16::from_le_bytes([page[5], page[6]]), 2, "two registrants");
+    let v: Value = serde_json::from_str(&rpc(&cm, &["nvmf_ns_get_reservation", NQN, "1"])).unwrap();
+    assert_eq!(v["rtype"], 1, "{v:#}");
+    assert_eq!(v["holder"], "01010101-0101-0101-0101-010101010101", "{v:#}");
+    // X releases through c; Y may write again.
+    assert_eq!(
+        resv(&mut xc, IoOpcode::ReservationRelease, 1 << 8, kx, 0),
+        Status::SUCCESS
+    );
+    assert!(write(&mut yc, 1, 8, &pattern(2, 8, 1)).is_success());
+    drop((xc, yb, yc, a, b, cm));
+    for i in &imgs {
+        let _ = c.remove_image(POOL, i);
+    }
+}

@@ -30,7 +30,7 @@ use tracing::{error, info, warn};
 
 use super::doc::{Fenced, GroupDoc, Member};
 use super::plan::{self, Action, View};
-use super::shared;
+use super::{resv, shared};
 
 /// The group configuration object's content: the shared part as a
 /// `save_config` document, who wrote it and when.
@@ -343,6 +343,11 @@ struct MemberLoop {
     doc: GroupDoc,
     alive: BTreeSet<String>,
     last_error_log: Option<Instant>,
+    /// The shared reservation store of each namespace (by NQN, NSID).
+    resv_stores: BTreeMap<(String, u32), Arc<resv::GroupResvStore>>,
+    /// Namespaces (NQN, NSID, ANA group) whose reservation was loaded since
+    /// their group became optimized here.
+    loaded: BTreeSet<(String, u32, u32)>,
 }
 
 /// The ANA groups of every subsystem with ANA reporting, with the bdevs of
@@ -439,6 +444,8 @@ pub fn start(
         doc: GroupDoc::default(),
         alive: BTreeSet::new(),
         last_error_log: None,
+        resv_stores: BTreeMap::new(),
+        loaded: BTreeSet::new(),
     };
     let (wd, stop) = (h.clone(), shutdown.clone());
     std::thread::Builder::new()
@@ -898,10 +905,74 @@ impl MemberLoop {
     }
 
     fn apply_ana(&mut self, doc: &GroupDoc) {
+        // The reservations of groups about to be served here come from RADOS
+        // first (outside the lock: the fence thread must never wait on it).
+        let ready = self.prepare_owned(&self.desired(doc));
         let _g = self.h.ana.lock().unwrap_or_else(|e| e.into_inner());
         // Computed under the lock: a self-fence in between is seen.
-        let want = self.desired(doc);
+        let mut want = self.desired(doc);
+        for (g, s) in want.iter_mut() {
+            if *s == AnaState::Optimized && !ready.contains(g) {
+                *s = AnaState::Inaccessible;
+            }
+        }
         self.h.set_states(&want);
+    }
+
+    /// For every group `want` makes optimized here: each of its namespaces
+    /// gets the group's reservation store and state (`resv::take_over`),
+    /// once per ownership. Returns the groups that are ready; a group whose
+    /// state could not be loaded stays inaccessible (retried next tick).
+    fn prepare_owned(&mut self, want: &BTreeMap<u32, AnaState>) -> BTreeSet<u32> {
+        let o = self.opts().clone();
+        let owned: BTreeSet<u32> = want
+            .iter()
+            .filter(|(_, s)| **s == AnaState::Optimized)
+            .map(|(g, _)| *g)
+            .collect();
+        self.loaded.retain(|(_, _, g)| owned.contains(g));
+        let mut ready = owned.clone();
+        for sub in self.target.subsystems() {
+            if sub.is_discovery() {
+                continue;
+            }
+            let nqn = sub.nqn().to_string();
+            for ns in sub.namespaces().iter() {
+                let g = ns.anagrpid();
+                if !owned.contains(&g) {
+                    continue;
+                }
+                let key = (nqn.clone(), ns.nsid(), g);
+                if self.loaded.contains(&key) && ns.reservations().store().is_some() {
+                    continue;
+                }
+                let store = self
+                    .resv_stores
+                    .entry((nqn.clone(), ns.nsid()))
+                    .or_insert_with(|| {
+                        Arc::new(resv::GroupResvStore::new(
+                            self.h.objs.clone(),
+                            &o.name,
+                            &nqn,
+                            ns.nsid(),
+                        ))
+                    })
+                    .clone();
+                match resv::take_over(&store, ns) {
+                    Ok(()) => {
+                        self.loaded.insert(key);
+                    }
+                    Err(e) => {
+                        ready.remove(&g);
+                        self.rados_error(
+                            &format!("loading the reservation of {nqn} namespace {}", ns.nsid()),
+                            &e,
+                        );
+                    }
+                }
+            }
+        }
+        ready
     }
 
     /// Publishes the view `nvmf gw status` shows.

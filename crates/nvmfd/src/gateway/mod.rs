@@ -8,6 +8,7 @@
 pub mod doc;
 pub mod member;
 pub mod plan;
+pub mod resv;
 pub mod shared;
 
 pub use member::{GroupOptions, Handle};
