@@ -16,11 +16,11 @@
 //!   through the other at once, both ways, also after the reader held the old data (what a
 //!   gateway-side read cache, e.g. `rbd_cache=true`, would break).
 //! * `rbd_gateway_group_kill9_failback` (gw-failover.sh): an nvmfd gateway group
-//!   (docs/GATEWAY-GROUPS.md) of three members, three namespaces on three images, ANA
-//!   group i homed on member i; under fio verify on all three, member a is killed with
-//!   SIGKILL (its group moves to b after the lease, b fenced a first) and restarted (the
-//!   group comes back by planned failback): 0 errors, 0 verify failures; the guest prints
-//!   the takeover and failback times and fio's longest I/O.
+//!   (docs/GATEWAY-GROUPS.md) of three members, six namespaces on six images, six ANA
+//!   groups, two homed on each member; under fio verify on all six, member a is killed
+//!   with SIGKILL (its two groups move to the survivors after the lease, a fenced first)
+//!   and restarted (they come back by planned failback): 0 errors, 0 verify failures; the
+//!   guest prints the takeover and failback times and fio's longest I/O.
 //! * `rbd_osd_restart_under_io` (rbd-osd-restart.sh): the cluster's only OSD stops under a
 //!   fio verify loop (I/O stalls, no error) and starts again (I/O resumes, verify clean).
 //!   One OSD with pool size 1 is what makes the outage total (every PG inactive), so this
@@ -488,7 +488,7 @@ fn rbd_osd_restart_under_io() {
     done(test, t0);
 }
 
-/// A gateway group member's configuration: namespaces 1..=3 on `images`, namespace i in
+/// A gateway group member's configuration: namespaces 1..=N on `images`, namespace i in
 /// ANA group i, the multipath identity shared by all members (serial, model, NGUID/UUID
 /// per namespace), controller IDs from `gateway*1000+1`.
 fn group_config(c: &CephCluster, images: &[String], port: u16, gateway: u16) -> Value {
@@ -531,14 +531,14 @@ fn rbd_gateway_group_kill9_failback() {
         return;
     };
     let dir = work_dir(test);
-    let images: Vec<String> = (1..=3).map(|i| image(c, &format!("grp{i}"), 32)).collect();
+    let images: Vec<String> = (1..=6).map(|i| image(c, &format!("grp{i}"), 32)).collect();
     let group = format!("interop-{}", std::process::id());
     let ports = [free_port(), free_port(), free_port()];
     let start = |i: usize, run: u32| {
         let id = ["a", "b", "c"][i];
         let p = dir.join(format!("gw{id}-{run}"));
         std::fs::create_dir_all(&p).unwrap();
-        let home = (i + 1).to_string();
+        let home = format!("{},{}", i + 1, i + 4);
         Nvmfd::start_with(
             &p,
             &group_config(c, &images, ports[i], i as u16),

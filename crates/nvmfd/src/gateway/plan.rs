@@ -8,7 +8,9 @@
 //!   the least loaded live member serving it; ties by ID), and whether the
 //!   old incarnation must be fenced first (always, unless it was already);
 //! - when an owner hands a group back to its home (failback, `nvmf gw
-//!   move`): planned, no fencing;
+//!   move`): planned, no fencing; and rebalancing: an owner with at least
+//!   two groups more than another live member (counting groups without a
+//!   live home) hands one of them over, one per tick;
 //! - the ANA state each group gets on this member's listeners: optimized
 //!   on its live owner only, inaccessible everywhere else.
 //!
@@ -96,8 +98,67 @@ pub fn successor(doc: &GroupDoc, alive: &BTreeSet<String>, g: u32) -> Option<Str
         .map(|(m, _)| m.to_string())
 }
 
+/// Live members and how many groups each owns alive.
+fn loads<'d>(doc: &'d GroupDoc, alive: &BTreeSet<String>) -> BTreeMap<&'d str, usize> {
+    let mut load: BTreeMap<&str, usize> = doc
+        .members
+        .keys()
+        .filter(|m| is_live(doc, alive, m))
+        .map(|m| (m.as_str(), 0))
+        .collect();
+    for g in doc.groups.keys() {
+        if let Some(o) = live_owner(doc, alive, *g) {
+            if let Some(n) = load.get_mut(o.member.as_str()) {
+                *n += 1;
+            }
+        }
+    }
+    load
+}
+
 /// The steps this member takes now.
 pub fn decide(v: &View<'_>) -> Vec<Action> {
+    let mut out = decide_groups(v);
+    if out.is_empty() {
+        out.extend(rebalance(v));
+    }
+    out
+}
+
+/// Rebalancing: a group this member owns whose home is not alive goes to
+/// the least loaded live member serving it when that one owns at least two
+/// fewer groups (one group per call: the loads change with each move).
+fn rebalance(v: &View<'_>) -> Option<Action> {
+    let load = loads(v.doc, v.alive);
+    let mine = *load.get(v.me)?;
+    for &g in v.serves {
+        let Some(o) = live_owner(v.doc, v.alive, g) else {
+            continue;
+        };
+        if o.member != v.me || o.address != v.address {
+            continue;
+        }
+        let home = v.doc.groups.get(&g).and_then(|a| a.home.as_deref());
+        if home.is_some_and(|h| is_live(v.doc, v.alive, h)) {
+            continue;
+        }
+        let least = load
+            .iter()
+            .filter(|(m, _)| **m != v.me && serves(v.doc, m, g))
+            .min_by_key(|(m, n)| (**n, **m));
+        if let Some((m, n)) = least {
+            if mine >= n + 2 {
+                return Some(Action::HandOver {
+                    group: g,
+                    to: m.to_string(),
+                });
+            }
+        }
+    }
+    None
+}
+
+fn decide_groups(v: &View<'_>) -> Vec<Action> {
     let mut out = Vec::new();
     for &g in v.serves {
         match live_owner(v.doc, v.alive, g) {
@@ -284,6 +345,41 @@ mod tests {
                 fence: Some(("a".into(), "A1".into()))
             }]
         );
+    }
+
+    #[test]
+    fn a_member_that_joins_gets_homeless_groups_one_at_a_time() {
+        let all = [1, 2, 3, 4];
+        let mut d = doc(&[("a", "A", &all), ("b", "B", &all)]);
+        for g in all {
+            d.set_owner(g, "a", "A");
+        }
+        let serves: BTreeSet<u32> = all.into_iter().collect();
+        let alive = set(&["a", "b"]);
+        let acts = decide(&view("a", "A", &d, &alive, &serves));
+        assert_eq!(acts.len(), 1, "{acts:?}");
+        let Action::HandOver { group, to } = &acts[0] else {
+            panic!("{acts:?}")
+        };
+        assert_eq!(to, "b");
+        d.set_owner(*group, "b", "B");
+        // 3 against 1: one more.
+        assert_eq!(decide(&view("a", "A", &d, &alive, &serves)).len(), 1);
+        let g2 = all
+            .into_iter()
+            .find(|g| d.groups[g].owner.as_ref().unwrap().member == "a")
+            .unwrap();
+        d.set_owner(g2, "b", "B");
+        // 2 against 2: settled, on both sides.
+        assert!(decide(&view("a", "A", &d, &alive, &serves)).is_empty());
+        assert!(decide(&view("b", "B", &d, &alive, &serves)).is_empty());
+        // A group whose home is alive is not moved by rebalancing.
+        let mut d3 = doc(&[("a", "A", &all), ("b", "B", &all)]);
+        for g in all {
+            d3.set_owner(g, "a", "A");
+            d3.groups.get_mut(&g).unwrap().home = Some("a".into());
+        }
+        assert!(decide(&view("a", "A", &d3, &alive, &serves)).is_empty());
     }
 
     #[test]
