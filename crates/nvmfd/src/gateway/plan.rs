@@ -75,25 +75,26 @@ fn serves(doc: &GroupDoc, m: &str, g: u32) -> bool {
 /// and serving it, else the live member serving it that owns fewest groups
 /// alive (ties: the smallest ID).
 pub fn successor(doc: &GroupDoc, alive: &BTreeSet<String>, g: u32) -> Option<String> {
+    successor_with(doc, alive, g, &BTreeMap::new())
+}
+
+/// [`successor`], counting `extra` groups (given away earlier in the same
+/// decision) as owned: several orphaned groups spread over the survivors.
+fn successor_with(
+    doc: &GroupDoc,
+    alive: &BTreeSet<String>,
+    g: u32,
+    extra: &BTreeMap<String, usize>,
+) -> Option<String> {
     if let Some(h) = doc.groups.get(&g).and_then(|a| a.home.as_deref()) {
         if is_live(doc, alive, h) && serves(doc, h, g) {
             return Some(h.to_string());
         }
     }
-    let mut load: BTreeMap<&str, usize> = BTreeMap::new();
-    for m in doc.members.keys() {
-        if is_live(doc, alive, m) && serves(doc, m, g) {
-            load.insert(m, 0);
-        }
-    }
-    for other in doc.groups.keys() {
-        if let Some(o) = live_owner(doc, alive, *other) {
-            if let Some(n) = load.get_mut(o.member.as_str()) {
-                *n += 1;
-            }
-        }
-    }
-    load.into_iter()
+    loads(doc, alive)
+        .into_iter()
+        .filter(|(m, _)| serves(doc, m, g))
+        .map(|(m, n)| (m, n + extra.get(m).copied().unwrap_or(0)))
         .min_by_key(|(m, n)| (*n, *m))
         .map(|(m, _)| m.to_string())
 }
@@ -160,31 +161,45 @@ fn rebalance(v: &View<'_>) -> Option<Action> {
 
 fn decide_groups(v: &View<'_>) -> Vec<Action> {
     let mut out = Vec::new();
-    for &g in v.serves {
-        match live_owner(v.doc, v.alive, g) {
-            Some(o) if o.member == v.me && o.address == v.address => {
-                let home = v.doc.groups.get(&g).and_then(|a| a.home.as_deref());
-                if let Some(h) = home {
-                    if h != v.me && is_live(v.doc, v.alive, h) && serves(v.doc, h, g) {
-                        out.push(Action::HandOver {
-                            group: g,
-                            to: h.to_string(),
-                        });
-                    }
-                }
+    // Groups handed out earlier in this walk count as owned: every member
+    // walks all the groups in the same order over the same record, so they
+    // agree on who takes which, and orphans spread over the survivors.
+    let mut given: BTreeMap<String, usize> = BTreeMap::new();
+    let all: BTreeSet<u32> = v
+        .doc
+        .groups
+        .keys()
+        .chain(v.serves.iter())
+        .copied()
+        .collect();
+    for g in all {
+        let Some(o) = live_owner(v.doc, v.alive, g) else {
+            let to = successor_with(v.doc, v.alive, g, &given);
+            if let Some(t) = &to {
+                *given.entry(t.clone()).or_default() += 1;
             }
-            Some(_) => {}
-            None => {
-                if successor(v.doc, v.alive, g).as_deref() == Some(v.me) {
-                    let fence = v
-                        .doc
-                        .groups
-                        .get(&g)
-                        .and_then(|a| a.owner.as_ref())
-                        .filter(|o| o.address != v.address && !v.doc.is_fenced(&o.address))
-                        .map(|o| (o.member.clone(), o.address.clone()));
-                    out.push(Action::Take { group: g, fence });
-                }
+            if v.serves.contains(&g) && to.as_deref() == Some(v.me) {
+                let fence = v
+                    .doc
+                    .groups
+                    .get(&g)
+                    .and_then(|a| a.owner.as_ref())
+                    .filter(|o| o.address != v.address && !v.doc.is_fenced(&o.address))
+                    .map(|o| (o.member.clone(), o.address.clone()));
+                out.push(Action::Take { group: g, fence });
+            }
+            continue;
+        };
+        if !v.serves.contains(&g) || o.member != v.me || o.address != v.address {
+            continue;
+        }
+        let home = v.doc.groups.get(&g).and_then(|a| a.home.as_deref());
+        if let Some(h) = home {
+            if h != v.me && is_live(v.doc, v.alive, h) && serves(v.doc, h, g) {
+                out.push(Action::HandOver {
+                    group: g,
+                    to: h.to_string(),
+                });
             }
         }
     }
@@ -345,6 +360,38 @@ mod tests {
                 fence: Some(("a".into(), "A1".into()))
             }]
         );
+    }
+
+    #[test]
+    fn orphaned_groups_spread_over_the_survivors() {
+        let all = [1, 2, 3, 4, 5, 6];
+        let mut d = doc(&[("a", "A", &all), ("b", "B", &all), ("c", "C", &all)]);
+        for (g, m, a) in [
+            (1, "a", "A"),
+            (4, "a", "A"),
+            (2, "b", "B"),
+            (5, "b", "B"),
+            (3, "c", "C"),
+            (6, "c", "C"),
+        ] {
+            d.set_owner(g, m, a);
+            d.groups.get_mut(&g).unwrap().home = Some(m.into());
+        }
+        let serves: BTreeSet<u32> = all.into_iter().collect();
+        let alive = set(&["b", "c"]);
+        let b = decide(&view("b", "B", &d, &alive, &serves));
+        let c = decide(&view("c", "C", &d, &alive, &serves));
+        assert_eq!(b.len(), 1, "{b:?}");
+        assert_eq!(c.len(), 1, "{c:?}");
+        let taken: BTreeSet<u32> = b
+            .iter()
+            .chain(&c)
+            .map(|x| match x {
+                Action::Take { group, .. } => *group,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(taken, [1, 4].into_iter().collect());
     }
 
     #[test]
