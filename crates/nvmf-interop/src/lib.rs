@@ -322,6 +322,16 @@ impl Nvmfd {
         self.d.running()
     }
 
+    /// Sends signal `sig` (e.g. `libc::SIGSTOP`, `libc::SIGCONT`).
+    pub fn signal(&mut self, sig: i32) {
+        self.d.signal(sig);
+    }
+
+    /// Waits up to `limit` for the daemon to exit on its own; its exit status.
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        self.d.wait_exit(limit)
+    }
+
     /// The daemon's log so far, with ANSI colour sequences removed.
     pub fn log(&self) -> String {
         strip_ansi(&fs::read_to_string(&self.log_path).unwrap_or_default())

@@ -21,6 +21,13 @@
 //!   with SIGKILL (its two groups move to the survivors after the lease, a fenced first)
 //!   and restarted (they come back by planned failback): 0 errors, 0 verify failures; the
 //!   guest prints the takeover and failback times and fio's longest I/O.
+//! * `rbd_gateway_group_faults` (gw-faults.sh): the same group of three, three namespaces,
+//!   fio verify throughout: a member frozen with SIGSTOP (its group moves; resumed, it
+//!   exits as fenced and fio still verifies), a member cut from the Ceph cluster but
+//!   reachable (`ms_blackhole_*` through its client's admin socket: its paths go
+//!   inaccessible within its lease, a survivor takes over; healed, it exits as fenced), and
+//!   Write Exclusive taken by the guest through the multipath head: a second host (this
+//!   test's initiator) is refused by the owner and by the survivor after the owner's SIGKILL.
 //! * `rbd_osd_restart_under_io` (rbd-osd-restart.sh): the cluster's only OSD stops under a
 //!   fio verify loop (I/O stalls, no error) and starts again (I/O resumes, verify clean).
 //!   One OSD with pool size 1 is what makes the outage total (every PG inactive), so this
@@ -492,10 +499,26 @@ fn rbd_osd_restart_under_io() {
 /// ANA group i, the multipath identity shared by all members (serial, model, NGUID/UUID
 /// per namespace), controller IDs from `gateway*1000+1`.
 fn group_config(c: &CephCluster, images: &[String], port: u16, gateway: u16) -> Value {
-    let mut bdevs = vec![json!({"method": "bdev_rbd_register_cluster", "params": {
+    group_config_with(c, images, port, gateway, None)
+}
+
+/// [`group_config`]; with `asok`, the member's RADOS client has an admin socket there (a
+/// test cuts it from the cluster through it).
+fn group_config_with(
+    c: &CephCluster,
+    images: &[String],
+    port: u16,
+    gateway: u16,
+    asok: Option<&Path>,
+) -> Value {
+    let mut reg = json!({
         "name": "ceph0",
         "config_file": c.conf_path().to_string_lossy(),
-        "key_file": c.keyring_path().to_string_lossy()}})];
+        "key_file": c.keyring_path().to_string_lossy()});
+    if let Some(a) = asok {
+        reg["config_param"] = json!({"admin_socket": a.to_string_lossy()});
+    }
+    let mut bdevs = vec![json!({"method": "bdev_rbd_register_cluster", "params": reg})];
     let mut nvmf = vec![
         json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}}),
         json!({"method": "nvmf_create_subsystem", "params": {"nqn": NQN,
@@ -604,6 +627,172 @@ fn rbd_gateway_group_kill9_failback() {
     }
     finish(test, &run, &mut b, &failures);
     drop((a, b, cm));
+    for i in &images {
+        let _ = c.remove_image(POOL, i);
+    }
+    done(test, t0);
+}
+
+/// Cuts (`on`) or heals a member's RADOS client from the cluster through its admin socket.
+fn blackhole(asok: &Path, on: bool) -> Result<(), String> {
+    for opt in ["ms_blackhole_mon", "ms_blackhole_osd"] {
+        let out = Command::new("ceph")
+            .arg("--admin-daemon")
+            .arg(asok)
+            .args(["config", "set", opt, if on { "true" } else { "false" }])
+            .output()
+            .map_err(|e| format!("ceph --admin-daemon: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "ceph --admin-daemon {} config set {opt}: {}",
+                asok.display(),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A write of one block to namespace 3 through `port` by the second host (its own host NQN
+/// and ID); the status, or an error when it cannot connect.
+fn second_host_write(port: u16) -> Result<nvmf_wire::status::Status, String> {
+    use nvmf_host::controller::{ConnectOptions, Controller};
+    use nvmf_host::trid::TransportId;
+    let mut o = ConnectOptions::new(TransportId::tcp("127.0.0.1", &port.to_string(), NQN));
+    o.hostnqn = "nqn.2014-08.org.nvmexpress:uuid:77777777-7777-4777-8777-777777777777".into();
+    o.hostid = [0x77; 16];
+    let ctrl = Controller::connect(&o).map_err(|e| e.to_string())?;
+    ctrl.set_num_queues(1).map_err(|e| e.to_string())?;
+    let mut q = ctrl.create_io_queue(1, 4, 4096).map_err(|e| e.to_string())?;
+    let slot = q.alloc().ok_or("no slot")?;
+    let mut c = nvmf_wire::command::Command::new(nvmf_wire::opcode::IoOpcode::Write as u8, 0);
+    c.set_nsid(3).set_lba_range(64, 1);
+    q.buf_mut(slot)[..512].fill(0x59);
+    let r = q
+        .execute(slot, c, 512, Duration::from_secs(20))
+        .map_err(|e| e.to_string())?;
+    Ok(r.status)
+}
+
+#[test]
+fn rbd_gateway_group_faults() {
+    let test = "rbd_gateway_group_faults";
+    let t0 = Instant::now();
+    let Some((_serial, c)) = begin_rbd(test) else {
+        return;
+    };
+    let dir = work_dir(test);
+    let images: Vec<String> = (1..=3).map(|i| image(c, &format!("gf{i}"), 32)).collect();
+    let group = format!("faults-{}", std::process::id());
+    let ports = [free_port(), free_port(), free_port()];
+    let asoks: Vec<std::path::PathBuf> = ["a", "b", "c"]
+        .iter()
+        .map(|id| dir.join(format!("{id}.asok")))
+        .collect();
+    let start = |i: usize, run: u32| {
+        let id = ["a", "b", "c"][i];
+        let p = dir.join(format!("gw{id}-{run}"));
+        std::fs::create_dir_all(&p).unwrap();
+        let home = (i + 1).to_string();
+        Nvmfd::start_with(
+            &p,
+            &group_config_with(c, &images, ports[i], i as u16, Some(&asoks[i])),
+            ports[i],
+            &[
+                "--gateway-group", &group, "--gateway-id", id, "--group-cluster", "ceph0",
+                "--group-pool", POOL, "--group-lease-ms", "5000", "--gateway-ana-groups", &home,
+            ],
+        )
+    };
+    let mut ms: Vec<Option<Nvmfd>> = (0..3).map(|i| Some(start(i, 0))).collect();
+    let mut runs = [0u32; 3];
+    let conflict = nvmf_wire::status::Status::RESERVATION_CONFLICT.with_dnr();
+    let env = guest_env(&ports, &[]);
+    let run = run_guest(&dir, "gw-faults.sh", &ports, &env, Duration::from_secs(600), |cp, _| {
+        fn fenced_exit(m: &mut Option<Nvmfd>, i: usize, limit: Duration) -> String {
+            let Some(d) = m.as_mut() else {
+                return "fail: no such member".into();
+            };
+            match d.wait_exit(limit).and_then(|s| s.code()) {
+                Some(3) => format!("ok member {i} exited with status 3 (fenced)"),
+                other => format!(
+                    "fail: member {i} did not exit as fenced ({other:?}): {}",
+                    d.log_tail(20)
+                ),
+            }
+        }
+        match cp {
+            "freeze-a" => {
+                ms[0].as_mut().unwrap().signal(libc::SIGSTOP);
+                "ok a frozen (SIGSTOP)".into()
+            }
+            "resume-a" => {
+                ms[0].as_mut().unwrap().signal(libc::SIGCONT);
+                fenced_exit(&mut ms[0], 0, Duration::from_secs(60))
+            }
+            "restart-a" => {
+                runs[0] += 1;
+                ms[0] = Some(start(0, runs[0]));
+                "ok a restarted".into()
+            }
+            "cut-b" => match blackhole(&asoks[1], true) {
+                Ok(()) => "ok b cut from the cluster".into(),
+                Err(e) => format!("fail: {e}"),
+            },
+            "heal-b" => {
+                if let Err(e) = blackhole(&asoks[1], false) {
+                    return format!("fail: {e}");
+                }
+                let said = fenced_exit(&mut ms[1], 1, Duration::from_secs(90));
+                if !said.starts_with("ok") {
+                    return said;
+                }
+                runs[1] += 1;
+                ms[1] = Some(start(1, runs[1]));
+                format!("{said}; restarted")
+            }
+            "kill-c" => {
+                ms[2].as_mut().unwrap().kill_hard();
+                ms[2] = None;
+                "ok c killed (SIGKILL)".into()
+            }
+            "y-conflicts" | "y-writes" => {
+                let want = if cp == "y-conflicts" {
+                    conflict
+                } else {
+                    nvmf_wire::status::Status::SUCCESS
+                };
+                let mut seen = Vec::new();
+                for (i, m) in ms.iter().enumerate() {
+                    if m.is_none() {
+                        continue;
+                    }
+                    match second_host_write(ports[i]) {
+                        Ok(st) => seen.push(st),
+                        Err(e) => return format!("fail: second host through member {i}: {e}"),
+                    }
+                }
+                let owner = seen.iter().filter(|s| **s == want).count();
+                let inaccessible = seen.iter().filter(|s| s.sct == 3 && s.sc == 2).count();
+                if owner == 1 && inaccessible == seen.len() - 1 {
+                    format!("ok the owner answered {}, the others ANA Inaccessible", want.name())
+                } else {
+                    format!("fail: second host's writes: {seen:?}")
+                }
+            }
+            other => format!("fail: unknown checkpoint {other}"),
+        }
+    });
+    let mut failures = Vec::new();
+    report_pause(test, &run, &mut failures);
+    for key in ["FROZEN_TAKEOVER_S=", "CUT_FENCED_S=", "CUT_TAKEOVER_S="] {
+        if let Some(l) = run.stdout.lines().find(|l| l.trim().starts_with(key)) {
+            say(&format!("interop {test}: {}", l.trim()));
+        }
+    }
+    let mut a = ms[0].take().expect("member a");
+    finish(test, &run, &mut a, &failures);
+    drop((a, ms));
     for i in &images {
         let _ = c.remove_image(POOL, i);
     }
