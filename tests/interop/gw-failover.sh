@@ -6,7 +6,11 @@
 # (inaccessible elsewhere); member a is killed with SIGKILL (checkpoint kill-a): after its
 # lease, namespaces 1 and 4 become optimized on b's or c's path (the survivors fenced a
 # first); a is restarted (checkpoint restart-a): both go back to a's path (planned
-# failback).  fio must end with 0 errors and 0 verify failures.
+# failback).  Then namespace 7 is added over JSON-RPC on member b alone (checkpoint add-ns7):
+# the host sees it through all three members (the group's shared configuration) and
+# verifies I/O on it.  Then b and c are killed together (checkpoint kill-bc): a takes every
+# group; then the Ceph monitor is killed and restarted (checkpoint restart-mon): nothing
+# moves, nothing fails.  fio must end with 0 errors and 0 verify failures.
 #
 # env: PORTS="PA PB PC" NQN HOSTNQN HOSTID, CHECKPOINTS=1
 PORT=${PORTS%% *}
@@ -69,7 +73,7 @@ owner_port() {
 
 show_ana() {
   local p n
-  for n in 1 2 3 4 5 6; do
+  for n in 1 2 3 4 5 6 7; do
     echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" "$n")"; done)"
   done
 }
@@ -124,6 +128,43 @@ y0=$(ns_path_ios "$PA" 4); sleep 3; y1=$(ns_path_ios "$PA" 4)
 io_alive || { io_stop; fail "fio loop ended after the failback"; }
 [ "$y1" -gt "$y0" ] || fail "no I/O on namespace 4 through a after failback ($y0 -> $y1)"
 ok "namespace 4 flows through a again ($((y1 - y0)) I/Os in 3 s)"
+
+step "namespace 7 added over JSON-RPC on member b only: served through all three members"
+t0=$(uptime_s)
+checkpoint add-ns7
+for i in $(seq 200); do
+  n=0
+  for p in $PORTS; do [ "$(ana_of "$p" 7)" = none ] || n=$((n + 1)); done
+  [ "$n" = 3 ] && break
+  sleep 0.1
+done
+[ "$n" = 3 ] || { show_ana; ana7="$(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" 7)"; done)"; io_stop; fail "namespace 7 not on all three paths within 20 s: $ana7"; }
+echo "NEWNS_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
+wait_owner 7 "$PORTS" 20 || { io_stop; fail "namespace 7 not optimized on exactly one member"; }
+D7=$(ns_dev "$NQN" 7) || { io_stop; fail "no head device for namespace 7"; }
+fio_verify newns "$D7" 4096 --rw=randrw --bs=4k --iodepth=8 --size=4m
+ok "namespace 7 through all three members ($(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" 7)"; done)), verified"
+
+step "members b and c killed together: a takes every group"
+t0=$(uptime_s)
+checkpoint kill-bc
+for n in 1 2 3 4 5 6 7; do
+  wait_owner "$n" "$PA" 60 || { show_ana; io_stop; fail "namespace $n not optimized on a within 60 s"; }
+done
+echo "TWO_KILLED_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
+show_ana
+sleep 2
+io_alive || { io_stop; fail "fio loop ended after b and c were killed"; }
+ok "a serves all seven namespaces"
+
+step "the Ceph monitor killed and restarted under I/O"
+checkpoint restart-mon
+sleep 5
+io_alive || { io_stop; fail "fio loop ended across the monitor restart"; }
+for n in 1 2 3 4 5 6 7; do
+  wait_owner "$n" "$PA" 5 || { show_ana; io_stop; fail "namespace $n moved after the monitor restart"; }
+done
+ok "nothing moved"
 
 step "stop fio; every run verified"
 io_stop

@@ -33,16 +33,33 @@ pub fn format_status(v: &Value) -> String {
     );
     let _ = writeln!(
         out,
-        "\nMEMBER        LEASE   OWNS        SERVES      ADDRESS"
+        "\nMEMBER        LEASE   RENEWED    OWNS        SERVES      LISTENERS             ADDRESS"
     );
     for m in v["members"].as_array().into_iter().flatten() {
+        let renewed = m["renewed_ms_ago"]
+            .as_u64()
+            .map(|ms| format!("{:.1} s ago", ms as f64 / 1000.0))
+            .unwrap_or_else(|| "-".into());
+        let listeners: Vec<String> = m["listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect();
+        let listeners = if listeners.is_empty() {
+            "-".to_string()
+        } else {
+            listeners.join(",")
+        };
         let _ = writeln!(
             out,
-            "{:<13} {:<7} {:<11} {:<11} {}",
+            "{:<13} {:<7} {:<10} {:<11} {:<11} {:<21} {}",
             s(&m["id"]),
             s(&m["lease"]),
+            renewed,
             list(&m["owns"]),
             list(&m["serves"]),
+            listeners,
             s(&m["address"]),
         );
     }
@@ -125,14 +142,18 @@ mod tests {
         let v = json!({
             "group": "g1", "member": "a", "address": "v2:1/2", "state": "serving",
             "epoch": 7, "lease_ms": 3000, "lease_age_ms": 120,
-            "members": [{"id": "a", "lease": "held", "owns": [1, 2], "serves": [1, 2], "address": "v2:1/2"}],
+            "members": [{"id": "a", "lease": "held", "owns": [1, 2], "serves": [1, 2], "address": "v2:1/2",
+                         "renewed_ms_ago": 1500, "listeners": ["127.0.0.1:4420"]}],
             "ana_groups": [{"anagrpid": 1, "home": "a", "owner": "a", "owner_epoch": 7, "owner_alive": true, "here": "optimized"}],
             "fenced": [{"member": "b", "address": "v2:9/9", "by": "a", "at": 5}],
             "counters": {"takeovers": 1},
         });
         let t = format_status(&v);
         assert!(t.contains("state serving  epoch 7"), "{t}");
-        assert!(t.contains("a             held    1,2"), "{t}");
+        assert!(
+            t.contains("a             held    1.5 s ago  1,2         1,2         127.0.0.1:4420"),
+            "{t}"
+        );
         assert!(
             t.contains("1       a             a             7      yes          optimized"),
             "{t}"

@@ -326,6 +326,17 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     let cm = member(c, &imgs, &group, "c", "3", free_port());
     let took = wait_owners(&cm, &["a", "b", "c"], Duration::from_secs(60));
     eprintln!("three members own their homes {took:?} after the last started");
+    // Any member shows every member's last renewal and listeners (their status objects).
+    let v = status(&b);
+    for m in v["members"].as_array().unwrap() {
+        let ago = m["renewed_ms_ago"].as_u64().unwrap_or(u64::MAX);
+        assert!(
+            ago < LEASE_MS,
+            "member {} renewed {ago} ms ago: {v:#}",
+            m["id"]
+        );
+        assert_eq!(m["listeners"].as_array().map(Vec::len), Some(1), "{v:#}");
+    }
 
     // Group 1 is written through its owner a; through b it is inaccessible.
     let mut ha = host(a.port);

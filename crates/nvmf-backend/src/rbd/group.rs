@@ -137,6 +137,9 @@ pub struct GroupObjects {
     lib: &'static GroupLib,
     conn: Arc<Conn>,
     io: Ioctx,
+    /// Held across an operation and `rados_get_last_version`: the version
+    /// is the ioctx's, so two threads' operations must not interleave.
+    versioned: std::sync::Mutex<()>,
 }
 
 // SAFETY: librados handles may be used from any thread; the ioctx is
@@ -177,6 +180,7 @@ impl GroupObjects {
             lib,
             conn: conn.clone(),
             io,
+            versioned: std::sync::Mutex::new(()),
         })
     }
 
@@ -204,6 +208,7 @@ impl GroupObjects {
         };
         let flags = if renew { LOCK_FLAG_RENEW } else { 0 };
         // SAFETY: NUL-terminated strings and a timeval that outlive the call.
+        let _v = self.versioned.lock().unwrap_or_else(|e| e.into_inner());
         let rc = unsafe {
             (self.lib.rados_lock_exclusive)(
                 self.io,
@@ -233,6 +238,7 @@ impl GroupObjects {
             cstr("member", member)?,
         );
         // SAFETY: NUL-terminated strings that outlive the call.
+        let _v = self.versioned.lock().unwrap_or_else(|e| e.into_inner());
         let rc = unsafe { (self.lib.rados_unlock)(self.io, o.as_ptr(), n.as_ptr(), m.as_ptr()) };
         if rc < 0 && rc != -libc::ENOENT {
             return Err(format!(
@@ -291,6 +297,7 @@ impl GroupObjects {
     /// The whole object `oid` and its version; `None` when it does not exist.
     pub fn read(&self, oid: &str) -> Result<Option<(Vec<u8>, u64)>, String> {
         let o = cstr("object", oid)?;
+        let _v = self.versioned.lock().unwrap_or_else(|e| e.into_inner());
         let (mut size, mut mtime) = (0u64, 0i64);
         // SAFETY: NUL-terminated name, out pointers.
         let rc = unsafe { (self.lib.rados_stat)(self.io, o.as_ptr(), &mut size, &mut mtime) };
@@ -335,6 +342,7 @@ impl GroupObjects {
         if op.is_null() {
             return Err(WriteError::Failed("rados_create_write_op failed".into()));
         }
+        let _v = self.versioned.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: `op` is ours; `data` and `o` outlive `operate`.
         let rc = unsafe {
             match expect {
@@ -360,5 +368,29 @@ impl GroupObjects {
                 ffi::describe(rc.into())
             ))),
         }
+    }
+
+    /// Writes `data` as the whole of object `oid`, unguarded (a member's
+    /// own status object, which only it writes).
+    pub fn put(&self, oid: &str, data: &[u8]) -> Result<(), String> {
+        let o = cstr("object", oid)?;
+        // SAFETY: a fresh write op, released below on every path.
+        let op = unsafe { (self.lib.rados_create_write_op)() };
+        if op.is_null() {
+            return Err("rados_create_write_op failed".into());
+        }
+        let _v = self.versioned.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: `op` is ours; `data` and `o` outlive `operate`.
+        let rc = unsafe {
+            (self.lib.rados_write_op_write_full)(op, data.as_ptr().cast(), data.len());
+            let rc =
+                (self.lib.rados_write_op_operate)(op, self.io, o.as_ptr(), std::ptr::null_mut(), 0);
+            (self.lib.rados_release_write_op)(op);
+            rc
+        };
+        if rc < 0 {
+            return Err(format!("write {oid}: {}", ffi::describe(rc.into())));
+        }
+        Ok(())
     }
 }

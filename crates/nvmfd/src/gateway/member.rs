@@ -89,6 +89,10 @@ impl GroupOptions {
     pub fn config_oid(&self) -> String {
         format!("nvmfd.group.{}.config", self.name)
     }
+    /// Member `id`'s own status object (its last renewal, its listeners).
+    pub fn member_oid(&self, id: &str) -> String {
+        format!("nvmfd.group.{}.member.{id}", self.name)
+    }
 }
 
 /// The group's counters, for `/metrics` and `nvmf gw status`.
@@ -140,6 +144,13 @@ impl std::fmt::Debug for Handle {
     }
 }
 
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
 fn now_unix() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -165,6 +176,23 @@ impl Handle {
         } else {
             "serving"
         });
+        // Every member's own status object: when it last renewed its lease
+        // (by its clock, against ours) and where it listens.
+        if let Some(ms) = v["members"].as_array_mut() {
+            let now = now_unix_ms();
+            for m in ms.iter_mut() {
+                let Some(id) = m["id"].as_str().map(str::to_string) else {
+                    continue;
+                };
+                if let Ok(Some((bytes, _))) = self.objs.read(&self.opts.member_oid(&id)) {
+                    if let Ok(st) = serde_json::from_slice::<Value>(&bytes) {
+                        let at = st["renewed_at_ms"].as_u64().unwrap_or(0);
+                        m["renewed_ms_ago"] = json!(now.saturating_sub(at));
+                        m["listeners"] = st["listeners"].clone();
+                    }
+                }
+            }
+        }
         let c = &self.counters;
         let n = c.renewals.load(Relaxed);
         v["counters"] = json!({
@@ -548,6 +576,7 @@ impl MemberLoop {
                         info!(group = %o.name, member = %o.id, "lease taken");
                     }
                     self.h.set_last_ok(now);
+                    self.publish_member_status();
                     if self.h.fenced() {
                         // Renewed within L of the previous renewal: the lock
                         // never expired, nobody could have taken over.
@@ -773,6 +802,35 @@ impl MemberLoop {
         self.doc = doc;
         let d = self.doc.clone();
         self.apply_ana(&d);
+    }
+
+    /// Writes this member's own status object: the time of the renewal that
+    /// just succeeded and the listeners it serves.
+    fn publish_member_status(&mut self) {
+        let o = self.opts().clone();
+        let cfg = self.h.service.config();
+        let mut listeners: Vec<String> = cfg
+            .subsystems
+            .iter()
+            .flat_map(|s| s.listeners.iter())
+            .map(|l| format!("{}:{}", l.traddr, l.trsvcid))
+            .collect();
+        listeners.sort();
+        listeners.dedup();
+        let body = json!({
+            "member": o.id,
+            "address": self.address,
+            "renewed_at_ms": now_unix_ms(),
+            "lease_ms": o.lease.as_millis() as u64,
+            "listeners": listeners,
+        });
+        if let Err(e) = self
+            .h
+            .objs
+            .put(&o.member_oid(&o.id), body.to_string().as_bytes())
+        {
+            self.rados_error("writing this member's status", &e);
+        }
     }
 
     /// Brings this member to the group's configuration: creates it from
