@@ -142,7 +142,7 @@ done
 echo "NEWNS_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
 wait_owner 7 "$PORTS" 20 || { io_stop; fail "namespace 7 not optimized on exactly one member"; }
 D7=$(ns_dev "$NQN" 7) || { io_stop; fail "no head device for namespace 7"; }
-fio_verify newns "$D7" 4096 --rw=randrw --bs=4k --iodepth=8 --size=4m
+fio_verify newns "$D7" 1024 --rw=randrw --bs=4k --iodepth=8 --size=4m
 ok "namespace 7 through all three members ($(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" 7)"; done)), verified"
 
 step "members b and c killed together: a takes every group"
