@@ -393,6 +393,7 @@ impl GroupSnapshot {
                 ("nvmf_group_handovers", "ANA groups this member handed over (planned: failback, nvmf gw move)", true, c.handovers.load(Relaxed)),
                 ("nvmf_group_self_fences", "Times this member fenced itself (no lease renewal for L - L/5)", true, c.self_fences.load(Relaxed)),
                 ("nvmf_group_rados_errors", "RADOS calls of the member that failed (retried)", true, c.rados_errors.load(Relaxed)),
+                ("nvmf_group_notifies_received", "Notifies from other members (a changed record or configuration) that woke this member", true, h.notifies()),
                 ("nvmf_group_epoch", "Epoch of the group record this member last read", false, c.epoch.load(Relaxed)),
                 ("nvmf_group_ana_groups_owned", "ANA groups optimized on this member now", false, c.owned.load(Relaxed)),
                 ("nvmf_group_self_fenced", "1 while this member is fenced by itself", false, c.fenced_now.load(Relaxed)),

@@ -1124,6 +1124,13 @@ fn a_change_on_one_member_is_served_by_all_and_survives_restarting_them_all() {
     }
     let spread = t0.elapsed();
     eprintln!("four RPCs on a served by all three members {spread:?} after the first");
+    // The others were woken by notifies (watch/notify), not only by their tick.
+    for m in &ms[1..] {
+        let n = status(m)["counters"]["notifies_received"]
+            .as_u64()
+            .unwrap_or(0);
+        assert!(n > 0, "no notify reached a member: {:#}", status(m));
+    }
     // Group 3 got an owner (nobody's home: the least loaded, c), writable through it only.
     wait_owners(&ms[1], &["a", "b", "c"], Duration::from_secs(10));
     let trid = TransportId::tcp("127.0.0.1", &ms[2].port.to_string(), NQN);

@@ -63,7 +63,34 @@ struct GroupLib {
     rados_write_op_write_full: unsafe extern "C" fn(WriteOp, *const c_char, usize),
     rados_write_op_operate:
         unsafe extern "C" fn(WriteOp, Ioctx, *const c_char, *mut i64, c_int) -> c_int,
+    rados_watch2: unsafe extern "C" fn(
+        Ioctx,
+        *const c_char,
+        *mut u64,
+        WatchCb,
+        WatchErrCb,
+        *mut c_void,
+    ) -> c_int,
+    rados_unwatch2: unsafe extern "C" fn(Ioctx, u64) -> c_int,
+    rados_watch_flush: unsafe extern "C" fn(Rados) -> c_int,
+    rados_watch_check: unsafe extern "C" fn(Ioctx, u64) -> c_int,
+    rados_notify_ack:
+        unsafe extern "C" fn(Ioctx, *const c_char, u64, u64, *const c_char, c_int) -> c_int,
+    rados_notify2: unsafe extern "C" fn(
+        Ioctx,
+        *const c_char,
+        *const c_char,
+        c_int,
+        u64,
+        *mut *mut c_char,
+        *mut usize,
+    ) -> c_int,
 }
+
+/// `rados_watchcb2_t`.
+type WatchCb = unsafe extern "C" fn(*mut c_void, u64, u64, u64, *mut c_void, usize);
+/// `rados_watcherrcb_t`.
+type WatchErrCb = unsafe extern "C" fn(*mut c_void, u64, c_int);
 
 fn group_lib() -> Result<&'static GroupLib, String> {
     static LIB: OnceLock<Result<GroupLib, String>> = OnceLock::new();
@@ -108,6 +135,12 @@ fn group_lib() -> Result<&'static GroupLib, String> {
             rados_write_op_create: sym!(rados_write_op_create),
             rados_write_op_write_full: sym!(rados_write_op_write_full),
             rados_write_op_operate: sym!(rados_write_op_operate),
+            rados_watch2: sym!(rados_watch2),
+            rados_unwatch2: sym!(rados_unwatch2),
+            rados_watch_flush: sym!(rados_watch_flush),
+            rados_watch_check: sym!(rados_watch_check),
+            rados_notify_ack: sym!(rados_notify_ack),
+            rados_notify2: sym!(rados_notify2),
             _rados: r,
         })
     })
@@ -140,6 +173,10 @@ pub struct GroupObjects {
     /// Held across an operation and `rados_get_last_version`: the version
     /// is the ioctx's, so two threads' operations must not interleave.
     versioned: std::sync::Mutex<()>,
+    /// A second ioctx for watch, notify and acknowledgements, which never
+    /// take `versioned` (a notify waits for this process's own
+    /// acknowledgement, sent from a librados thread).
+    wio: Ioctx,
 }
 
 // SAFETY: librados handles may be used from any thread; the ioctx is
@@ -156,8 +193,12 @@ impl std::fmt::Debug for GroupObjects {
 
 impl Drop for GroupObjects {
     fn drop(&mut self) {
-        // SAFETY: our ioctx, created in `open`.
-        unsafe { (self.conn.lib.rados_ioctx_destroy)(self.io) };
+        // SAFETY: our ioctxs, created in `open`; every `Watch` holds an Arc
+        // of us, so none is left.
+        unsafe {
+            (self.conn.lib.rados_ioctx_destroy)(self.io);
+            (self.conn.lib.rados_ioctx_destroy)(self.wio);
+        }
     }
 }
 
@@ -176,11 +217,20 @@ impl GroupObjects {
         if rc < 0 {
             return Err(format!("pool {pool}: {}", ffi::describe(rc.into())));
         }
+        let mut wio: Ioctx = std::ptr::null_mut();
+        // SAFETY: as above.
+        let rc = unsafe { (conn.lib.rados_ioctx_create)(conn.raw, p.as_ptr(), &mut wio) };
+        if rc < 0 {
+            // SAFETY: created above, not shared yet.
+            unsafe { (conn.lib.rados_ioctx_destroy)(io) };
+            return Err(format!("pool {pool}: {}", ffi::describe(rc.into())));
+        }
         Ok(GroupObjects {
             lib,
             conn: conn.clone(),
             io,
             versioned: std::sync::Mutex::new(()),
+            wio,
         })
     }
 
@@ -393,4 +443,182 @@ impl GroupObjects {
         }
         Ok(())
     }
+
+    /// Watches object `oid`: every notify on it (and every watch error:
+    /// the watch may have been lost, so re-read) raises `wake`. The watch
+    /// ends when the returned [`Watch`] is dropped.
+    pub fn watch(self: &Arc<Self>, oid: &str, wake: Arc<Wake>) -> Result<Watch, String> {
+        let o = cstr("object", oid)?;
+        let ctx = Box::new(WatchCtx {
+            objs: self.clone(),
+            oid: o,
+            wake,
+        });
+        let ctx = Box::into_raw(ctx);
+        let mut cookie = 0u64;
+        // SAFETY: `ctx` stays allocated until `Watch::drop` unwatched and
+        // flushed the callbacks; the callbacks match librados' prototypes.
+        let rc = unsafe {
+            (self.lib.rados_watch2)(
+                self.wio,
+                (*ctx).oid.as_ptr(),
+                &mut cookie,
+                watch_cb,
+                watch_err_cb,
+                ctx.cast(),
+            )
+        };
+        if rc < 0 {
+            // SAFETY: not registered: ours again.
+            drop(unsafe { Box::from_raw(ctx) });
+            return Err(format!("watch {oid}: {}", ffi::describe(rc.into())));
+        }
+        Ok(Watch { ctx, cookie })
+    }
+
+    /// Tells every watcher of `oid` that it changed; waits at most
+    /// `timeout` for their acknowledgements (a dead watcher is not waited
+    /// for longer).
+    pub fn notify(&self, oid: &str, timeout: Duration) -> Result<(), String> {
+        let o = cstr("object", oid)?;
+        // SAFETY: NUL-terminated name; no payload; no reply buffer asked for.
+        let rc = unsafe {
+            (self.lib.rados_notify2)(
+                self.wio,
+                o.as_ptr(),
+                std::ptr::null(),
+                0,
+                timeout.as_millis() as u64,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        if rc < 0 && rc != -libc::ETIMEDOUT {
+            return Err(format!("notify {oid}: {}", ffi::describe(rc.into())));
+        }
+        Ok(())
+    }
+}
+
+/// What a watch callback raises: a flag and a condition variable the
+/// watching thread waits on.
+#[derive(Debug, Default)]
+pub struct Wake {
+    raised: std::sync::Mutex<bool>,
+    cond: std::sync::Condvar,
+    /// Notifies received (for the metrics).
+    notifies: std::sync::atomic::AtomicU64,
+}
+
+impl Wake {
+    pub fn raise(&self) {
+        *self.raised.lock().unwrap_or_else(|e| e.into_inner()) = true;
+        self.cond.notify_all();
+    }
+
+    /// Notifies received so far.
+    pub fn notifies(&self) -> u64 {
+        self.notifies.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Waits until raised or `timeout`; clears the flag. True when raised.
+    pub fn wait(&self, timeout: Duration) -> bool {
+        let g = self.raised.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut g, _) = self
+            .cond
+            .wait_timeout_while(g, timeout, |r| !*r)
+            .unwrap_or_else(|e| e.into_inner());
+        std::mem::take(&mut *g)
+    }
+}
+
+struct WatchCtx {
+    objs: Arc<GroupObjects>,
+    oid: CString,
+    wake: Arc<Wake>,
+}
+
+/// A watch on one object (see [`GroupObjects::watch`]).
+pub struct Watch {
+    ctx: *mut WatchCtx,
+    cookie: u64,
+}
+
+// SAFETY: the context is only read by librados' callbacks and freed in
+// Drop after they are flushed.
+unsafe impl Send for Watch {}
+
+impl std::fmt::Debug for Watch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watch")
+            .field("cookie", &self.cookie)
+            .finish()
+    }
+}
+
+impl Watch {
+    /// Whether the watch still stands (`rados_watch_check`): false once
+    /// librados gave it up; drop it and watch again.
+    pub fn healthy(&self) -> bool {
+        // SAFETY: `ctx` is alive while `self` is.
+        let objs = unsafe { &(*self.ctx).objs };
+        // SAFETY: our ioctx and this watch's cookie.
+        unsafe { (objs.lib.rados_watch_check)(objs.wio, self.cookie) >= 0 }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        // SAFETY: `ctx` is alive until the end of this function; after
+        // unwatch and a flush no callback can still run with it.
+        unsafe {
+            let objs = &(*self.ctx).objs;
+            (objs.lib.rados_unwatch2)(objs.wio, self.cookie);
+            (objs.lib.rados_watch_flush)(objs.conn.raw);
+            drop(Box::from_raw(self.ctx));
+        }
+    }
+}
+
+/// A notify arrived: raise the watcher's wake, then acknowledge (the
+/// notifier waits for every acknowledgement).
+unsafe extern "C" fn watch_cb(
+    arg: *mut c_void,
+    notify_id: u64,
+    handle: u64,
+    _notifier: u64,
+    _data: *mut c_void,
+    _len: usize,
+) {
+    // Never unwind into librados.
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: `arg` is the `WatchCtx` registered with this watch, alive
+        // until the watch is dropped (which flushes callbacks first).
+        let ctx = unsafe { &*(arg as *const WatchCtx) };
+        ctx.wake
+            .notifies
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ctx.wake.raise();
+        // SAFETY: the ioctx and the name outlive the watch.
+        unsafe {
+            (ctx.objs.lib.rados_notify_ack)(
+                ctx.objs.wio,
+                ctx.oid.as_ptr(),
+                notify_id,
+                handle,
+                std::ptr::null(),
+                0,
+            );
+        }
+    });
+}
+
+/// The watch failed (e.g. the connection was reset): raise, so the
+/// watcher re-reads and may watch again.
+unsafe extern "C" fn watch_err_cb(arg: *mut c_void, _cookie: u64, _err: c_int) {
+    let _ = std::panic::catch_unwind(|| {
+        // SAFETY: as in `watch_cb`.
+        let ctx = unsafe { &*(arg as *const WatchCtx) };
+        ctx.wake.raise();
+    });
 }

@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nvmf_config::{AnaState, TargetConfig};
-use nvmf_core::backend::rbd::group::{GroupObjects, LeaseError, WriteError};
+use nvmf_core::backend::rbd::group::{GroupObjects, LeaseError, Wake, Watch, WriteError};
 use nvmf_core::target::Target;
 use serde_json::{json, Value};
 use tracing::{error, info, warn};
@@ -133,6 +133,11 @@ pub struct Handle {
     /// The group configuration's version this member last read or wrote,
     /// and its shared part.
     config_seen: Mutex<Option<(u64, TargetConfig)>>,
+    /// Raised by the watches on the record and the configuration: wakes
+    /// the member thread before its tick ends.
+    wake: Arc<Wake>,
+    /// Objects to notify the other members about (the notifier thread).
+    notify_tx: Mutex<std::sync::mpsc::Sender<String>>,
 }
 
 impl std::fmt::Debug for Handle {
@@ -205,8 +210,25 @@ impl Handle {
             "takeovers": c.takeovers.load(Relaxed),
             "handovers": c.handovers.load(Relaxed),
             "rados_errors": c.rados_errors.load(Relaxed),
+            "notifies_received": self.wake.notifies(),
         });
         v
+    }
+
+    /// Tells the other members that `oid` changed (from the notifier
+    /// thread: a notify waits for every watcher's acknowledgement, up to a
+    /// second for a dead one).
+    fn changed(&self, oid: String) {
+        let _ = self
+            .notify_tx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(oid);
+    }
+
+    /// Notifies this member received from the others.
+    pub fn notifies(&self) -> u64 {
+        self.wake.notifies()
     }
 
     pub fn last_ok(&self) -> Option<Instant> {
@@ -279,6 +301,7 @@ impl Handle {
             Ok(v) => {
                 info!(group = %self.opts.name, version = v, "group configuration changed here and published");
                 *seen = Some((v, shared));
+                self.changed(self.opts.config_oid());
                 Ok(())
             }
             Err(WriteError::Conflict) => Err(format!(
@@ -343,6 +366,7 @@ impl Handle {
             match self.objs.write(&oid, &doc.to_bytes(), Some(version)) {
                 Ok(_) => {
                     info!(group = %self.opts.name, anagrpid = g, to, "ANA group move requested");
+                    self.changed(oid.clone());
                     return Ok(json!({
                         "anagrpid": g,
                         "home": to,
@@ -376,6 +400,8 @@ struct MemberLoop {
     /// Namespaces (NQN, NSID, ANA group) whose reservation was loaded since
     /// their group became optimized here.
     loaded: BTreeSet<(String, u32, u32)>,
+    /// Watches on the record and the configuration, by object.
+    watches: BTreeMap<String, Watch>,
 }
 
 /// The ANA groups of every subsystem with ANA reporting, with the bdevs of
@@ -443,6 +469,20 @@ pub fn start(
         .ok_or_else(|| format!("cluster {} is not connected", opts.cluster))?;
     let objs = Arc::new(GroupObjects::open(&conn, &opts.pool)?);
     let address = objs.client_address()?;
+    // The notifier: tells the other members an object changed, off the
+    // threads that changed it.
+    let (notify_tx, notify_rx) = std::sync::mpsc::channel::<String>();
+    let nobjs = objs.clone();
+    std::thread::Builder::new()
+        .name("group-notify".into())
+        .spawn(move || {
+            for oid in notify_rx {
+                if let Err(e) = nobjs.notify(&oid, Duration::from_secs(1)) {
+                    warn!("gateway group: {e} (the others see it on their next tick)");
+                }
+            }
+        })
+        .map_err(|e| format!("spawning the gateway group's notifier: {e}"))?;
     info!(
         group = %opts.name, member = %opts.id, %address, pool = %opts.pool,
         "gateway group member: lease {} ms, renewed every {} ms, self-fence after {} ms without one",
@@ -461,6 +501,8 @@ pub fn start(
         target: target.clone(),
         groups: Mutex::new(serves.keys().copied().collect()),
         config_seen: Mutex::new(None),
+        wake: Arc::new(Wake::default()),
+        notify_tx: Mutex::new(notify_tx),
     });
     let mut m = MemberLoop {
         h: h.clone(),
@@ -474,6 +516,7 @@ pub fn start(
         last_error_log: None,
         resv_stores: BTreeMap::new(),
         loaded: BTreeSet::new(),
+        watches: BTreeMap::new(),
     };
     let (wd, stop) = (h.clone(), shutdown.clone());
     std::thread::Builder::new()
@@ -508,13 +551,35 @@ impl MemberLoop {
         while !shutdown.load(Relaxed) {
             let t0 = Instant::now();
             self.step();
+            self.keep_watching();
             self.publish();
             let spent = t0.elapsed();
             if spent < tick {
-                std::thread::sleep(tick - spent);
+                // A notify from another member ends the wait early.
+                self.h.wake.wait(tick - spent);
             }
         }
+        self.watches.clear();
         self.leave();
+    }
+
+    /// Watches the record and the configuration once they exist; a watch
+    /// librados gave up is made again.
+    fn keep_watching(&mut self) {
+        let o = self.opts().clone();
+        self.watches.retain(|_, w| w.healthy());
+        for oid in [o.record_oid(), o.config_oid()] {
+            if self.watches.contains_key(&oid) {
+                continue;
+            }
+            match self.h.objs.watch(&oid, self.h.wake.clone()) {
+                Ok(w) => {
+                    self.watches.insert(oid, w);
+                }
+                Err(e) if e.contains("-2 ") => {} // not created yet
+                Err(e) => self.rados_error("watching the group's objects", &e),
+            }
+        }
     }
 
     /// Logs a RADOS failure, at most one line per second.
@@ -665,7 +730,10 @@ impl MemberLoop {
                 }
             }
             match self.h.objs.write(&oid, &doc.to_bytes(), version) {
-                Ok(_) => info!(group = %o.name, member = %o.id, address = %self.address, "joined"),
+                Ok(_) => {
+                    info!(group = %o.name, member = %o.id, address = %self.address, "joined");
+                    self.h.changed(oid.clone());
+                }
                 Err(WriteError::Conflict) => {}
                 Err(WriteError::Failed(e)) => self.rados_error("joining", &e),
             }
@@ -773,6 +841,7 @@ impl MemberLoop {
         if changed {
             match self.h.objs.write(&oid, &doc.to_bytes(), version) {
                 Ok(_) => {
+                    self.h.changed(oid.clone());
                     for g in &took {
                         self.h.counters.takeovers.fetch_add(1, Relaxed);
                         info!(group = %o.name, anagrpid = g, epoch = doc.epoch, "took ANA group");
