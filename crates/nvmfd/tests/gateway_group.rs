@@ -1107,6 +1107,23 @@ fn a_change_on_one_member_is_served_by_all_and_survives_restarting_them_all() {
     );
     rpc(&ms[0], &["nvmf_subsystem_add_host", NQN, host_nqn]);
     rpc(&ms[0], &["nvmf_subsystem_allow_any_host", "-d", NQN]);
+    // A second listener on a, by RPC: a's own, kept by the group for a.
+    let pa2 = free_port();
+    rpc(
+        &ms[0],
+        &[
+            "nvmf_subsystem_add_listener",
+            NQN,
+            "-t",
+            "tcp",
+            "-a",
+            "127.0.0.1",
+            "-f",
+            "ipv4",
+            "-s",
+            &pa2.to_string(),
+        ],
+    );
     let want = (vec![1, 2, 3], vec![host_nqn.to_string()], false);
     for m in &ms {
         loop {
@@ -1201,6 +1218,35 @@ fn a_change_on_one_member_is_served_by_all_and_survives_restarting_them_all() {
         "all three restarted at once serve the group's configuration {:?} after",
         t1.elapsed()
     );
+    // a listens on the port added by RPC again (its file does not name it), and only a.
+    let v = status(&ms[1]);
+    let a_listeners = v["members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == "a")
+        .map(|m| m["listeners"].clone())
+        .unwrap_or_default();
+    assert!(
+        a_listeners
+            .to_string()
+            .contains(&format!("127.0.0.1:{pa2}")),
+        "a's listeners as the group shows them: {a_listeners}"
+    );
+    let t2 = Instant::now();
+    loop {
+        let trid = TransportId::tcp("127.0.0.1", &pa2.to_string(), NQN);
+        let mut o = ConnectOptions::new(trid);
+        o.hostnqn = host_nqn.into();
+        if Controller::connect(&o).is_ok() {
+            break;
+        }
+        assert!(
+            t2.elapsed() < Duration::from_secs(10),
+            "a does not listen on {pa2} after the restart"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
     for m in &mut ms {
         assert!(!m.d.logs().contains("panicked"), "{}", m.d.logs());
     }

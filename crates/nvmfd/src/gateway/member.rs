@@ -32,15 +32,39 @@ use super::doc::{Fenced, GroupDoc, Member};
 use super::plan::{self, Action, View};
 use super::{resv, shared};
 
+/// Every member's listeners, by member ID.
+type AllListeners = BTreeMap<String, shared::MemberListeners>;
+
 /// The group configuration object's content: the shared part as a
-/// `save_config` document, who wrote it and when.
-fn config_body(shared: &TargetConfig, by: &str) -> Vec<u8> {
+/// `save_config` document, each member's listeners, who wrote it and when.
+fn config_body(shared: &TargetConfig, listeners: &AllListeners, by: &str) -> Vec<u8> {
+    let ls: serde_json::Map<String, Value> = listeners
+        .iter()
+        .map(|(m, l)| (m.clone(), shared::listeners_json(l)))
+        .collect();
     serde_json::to_vec_pretty(&json!({
         "config": shared.to_json_value(),
+        "listeners": ls,
         "by": by,
         "at": now_unix(),
     }))
     .unwrap_or_default()
+}
+
+/// Parses the group configuration object: the shared part and every
+/// member's listeners.
+fn parse_config_body(bytes: &[u8]) -> Result<(TargetConfig, AllListeners), String> {
+    let doc: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
+    let cfg = TargetConfig::from_json_value(&doc["config"]).map_err(|e| e.to_string())?;
+    let mut all = AllListeners::new();
+    if let Some(m) = doc["listeners"].as_object() {
+        for (id, v) in m {
+            let l = shared::listeners_from_json(v)
+                .ok_or_else(|| format!("the listeners of member {id} do not parse"))?;
+            all.insert(id.clone(), l);
+        }
+    }
+    Ok((cfg, all))
 }
 
 /// How long a blocklist entry lasts: longer than any pause a frozen
@@ -132,7 +156,7 @@ pub struct Handle {
     groups: Mutex<BTreeSet<u32>>,
     /// The group configuration's version this member last read or wrote,
     /// and its shared part.
-    config_seen: Mutex<Option<(u64, TargetConfig)>>,
+    config_seen: Mutex<Option<(u64, TargetConfig, AllListeners)>>,
     /// Raised by the watches on the record and the configuration: wakes
     /// the member thread before its tick ends.
     wake: Arc<Wake>,
@@ -181,23 +205,6 @@ impl Handle {
         } else {
             "serving"
         });
-        // Every member's own status object: when it last renewed its lease
-        // (by its clock, against ours) and where it listens.
-        if let Some(ms) = v["members"].as_array_mut() {
-            let now = now_unix_ms();
-            for m in ms.iter_mut() {
-                let Some(id) = m["id"].as_str().map(str::to_string) else {
-                    continue;
-                };
-                if let Ok(Some((bytes, _))) = self.objs.read(&self.opts.member_oid(&id)) {
-                    if let Ok(st) = serde_json::from_slice::<Value>(&bytes) {
-                        let at = st["renewed_at_ms"].as_u64().unwrap_or(0);
-                        m["renewed_ms_ago"] = json!(now.saturating_sub(at));
-                        m["listeners"] = st["listeners"].clone();
-                    }
-                }
-            }
-        }
         let c = &self.counters;
         let n = c.renewals.load(Relaxed);
         v["counters"] = json!({
@@ -280,10 +287,13 @@ impl Handle {
     /// changed anywhere.
     pub fn publish_config(&self, new: &TargetConfig) -> Result<(), String> {
         let shared = shared::shared_part(new);
+        let mine = shared::listeners_of(new);
         let mut seen = self.config_seen.lock().unwrap_or_else(|e| e.into_inner());
-        let expect = match &*seen {
-            Some((_, s)) if *s == shared => return Ok(()),
-            Some((v, _)) => *v,
+        let (expect, mut all) = match &*seen {
+            Some((_, s, all)) if *s == shared && all.get(&self.opts.id) == Some(&mine) => {
+                return Ok(())
+            }
+            Some((v, _, all)) => (*v, all.clone()),
             None => {
                 return Err(format!(
                     "gateway group {}: this member has not read the group's configuration yet; \
@@ -293,14 +303,15 @@ impl Handle {
             }
         };
         served_groups(new, &self.opts)?;
-        let body = config_body(&shared, &self.opts.id);
+        all.insert(self.opts.id.clone(), mine);
+        let body = config_body(&shared, &all, &self.opts.id);
         match self
             .objs
             .write(&self.opts.config_oid(), &body, Some(expect))
         {
             Ok(v) => {
                 info!(group = %self.opts.name, version = v, "group configuration changed here and published");
-                *seen = Some((v, shared));
+                *seen = Some((v, shared, all));
                 self.changed(self.opts.config_oid());
                 Ok(())
             }
@@ -915,16 +926,23 @@ impl MemberLoop {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .map(|(v, _)| *v);
+            .map(|(v, _, _)| *v);
         match self.h.objs.read(&oid) {
             Err(e) => self.rados_error("reading the group configuration", &e),
             Ok(None) => {
-                let mine = shared::shared_part(&self.h.service.config());
+                let local = self.h.service.config();
+                let mine = shared::shared_part(&local);
+                let all: AllListeners = [(o.id.clone(), shared::listeners_of(&local))].into();
                 let mut guard = self.h.config_seen.lock().unwrap_or_else(|e| e.into_inner());
-                match self.h.objs.write(&oid, &config_body(&mine, &o.id), None) {
+                match self
+                    .h
+                    .objs
+                    .write(&oid, &config_body(&mine, &all, &o.id), None)
+                {
                     Ok(v) => {
                         info!(group = %o.name, version = v, "group configuration created from this member's");
-                        *guard = Some((v, mine));
+                        *guard = Some((v, mine, all));
+                        self.h.changed(oid.clone());
                     }
                     Err(WriteError::Conflict) => {}
                     Err(WriteError::Failed(e)) => {
@@ -935,12 +953,7 @@ impl MemberLoop {
             }
             Ok(Some((_, v))) if seen == Some(v) => {}
             Ok(Some((bytes, v))) => {
-                let parsed = serde_json::from_slice::<Value>(&bytes)
-                    .map_err(|e| e.to_string())
-                    .and_then(|doc| {
-                        TargetConfig::from_json_value(&doc["config"]).map_err(|e| e.to_string())
-                    });
-                let group_cfg = match parsed {
+                let (group_cfg, all) = match parse_config_body(&bytes) {
                     Ok(c) => c,
                     Err(e) => {
                         return self.rados_error(
@@ -957,10 +970,16 @@ impl MemberLoop {
                     .position(|m| *m == o.id)
                     .unwrap_or(self.doc.members.len());
                 let base = ((pos + 1) * 1000).min(60_000) as u16;
-                let merged = shared::merge(&local, &group_cfg, base);
+                let mut merged = shared::merge(&local, &group_cfg, base);
+                // This member's listeners as the group keeps them (an RPC may
+                // have changed them since its file was written).
+                let known = all.get(&o.id).cloned();
+                if let Some(mine) = &known {
+                    merged = shared::with_listeners(merged, mine);
+                }
                 // Seen before it is applied: applying it publishes nothing.
                 *self.h.config_seen.lock().unwrap_or_else(|e| e.into_inner()) =
-                    Some((v, group_cfg));
+                    Some((v, group_cfg, all));
                 if merged != local {
                     match self
                         .h
@@ -974,6 +993,12 @@ impl MemberLoop {
                             group = %o.name, version = v,
                             "cannot apply the group's configuration here: {}", e.message
                         ),
+                    }
+                }
+                if known.is_none() {
+                    // The group does not have this member's listeners yet.
+                    if let Err(e) = self.h.publish_config(&self.h.service.config()) {
+                        self.rados_error("publishing this member's listeners", &e);
                     }
                 }
             }
@@ -1107,11 +1132,31 @@ impl MemberLoop {
         let o = self.opts();
         let fenced = self.h.fenced();
         let d = &self.doc;
+        // Every member's own status object: when it last renewed its lease
+        // (by its clock, against ours) and where it listens. Read here, on
+        // the member thread: `nvmf gw status` must answer even while the
+        // cluster does not.
+        let now = now_unix_ms();
+        let seen: BTreeMap<String, (u64, Value)> = d
+            .members
+            .keys()
+            .filter_map(|id| {
+                let (bytes, _) = self.h.objs.read(&o.member_oid(id)).ok()??;
+                let st: Value = serde_json::from_slice(&bytes).ok()?;
+                let at = st["renewed_at_ms"].as_u64().unwrap_or(0);
+                Some((
+                    id.clone(),
+                    (now.saturating_sub(at), st["listeners"].clone()),
+                ))
+            })
+            .collect();
         let members: Vec<Value> = d
             .members
             .iter()
             .map(|(id, m)| {
                 json!({
+                    "renewed_ms_ago": seen.get(id).map(|x| x.0),
+                    "listeners": seen.get(id).map(|x| x.1.clone()),
                     "id": id,
                     "address": m.address,
                     "joined": m.joined,

@@ -138,3 +138,104 @@ mod tests {
         );
     }
 }
+
+/// Each member's listeners by subsystem NQN, as the group keeps them.
+pub type MemberListeners = std::collections::BTreeMap<String, Vec<nvmf_config::ListenerConfig>>;
+
+/// The listeners of every subsystem of `cfg` (empty lists included: a
+/// listener removed here stays removed when this member restarts).
+pub fn listeners_of(cfg: &TargetConfig) -> MemberListeners {
+    cfg.subsystems
+        .iter()
+        .map(|s| (s.nqn.clone(), s.listeners.clone()))
+        .collect()
+}
+
+/// `m`'s listeners put into `cfg`'s subsystems that `m` names.
+pub fn with_listeners(mut cfg: TargetConfig, m: &MemberListeners) -> TargetConfig {
+    for sub in &mut cfg.subsystems {
+        if let Some(ls) = m.get(&sub.nqn) {
+            sub.listeners = ls.clone();
+            sub.secure_listeners.retain(|l| ls.contains(l));
+        }
+    }
+    cfg
+}
+
+/// A member's listeners as JSON (`{nqn: [{trtype, adrfam, traddr, trsvcid}]}`).
+pub fn listeners_json(m: &MemberListeners) -> serde_json::Value {
+    serde_json::Value::Object(
+        m.iter()
+            .map(|(nqn, ls)| {
+                let v: Vec<serde_json::Value> = ls
+                    .iter()
+                    .map(|l| {
+                        serde_json::json!({
+                            "trtype": l.trtype.as_str(),
+                            "adrfam": l.adrfam.as_str(),
+                            "traddr": l.traddr,
+                            "trsvcid": l.trsvcid,
+                        })
+                    })
+                    .collect();
+                (nqn.clone(), serde_json::Value::Array(v))
+            })
+            .collect(),
+    )
+}
+
+/// The inverse of [`listeners_json`]; `None` when anything does not parse.
+pub fn listeners_from_json(v: &serde_json::Value) -> Option<MemberListeners> {
+    use nvmf_config::{AddressFamily, ListenerConfig, TransportType};
+    let mut out = MemberListeners::new();
+    for (nqn, ls) in v.as_object()? {
+        let mut list = Vec::new();
+        for l in ls.as_array()? {
+            let trtype = match l["trtype"].as_str()?.to_ascii_uppercase().as_str() {
+                "TCP" => TransportType::Tcp,
+                "RDMA" => TransportType::Rdma,
+                _ => return None,
+            };
+            let adrfam = match l["adrfam"].as_str()?.to_ascii_uppercase().as_str() {
+                "IPV4" => AddressFamily::Ipv4,
+                "IPV6" => AddressFamily::Ipv6,
+                _ => return None,
+            };
+            list.push(ListenerConfig {
+                trtype,
+                adrfam,
+                traddr: l["traddr"].as_str()?.to_string(),
+                trsvcid: l["trsvcid"].as_str()?.to_string(),
+            });
+        }
+        out.insert(nqn.clone(), list);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod listener_tests {
+    use super::*;
+
+    #[test]
+    fn a_members_listeners_round_trip_and_replace_the_files() {
+        let nqn = "nqn.2016-06.io.nvmfd:g";
+        let cfg = TargetConfig::from_json_str(&format!(
+            r#"{{"subsystems":[{{"subsystem":"nvmf","config":[
+  {{"method":"nvmf_create_transport","params":{{"trtype":"TCP"}}}},
+  {{"method":"nvmf_create_subsystem","params":{{"nqn":"{nqn}"}}}},
+  {{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{nqn}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"4420"}}}}}}]}}]}}"#
+        ))
+        .unwrap();
+        let m = listeners_of(&cfg);
+        assert_eq!(listeners_from_json(&listeners_json(&m)), Some(m.clone()));
+        let mut other = m.clone();
+        other.get_mut(nqn).unwrap()[0].trsvcid = "4421".into();
+        let c2 = with_listeners(cfg.clone(), &other);
+        assert_eq!(c2.subsystems[0].listeners[0].trsvcid, "4421");
+        assert_eq!(
+            listeners_from_json(&serde_json::json!({"x": [{"trtype": "FC"}]})),
+            None
+        );
+    }
+}
