@@ -18,21 +18,6 @@ PORT=${PORTS%% *}
 . /job/mp-lib.sh
 read -r PA PB PC <<< "$PORTS"
 
-# ana_state of namespace $2 through the path of host port $1 ("none" without a live one: a
-# dead controller's path keeps the last state it read)
-ana_of() {
-  local c b
-  c=$(mp_ctrl_of_port "$1") || { echo none; return; }
-  [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || { echo none; return; }
-  for b in /sys/block/nvme*c*n*; do
-    [ -e "$b/device" ] || continue
-    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
-    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
-    cat "$b/ana_state"; return
-  done
-  echo none
-}
-
 # I/Os completed on namespace $2 through the path of host port $1
 ns_path_ios() {
   local c b a r
@@ -47,35 +32,11 @@ ns_path_ios() {
   echo 0
 }
 
-# wait up to $3 s until namespace $1 is optimized through exactly one live path, one of the
-# ports in $2 (space separated)
-wait_owner() {
-  local i p n
-  for i in $(seq $(($3 * 10))); do
-    n=0
-    for p in $PORTS; do
-      if [ "$(ana_of "$p" "$1")" = optimized ]; then
-        case " $2 " in *" $p "*) n=$((n + 1)) ;; *) n=99 ;; esac
-      fi
-    done
-    [ "$n" = 1 ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
 # the port through which namespace $1 is optimized now
 owner_port() {
   local p
-  for p in $PORTS; do [ "$(ana_of "$p" "$1")" = optimized ] && { echo "$p"; return; }; done
+  for p in $PORTS; do [ "$(mp_ana_of "$p" "$1")" = optimized ] && { echo "$p"; return; }; done
   echo none
-}
-
-show_ana() {
-  local p n
-  for n in 1 2 3 4 5 6 7; do
-    echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" "$n")"; done)"
-  done
 }
 
 step "connect the three members ($PORTS) to $NQN"
@@ -89,9 +50,9 @@ done
 ok "3 live paths; heads$DEVS"
 
 step "each namespace optimized on its home only"
-wait_owner 1 "$PA" 10 && wait_owner 2 "$PB" 10 && wait_owner 3 "$PC" 10 &&
-  wait_owner 4 "$PA" 10 && wait_owner 5 "$PB" 10 && wait_owner 6 "$PC" 10 || { show_ana; fail "ANA states"; }
-show_ana
+mp_wait_owner 1 "$PA" 10 && mp_wait_owner 2 "$PB" 10 && mp_wait_owner 3 "$PC" 10 &&
+  mp_wait_owner 4 "$PA" 10 && mp_wait_owner 5 "$PB" 10 && mp_wait_owner 6 "$PC" 10 || { mp_show_ana 7; fail "ANA states"; }
+mp_show_ana 7
 ok "namespaces 1, 4 optimized through a, 2, 5 through b, 3, 6 through c; inaccessible elsewhere"
 
 step "fio verify on the six namespaces; each flows through its owner"
@@ -107,10 +68,10 @@ ok "I/Os: namespace 1 via a $((a1 - a0)), 5 via b $((b1 - b0)), 6 via c $((c1 - 
 step "member a killed (SIGKILL) under I/O: namespaces 1 and 4 move to the survivors"
 t0=$(uptime_s)
 checkpoint kill-a
-wait_owner 1 "$PB $PC" 40 && wait_owner 4 "$PB $PC" 40 ||
-  { show_ana; io_stop; fail "namespaces 1 and 4 not optimized on a survivor within 40 s"; }
+mp_wait_owner 1 "$PB $PC" 40 && mp_wait_owner 4 "$PB $PC" 40 ||
+  { mp_show_ana 7; io_stop; fail "namespaces 1 and 4 not optimized on a survivor within 40 s"; }
 echo "TAKEOVER_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
-show_ana
+mp_show_ana 7
 p1=$(owner_port 1)
 x0=$(ns_path_ios "$p1" 1); sleep 3; x1=$(ns_path_ios "$p1" 1)
 io_alive || { io_stop; fail "fio loop ended after the kill"; }
@@ -121,9 +82,9 @@ step "member a restarted: namespaces 1 and 4 go back to a (failback)"
 t0=$(uptime_s)
 checkpoint restart-a
 mp_wait_live 3 60 || { mp_show; io_stop; fail "a's path not live again within 60 s"; }
-wait_owner 1 "$PA" 60 && wait_owner 4 "$PA" 60 || { show_ana; io_stop; fail "namespaces 1, 4 not back on a within 60 s"; }
+mp_wait_owner 1 "$PA" 60 && mp_wait_owner 4 "$PA" 60 || { mp_show_ana 7; io_stop; fail "namespaces 1, 4 not back on a within 60 s"; }
 echo "FAILBACK_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
-show_ana
+mp_show_ana 7
 y0=$(ns_path_ios "$PA" 4); sleep 3; y1=$(ns_path_ios "$PA" 4)
 io_alive || { io_stop; fail "fio loop ended after the failback"; }
 [ "$y1" -gt "$y0" ] || fail "no I/O on namespace 4 through a after failback ($y0 -> $y1)"
@@ -134,25 +95,25 @@ t0=$(uptime_s)
 checkpoint add-ns7
 for i in $(seq 200); do
   n=0
-  for p in $PORTS; do [ "$(ana_of "$p" 7)" = none ] || n=$((n + 1)); done
+  for p in $PORTS; do [ "$(mp_ana_of "$p" 7)" = none ] || n=$((n + 1)); done
   [ "$n" = 3 ] && break
   sleep 0.1
 done
-[ "$n" = 3 ] || { show_ana; ana7="$(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" 7)"; done)"; io_stop; fail "namespace 7 not on all three paths within 20 s: $ana7"; }
+[ "$n" = 3 ] || { mp_show_ana 7; ana7="$(for p in $PORTS; do printf '%s=%s ' "$p" "$(mp_ana_of "$p" 7)"; done)"; io_stop; fail "namespace 7 not on all three paths within 20 s: $ana7"; }
 echo "NEWNS_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
-wait_owner 7 "$PORTS" 20 || { io_stop; fail "namespace 7 not optimized on exactly one member"; }
+mp_wait_owner 7 "$PORTS" 20 || { io_stop; fail "namespace 7 not optimized on exactly one member"; }
 D7=$(ns_dev "$NQN" 7) || { io_stop; fail "no head device for namespace 7"; }
 fio_verify newns "$D7" 1024 --rw=randrw --bs=4k --iodepth=8 --size=4m
-ok "namespace 7 through all three members ($(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" 7)"; done)), verified"
+ok "namespace 7 through all three members ($(for p in $PORTS; do printf '%s=%s ' "$p" "$(mp_ana_of "$p" 7)"; done)), verified"
 
 step "members b and c killed together: a takes every group"
 t0=$(uptime_s)
 checkpoint kill-bc
 for n in 1 2 3 4 5 6 7; do
-  wait_owner "$n" "$PA" 60 || { show_ana; io_stop; fail "namespace $n not optimized on a within 60 s"; }
+  mp_wait_owner "$n" "$PA" 60 || { mp_show_ana 7; io_stop; fail "namespace $n not optimized on a within 60 s"; }
 done
 echo "TWO_KILLED_S=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
-show_ana
+mp_show_ana 7
 sleep 2
 io_alive || { io_stop; fail "fio loop ended after b and c were killed"; }
 ok "a serves all seven namespaces"
@@ -162,7 +123,7 @@ checkpoint restart-mon
 sleep 5
 io_alive || { io_stop; fail "fio loop ended across the monitor restart"; }
 for n in 1 2 3 4 5 6 7; do
-  wait_owner "$n" "$PA" 5 || { show_ana; io_stop; fail "namespace $n moved after the monitor restart"; }
+  mp_wait_owner "$n" "$PA" 5 || { mp_show_ana 7; io_stop; fail "namespace $n moved after the monitor restart"; }
 done
 ok "nothing moved"
 

@@ -19,49 +19,14 @@ PORT=${PORTS%% *}
 . /job/mp-lib.sh
 read -r PA PB PC <<< "$PORTS"
 
-ana_of() {  # port nsid -> ana_state through that live path, or "none"
-  local c b
-  c=$(mp_ctrl_of_port "$1") || { echo none; return; }
-  [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || { echo none; return; }
-  for b in /sys/block/nvme*c*n*; do
-    [ -e "$b/device" ] || continue
-    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
-    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
-    cat "$b/ana_state"; return
-  done
-  echo none
-}
-
-wait_owner() {  # nsid "ports allowed" seconds: optimized through exactly one live path, an allowed one
-  local i p n
-  for i in $(seq $(($3 * 10))); do
-    n=0
-    for p in $PORTS; do
-      if [ "$(ana_of "$p" "$1")" = optimized ]; then
-        case " $2 " in *" $p "*) n=$((n + 1)) ;; *) n=99 ;; esac
-      fi
-    done
-    [ "$n" = 1 ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
-
-show_ana() {
-  local p n
-  for n in 1 2 3; do
-    echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(ana_of "$p" "$n")"; done)"
-  done
-}
-
 since() { awk -v a="$1" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }'; }
 
 step "connect the three members ($PORTS)"
 mp_connect
 mp_wait_live 3 || { mp_show; fail "not 3 live paths"; }
 D1=$(ns_dev "$NQN" 1) && D2=$(ns_dev "$NQN" 2) && D3=$(ns_dev "$NQN" 3) || fail "namespaces 1..3 not all there"
-wait_owner 1 "$PA" 20 && wait_owner 2 "$PB" 20 && wait_owner 3 "$PC" 20 || { show_ana; fail "ANA states"; }
-show_ana
+mp_wait_owner 1 "$PA" 20 && mp_wait_owner 2 "$PB" 20 && mp_wait_owner 3 "$PC" 20 || { mp_show_ana 3; fail "ANA states"; }
+mp_show_ana 3
 ok "3 live paths; namespace i optimized through member i only"
 
 step "fio verify on the three namespaces"
@@ -73,9 +38,9 @@ ok "running"
 step "1. member a frozen (SIGSTOP) with I/O in flight: namespace 1 moves"
 t0=$(uptime_s)
 checkpoint freeze-a
-wait_owner 1 "$PB $PC" 90 || { show_ana; io_stop; fail "namespace 1 not optimized on a survivor within 90 s"; }
+mp_wait_owner 1 "$PB $PC" 90 || { mp_show_ana 3; io_stop; fail "namespace 1 not optimized on a survivor within 90 s"; }
 echo "FROZEN_TAKEOVER_S=$(since "$t0")"
-show_ana
+mp_show_ana 3
 sleep 3
 io_alive || { io_stop; fail "fio loop ended while a was frozen"; }
 ok "namespace 1 served by a survivor"
@@ -86,23 +51,23 @@ sleep 4
 io_alive || { io_stop; fail "fio loop ended after a resumed (a stale write?)"; }
 checkpoint restart-a
 mp_wait_live 3 90 || { mp_show; io_stop; fail "a's path not live again"; }
-wait_owner 1 "$PA" 60 || { show_ana; io_stop; fail "namespace 1 not back on a"; }
+mp_wait_owner 1 "$PA" 60 || { mp_show_ana 3; io_stop; fail "namespace 1 not back on a"; }
 ok "a restarted owns namespace 1 again"
 
 step "2. member b cut from the cluster: it fences itself within its lease"
 t0=$(uptime_s)
 checkpoint cut-b
-for i in $(seq 150); do [ "$(ana_of "$PB" 2)" = optimized ] || break; sleep 0.1; done
-[ "$(ana_of "$PB" 2)" = optimized ] && { show_ana; io_stop; fail "b's path still optimized 15 s after the cut"; }
-echo "CUT_FENCED_S=$(since "$t0") ($(ana_of "$PB" 2) through b)"
-wait_owner 2 "$PA $PC" 60 || { show_ana; io_stop; fail "namespace 2 not taken over"; }
+for i in $(seq 150); do [ "$(mp_ana_of "$PB" 2)" = optimized ] || break; sleep 0.1; done
+[ "$(mp_ana_of "$PB" 2)" = optimized ] && { mp_show_ana 3; io_stop; fail "b's path still optimized 15 s after the cut"; }
+echo "CUT_FENCED_S=$(since "$t0") ($(mp_ana_of "$PB" 2) through b)"
+mp_wait_owner 2 "$PA $PC" 60 || { mp_show_ana 3; io_stop; fail "namespace 2 not taken over"; }
 echo "CUT_TAKEOVER_S=$(since "$t0")"
-show_ana
+mp_show_ana 3
 sleep 3
 io_alive || { io_stop; fail "fio loop ended while b was cut"; }
 checkpoint heal-b
 mp_wait_live 3 90 || { mp_show; io_stop; fail "b's path not live again"; }
-wait_owner 2 "$PB" 60 || { show_ana; io_stop; fail "namespace 2 not back on b"; }
+mp_wait_owner 2 "$PB" 60 || { mp_show_ana 3; io_stop; fail "namespace 2 not back on b"; }
 ok "b fenced itself, was taken over, healed, restarted, owns namespace 2 again"
 
 step "stop fio; every run verified"
@@ -117,7 +82,7 @@ ok "held; the second host is refused"
 
 step "c killed: the reservation holds through the survivor"
 checkpoint kill-c
-wait_owner 3 "$PA $PB" 60 || { show_ana; fail "namespace 3 not taken over"; }
+mp_wait_owner 3 "$PA $PB" 60 || { mp_show_ana 3; fail "namespace 3 not taken over"; }
 QUIET_RUN=1 run nvme resv-report "$D3" -n 3 --eds -o json
 R=$(tr -d ' \n\t' <<<"$LAST_OUT"); echo "  report: $R"
 grep -q '"rtype":1' <<<"$R" || fail "no Write Exclusive after the takeover: $R"

@@ -10,6 +10,9 @@
 #   mp_show                 nvme list-subsys + each path's state
 #   mp_iopolicy POLICY      set the subsystem's iopolicy (round-robin, numa, queue-depth)
 #   mp_path_ios PORT        I/Os completed through the path of host port PORT
+#   mp_ana_of PORT NSID     a namespace's ANA state through a live path ("none" otherwise)
+#   mp_wait_owner NSID "PORTS" S   wait until exactly one live path, one of PORTS, is optimized
+#   mp_show_ana N           ANA states of namespaces 1..N through every port
 #   io_start DEV / io_stop  background fio verify loop on DEV; io_stop waits for it and fails
 #                           the scenario unless every fio run passed; prints PAUSE_MS=
 #                           (the longest I/O latency fio saw, read or write, in ms)
@@ -87,6 +90,46 @@ mp_path_ios() {  # port -> reads+writes completed through that path's namespace 
     echo $((a + r)); return
   done
   echo 0
+}
+
+# ana_state of namespace $2 through the path of host port $1 ("none" without a live one: a
+# dead controller's path keeps the last state it read)
+mp_ana_of() {
+  local c b
+  c=$(mp_ctrl_of_port "$1") || { echo none; return; }
+  [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || { echo none; return; }
+  for b in /sys/block/nvme*c*n*; do
+    [ -e "$b/device" ] || continue
+    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
+    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
+    cat "$b/ana_state"; return
+  done
+  echo none
+}
+
+# wait up to $3 s until namespace $1 is optimized through exactly one live path, one of the
+# ports in $2 (space separated)
+mp_wait_owner() {
+  local i p n
+  for i in $(seq $(($3 * 10))); do
+    n=0
+    for p in $PORTS; do
+      if [ "$(mp_ana_of "$p" "$1")" = optimized ]; then
+        case " $2 " in *" $p "*) n=$((n + 1)) ;; *) n=99 ;; esac
+      fi
+    done
+    [ "$n" = 1 ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# each of namespaces 1..$1's ANA state through every port
+mp_show_ana() {
+  local p n
+  for n in $(seq "$1"); do
+    echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(mp_ana_of "$p" "$n")"; done)"
+  done
 }
 
 # one fio crc32c verify run after another on $1 (one device, or several separated by spaces:

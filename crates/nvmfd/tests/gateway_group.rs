@@ -281,6 +281,29 @@ fn read_one(h: &mut Host, nsid: u32, lba: u64, nlb: u32) -> Vec<u8> {
     d
 }
 
+/// Retries the write of `data` at `lba` on namespace `ns` every 50 ms while the path answers
+/// ANA Inaccessible (what a multipath host does while a group moves), until it succeeds;
+/// fails the test after `limit` from `t0`, with `m`'s log.
+fn write_when_served(
+    h: &mut Host,
+    ns: u32,
+    lba: u64,
+    data: &[u8],
+    t0: Instant,
+    limit: Duration,
+    m: &Member,
+) {
+    loop {
+        let st = write(h, ns, lba, data);
+        if st.is_success() {
+            return;
+        }
+        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
+        assert!(t0.elapsed() < limit, "no takeover: {}", m.d.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// SCT 3 (path related), SC 02h: ANA Inaccessible.
 fn is_ana_inaccessible(st: Status) -> bool {
     st.sct == 3 && st.sc == 0x02
@@ -519,19 +542,7 @@ fn frozen_member_cannot_land_a_stale_write() {
     let mut hb = host(b.port);
     let t0 = Instant::now();
     let new = pattern(0x4e, 0, 128);
-    loop {
-        let st = write(&mut hb, 1, 0, &new);
-        if st.is_success() {
-            break;
-        }
-        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no takeover: {}",
-            b.d.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    write_when_served(&mut hb, 1, 0, &new, t0, Duration::from_secs(20), &b);
     eprintln!("b took group 1 from the frozen a in {:?}", t0.elapsed());
 
     // a resumes: whatever it still sends is refused; it exits as fenced.
@@ -639,19 +650,7 @@ fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
     );
     // b fences a (its monitors still hear b) and takes group 1.
     let newer = pattern(2, 0, 8);
-    loop {
-        let st = write(&mut hb, 1, 0, &newer);
-        if st.is_success() {
-            break;
-        }
-        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no takeover: {}",
-            b.d.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    write_when_served(&mut hb, 1, 0, &newer, t0, Duration::from_secs(20), &b);
     let taken_after = t0.elapsed();
     eprintln!(
         "cut at 0: a fenced itself after {fenced_after:?} (L - L/5 = {} ms after its last renewal), \
@@ -711,19 +710,7 @@ fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
     let mut hb = host(b.port);
     let t0 = Instant::now();
     let new = pattern(0x4e, 0, 128);
-    loop {
-        let st = write(&mut hb, 1, 0, &new);
-        if st.is_success() {
-            break;
-        }
-        assert!(is_ana_inaccessible(st), "{} {st:?}", st.name());
-        assert!(
-            t0.elapsed() < Duration::from_secs(20),
-            "no takeover: {}",
-            b.d.logs()
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    write_when_served(&mut hb, 1, 0, &new, t0, Duration::from_secs(20), &b);
     eprintln!("b took group 1 from the cut a in {:?}", t0.elapsed());
     let mut answered = Vec::new();
     let _ = ha.q.poll(Some(Duration::from_millis(10)));
