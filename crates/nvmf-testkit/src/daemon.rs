@@ -27,6 +27,7 @@ pub struct DaemonBuilder {
     dir: Option<PathBuf>,
     log_file: bool,
     stop_grace: Option<Duration>,
+    netns: Option<String>,
 }
 
 impl DaemonBuilder {
@@ -78,6 +79,13 @@ impl DaemonBuilder {
         self
     }
 
+    /// Runs it in network namespace `name` (`ip netns exec`, which execs it: the process is
+    /// nvmfd itself, for signals and its exit status), e.g. a [`crate::CuttableNetns`].
+    pub fn in_netns(mut self, name: &str) -> Self {
+        self.netns = Some(name.to_string());
+        self
+    }
+
     /// Starts it; panics (with its log and config) if it exits or is not ready in time.
     pub fn start(self) -> Daemon {
         self.try_start().unwrap_or_else(|e| panic!("{e}"))
@@ -105,7 +113,14 @@ impl DaemonBuilder {
             std::fs::File::create(p).expect("create nvmfd.log");
         }
         let bin = bins::nvmfd();
-        let mut cmd = Command::new(&bin);
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(&bin);
+                c
+            }
+            None => Command::new(&bin),
+        };
         cmd.arg("-c")
             .arg(&config)
             .arg("-r")
@@ -192,6 +207,7 @@ impl Daemon {
             dir: None,
             log_file: false,
             stop_grace: None,
+            netns: None,
         }
     }
 

@@ -11,6 +11,8 @@
 //!   once it logged `listening on` for its ports, with its RPC socket and [`Daemon::rpc`].
 //! * [`ceph`]: [`CephCluster`], a throw-away one-node Ceph cluster on 127.0.0.1
 //!   (`testbed/ceph-cluster`) with the `rbd`/`ceph` CLIs against it, for RBD namespaces.
+//! * [`netns`]: [`CuttableNetns`], a network namespace whose link to 127.0.0.1 a test cuts
+//!   and heals (a member partitioned from the Ceph cluster but reachable by the host).
 //! * [`model`]: in-process target configurations (one subsystem, one namespace) for the
 //!   core's and the transports' own tests.
 //! * [`inproc`]: around such a model, the target, a connection's `PortInfo` and an NVMe/RDMA
@@ -28,10 +30,12 @@ pub mod ceph;
 pub mod daemon;
 pub mod inproc;
 pub mod model;
+pub mod netns;
 pub mod process;
 
 pub use ceph::CephCluster;
 pub use daemon::{Daemon, DaemonBuilder};
+pub use netns::CuttableNetns;
 pub use process::{die_with_parent, nvmf, run_bounded, stop_child, Process};
 
 /// A port that was free on 127.0.0.1 when asked (another process may still take it before

@@ -18,20 +18,19 @@
 //!   newer data everywhere. With the blocklist left out, this test fails:
 //!   the resumed member's OLD writes land over NEW.
 //! * `member_cut_from_the_cluster_fences_itself_within_its_lease`: a
-//!   member's RADOS client cut from the monitors and OSDs (its messenger
-//!   drops their messages: `ms_blackhole_*` set through the client's admin
-//!   socket; this machine has no packet filter) while the host still
-//!   reaches it: it goes inaccessible before its lease ends (its fence
-//!   thread does not wait for the stuck cluster calls), answers writes ANA
-//!   Inaccessible at once, the survivor takes over after the lease, and
-//!   once healed the member learns it was fenced and exits (status 3).
+//!   member runs in its own network namespace whose link to the cluster is
+//!   then cut (the link goes down: what it sends is dropped, not refused)
+//!   while the host still reaches it over a second link: it goes
+//!   inaccessible before its lease ends (its fence thread does not wait for
+//!   the stuck cluster calls), answers writes ANA Inaccessible at once, the
+//!   survivor takes over after the lease, and once healed the member learns
+//!   it was fenced and exits (status 3).
 //! * `partition_with_writes_in_flight_then_healed_keeps_the_newer_data`:
-//!   the same cut with 16 writes in flight in the member; the host retries
-//!   through the survivor, which takes over and writes NEW; healed, the
-//!   image holds NEW. (The blackhole discards the cut member's messages
-//!   instead of delaying them, so here no late write reaches an OSD even
-//!   without fencing; the frozen-member test is the one that delivers late
-//!   writes and shows the blocklist refusing them.)
+//!   the same cut with 16 writes of OLD in flight in the member (sent into
+//!   its sockets to the OSDs, held there by the partition); the host retries
+//!   through the survivor, which fences it and takes over and writes NEW;
+//!   healed, TCP delivers what the member had sent, the OSDs refuse it
+//!   (blocklisted), and the image holds NEW.
 
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,7 @@ use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::queue::IoQueue;
 use nvmf_host::trid::TransportId;
 use nvmf_testkit::ceph::{ceph_check, POOL};
-use nvmf_testkit::{bins, free_port, run_bounded, text, CephCluster, Daemon};
+use nvmf_testkit::{bins, free_port, run_bounded, text, CephCluster, CuttableNetns, Daemon};
 use nvmf_wire::status::Status;
 use serde_json::Value;
 
@@ -63,14 +62,9 @@ fn begin() -> Option<&'static CephCluster> {
 
 /// A member's configuration: cluster `ceph0`, one RBD bdev per image,
 /// namespace i (ANA group i) on image i, one listener.
-fn config(c: &CephCluster, images: &[String], port: u16, asok: Option<&std::path::Path>) -> String {
-    // With `asok`, the member's RADOS client has an admin socket there, through
-    // which a test cuts it from the cluster (`ms_blackhole_mon/osd`).
-    let extra = asok
-        .map(|p| format!(r#","config_param":{{"admin_socket":"{}"}}"#, p.display()))
-        .unwrap_or_default();
+fn config(c: &CephCluster, images: &[String], addr: &str, port: u16) -> String {
     let mut bdevs = vec![format!(
-        r#"{{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0","config_file":"{}","key_file":"{}"{extra}}}}}"#,
+        r#"{{"method":"bdev_rbd_register_cluster","params":{{"name":"ceph0","config_file":"{}","key_file":"{}"}}}}"#,
         c.conf_path().display(),
         c.keyring_path().display()
     )];
@@ -90,7 +84,7 @@ fn config(c: &CephCluster, images: &[String], port: u16, asok: Option<&std::path
         ));
     }
     nvmf.push(format!(
-        r#"{{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"127.0.0.1","trsvcid":"{port}"}}}}}}"#
+        r#"{{"method":"nvmf_subsystem_add_listener","params":{{"nqn":"{NQN}","listen_address":{{"trtype":"TCP","adrfam":"IPv4","traddr":"{addr}","trsvcid":"{port}"}}}}}}"#
     ));
     format!(
         r#"{{"subsystems":[{{"subsystem":"bdev","config":[{}]}},{{"subsystem":"nvmf","config":[{}]}}]}}"#,
@@ -101,6 +95,9 @@ fn config(c: &CephCluster, images: &[String], port: u16, asok: Option<&std::path
 
 struct Member {
     d: Daemon,
+    /// Where its listener and metrics endpoint are: 127.0.0.1, or its
+    /// namespace's address.
+    addr: String,
     port: u16,
     metrics: u16,
 }
@@ -123,14 +120,19 @@ fn member_with(
     id: &str,
     home: &str,
     port: u16,
-    asok: Option<&std::path::Path>,
+    net: Option<&CuttableNetns>,
 ) -> Member {
     let metrics = free_port();
+    let addr = net.map_or("127.0.0.1", |n| n.addr()).to_string();
     let mut args: Vec<String> = Vec::new();
     if !home.is_empty() {
         args.extend(["--gateway-ana-groups".to_string(), home.to_string()]);
     }
-    let d = Daemon::builder(config(c, images, port, asok))
+    let mut b = Daemon::builder(config(c, images, &addr, port));
+    if let Some(n) = net {
+        b = b.in_netns(n.name());
+    }
+    let d = b
         .args(args)
         .args([
             "-m",
@@ -146,12 +148,17 @@ fn member_with(
             "--group-lease-ms",
             &LEASE_MS.to_string(),
             "--metrics",
-            &format!("127.0.0.1:{metrics}"),
+            &format!("{addr}:{metrics}"),
         ])
         .listening(&[port])
         .ready_within(Duration::from_secs(60))
         .start();
-    Member { d, port, metrics }
+    Member {
+        d,
+        addr,
+        port,
+        metrics,
+    }
 }
 
 /// `nvmf gw status --json` of a member.
@@ -204,8 +211,13 @@ struct Host {
     q: IoQueue,
 }
 
-fn host(port: u16) -> Host {
-    let trid = TransportId::tcp("127.0.0.1", &port.to_string(), NQN);
+/// A host connected to member `m`.
+fn host(m: &Member) -> Host {
+    host_at(&m.addr, m.port)
+}
+
+fn host_at(addr: &str, port: u16) -> Host {
+    let trid = TransportId::tcp(addr, &port.to_string(), NQN);
     let opts = ConnectOptions::new(trid);
     let ctrl = Controller::connect(&opts).expect("connect");
     assert!(ctrl.set_num_queues(1).expect("Number of Queues") >= 1);
@@ -309,9 +321,11 @@ fn is_ana_inaccessible(st: Status) -> bool {
     st.sct == 3 && st.sc == 0x02
 }
 
-fn scrape(port: u16) -> String {
+/// Member `m`'s `/metrics`.
+fn scrape(m: &Member) -> String {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics endpoint");
+    let mut s =
+        std::net::TcpStream::connect((m.addr.as_str(), m.metrics)).expect("metrics endpoint");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
     s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
         .unwrap();
@@ -362,8 +376,8 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     }
 
     // Group 1 is written through its owner a; through b it is inaccessible.
-    let mut ha = host(a.port);
-    let mut hb = host(b.port);
+    let mut ha = host(&a);
+    let mut hb = host(&b);
     let old = pattern(1, 0, 8);
     assert!(write(&mut ha, 1, 0, &old).is_success());
     let st = write(&mut hb, 1, 100, &pattern(9, 100, 1));
@@ -378,7 +392,7 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     // fences a and takes group 1.
     let a_address = status(&a)["address"].as_str().unwrap().to_string();
     // (Takeovers so far: groups nobody owned yet while members were joining.)
-    let mb0 = scrape(b.metrics);
+    let mb0 = scrape(&b);
     let b_took = metric(&mb0, "nvmf_group_takeovers_total");
     let b_handed = metric(&mb0, "nvmf_group_handovers_total");
     a.d.kill();
@@ -428,7 +442,7 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     let a2 = member(c, &imgs, &group, "a", "1", a.port);
     let back = wait_owners(&a2, &["a", "b", "c"], Duration::from_secs(60));
     eprintln!("failback: a owns group 1 again {back:?} after it started");
-    let mut ha2 = host(a2.port);
+    let mut ha2 = host(&a2);
     assert_eq!(read(&mut ha2, 1, 0, 8), newer, "a reads what b wrote");
     let st = write(&mut hb, 1, 0, &old);
     assert!(
@@ -436,7 +450,7 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
         "b still writes group 1: {} {st:?}",
         st.name()
     );
-    let mb = scrape(b.metrics);
+    let mb = scrape(&b);
     assert_eq!(
         metric(&mb, "nvmf_group_takeovers_total"),
         b_took + 1,
@@ -463,10 +477,10 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     );
     eprintln!("{}", text(&out.stdout).trim());
     wait_owners(&cm, &["a", "b", "a"], Duration::from_secs(10));
-    assert_eq!(metric(&scrape(cm.metrics), "nvmf_group_fencings_total"), 0);
+    assert_eq!(metric(&scrape(&cm), "nvmf_group_fencings_total"), 0);
     // (The new owner makes it optimized on its next tick, as a host retrying
     // ANA Inaccessible sees it.)
-    let mut ha3 = host(a2.port);
+    let mut ha3 = host(&a2);
     let t0 = Instant::now();
     loop {
         let st = write(&mut ha3, 3, 0, &pattern(3, 0, 1));
@@ -514,7 +528,7 @@ fn frozen_member_cannot_land_a_stale_write() {
 
     // 16 writes of OLD over blocks 0..128 sent to a, then a frozen at once:
     // some are in librbd, some still in a's socket.
-    let mut ha = host(a.port);
+    let mut ha = host(&a);
     let nlb = 8u32;
     let mut slots = Vec::new();
     for i in 0..16u64 {
@@ -539,7 +553,7 @@ fn frozen_member_cannot_land_a_stale_write() {
     eprintln!("{done} of 16 OLD writes completed before a froze");
 
     // b fences a and takes group 1; the host writes NEW through b.
-    let mut hb = host(b.port);
+    let mut hb = host(&b);
     let t0 = Instant::now();
     let new = pattern(0x4e, 0, 128);
     write_when_served(&mut hb, 1, 0, &new, t0, Duration::from_secs(20), &b);
@@ -576,28 +590,16 @@ fn frozen_member_cannot_land_a_stale_write() {
     }
 }
 
-/// Cuts (or heals) a member's RADOS client from the monitors and OSDs: its
-/// messenger drops every message to and from them (`ms_blackhole_*`, set at
-/// run time through the client's admin socket). The host still reaches the
-/// member over NVMe/TCP.
-fn cut(asok: &std::path::Path, on: bool) {
-    for opt in ["ms_blackhole_mon", "ms_blackhole_osd"] {
-        let mut cmd = std::process::Command::new("ceph");
-        cmd.arg("--admin-daemon").arg(asok).args([
-            "config",
-            "set",
-            opt,
-            if on { "true" } else { "false" },
-        ]);
-        let out = run_bounded(cmd, Duration::from_secs(20));
-        assert!(
-            out.status.success(),
-            "ceph --admin-daemon {} config set {opt}: {}{}",
-            asok.display(),
-            text(&out.stdout),
-            text(&out.stderr)
-        );
-    }
+/// A network namespace for a member whose link to the cluster (on
+/// 127.0.0.1) the test cuts while the host still reaches its listener.
+fn netns() -> CuttableNetns {
+    CuttableNetns::new().unwrap_or_else(|e| panic!("a network namespace for the cut member: {e}"))
+}
+
+/// Cuts (or heals) the member in `n` from the monitors and OSDs: its link to
+/// them goes down, so what it sends is dropped (a partition, not a refusal).
+fn cut(n: &CuttableNetns, on: bool) {
+    n.cut(on).unwrap_or_else(|e| panic!("{e}"));
 }
 
 #[test]
@@ -605,17 +607,16 @@ fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
     let Some(c) = begin() else { return };
     let imgs = images(c, "gw-cut", 2);
     let group = format!("cut-{}", std::process::id());
-    let dir = nvmf_testkit::TestDir::new("gw-cut");
-    let asok = dir.path().join("a.asok");
-    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&asok));
+    let net = netns();
+    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&net));
     let b = member(c, &imgs, &group, "b", "2", free_port());
     wait_owners(&b, &["a", "b"], Duration::from_secs(60));
-    let mut ha = host(a.port);
-    let mut hb = host(b.port);
+    let mut ha = host(&a);
+    let mut hb = host(&b);
     assert!(write(&mut ha, 1, 0, &pattern(1, 0, 8)).is_success());
 
     // Cut a from the cluster, not from the host.
-    cut(&asok, true);
+    cut(&net, true);
     let t0 = Instant::now();
     loop {
         if status(&a)["state"] == "self-fenced" {
@@ -645,7 +646,7 @@ fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
         t1.elapsed()
     );
     assert!(
-        metric(&scrape(a.metrics), "nvmf_group_self_fenced") == 1,
+        metric(&scrape(&a), "nvmf_group_self_fenced") == 1,
         "self-fenced gauge"
     );
     // b fences a (its monitors still hear b) and takes group 1.
@@ -663,7 +664,7 @@ fn member_cut_from_the_cluster_fences_itself_within_its_lease() {
     );
 
     // Healed: a learns it was fenced and exits for its supervisor to restart it.
-    cut(&asok, false);
+    cut(&net, false);
     let code =
         a.d.wait_exit(Duration::from_secs(60))
             .and_then(|s| s.code());
@@ -685,17 +686,20 @@ fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
     let Some(c) = begin() else { return };
     let imgs = images(c, "gw-part", 2);
     let group = format!("part-{}", std::process::id());
-    let dir = nvmf_testkit::TestDir::new("gw-part");
-    let asok = dir.path().join("a.asok");
-    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&asok));
+    let net = netns();
+    let mut a = member_with(c, &imgs, &group, "a", "1", free_port(), Some(&net));
     let b = member(c, &imgs, &group, "b", "2", free_port());
     wait_owners(&b, &["a", "b"], Duration::from_secs(60));
 
     // a is cut from the OSDs and monitors; then 16 writes of OLD reach it
-    // (its groups are still optimized): they go into librbd and stay there.
-    let mut ha = host(a.port);
-    cut(&asok, true);
-    let nlb = 8u32;
+    // (its groups are still optimized): one block each, so the data goes in
+    // the command capsule, and the host's queue is pumped for a second (any
+    // R2T answered) so that every write is in a and sent on into librbd,
+    // whose messages to the OSDs the partition holds.
+    let mut ha = host(&a);
+    cut(&net, true);
+    let nlb = 1u32;
+    assert!(ha.q.in_capsule_size() >= nlb * BLOCK, "in-capsule writes");
     for i in 0..16u64 {
         let lba = i * u64::from(nlb);
         let s = ha.q.alloc().expect("slot");
@@ -705,9 +709,16 @@ fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
             .expect("submit");
     }
     ha.q.flush().expect("send");
+    for _ in 0..10 {
+        let _ = ha.q.poll(Some(Duration::from_millis(100)));
+    }
+    assert!(
+        ha.q.next_completion().is_none(),
+        "a answered a write while cut from the OSDs"
+    );
 
     // The host gives up on a and retries through b, which takes over.
-    let mut hb = host(b.port);
+    let mut hb = host(&b);
     let t0 = Instant::now();
     let new = pattern(0x4e, 0, 128);
     write_when_served(&mut hb, 1, 0, &new, t0, Duration::from_secs(20), &b);
@@ -723,7 +734,7 @@ fn partition_with_writes_in_flight_then_healed_keeps_the_newer_data() {
     );
 
     // Healed: a's client reconnects; whatever it resends is refused.
-    cut(&asok, false);
+    cut(&net, false);
     let code =
         a.d.wait_exit(Duration::from_secs(60))
             .and_then(|s| s.code());
@@ -835,7 +846,7 @@ fn load(
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) -> std::thread::JoinHandle<(u64, Vec<String>)> {
     std::thread::spawn(move || {
-        let mut h = host(port);
+        let mut h = host_at("127.0.0.1", port);
         let (mut rounds, mut failures) = (0u64, Vec::new());
         while !stop.load(std::sync::atomic::Ordering::Relaxed) && failures.len() < 10 {
             rounds += 1;
@@ -874,7 +885,7 @@ fn two_of_three_killed_together_then_the_monitor_restarts_under_load() {
     a.d.kill();
     b.d.kill();
     let t0 = Instant::now();
-    let mut hc = host(cm.port);
+    let mut hc = host(&cm);
     for ns in [1u32, 2] {
         loop {
             let st = write(&mut hc, ns, 0, &pattern(7, 0, 1));
@@ -962,7 +973,7 @@ fn kill_and_failback_twenty_times() {
     let mut a = member(c, &imgs, &group, "a", "1", port_a);
     let b = member(c, &imgs, &group, "b", "2", free_port());
     wait_owners(&b, &["a", "b"], Duration::from_secs(60));
-    let mut hb = host(b.port);
+    let mut hb = host(&b);
     let bound = Duration::from_millis(LEASE_MS + LEASE_MS / 3 + 2000);
     let (mut takeovers, mut failbacks) = (Vec::new(), Vec::new());
     let retry_write = |h: &mut Host, tag: u64, limit: Duration| -> Duration {
@@ -981,7 +992,7 @@ fn kill_and_failback_twenty_times() {
         }
     };
     for i in 0..cycles {
-        let mut ha = host(a.port);
+        let mut ha = host(&a);
         assert!(retry_write(&mut ha, i as u64, Duration::from_secs(10)) < Duration::from_secs(10));
         drop(ha);
         a.d.kill();
@@ -989,7 +1000,7 @@ fn kill_and_failback_twenty_times() {
         takeovers.push(pause);
         let t0 = Instant::now();
         a = member(c, &imgs, &group, "a", "1", port_a);
-        let mut ha = host(a.port);
+        let mut ha = host(&a);
         retry_write(&mut ha, 200 + i as u64, Duration::from_secs(30));
         failbacks.push(t0.elapsed());
     }
