@@ -5,7 +5,7 @@
 #      still held is refused by the OSDs (blocklisted), it exits (status 3); fio keeps
 #      verifying (a stale write landing over newer data would be a verify failure).  a
 #      restarted gets namespace 1 back.
-#   2. b cut from the Ceph cluster (its RADOS client's messenger drops everything) but
+#   2. b (in its own network namespace) cut from the Ceph cluster (its link to it goes down) but
 #      reachable: its paths go inaccessible within its lease, I/O continues on the others,
 #      a survivor takes namespace 2; healed, b exits as fenced; restarted, it gets it back.
 #   3. this host takes Write Exclusive on namespace 3 through its multipath head; a second

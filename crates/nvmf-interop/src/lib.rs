@@ -288,9 +288,25 @@ impl Nvmfd {
 
     /// [`Nvmfd::start`] with more command-line arguments (e.g. `--metrics ADDR`).
     pub fn start_with(dir: &Path, config: &Value, port: u16, args: &[&str]) -> Nvmfd {
+        Nvmfd::start_in(dir, config, port, args, None)
+    }
+
+    /// [`Nvmfd::start_with`], in network namespace `netns` when given (an
+    /// nvmf-testkit [`CuttableNetns`](nvmf_testkit::CuttableNetns)).
+    pub fn start_in(
+        dir: &Path,
+        config: &Value,
+        port: u16,
+        args: &[&str],
+        netns: Option<&str>,
+    ) -> Nvmfd {
         nvmfd_binary(); // the staleness warning
         let rust_log = std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into());
-        let d = nvmf_testkit::Daemon::builder(serde_json::to_string_pretty(config).unwrap())
+        let mut b = nvmf_testkit::Daemon::builder(serde_json::to_string_pretty(config).unwrap());
+        if let Some(ns) = netns {
+            b = b.in_netns(ns);
+        }
+        let d = b
             .in_dir(dir)
             .args(args)
             .env("NO_COLOR", "1")

@@ -27,7 +27,8 @@
 //! * `rbd_gateway_group_faults` (gw-faults.sh): the same group of three, three namespaces,
 //!   fio verify throughout: a member frozen with SIGSTOP (its group moves; resumed, it
 //!   exits as fenced and fio still verifies), a member cut from the Ceph cluster but
-//!   reachable (`ms_blackhole_*` through its client's admin socket: its paths go
+//!   reachable (it runs in its own network namespace, whose link to the cluster goes down,
+//!   reached by the guest through a relay on 127.0.0.1: its paths go
 //!   inaccessible within its lease, a survivor takes over; healed, it exits as fenced), and
 //!   Write Exclusive taken by the guest through the multipath head: a second host (this
 //!   test's initiator) is refused by the owner and by the survivor after the owner's SIGKILL.
@@ -92,7 +93,11 @@ fn image(c: &CephCluster, test: &str, mib: u64) -> String {
 }
 
 fn listen(port: u16) -> Value {
-    json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": "127.0.0.1", "trsvcid": port.to_string()})
+    listen_at("127.0.0.1", port)
+}
+
+fn listen_at(addr: &str, port: u16) -> Value {
+    json!({"trtype": "TCP", "adrfam": "IPv4", "traddr": addr, "trsvcid": port.to_string()})
 }
 
 /// How nvmfd reaches the cluster.
@@ -502,25 +507,21 @@ fn rbd_osd_restart_under_io() {
 /// ANA group i, the multipath identity shared by all members (serial, model, NGUID/UUID
 /// per namespace), controller IDs from `gateway*1000+1`.
 fn group_config(c: &CephCluster, images: &[String], port: u16, gateway: u16) -> Value {
-    group_config_with(c, images, port, gateway, None)
+    group_config_at(c, images, "127.0.0.1", port, gateway)
 }
 
-/// [`group_config`]; with `asok`, the member's RADOS client has an admin socket there (a
-/// test cuts it from the cluster through it).
-fn group_config_with(
+/// [`group_config`] with the listener on `addr` (a member in a network namespace).
+fn group_config_at(
     c: &CephCluster,
     images: &[String],
+    addr: &str,
     port: u16,
     gateway: u16,
-    asok: Option<&Path>,
 ) -> Value {
-    let mut reg = json!({
+    let reg = json!({
         "name": "ceph0",
         "config_file": c.conf_path().to_string_lossy(),
         "key_file": c.keyring_path().to_string_lossy()});
-    if let Some(a) = asok {
-        reg["config_param"] = json!({"admin_socket": a.to_string_lossy()});
-    }
     let mut bdevs = vec![json!({"method": "bdev_rbd_register_cluster", "params": reg})];
     let mut nvmf = vec![
         json!({"method": "nvmf_create_transport", "params": {"trtype": "TCP"}}),
@@ -542,7 +543,7 @@ fn group_config_with(
             "uuid": format!("6e766d66-6467-4072-8f75-7000000000{n:02x}")}}}),
         );
     }
-    nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen(port)}}));
+    nvmf.push(json!({"method": "nvmf_subsystem_add_listener", "params": {"nqn": NQN, "listen_address": listen_at(addr, port)}}));
     json!({"subsystems": [
         {"subsystem": "bdev", "config": bdevs},
         {"subsystem": "nvmf", "config": nvmf},
@@ -676,26 +677,6 @@ fn rbd_gateway_group_kill9_failback() {
     done(test, t0);
 }
 
-/// Cuts (`on`) or heals a member's RADOS client from the cluster through its admin socket.
-fn blackhole(asok: &Path, on: bool) -> Result<(), String> {
-    for opt in ["ms_blackhole_mon", "ms_blackhole_osd"] {
-        let out = Command::new("ceph")
-            .arg("--admin-daemon")
-            .arg(asok)
-            .args(["config", "set", opt, if on { "true" } else { "false" }])
-            .output()
-            .map_err(|e| format!("ceph --admin-daemon: {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "ceph --admin-daemon {} config set {opt}: {}",
-                asok.display(),
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-    }
-    Ok(())
-}
-
 /// A write of one block to namespace 3 through `port` by the second host (its own host NQN
 /// and ID); the status, or an error when it cannot connect.
 fn second_host_write(port: u16) -> Result<nvmf_wire::status::Status, String> {
@@ -730,18 +711,29 @@ fn rbd_gateway_group_faults() {
     let images: Vec<String> = (1..=3).map(|i| image(c, &format!("gf{i}"), 32)).collect();
     let group = format!("faults-{}", std::process::id());
     let ports = [free_port(), free_port(), free_port()];
-    let asoks: Vec<std::path::PathBuf> = ["a", "b", "c"]
-        .iter()
-        .map(|id| dir.join(format!("{id}.asok")))
-        .collect();
+    // b runs in its own network namespace: its link to the cluster (127.0.0.1) is what
+    // "cut-b" takes down. Its listener is on the namespace's address; a relay on
+    // 127.0.0.1 gives the guest (whose forwarded ports lead to 127.0.0.1) the same path to
+    // it as to the others.
+    let net_b = nvmf_testkit::CuttableNetns::new()
+        .unwrap_or_else(|e| panic!("a network namespace for member b: {e}"));
+    let _relay_b = nvmf_testkit::Process::spawn(Command::new("socat").args([
+        format!("TCP4-LISTEN:{},bind=127.0.0.1,reuseaddr,fork", ports[1]),
+        format!("TCP4:{}:{}", net_b.addr(), ports[1]),
+    ]));
     let start = |i: usize, run: u32| {
         let id = ["a", "b", "c"][i];
         let p = dir.join(format!("gw{id}-{run}"));
         std::fs::create_dir_all(&p).unwrap();
         let home = (i + 1).to_string();
-        Nvmfd::start_with(
+        let (addr, ns) = if i == 1 {
+            (net_b.addr(), Some(net_b.name()))
+        } else {
+            ("127.0.0.1", None)
+        };
+        Nvmfd::start_in(
             &p,
-            &group_config_with(c, &images, ports[i], i as u16, Some(&asoks[i])),
+            &group_config_at(c, &images, addr, ports[i], i as u16),
             ports[i],
             &[
                 "--gateway-group",
@@ -757,6 +749,7 @@ fn rbd_gateway_group_faults() {
                 "--gateway-ana-groups",
                 &home,
             ],
+            ns,
         )
     };
     let mut ms: Vec<Option<Nvmfd>> = (0..3).map(|i| Some(start(i, 0))).collect();
@@ -796,12 +789,12 @@ fn rbd_gateway_group_faults() {
                     ms[0] = Some(start(0, runs[0]));
                     "ok a restarted".into()
                 }
-                "cut-b" => match blackhole(&asoks[1], true) {
-                    Ok(()) => "ok b cut from the cluster".into(),
+                "cut-b" => match net_b.cut(true) {
+                    Ok(()) => "ok b cut from the cluster (its link to it is down)".into(),
                     Err(e) => format!("fail: {e}"),
                 },
                 "heal-b" => {
-                    if let Err(e) = blackhole(&asoks[1], false) {
+                    if let Err(e) = net_b.cut(false) {
                         return format!("fail: {e}");
                     }
                     let said = fenced_exit(&mut ms[1], 1, Duration::from_secs(90));
