@@ -22,8 +22,10 @@
 //!   and restarted (they come back by planned failback); namespace 7 added over JSON-RPC
 //!   on one member is served through all three (shared configuration); two members killed
 //!   together (the third takes everything), then the Ceph monitor killed and restarted
-//!   (nothing moves): 0 errors, 0 verify failures; the guest prints the times and fio's
-//!   longest I/O.
+//!   (nothing moves), then every member killed and started again at once from its file
+//!   (all come back with namespace 7 and their home groups): 0 errors, 0 verify failures;
+//!   the guest prints the times and fio's longest I/O. `NVMFD_GW_CYCLES=20` repeats the
+//!   kill/failback of a 20 times and prints the distribution (BENCHMARKS.md).
 //! * `rbd_gateway_group_faults` (gw-faults.sh): the same group of three, three namespaces,
 //!   fio verify throughout: a member frozen with SIGSTOP (its group moves; resumed, it
 //!   exits as fenced and fio still verifies), a member cut from the Ceph cluster but
@@ -590,13 +592,21 @@ fn rbd_gateway_group_kill9_failback() {
     let mut a = Some(start(0, 0));
     let mut b = start(1, 0);
     let mut cm = start(2, 0);
-    let env = guest_env(&ports, &[]);
+    let mut runs = 0u32;
+    // NVMFD_GW_CYCLES=N: the kill/failback cycle N times (default 1; 20 for BENCHMARKS.md).
+    let cycles: u32 = std::env::var("NVMFD_GW_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .clamp(1, 100);
+    let env = guest_env(&ports, &[("GW_CYCLES", cycles.to_string())]);
+    let limit = GUEST_TIMEOUT + Duration::from_secs(40) * (cycles - 1);
     let run = run_guest(
         &dir,
         "gw-failover.sh",
         &ports,
         &env,
-        GUEST_TIMEOUT,
+        limit,
         |cp, _| match cp {
             "kill-a" => {
                 if let Some(d) = a.as_mut() {
@@ -605,8 +615,22 @@ fn rbd_gateway_group_kill9_failback() {
                 "ok member a killed (SIGKILL)".into()
             }
             "restart-a" => {
-                a = Some(start(0, 1));
+                runs += 1;
+                a = Some(start(0, runs));
                 "ok member a restarted".into()
+            }
+            "restart-all" => {
+                if let Some(d) = a.as_mut() {
+                    d.kill_hard();
+                }
+                runs += 1;
+                // Started one right after the other, each from its own file (without
+                // namespace 7), from this thread: a child started by a thread that then
+                // ends gets SIGTERM (the "dies with its parent" signal is per thread).
+                a = Some(start(0, runs));
+                b = start(1, runs);
+                cm = start(2, runs);
+                "ok members a, b and c killed and started again together".into()
             }
             "add-ns7" => {
                 let steps: [&[&str]; 2] = [
@@ -655,10 +679,29 @@ fn rbd_gateway_group_kill9_failback() {
     );
     let mut failures = Vec::new();
     report_pause(test, &run, &mut failures);
-    for key in ["TAKEOVER_S=", "FAILBACK_S=", "NEWNS_S=", "TWO_KILLED_S="] {
+    for key in ["NEWNS_S=", "TWO_KILLED_S=", "RESTART_ALL_S="] {
         if let Some(l) = run.stdout.lines().find(|l| l.trim().starts_with(key)) {
             say(&format!("interop {test}: {}", l.trim()));
         }
+    }
+    for key in ["TAKEOVER_S", "FAILBACK_S"] {
+        let mut v: Vec<f64> = run
+            .stdout
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix(key)?.split_once("]=")?.1.parse().ok())
+            .collect();
+        if v.is_empty() {
+            continue;
+        }
+        v.sort_by(f64::total_cmp);
+        let all: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+        say(&format!(
+            "interop {test}: {key} n={} median={:.2} max={:.2} (sorted: {})",
+            v.len(),
+            v[v.len() / 2],
+            v[v.len() - 1],
+            all.join(" ")
+        ));
     }
     for (name, d) in [("b", &b), ("c", &cm)] {
         if let Some(l) = d.log().lines().find(|l| l.contains("panicked at")) {

@@ -951,6 +951,22 @@ fn two_of_three_killed_together_then_the_monitor_restarts_under_load() {
     }
 }
 
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// When member `id` of `group` last renewed its lease, by its status object
+/// (`renewed_at_ms`, read with the `rados` CLI).
+fn renewed_at_ms(c: &CephCluster, group: &str, id: &str) -> u64 {
+    let oid = format!("nvmfd.group.{group}.member.{id}");
+    let out = c.rados(&["-p", POOL, "get", &oid, "-"]);
+    let v: Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{oid}: {e}: {}", text(&out.stderr)));
+    v["renewed_at_ms"].as_u64().expect("renewed_at_ms")
+}
+
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() - 1) as f64 * p).round() as usize]
@@ -991,13 +1007,26 @@ fn kill_and_failback_twenty_times() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
+    // The pause splits into what was left of a's lease when it was killed
+    // (L minus the time since its last renewal, read from its status object)
+    // and what the survivor adds after that (probe tick, fencing, record, ANA).
+    let mut after_lease = Vec::new();
     for i in 0..cycles {
         let mut ha = host(&a);
         assert!(retry_write(&mut ha, i as u64, Duration::from_secs(10)) < Duration::from_secs(10));
         drop(ha);
+        let killed_ms = unix_ms();
         a.d.kill();
         let pause = retry_write(&mut hb, 100 + i as u64, bound);
         takeovers.push(pause);
+        let renewed = renewed_at_ms(c, &group, "a");
+        let left = LEASE_MS.saturating_sub(killed_ms.saturating_sub(renewed));
+        after_lease.push(pause.saturating_sub(Duration::from_millis(left)));
+        eprintln!(
+            "cycle {i}: killed {} ms after a's last renewal, lease left {left} ms, pause {} ms",
+            killed_ms.saturating_sub(renewed),
+            pause.as_millis()
+        );
         let t0 = Instant::now();
         a = member(c, &imgs, &group, "a", "1", port_a);
         let mut ha = host(&a);
@@ -1018,6 +1047,10 @@ fn kill_and_failback_twenty_times() {
     summary(
         "takeover pause (SIGKILL -> write through the survivor)",
         &mut takeovers,
+    );
+    summary(
+        "of which after a's lease ended (probe, fencing, record, ANA)",
+        &mut after_lease,
     );
     summary(
         "failback (restart -> write through the returned member)",
