@@ -71,7 +71,7 @@ CYCLES=${GW_CYCLES:-1}
 for cyc in $(seq "$CYCLES"); do
   step "cycle $cyc/$CYCLES: member a killed (SIGKILL) under I/O: namespaces 1 and 4 move to the survivors"
   t0=$(uptime_s)
-  checkpoint kill-a
+  checkpoint "kill-a.$cyc"
   mp_wait_owner 1 "$PB $PC" 40 && mp_wait_owner 4 "$PB $PC" 40 ||
     { mp_show_ana 7; io_stop; fail "namespaces 1 and 4 not optimized on a survivor within 40 s"; }
   echo "TAKEOVER_S[$cyc]=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
@@ -84,7 +84,7 @@ for cyc in $(seq "$CYCLES"); do
 
   step "cycle $cyc/$CYCLES: member a restarted: namespaces 1 and 4 go back to a (failback)"
   t0=$(uptime_s)
-  checkpoint restart-a
+  checkpoint "restart-a.$cyc"
   mp_wait_live 3 60 || { mp_show; io_stop; fail "a's path not live again within 60 s"; }
   mp_wait_owner 1 "$PA" 60 && mp_wait_owner 4 "$PA" 60 || { mp_show_ana 7; io_stop; fail "namespaces 1, 4 not back on a within 60 s"; }
   echo "FAILBACK_S[$cyc]=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"

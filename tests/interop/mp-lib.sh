@@ -166,7 +166,7 @@ io_start() {
 io_alive() { [ ! -e /tmp/io.done ]; }
 
 io_stop() {
-  local i err rkb wkb rmax wmax worst=0 runs=0 line
+  local i err rkb wkb rmax wmax worst=0 runs=0 line run long=""
   touch /tmp/io.stop
   for i in $(seq 1200); do [ -e /tmp/io.done ] && break; sleep 0.1; done
   [ -e /tmp/io.done ] || fail "the fio loop did not end within 120 s of the stop request (hung I/O?)"
@@ -182,6 +182,12 @@ io_stop() {
     [ "${rmax:-0}" -gt "$worst" ] && worst=$rmax
     [ "${wmax:-0}" -gt "$worst" ] && worst=$wmax
   done < /tmp/io.log
+  # each fio run's longest I/O (its jobs run together), those over 1 s: one per failure
+  # the run lived through
+  long=$(cut -d';' -f3,39,80 /tmp/io.log | awk -F';' '{ split($1, j, "-"); r = j[1];
+           m = ($2 > $3 ? $2 : $3); if (m > w[r]) w[r] = m }
+         END { for (r in w) if (w[r] > 1000000) printf "%d\n", w[r] / 1000 }' | sort -n | tr '\n' ' ')
+  [ -n "$long" ] && echo "IO_PAUSES_MS=$long"
   [ "$runs" -gt 0 ] || fail "no fio run completed"
   IO_RUNS=$runs
   echo "PAUSE_MS=$(awk -v u="$worst" 'BEGIN { printf "%.0f", u / 1000 }')"

@@ -9,6 +9,8 @@
 //!   write the same shape back (derived namespace identifiers included), so
 //!   save → load → save is byte-identical.
 //! * [`TargetConfig::embedded_default`] is what nvmfd serves without `-c`.
+//! * `format.rs`: the file format version nvmfd writes into its own files
+//!   (`"nvmfd": {"format": N}`); a newer format is refused, naming both versions.
 //!
 //! Method and parameter names are SPDK's (`bdev_malloc_create`,
 //! `nvmf_create_transport`, `nvmf_subsystem_add_ns`, ...). Entries that only
@@ -25,6 +27,7 @@
 mod default;
 mod error;
 mod file_bdev;
+mod format;
 mod ids;
 mod keyring;
 mod nqn;
@@ -40,6 +43,7 @@ use std::path::Path;
 pub use default::DEFAULT_SUBSYSTEM_NQN;
 pub use error::ConfigError;
 pub use file_bdev::{probe as probe_file, Probe as FileProbe, FILE_BLOCK_SIZES};
+pub use format::{format_object, with_format, FORMAT_KEY, FORMAT_VERSION};
 pub use ids::{
     derive_namespace_ids, format_eui64, format_nguid, format_uuid, parse_eui64, parse_nguid,
     parse_uuid, random_namespace_ids, NamespaceIds, Uuid16,
@@ -725,6 +729,14 @@ impl TargetConfig {
     /// order: `method` before `params`, `nqn` first, ...) with a final newline.
     pub fn to_json_string_pretty(&self) -> String {
         write::pretty(&self.to_json_value())
+    }
+
+    /// [`Self::to_json_string_pretty`] with the file format object first
+    /// (`"nvmfd": {"format": N, "version": ..}`): what nvmfd writes for itself
+    /// (the state file), so that an older nvmfd refuses it instead of
+    /// misreading it.
+    pub fn to_versioned_json_string_pretty(&self) -> String {
+        write::pretty(&format::with_format(self.to_json_value()))
     }
 
     /// What nvmfd serves when started without `-c` (see docs/DESIGN.md "Defaults").

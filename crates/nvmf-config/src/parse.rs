@@ -219,10 +219,12 @@ pub(crate) fn from_json_value(v: &Value) -> Result<TargetConfig, ConfigError> {
     let top = v.as_object().ok_or_else(|| {
         ConfigError::invalid("the document must be an object {\"subsystems\": [...]}")
     })?;
+    crate::format::check(top)?;
     for key in top.keys() {
-        if key != "subsystems" {
+        if key != "subsystems" && key != crate::format::FORMAT_KEY {
             return Err(ConfigError::invalid(format!(
-                "unknown top-level key \"{key}\" (expected only \"subsystems\")"
+                "unknown top-level key \"{key}\" (expected only \"subsystems\" and \"{}\")",
+                crate::format::FORMAT_KEY
             )));
         }
     }

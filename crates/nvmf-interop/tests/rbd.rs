@@ -600,14 +600,15 @@ fn rbd_gateway_group_kill9_failback() {
         .unwrap_or(1)
         .clamp(1, 100);
     let env = guest_env(&ports, &[("GW_CYCLES", cycles.to_string())]);
-    let limit = GUEST_TIMEOUT + Duration::from_secs(40) * (cycles - 1);
+    let limit = GUEST_TIMEOUT + Duration::from_secs(90) * (cycles - 1);
     let run = run_guest(
         &dir,
         "gw-failover.sh",
         &ports,
         &env,
         limit,
-        |cp, _| match cp {
+        // "kill-a.N", "restart-a.N": cycle N (a checkpoint name is answered once).
+        |cp, _| match cp.split('.').next().unwrap_or(cp) {
             "kill-a" => {
                 if let Some(d) = a.as_mut() {
                     d.kill_hard();
@@ -679,7 +680,12 @@ fn rbd_gateway_group_kill9_failback() {
     );
     let mut failures = Vec::new();
     report_pause(test, &run, &mut failures);
-    for key in ["NEWNS_S=", "TWO_KILLED_S=", "RESTART_ALL_S="] {
+    for key in [
+        "NEWNS_S=",
+        "TWO_KILLED_S=",
+        "RESTART_ALL_S=",
+        "IO_PAUSES_MS=",
+    ] {
         if let Some(l) = run.stdout.lines().find(|l| l.trim().starts_with(key)) {
             say(&format!("interop {test}: {}", l.trim()));
         }

@@ -1,4 +1,5 @@
-//! Owns `--state FILE` persistence: the configuration as `save_config` JSON,
+//! Owns `--state FILE` persistence: the configuration as `save_config` JSON
+//! with nvmf-config's file format object (an older nvmfd refuses a newer file),
 //! rewritten crash-safely after every successful state-changing RPC (write a
 //! temporary file in the same directory, fsync it, rename it over FILE, fsync
 //! the directory), so FILE always holds either the previous or the new
@@ -49,7 +50,7 @@ impl StateFile {
 
     /// Writes `cfg` (pretty `save_config` JSON) crash-safely.
     pub fn write(&self, cfg: &TargetConfig) -> io::Result<()> {
-        self.write_bytes(cfg.to_json_string_pretty().as_bytes())
+        self.write_bytes(cfg.to_versioned_json_string_pretty().as_bytes())
     }
 
     /// Replaces FILE's contents with `bytes` atomically and durably.

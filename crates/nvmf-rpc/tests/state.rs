@@ -156,3 +156,55 @@ fn sigkill_mid_burst_never_tears() {
     }
     assert_eq!(kills, 20);
 }
+
+/// The golden state file of format 0 (`golden/state-format0.json`: what nvmfd wrote before
+/// its files carried a format version, produced from `golden/state-format0.input.json`) is
+/// read by this version as it is: the same configuration, written back byte for byte. The
+/// state file this version writes carries the format object and reads back equal; a file
+/// of a newer format is refused, naming the version that wrote it.
+#[test]
+fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused() {
+    let golden = include_str!("golden/state-format0.json");
+    let cfg = TargetConfig::from_json_str(golden).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cfg.to_json_string_pretty(), golden, "format 0 round trip");
+    assert_eq!(cfg.subsystems.len(), 2);
+    assert_eq!(cfg.bdevs.len(), 3);
+    for needle in [
+        "no_auto_visible",
+        "hostkey0",
+        "non_optimized",
+        "rw_ios_per_sec",
+        "ffdhe2048",
+    ] {
+        assert!(
+            golden.contains(needle),
+            "the golden file should cover {needle}"
+        );
+    }
+
+    let dir = std::env::temp_dir().join(format!("nvmf-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let sf = StateFile::new(dir.join("state.json"));
+    sf.write(&cfg).unwrap();
+    let written: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(sf.path()).unwrap()).unwrap();
+    assert_eq!(
+        written["nvmfd"]["format"],
+        json!(nvmf_config::FORMAT_VERSION)
+    );
+    assert_eq!(
+        written["nvmfd"]["version"],
+        json!(env!("CARGO_PKG_VERSION"))
+    );
+    assert_eq!(sf.load().unwrap().unwrap(), cfg, "format 1 round trip");
+
+    let mut newer = written.clone();
+    newer["nvmfd"] = json!({"format": nvmf_config::FORMAT_VERSION + 1, "version": "99.0.0"});
+    std::fs::write(sf.path(), newer.to_string()).unwrap();
+    let e = sf.load().unwrap_err().to_string();
+    assert!(
+        e.contains("99.0.0") && e.contains("Refusing to misread"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

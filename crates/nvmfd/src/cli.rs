@@ -1,8 +1,8 @@
 //! Command line of the `nvmfd` daemon: the clap definition and the parser of
 //! the `-m/--cores` core list (SPDK-style lists, ranges and hex masks).
 
-use clap::Parser;
-use std::path::PathBuf;
+use clap::{CommandFactory, Parser};
+use std::path::{Path, PathBuf};
 
 const AFTER_HELP: &str = "\
 EXAMPLES:
@@ -66,8 +66,17 @@ OBSERVABILITY:
       per subsystem, listener, host NQN, controller ID and namespace.
   nvmf rpc nvmf_get_path_stats; nvmf top -s /var/tmp/spdk.sock
 
+SYSTEMD (packaging/nvmfd.service, docs/OPERATIONS.md):
+  Type=notify: READY=1 once the RPC socket and every listener accept; STATUS=
+  counts controllers and I/O queues; with WatchdogSec=, WATCHDOG=1 only while
+  every reactor answers a ping (a stuck reactor gets nvmfd restarted);
+  STOPPING=1 on SIGTERM. SIGHUP (systemctl reload) reads the -c file again and
+  applies what differs live, as load_config would; a file that does not parse
+  or apply changes nothing (logged).
+
 A config error (it names the method, the parameter and the problem) stops
-nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).";
+nvmfd before it serves anything. SIGINT/SIGTERM shut it down cleanly (exit 0).
+A --state file written by a newer nvmfd (a downgrade) is refused at start.";
 
 /// nvmfd: a user-space NVMe over Fabrics (NVMe/TCP) target.
 #[derive(Debug, Parser)]
@@ -77,6 +86,14 @@ pub struct Cli {
     /// embedded default: a 1 GiB RAM namespace on 127.0.0.1:4420.
     #[arg(short = 'c', long = "config", value_name = "FILE")]
     pub config: Option<PathBuf>,
+
+    /// Packaging: write the man page nvmfd.8 into DIR and exit.
+    #[arg(long = "generate-man", value_name = "DIR", hide = true)]
+    pub generate_man: Option<PathBuf>,
+
+    /// Packaging: print the completion script for SHELL (bash, zsh, fish, ...) and exit.
+    #[arg(long = "completions", value_name = "SHELL", hide = true)]
+    pub completions: Option<clap_complete::Shell>,
 
     /// Cores to run reactors on (one pinned thread each): a list "0,1", ranges
     /// "0-3,6", SPDK brackets "[0,1]" or a hex mask "0x3". Default: every core
@@ -365,6 +382,21 @@ pub fn parse_core_list(s: &str) -> Result<CoreList, String> {
     cores.sort_unstable();
     cores.dedup();
     Ok(CoreList(cores))
+}
+
+/// Writes nvmfd.8 (from this clap definition) into `dir`.
+pub fn generate_man(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let cmd = Cli::command();
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd).section("8").render(&mut out)?;
+    std::fs::write(dir.join("nvmfd.8"), out)
+}
+
+/// Prints the completion script of `shell` for nvmfd.
+pub fn print_completions(shell: clap_complete::Shell) {
+    let mut cmd = Cli::command();
+    clap_complete::generate(shell, &mut cmd, "nvmfd", &mut std::io::stdout());
 }
 
 #[cfg(test)]

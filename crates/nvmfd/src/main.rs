@@ -22,6 +22,7 @@ mod rbd_clusters;
 mod rdma;
 mod reactor;
 mod resize;
+mod service_manager;
 mod supervise;
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -34,7 +35,7 @@ use nvmf_tcp::TcpParams;
 use reactor::Reactor;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 /// The log thread's guard: dropping it flushes what the thread holds.
 static LOG_GUARD: std::sync::Mutex<Option<tracing_appender::non_blocking::WorkerGuard>> =
@@ -50,6 +51,21 @@ pub fn exit_now(code: i32) -> ! {
 
 fn main() {
     let cli = Cli::parse();
+    // Packaging helpers (hidden options): no daemon, no logging.
+    if let Some(dir) = &cli.generate_man {
+        if let Err(e) = cli::generate_man(dir) {
+            eprintln!(
+                "nvmfd: error: writing the man page into {}: {e}",
+                dir.display()
+            );
+            std::process::exit(1);
+        }
+        std::process::exit(0);
+    }
+    if let Some(shell) = cli.completions {
+        cli::print_completions(shell);
+        std::process::exit(0);
+    }
     *LOG_GUARD.lock().unwrap_or_else(|e| e.into_inner()) =
         Some(init_logging(cli.log_level.as_deref()));
     let res = run(cli);
@@ -432,6 +448,7 @@ fn run(cli: Cli) -> Result<()> {
             info!("configuration saved to state file {}", sf.path().display());
         }
     }
+    let svc = service.clone();
     let mut rpc = nvmf_rpc::serve(&cli.rpc_socket, service)
         .with_context(|| format!("RPC socket {}", cli.rpc_socket.display()))?;
     info!("RPC server listening on {}", cli.rpc_socket.display());
@@ -448,10 +465,11 @@ fn run(cli: Cli) -> Result<()> {
         fmt_cores(&cores)
     );
 
-    // Signals: block the main thread on SIGINT/SIGTERM.
+    // Signals: block the main thread on SIGINT/SIGTERM; SIGHUP reloads.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGINT,
         signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGHUP,
     ])
     .context("installing signal handlers")?;
 
@@ -488,18 +506,37 @@ fn run(cli: Cli) -> Result<()> {
         }
     }
 
-    let sig = signals
-        .forever()
-        .next()
-        .unwrap_or(signal_hook::consts::SIGTERM);
+    // Every listener accepts and the RPC socket answers: tell systemd
+    // (Type=notify), and keep telling its watchdog while the reactors answer.
+    service_manager::ready(&format!(
+        "serving: {} listener(s) on {} reactor(s)",
+        addrs.len() + rdma_listeners.len(),
+        peers.len()
+    ));
+    let watchdog = service_manager::spawn_watchdog(peers.clone(), shutdown.clone());
+
+    let sig = loop {
+        let sig = signals
+            .forever()
+            .next()
+            .unwrap_or(signal_hook::consts::SIGTERM);
+        if sig != signal_hook::consts::SIGHUP {
+            break sig;
+        }
+        reload(cli.config.as_deref(), &svc);
+    };
     let name = if sig == signal_hook::consts::SIGINT {
         "SIGINT"
     } else {
         "SIGTERM"
     };
     let died = death.lock().unwrap_or_else(|e| e.into_inner()).take();
-    if died.is_none() {
-        info!("received {name}, shutting down");
+    match &died {
+        None => {
+            info!("received {name}, shutting down");
+            service_manager::stopping(&format!("stopping ({name})"));
+        }
+        Some(why) => service_manager::stopping(why),
     }
     // A group member hands its ANA groups over before the reactors stop
     // (their writes drain first).
@@ -508,11 +545,51 @@ fn run(cli: Cli) -> Result<()> {
         let _ = t.join();
     }
     stop_all(&shutdown, &wakers, &mut rpc, threads);
+    if let Some(t) = watchdog {
+        let _ = t.join();
+    }
     if let Some(why) = died {
         anyhow::bail!("{why}");
     }
     info!("shutdown complete");
     Ok(())
+}
+
+/// `systemctl reload` (SIGHUP): the configuration file (`-c`) is read again
+/// and applied through `load_config`, the path of an RPC change: what differs
+/// is changed live, the rest (connections included) is untouched, and the
+/// state file is rewritten. A file that does not parse or apply leaves the
+/// running configuration as it is (logged, naming the file and the problem).
+fn reload(config: Option<&std::path::Path>, service: &nvmf_rpc::RpcService) {
+    service_manager::reloading();
+    let result = match config {
+        None => Err(
+            "nvmfd was started without -c: there is no configuration file to read again"
+                .to_string(),
+        ),
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| format!("cannot read {}: {e}", p.display()))
+            .and_then(|t| {
+                serde_json::from_str::<serde_json::Value>(&t)
+                    .map_err(|e| format!("{}: not JSON: {e}", p.display()))
+            })
+            .and_then(|doc| {
+                service
+                    .call("load_config", Some(&doc))
+                    .map_err(|e| format!("{}: {}", p.display(), e.message))
+            }),
+    };
+    match result {
+        Ok(_) => {
+            let p = config.map(|p| p.display().to_string()).unwrap_or_default();
+            info!("reload (SIGHUP): {p} applied");
+            service_manager::ready("serving (configuration file reloaded)");
+        }
+        Err(e) => {
+            error!("reload (SIGHUP) failed, the running configuration is unchanged: {e}");
+            service_manager::ready("serving (the last reload failed: see the log)");
+        }
+    }
 }
 
 /// Stops every reactor and the RPC server, and waits for the reactor threads.

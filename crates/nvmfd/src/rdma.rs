@@ -412,6 +412,23 @@ impl RdmaSide {
 
     /// Adds this reactor's RDMA queues and counters to its snapshot (see
     /// [`ReactorSnapshot`]); nothing without a port.
+    /// Adds this reactor's connected NVMe/RDMA queues to `l` (the watchdog's ping).
+    pub fn count_queues(&self, l: &mut crate::service_manager::Liveness) {
+        let Some(port) = self.port.as_ref() else {
+            return;
+        };
+        for v in port.conn_views() {
+            if !v.queue.is_connected() {
+                continue;
+            }
+            if v.queue.is_admin() {
+                l.admin_queues += 1;
+            } else {
+                l.io_queues += 1;
+            }
+        }
+    }
+
     pub fn add_to_snapshot(&self, s: &mut ReactorSnapshot) {
         let Some(port) = self.port.as_ref() else {
             return;

@@ -225,6 +225,12 @@ pub enum ReactorCmd {
     Adopt(MovedConn),
     /// NVMe/RDMA: listeners, removals, and connect requests placed here.
     Rdma(RdmaCmd),
+    /// The watchdog's liveness check (`service_manager.rs`): answer with
+    /// this reactor's id and its connected queues.
+    Ping {
+        reactor: usize,
+        reply: Sender<(usize, crate::service_manager::Liveness)>,
+    },
 }
 
 /// A connection on its way from one reactor to another: the socket, the
@@ -1117,6 +1123,24 @@ impl Reactor {
                     rdma.add_to_snapshot(&mut s);
                     let _ = reply.send(s);
                 }
+                ReactorCmd::Ping { reactor, reply } => {
+                    #[cfg(debug_assertions)]
+                    debug_hang_on_ping(self.id);
+                    let mut l = crate::service_manager::Liveness::default();
+                    for (_, c) in conns.iter() {
+                        let q = c.sm.queue();
+                        if !q.is_connected() {
+                            continue;
+                        }
+                        if q.is_admin() {
+                            l.admin_queues += 1;
+                        } else {
+                            l.io_queues += 1;
+                        }
+                    }
+                    rdma.count_queues(&mut l);
+                    let _ = reply.send((reactor, l));
+                }
                 ReactorCmd::Adopt(m) => self.adopt(*m.0, conns, again),
                 ReactorCmd::Rdma(cmd) => rdma.command(cmd),
             }
@@ -1444,4 +1468,24 @@ fn service(c: &mut Conn) -> Outcome {
         }
     }
     Outcome::Keep
+}
+
+/// Debug builds only: `NVMFD_DEBUG_HANG_REACTOR=ID` makes reactor ID stop
+/// answering at the watchdog's third ping, the way a reactor stuck in a loop
+/// or a blocking call would (for the systemd watchdog test). It sleeps ten
+/// minutes, then goes on.
+#[cfg(debug_assertions)]
+fn debug_hang_on_ping(id: usize) {
+    use std::cell::Cell;
+    thread_local!(static PINGS: Cell<u32> = const { Cell::new(0) });
+    if std::env::var("NVMFD_DEBUG_HANG_REACTOR").is_ok_and(|v| v == id.to_string()) {
+        let n = PINGS.with(|p| {
+            p.set(p.get() + 1);
+            p.get()
+        });
+        if n == 3 {
+            tracing::warn!(reactor = id, "NVMFD_DEBUG_HANG_REACTOR: reactor {id} hangs");
+            std::thread::sleep(Duration::from_secs(600));
+        }
+    }
 }

@@ -957,3 +957,79 @@ fn reservations_over_rpc_and_through_a_restart() {
     assert_eq!(again["rtype"], 1, "{again}");
     assert_eq!(again["registrants"], r["registrants"], "{again}");
 }
+
+/// A state file of today's format 0 (nvmf-rpc's golden file, written before files carried a
+/// format version) restores and serves under this version; the next change rewrites it in
+/// the current format; a state file of a newer format (a downgrade) stops nvmfd at start
+/// with a message naming both versions, and the file is left as it was.
+#[test]
+fn an_old_state_file_is_served_and_a_newer_format_is_refused() {
+    let dir = tmp_dir("golden");
+    let golden = include_str!("../../nvmf-rpc/tests/golden/state-format0.json");
+    // Its key and backing file, and free ports instead of the fixed ones.
+    std::fs::write(
+        dir.join("host.key"),
+        "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.join("host.key"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::File::create(dir.join("disk.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let mut text = golden.replace("/tmp/golden/", &format!("{}/", dir.display()));
+    for p in ["4420", "4421", "8009"] {
+        text = text.replace(&format!("\"{p}\""), &format!("\"{}\"", free_port()));
+    }
+    let state = dir.join("state.json");
+    std::fs::write(&state, &text).unwrap();
+
+    let d = Daemon::start(&dir, None, true);
+    let subs = d.call("nvmf_get_subsystems", json!({}));
+    let g1 = subs
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["nqn"] == "nqn.2016-06.io.nvmfd:golden1")
+        .unwrap_or_else(|| panic!("golden1 not served: {subs}"));
+    assert_eq!(g1["namespaces"].as_array().unwrap().len(), 2, "{g1}");
+    assert_eq!(
+        std::fs::read_to_string(&state).unwrap(),
+        text,
+        "not rewritten at start"
+    );
+    d.call(
+        "bdev_malloc_create",
+        json!({"name": "M9", "num_blocks": 2048, "block_size": 512}),
+    );
+    let now: Value = serde_json::from_slice(&std::fs::read(&state).unwrap()).unwrap();
+    assert_eq!(
+        now["nvmfd"]["format"],
+        json!(nvmf_config::FORMAT_VERSION),
+        "{now}"
+    );
+    drop(d);
+
+    let mut newer = now.clone();
+    newer["nvmfd"] = json!({"format": nvmf_config::FORMAT_VERSION + 1, "version": "99.0.0"});
+    let newer = serde_json::to_string_pretty(&newer).unwrap();
+    std::fs::write(&state, &newer).unwrap();
+    let mut d = Daemon::spawn(&dir, None, true);
+    let st = d.wait_exit(Duration::from_secs(20));
+    assert!(
+        st.is_some_and(|s| !s.success()),
+        "nvmfd must refuse a newer state file: {st:?}\n{}",
+        d.logs()
+    );
+    let log = d.logs();
+    assert!(
+        log.contains("99.0.0") && log.contains("Refusing to misread") && log.contains("state.json"),
+        "{log}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&state).unwrap(),
+        newer,
+        "left as it was"
+    );
+}

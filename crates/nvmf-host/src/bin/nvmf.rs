@@ -211,6 +211,17 @@ enum Cmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0..)]
         args: Vec<String>,
     },
+    /// Print a shell completion script: `nvmf completions bash > /etc/bash_completion.d/nvmf`
+    Completions {
+        /// bash, zsh, fish, elvish or powershell
+        shell: clap_complete::Shell,
+    },
+    /// Packaging: write the man pages (nvmf.1, nvmf-SUBCOMMAND.1) into DIR
+    #[command(hide = true)]
+    GenerateMan {
+        /// Directory to write into (created when missing)
+        dir: std::path::PathBuf,
+    },
 }
 
 #[derive(Args)]
@@ -557,6 +568,12 @@ fn main() -> ExitCode {
             let code = nvmf_rpc::cli_main(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
         }
+        Cmd::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "nvmf", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::GenerateMan { dir } => generate_man(&dir),
     };
     match r {
         Ok(code) => code,
@@ -565,6 +582,32 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// nvmf.1 and one page per subcommand (nvmf-perf.1, nvmf-gw-status.1, ...), from the clap
+/// definition, into `dir`.
+fn generate_man(dir: &std::path::Path) -> Result<ExitCode> {
+    use clap::CommandFactory;
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let mut cmd = Cli::command();
+    cmd.build();
+    fn write(cmd: &clap::Command, name: &str, dir: &std::path::Path) -> Result<()> {
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd.clone().name(name.to_string()))
+            .render(&mut out)
+            .with_context(|| format!("rendering {name}"))?;
+        std::fs::write(dir.join(format!("{name}.1")), out)
+            .with_context(|| format!("writing {name}.1"))?;
+        for sub in cmd
+            .get_subcommands()
+            .filter(|c| !c.is_hide_set() && c.get_name() != "help")
+        {
+            write(sub, &format!("{name}-{}", sub.get_name()), dir)?;
+        }
+        Ok(())
+    }
+    write(&cmd, "nvmf", dir)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn bench(b: BenchArgs) -> Result<ExitCode> {
