@@ -11,6 +11,7 @@
 mod cli;
 mod cpus;
 mod gateway;
+mod journal;
 mod limits;
 mod listen;
 mod live;
@@ -98,6 +99,24 @@ fn init_logging(level: Option<&str>) -> tracing_appender::non_blocking::WorkerGu
         .buffered_lines_limit(LOG_QUEUE_LINES)
         .thread_name("nvmfd-log")
         .finish(std::io::stderr());
+    // Under systemd with the output going to the journal: entries with fields.
+    if let Some(path) = journal::socket_path() {
+        match journal::layer(path.clone()) {
+            Ok(layer) => {
+                use tracing_subscriber::layer::SubscriberExt;
+                use tracing_subscriber::util::SubscriberInitExt;
+                tracing_subscriber::registry()
+                    .with(filter)
+                    .with(layer)
+                    .init();
+                return guard;
+            }
+            Err(e) => eprintln!(
+                "nvmfd: cannot log to the journal at {}: {e}; logging to stderr",
+                path.display()
+            ),
+        }
+    }
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(writer)

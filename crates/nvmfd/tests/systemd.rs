@@ -269,3 +269,109 @@ fn the_packaged_unit_verifies() {
         out.status.code()
     );
 }
+
+/// One journal entry of the native protocol (`KEY=value` lines, or `KEY`, a little-endian
+/// length and the value for values with newlines).
+fn parse_entry(mut b: &[u8]) -> std::collections::HashMap<String, String> {
+    let mut out = std::collections::HashMap::new();
+    while let Some(nl) = b.iter().position(|&c| c == b'\n') {
+        let line = &b[..nl];
+        if let Some(eq) = line.iter().position(|&c| c == b'=') {
+            out.insert(
+                String::from_utf8_lossy(&line[..eq]).into_owned(),
+                String::from_utf8_lossy(&line[eq + 1..]).into_owned(),
+            );
+            b = &b[nl + 1..];
+        } else {
+            let key = String::from_utf8_lossy(line).into_owned();
+            let len = u64::from_le_bytes(b[nl + 1..nl + 9].try_into().unwrap()) as usize;
+            let val = &b[nl + 9..nl + 9 + len];
+            out.insert(key, String::from_utf8_lossy(val).into_owned());
+            b = &b[nl + 9 + len + 1..];
+        }
+    }
+    out
+}
+
+/// Under systemd with its output going to the journal (`JOURNAL_STREAM`), each log line is a
+/// journal entry whose fields name the host, subsystem, controller and peer
+/// (`journalctl -u nvmfd HOSTNQN=...`); nothing is written to stderr. A stand-in journald
+/// socket (`NVMFD_JOURNAL_SOCKET`) receives them.
+#[test]
+fn journal_entries_carry_the_host_subsystem_controller_and_peer() {
+    let dir = TestDir::new("journal");
+    let path = dir.path().join("journal.sock");
+    let sock = UnixDatagram::bind(&path).expect("bind the journal socket");
+    sock.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let port = free_port();
+    let d = Daemon::builder(config(port, 1))
+        .args(["-m", "0"])
+        .env("JOURNAL_STREAM", "8:12345")
+        .env("NVMFD_JOURNAL_SOCKET", &path.display().to_string())
+        .start();
+    let mut entries: Vec<std::collections::HashMap<String, String>> = Vec::new();
+    let mut wait_for =
+        |what: &str, want: &dyn Fn(&std::collections::HashMap<String, String>) -> bool| {
+            let t0 = Instant::now();
+            let mut buf = vec![0u8; 65536];
+            loop {
+                if let Some(e) = entries.iter().find(|e| want(e)) {
+                    return e.clone();
+                }
+                if let Ok(n) = sock.recv(&mut buf) {
+                    entries.push(parse_entry(&buf[..n]));
+                }
+                assert!(
+                    t0.elapsed() < Duration::from_secs(20),
+                    "no journal entry {what}; got: {entries:#?}"
+                );
+            }
+        };
+    let listening = wait_for("saying it listens", &|e| {
+        e.get("MESSAGE")
+            .is_some_and(|m| m.contains(&format!("listening on 127.0.0.1:{port}")))
+    });
+    assert_eq!(listening.get("PRIORITY").map(String::as_str), Some("6"));
+    assert_eq!(
+        listening.get("SYSLOG_IDENTIFIER").map(String::as_str),
+        Some("nvmfd")
+    );
+
+    let hostnqn = "nqn.2014-08.org.nvmexpress:uuid:5eed5eed-0000-4000-8000-00000000a11c";
+    let mut o = ConnectOptions::new(TransportId::tcp("127.0.0.1", &port.to_string(), NQN));
+    o.hostnqn = hostnqn.into();
+    let ctrl = Controller::connect(&o).expect("connect");
+    let created = wait_for("for the new controller", &|e| {
+        e.get("MESSAGE")
+            .is_some_and(|m| m.starts_with("controller created"))
+    });
+    assert_eq!(
+        created.get("HOSTNQN").map(String::as_str),
+        Some(hostnqn),
+        "{created:?}"
+    );
+    assert_eq!(
+        created.get("SUBNQN").map(String::as_str),
+        Some(NQN),
+        "{created:?}"
+    );
+    assert!(
+        created
+            .get("CNTLID")
+            .is_some_and(|c| c.parse::<u16>().is_ok()),
+        "{created:?}"
+    );
+    assert!(
+        created
+            .get("PEER")
+            .is_some_and(|p| p.starts_with("127.0.0.1:")),
+        "{created:?}"
+    );
+    drop(ctrl);
+    assert!(
+        !d.logs().contains("controller created"),
+        "with the journal, nothing goes to stderr: {}",
+        d.logs()
+    );
+}
