@@ -35,7 +35,7 @@ deb_h=$(ls target/debian/nvmf_*_amd64.deb | sort | tail -1)
 
 say "lintian"
 allowed=packaging/lintian-allowed
-lint=$(lintian --no-tag-display-limit "$deb_d" "$deb_h" 2>&1 || true)
+lint=$(lintian --tag-display-limit 0 "$deb_d" "$deb_h" 2>&1 || true)
 left=$(printf '%s\n' "$lint" | grep -E '^[EW]: ' | awk '{ print $3 }' | sort -u |
        grep -vxF -f <(grep -v '^#' "$allowed" | awk 'NF { print $1 }') || true)
 printf '%s\n' "$lint" | sed 's/^/  | /'
@@ -80,13 +80,17 @@ in_root() { chroot "$sys" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEB
 snapshot() {
   (cd "$sys" && find . -xdev \( -path ./proc -o -path ./sys -o -path ./dev -o -path ./tmp \
      -o -path ./var/lib/dpkg -o -path ./var/lib/apt -o -path ./var/cache -o -path ./var/log \
-     -o -path ./run -o -path ./pkgs \) -prune -o -print | sort)
+     -o -path ./run -o -path ./pkgs \) -prune -o -print | sort |
+     # the shadow tools' backups, written when a dependency adds a system group
+     grep -vxE '\./etc/(passwd|group|shadow|gshadow)-')
 }
 in_root apt-get update -qq >/dev/null
 snapshot > "$work/before.txt"
 
 mkdir -p "$sys/pkgs"
 cp "$deb_d" "$deb_h" "$sys/pkgs/"
+# The revision-2 builds below replace cargo-deb's output; the ones under test stay here.
+cp "$deb_d" "$deb_h" "$work/"
 say "install $(basename "$deb_d") $(basename "$deb_h")"
 in_root apt-get install -y -qq "/pkgs/$(basename "$deb_d")" "/pkgs/$(basename "$deb_h")" >/dev/null
 for f in /usr/sbin/nvmfd /usr/bin/nvmf /etc/nvmfd/nvmfd.json /etc/default/nvmfd \
@@ -118,8 +122,8 @@ say "the packaged nvmfd served RPC and kept the change in /var/lib/nvmfd/state.j
 # Upgrade: revision 2 of the same build; the configuration file edited by the admin stays.
 echo '{"subsystems": []}' > "$sys/etc/nvmfd/nvmfd.json.admin"
 cp "$sys/etc/nvmfd/nvmfd.json.admin" "$sys/etc/nvmfd/nvmfd.json"
-(cd crates/nvmfd && cargo deb --no-build --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
-(cd crates/nvmf-host && cargo deb --no-build --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
+(cd crates/nvmfd && cargo deb --no-build --strip --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
+(cd crates/nvmf-host && cargo deb --no-build --strip --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
 say "upgrade to revision 2"
 in_root sh -c 'apt-get install -y -qq -o Dpkg::Options::=--force-confold /pkgs/nvmfd_*-2_amd64.deb /pkgs/nvmf_*-2_amd64.deb' >/dev/null
 cmp -s "$sys/etc/nvmfd/nvmfd.json" "$sys/etc/nvmfd/nvmfd.json.admin" || fail "the upgrade replaced the edited configuration"
@@ -129,6 +133,8 @@ say "upgraded: configuration and state kept"
 
 say "purge"
 in_root apt-get purge -y -qq nvmfd nvmf >/dev/null
+# What apt installed for them (librbd1's and librados2's own dependencies) goes the same way.
+in_root apt-get autoremove --purge -y -qq >/dev/null
 rm -f "$sys/var/log/nvmfd-test.log"
 snapshot > "$work/after.txt"
 if ! diff -u "$work/before.txt" "$work/after.txt" > "$work/left.diff"; then

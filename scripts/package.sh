@@ -32,6 +32,6 @@ for tool in nvmfd nvmf; do
   "${gen_cmd[@]}" fish > "$gen/completions/$tool.fish"
 done
 
-cargo deb --no-build -p nvmfd
-cargo deb --no-build -p nvmf-host
+cargo deb --no-build --strip -p nvmfd
+cargo deb --no-build --strip -p nvmf-host
 ls -l target/debian/*.deb
