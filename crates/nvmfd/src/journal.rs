@@ -32,13 +32,38 @@ const JOURNALD_SOCKET: &str = "/run/systemd/journal/socket";
 /// Entries waiting for the journal thread before new ones are dropped.
 const QUEUE: usize = 8192;
 
-/// Where the journal is, when nvmfd should log there (see the top comment).
+/// Where the journal is, when nvmfd should log there (see the top comment). systemd sets
+/// `JOURNAL_STREAM=DEV:INO` for a service whose stderr is a journal stream; a process that
+/// only inherited the variable (a shell started from such a service) has another stderr,
+/// so the device and inode must be stderr's own. `NVMFD_JOURNAL_SOCKET` (a test's stand-in
+/// journald) skips that check.
 pub fn socket_path() -> Option<PathBuf> {
-    std::env::var_os("JOURNAL_STREAM")?;
-    let p = std::env::var_os("NVMFD_JOURNAL_SOCKET")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(JOURNALD_SOCKET));
+    let stream = std::env::var("JOURNAL_STREAM").ok()?;
+    if let Some(p) = std::env::var_os("NVMFD_JOURNAL_SOCKET") {
+        let p = PathBuf::from(p);
+        return p.exists().then_some(p);
+    }
+    if !stderr_is(&stream) {
+        return None;
+    }
+    let p = PathBuf::from(JOURNALD_SOCKET);
     p.exists().then_some(p)
+}
+
+/// Whether stderr is the stream `JOURNAL_STREAM` names (`DEV:INO`, decimal).
+fn stderr_is(stream: &str) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some((dev, ino)) = stream.split_once(':') else {
+        return false;
+    };
+    let (Ok(dev), Ok(ino)) = (dev.parse::<u64>(), ino.parse::<u64>()) else {
+        return false;
+    };
+    // fstat(2) of fd 2, through the /proc link to it.
+    match std::fs::metadata("/proc/self/fd/2") {
+        Ok(m) => m.dev() == dev && m.ino() == ino,
+        Err(_) => false,
+    }
 }
 
 /// The layer that queues entries for the journal thread.
@@ -169,6 +194,16 @@ impl<S: Subscriber> Layer<S> for JournalLayer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_journal_stream_must_be_stderr_itself() {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata("/proc/self/fd/2").unwrap();
+        assert!(stderr_is(&format!("{}:{}", m.dev(), m.ino())));
+        assert!(!stderr_is(&format!("{}:{}", m.dev(), m.ino() + 1)));
+        assert!(!stderr_is("8:12345x"));
+        assert!(!stderr_is(""));
+    }
 
     #[test]
     fn names_are_journal_field_names() {

@@ -375,3 +375,16 @@ fn journal_entries_carry_the_host_subsystem_controller_and_peer() {
         d.logs()
     );
 }
+
+/// `JOURNAL_STREAM` inherited from elsewhere (it names another stream than this process's
+/// stderr, as in a shell started from a service): nvmfd logs to stderr as usual.
+#[test]
+fn an_inherited_journal_stream_is_not_taken_for_the_journal() {
+    let port = free_port();
+    let d = Daemon::builder(config(port, 1))
+        .args(["-m", "0"])
+        .env("JOURNAL_STREAM", "1:1")
+        .listening(&[port])
+        .start();
+    assert!(d.logs().contains("listening on"), "{}", d.logs());
+}
