@@ -29,18 +29,51 @@ fn nvmf_host_against_kernel_target_over_rxe() {
         return;
     };
     let nvmf = nvmf_binary();
-    let target = case.kernel_target(NQN, 32);
-    let run = case.run_host(
-        "nvmf-host-rdma.sh",
-        &host_env(&case, NQN),
-        &[nvmf.as_path()],
-        Duration::from_secs(180),
-    );
-    // A perf run the scenario retried (the kernel target dropped the link): said, not hidden.
-    for l in run.stdout.lines().filter(|l| l.starts_with("RETRY:")) {
-        nvmf_interop::say(&format!("  {l}"));
+    let mut case = case;
+    // As for nvmfd below: when the soft-RoCE link between the two TCG guests went silent and
+    // stayed so through the scenario's own retries (seen in a fresh-clone run on 2026-11-29:
+    // the target dropped the connection, then no RDMA connect was answered), the pair runs
+    // once more on fresh guests, loudly. Any other failure, or a second one, fails.
+    for attempt in 1..=2 {
+        let target = case.kernel_target(NQN, 32);
+        let run = case.run_host(
+            "nvmf-host-rdma.sh",
+            &host_env(&case, NQN),
+            &[nvmf.as_path()],
+            Duration::from_secs(240),
+        );
+        // A perf run the scenario retried (the kernel target dropped the link): said, not hidden.
+        for l in run.stdout.lines().filter(|l| l.starts_with("RETRY:")) {
+            nvmf_interop::say(&format!("  {l}"));
+        }
+        let link_died = !guest_passed(&run)
+            && run.stdout.contains("RETRY:")
+            && !run.stdout.contains(" mismatched - FAIL");
+        if attempt == 1 && link_died {
+            say(&format!(
+                "interop nvmf_host_against_kernel_target_over_rxe: THE SOFT-RoCE LINK WENT SILENT \
+                 and stayed so through the in-guest retries: running the pair once more on fresh \
+                 guests\n{}",
+                run.stdout
+                    .lines()
+                    .filter(|l| l.contains("ERROR") || l.contains("RETRY") || l.contains("error"))
+                    .take(8)
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            ));
+            drop(target);
+            match RdmaCase::begin(
+                "nvmf_host_against_kernel_target_over_rxe",
+                "rdma_host_again",
+            ) {
+                Some(c) => case = c,
+                None => return,
+            }
+            continue;
+        }
+        case.conclude_kernel(&run, &target, NQN);
+        return;
     }
-    case.conclude_kernel(&run, &target, NQN);
 }
 
 /// The same `nvmf` scenario against nvmfd's own NVMe/RDMA target (a 32 MiB malloc namespace,
