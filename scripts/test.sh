@@ -117,11 +117,19 @@ threads=${NVMFD_TEST_THREADS:-1}
 whole=0
 [ $# -gt 0 ] || { whole=1; set -- --workspace; }
 rc=0
+# --no-fail-fast: one failing test binary must not hide the others' results.  The output
+# is also kept (bounded: the suite prints ~0.5 MB) so that the end of the run can name
+# what failed: a CI log is often read from its tail only.
+test_log=$(mktemp /tmp/nvmfd-test-log.XXXXXX)
+trap 'rm -f "$test_log"' EXIT
+set +e
 if [ "$interop" = 1 ]; then
-  NVMFD_INTEROP=1 cargo test "$@" -- --test-threads="$threads" || rc=$?
+  NVMFD_INTEROP=1 cargo test --no-fail-fast "$@" -- --test-threads="$threads" 2>&1 | tee "$test_log"
 else
-  cargo test "$@" -- --test-threads="$threads" || rc=$?
+  cargo test --no-fail-fast "$@" -- --test-threads="$threads" 2>&1 | tee "$test_log"
 fi
+rc=${PIPESTATUS[0]}
+set -e
 
 # ---- short fuzz sessions -------------------------------------------------------
 fuzz_secs=${NVMFD_FUZZ_SECONDS:-30}
@@ -129,6 +137,36 @@ if [ "$whole" = 1 ] && [ "$fuzz_secs" != 0 ]; then
   t_fuzz=$(date +%s)
   scripts/fuzz-smoke.sh "$fuzz_secs" || rc=1
   note "fuzz sessions took $(( $(date +%s) - t_fuzz )) s"
+fi
+# ---- what failed, again, at the end ------------------------------------------------
+if [ "$rc" != 0 ]; then
+  note "cargo test failed; the failing tests, each with the end of its output:"
+  python3 - "$test_log" >&2 <<'PY' || true
+import re, sys
+text = open(sys.argv[1], errors="replace").read()
+binary = None
+failed = []
+for line in text.splitlines():
+    m = re.match(r"\s+Running (\S+) \((\S+)\)", line)
+    if m:
+        binary = m.group(1)
+    m = re.match(r"test (\S+) \.\.\. FAILED", line)
+    if m:
+        failed.append((binary, m.group(1)))
+for binary, name in failed:
+    print(f"  FAILED {binary} :: {name}")
+for binary, name in failed:
+    m = re.search(r"---- " + re.escape(name) + r" stdout ----\n(.*?)(?=\n---- |\nfailures:\n)", text, re.S)
+    if m:
+        body = m.group(1).rstrip().splitlines()
+        print(f"---- {binary} :: {name} (last {min(len(body), 40)} of {len(body)} lines)")
+        print("\n".join(body[-40:]))
+errs = [l for l in text.splitlines() if re.match(r"error(\[E\d+\])?: ", l)]
+for l in errs[:20]:
+    print("  " + l)
+if not failed and not errs:
+    print("  (no failing test named: see the log above)")
+PY
 fi
 note "finished in $(( $(date +%s) - t_start )) s, exit status $rc"
 exit "$rc"
