@@ -14,6 +14,8 @@
 //! * multipath.rs: several paths to one subsystem (path set, discovery of
 //!   paths, ANA log and AER, path state, monitor thread, policies).
 //! * error.rs: errors with NVMe status names.
+//! * kernel_host/: the Linux kernel host (`nvmf connect`, `connect-all`, `doctor`): sysfs and
+//!   /etc/nvme readers, the /dev/nvme-fabrics connect, nvme-cli's autoconnect files, checks.
 //! * top.rs: the interval rates and text of `nvmf top` (per-path statistics of nvmfd).
 //! * bench/: `nvmf bench` (spec.rs: TOML spec and presets; matrix.rs: the ordered
 //!   run list; placement.rs: route, NUMA node, CPUs, busy cores; mod.rs: the plan;
@@ -39,6 +41,7 @@ pub mod controller;
 pub mod discovery;
 pub mod error;
 pub mod gw;
+pub mod kernel_host;
 pub mod multipath;
 pub mod perf;
 pub mod queue;

@@ -2,10 +2,12 @@
 //! `discover` (the discovery log, as `nvme discover` prints it), `identify`
 //! (controller and namespaces), `perf` (load generator, like spdk_nvme_perf /
 //! fio), and `rpc` (handed to `nvmf_rpc::cli_main`). No root, no kernel
-//! modules, no nvme-cli needed.
+//! modules, no nvme-cli needed. `connect`, `connect-all` and `doctor` are the exception: they
+//! drive and check the Linux kernel host (nvmf_host::kernel_host).
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
+use nvmf_host::kernel_host::cli as kcli;
 use nvmf_host::multipath::{self, Policy};
 use nvmf_host::perf::{self, PerfConfig, Workload};
 use nvmf_host::{ConnectOptions, Controller, NsIdentifier, TransportId, DISCOVERY_NQN};
@@ -32,6 +34,10 @@ Examples:
 
   # Control a running nvmfd (JSON-RPC, SPDK method names)
   nvmf rpc nvmf_get_subsystems
+
+  # The Linux kernel host: connect (and keep it across reboots), then check the host
+  nvmf connect -t tcp -a 10.0.0.1 -n nqn.2016-06.io.spdk:cnode1 --persist
+  nvmf doctor
 
 Exit status: 0 success, 1 failure (connection, NVMe error, I/O error, verify mismatch), 2 usage.";
 
@@ -204,6 +210,15 @@ enum Cmd {
     /// A gateway group on Ceph as one member sees it: `status`, and `move` an ANA group to another member
     #[command(subcommand, after_help = GW_HELP)]
     Gw(GwCmd),
+    /// Connect the Linux kernel host to a subsystem through /dev/nvme-fabrics (like `nvme connect`); --persist for boot
+    #[command(after_help = kcli::CONNECT_HELP)]
+    Connect(kcli::ConnectArgs),
+    /// Connect the Linux kernel host to everything a discovery controller lists (like `nvme connect-all`)
+    #[command(after_help = kcli::CONNECT_ALL_HELP)]
+    ConnectAll(kcli::ConnectAllArgs),
+    /// Check this Linux host's NVMe-oF set-up: modules, multipath, host NQN/ID, paths, MTU, ANA; one finding per line with its fix
+    #[command(after_help = kcli::DOCTOR_HELP)]
+    Doctor(kcli::DoctorArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
     #[command(disable_help_flag = true)]
     Rpc {
@@ -564,6 +579,9 @@ fn main() -> ExitCode {
         Cmd::Top(a) => top(a),
         Cmd::Gw(c) => gw(c),
         Cmd::Bench(b) => bench(b),
+        Cmd::Connect(a) => kcli::connect(a),
+        Cmd::ConnectAll(a) => kcli::connect_all(a),
+        Cmd::Doctor(a) => kcli::doctor(a),
         Cmd::Rpc { args } => {
             let code = nvmf_rpc::cli_main(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
