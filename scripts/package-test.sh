@@ -96,7 +96,8 @@ in_root apt-get install -y -qq "/pkgs/$(basename "$deb_d")" "/pkgs/$(basename "$
 for f in /usr/sbin/nvmfd /usr/bin/nvmf /etc/nvmfd/nvmfd.json /etc/default/nvmfd \
          /lib/systemd/system/nvmfd.service /usr/share/man/man8/nvmfd.8.gz \
          /usr/share/man/man1/nvmf.1.gz /usr/share/bash-completion/completions/nvmf \
-         /usr/share/doc/nvmfd/copyright /usr/share/doc/nvmfd/changelog.Debian.gz; do
+         /usr/share/doc/nvmfd/copyright /usr/share/doc/nvmfd/changelog.Debian.gz \
+         /usr/share/nvmfd/monitoring/nvmfd-alerts.yml /usr/share/nvmfd/monitoring/nvmfd-dashboard.json; do
   [ -e "$sys$f" ] || fail "$f not installed"
 done
 [ -L "$sys/etc/systemd/system/multi-user.target.wants/nvmfd.service" ] ||

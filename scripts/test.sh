@@ -33,6 +33,7 @@ declare -A NEED=(
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
   [python3]=python3 [dpkg-source]=dpkg-dev [openssl]=openssl
   [rdma]=iproute2 [ibv_devices]=ibverbs-utils [rping]=rdmacm-utils
+  [prometheus]=prometheus [promtool]=prometheus
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -76,6 +77,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -q --no-install-recommends "${missing[@]}" ca-certificates || inst_rc=$?
   [ "$own_policy" = 0 ] || rm -f /usr/sbin/policy-rc.d
   [ "${inst_rc:-0}" = 0 ] || exit "$inst_rc"
+  # the monitoring test (crates/nvmfd/tests/monitoring.rs) runs a Prometheus of its own:
+  # leave Debian's service disabled
+  case " ${missing[*]} " in
+    *" prometheus "*) systemctl disable prometheus.service >/dev/null 2>&1 || true ;;
+  esac
   if [ ${#ceph_pkgs[@]} -gt 0 ]; then
     # Debian's ceph packages enable their systemd targets: the tests start their own
     # daemons, so leave none enabled (no /etc/ceph changes either)

@@ -206,6 +206,11 @@ impl SubsystemAna {
         p.iter().find(|x| &x.listener == l).cloned()
     }
 
+    /// Every listener's path (`/metrics`).
+    pub fn paths(&self) -> Vec<Arc<PathAna>> {
+        self.paths.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     pub(crate) fn add_path(&self, l: &ListenerConfig) {
         let mut p = self.paths.write().unwrap_or_else(|e| e.into_inner());
         if !p.iter().any(|x| &x.listener == l) {

@@ -59,6 +59,6 @@ pub use error::CoreError;
 pub use namespace::{Namespace, NamespaceState, NamespaceTable};
 pub use queue::{Exec, PortInfo, QueuePair, QueueState};
 pub use subsystem::{Subsystem, SubsystemKind};
-pub use target::{HostLimits, HostUsage, LimitHit, SizeChange, Target};
+pub use target::{HostLimits, HostUsage, LimitHit, LimitHits, SizeChange, Target};
 pub use transport::{TransportCaps, TransportLimits};
 pub use visibility::NsVisibility;

@@ -202,6 +202,26 @@ impl std::fmt::Display for LimitHit {
     }
 }
 
+/// How many Connects each cap of [`HostLimits`] refused since the start
+/// ([`Target::limit_hits`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct LimitHits {
+    pub controllers: u64,
+    pub controllers_per_host: u64,
+    pub io_queues_per_host: u64,
+}
+
+impl LimitHits {
+    fn count(&mut self, hit: LimitHit) {
+        let n = match hit {
+            LimitHit::Controllers(_) => &mut self.controllers,
+            LimitHit::ControllersPerHost(_) => &mut self.controllers_per_host,
+            LimitHit::IoQueuesPerHost(_) => &mut self.io_queues_per_host,
+        };
+        *n += 1;
+    }
+}
+
 /// What the evicting controller pools hold ([`Target::pool_usage`]): their
 /// members not evicted, and evictions so far.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -237,6 +257,8 @@ struct RefusalLog {
 #[derive(Debug, Default)]
 struct Admission {
     limits: HostLimits,
+    /// Connects refused by each cap so far (`/metrics`).
+    hits: LimitHits,
     controllers: usize,
     /// Only hosts holding something have an entry (bounded by the caps).
     per_host: HashMap<String, HostUsage>,
@@ -519,6 +541,11 @@ impl Target {
         }
     }
 
+    /// Connects refused by each host cap so far.
+    pub fn limit_hits(&self) -> LimitHits {
+        self.admission().hits
+    }
+
     /// What `hostnqn` holds right now.
     pub fn host_usage(&self, hostnqn: &str) -> HostUsage {
         self.admission()
@@ -539,12 +566,16 @@ impl Target {
 
     fn admit_locked(a: &mut Admission, hostnqn: &str) -> Result<(), LimitHit> {
         let l = a.limits;
-        if l.max_controllers != 0 && a.controllers >= l.max_controllers {
-            return Err(LimitHit::Controllers(l.max_controllers));
-        }
-        let cur = a.per_host.get(hostnqn).map_or(0, |u| u.controllers);
-        if l.max_controllers_per_host != 0 && cur >= l.max_controllers_per_host {
-            return Err(LimitHit::ControllersPerHost(l.max_controllers_per_host));
+        let hit = if l.max_controllers != 0 && a.controllers >= l.max_controllers {
+            Some(LimitHit::Controllers(l.max_controllers))
+        } else {
+            let cur = a.per_host.get(hostnqn).map_or(0, |u| u.controllers);
+            (l.max_controllers_per_host != 0 && cur >= l.max_controllers_per_host)
+                .then_some(LimitHit::ControllersPerHost(l.max_controllers_per_host))
+        };
+        if let Some(hit) = hit {
+            a.hits.count(hit);
+            return Err(hit);
         }
         a.controllers += 1;
         a.per_host
@@ -665,10 +696,12 @@ impl Target {
 
     /// Reserve an I/O queue for `hostnqn` (released by `release_io_queue`).
     pub(crate) fn admit_io_queue(&self, hostnqn: &str) -> Result<(), LimitHit> {
-        let mut a = self.admission();
+        let mut guard = self.admission();
+        let a = &mut *guard;
         let max = a.limits.max_io_queues_per_host;
         let u = a.per_host.entry(hostnqn.to_string()).or_default();
         if max != 0 && u.io_queues >= max {
+            a.hits.count(LimitHit::IoQueuesPerHost(max));
             return Err(LimitHit::IoQueuesPerHost(max));
         }
         u.io_queues += 1;

@@ -140,6 +140,14 @@ fn controllers_per_host_are_capped() {
     drop(a1);
     assert_eq!(t.host_usage(HOST_A).controllers, 1);
     let _a3 = admin(&t, NQN, HOST_A, 0);
+    // The refusal is counted under its cap (`/metrics`).
+    assert_eq!(
+        t.limit_hits(),
+        nvmf_core::LimitHits {
+            controllers_per_host: 1,
+            ..Default::default()
+        }
+    );
 }
 
 #[test]
@@ -157,6 +165,7 @@ fn controllers_in_total_are_capped() {
     assert_eq!(c.status(), busy());
     drop(a);
     let _c = admin(&t, NQN, "nqn.2014-08.org.example:c", 0);
+    assert_eq!(t.limit_hits().controllers, 1);
 }
 
 #[test]
@@ -180,6 +189,7 @@ fn io_queues_per_host_are_capped_across_controllers() {
     let (q4, c) = connect(&t, 2, 0, c2, NQN, HOST_A);
     assert_eq!(c.status(), busy(), "fourth I/O queue of host A");
     assert!(!q4.is_connected());
+    assert_eq!(t.limit_hits().io_queues_per_host, 1);
     assert_eq!(
         t.host_usage(HOST_A),
         HostUsage {

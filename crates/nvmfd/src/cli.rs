@@ -60,8 +60,8 @@ LIMITS AND LIVENESS (defaults in brackets; 0 = unlimited / off):
       one \"suppressed\" line.
 
 OBSERVABILITY:
-  nvmfd --metrics 127.0.0.1:9100
-      Prometheus text at http://127.0.0.1:9100/metrics (off unless given):
+  nvmfd --metrics 127.0.0.1:9498
+      Prometheus text at http://127.0.0.1:9498/metrics (off unless given):
       commands, bytes, errors by status, in-flight and latency histograms
       per subsystem, listener, host NQN, controller ID and namespace.
   nvmf rpc nvmf_get_path_stats; nvmf top -s /var/tmp/spdk.sock

@@ -22,6 +22,9 @@ pub const DEFAULT_MAX_CONNECTIONS_PER_HOST: usize = 512;
 #[derive(Debug, Default)]
 struct Counts {
     total: usize,
+    /// Connections refused by `max_total` / by `max_per_ip` so far.
+    refused_total: u64,
+    refused_per_ip: u64,
     /// Only addresses with open connections have an entry.
     per_ip: HashMap<IpAddr, usize>,
 }
@@ -53,6 +56,16 @@ impl std::fmt::Display for Refused {
     }
 }
 
+/// [`ConnLimits::usage`]: caps are 0 when unlimited.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ConnUsage {
+    pub open: usize,
+    pub max_total: usize,
+    pub max_per_ip: usize,
+    pub refused_total: u64,
+    pub refused_per_ip: u64,
+}
+
 /// One admitted connection; gives its place back when dropped.
 #[derive(Debug)]
 pub struct ConnTicket {
@@ -78,10 +91,12 @@ impl ConnLimits {
         let ip = canonical(ip);
         let mut c = self.counts();
         if self.max_total != 0 && c.total >= self.max_total {
+            c.refused_total += 1;
             return Err(Refused::Total(self.max_total));
         }
         let n = c.per_ip.get(&ip).copied().unwrap_or(0);
         if self.max_per_ip != 0 && n >= self.max_per_ip {
+            c.refused_per_ip += 1;
             return Err(Refused::PerHost(self.max_per_ip));
         }
         c.total += 1;
@@ -90,6 +105,18 @@ impl ConnLimits {
             limits: self.clone(),
             ip,
         })
+    }
+
+    /// Open connections, the caps and the refusals so far (`/metrics`).
+    pub fn usage(&self) -> ConnUsage {
+        let c = self.counts();
+        ConnUsage {
+            open: c.total,
+            max_total: self.max_total,
+            max_per_ip: self.max_per_ip,
+            refused_total: c.refused_total,
+            refused_per_ip: c.refused_per_ip,
+        }
     }
 
     /// Open connections (all, and from `ip`).
@@ -251,6 +278,17 @@ mod tests {
         assert_eq!(l.open(a), (2, 1));
         let _t4 = l.admit(b).unwrap();
         assert_eq!(l.open(b), (3, 2));
+        // refusals are counted by cap (`/metrics`)
+        assert_eq!(
+            l.usage(),
+            ConnUsage {
+                open: 3,
+                max_total: 3,
+                max_per_ip: 2,
+                refused_total: 1,
+                refused_per_ip: 2,
+            }
+        );
     }
 
     #[test]

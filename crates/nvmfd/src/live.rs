@@ -29,7 +29,7 @@ use tracing::{info, warn};
 
 use crate::listen::{self, ListenAddr};
 use crate::paths::{GoneHosts, PathTable};
-use crate::reactor::{RdmaSnapshot, ReactorCmd, ReactorSnapshot};
+use crate::reactor::{ReactorCmd, ReactorSnapshot};
 
 /// How long the RPC thread waits for a reactor's answer.
 const REPLY_WAIT: Duration = Duration::from_secs(5);
@@ -130,16 +130,62 @@ impl Live {
         PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone)
     }
 
-    /// What `/metrics` shows: counters by path (both transports) and each
-    /// reactor's NVMe/RDMA side (reactors with an RDMA port only).
-    pub fn gather_metrics(&self) -> (PathTable, Vec<(usize, RdmaSnapshot)>) {
-        let snaps = self.snapshots();
-        let t = PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone);
+    /// What `/metrics` shows of the reactors: counters by path (both
+    /// transports), each reactor's busy and idle time and NVMe/RDMA side
+    /// (reactors with an RDMA port only), and how many did not answer.
+    pub fn gather_metrics(&self) -> crate::metrics::ReactorMetrics {
+        let answers = self.ask_all(|reply| ReactorCmd::Snapshot { reply });
+        let unanswered = answers.iter().filter(|a| a.is_none()).count();
+        let snaps: Vec<ReactorSnapshot> = answers.into_iter().flatten().collect();
+        let paths = PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone);
+        let times = snaps.iter().map(|s| (s.id, s.busy_ns, s.idle_ns)).collect();
         let rdma = snaps
             .into_iter()
             .filter_map(|s| Some((s.id, s.rdma?)))
             .collect();
-        (t, rdma)
+        crate::metrics::ReactorMetrics {
+            paths,
+            rdma,
+            times,
+            unanswered,
+        }
+    }
+
+    /// The ANA state of every listener of every subsystem with ANA
+    /// reporting, for the groups that hold a namespace, and the
+    /// subsystems' change counts (`/metrics`; no reactor involved).
+    pub fn ana_metrics(&self) -> Vec<crate::metrics::SubsystemAnaMetrics> {
+        let mut out = Vec::new();
+        for ss in self.target.subsystems() {
+            let Some(ana) = ss.ana() else { continue };
+            let mut groups: Vec<u32> = ss.namespaces().iter().map(|n| n.anagrpid()).collect();
+            groups.sort_unstable();
+            groups.dedup();
+            let mut states = Vec::new();
+            for p in ana.paths() {
+                let l = p.listener();
+                let name = crate::paths::listener_name(&l.traddr, &l.trsvcid);
+                for &g in &groups {
+                    states.push((name.clone(), g, p.state_code(g)));
+                }
+            }
+            out.push(crate::metrics::SubsystemAnaMetrics {
+                subsystem: ss.nqn().to_string(),
+                // The count starts at 1 (the state of the start).
+                changes: ana.change_count().saturating_sub(1),
+                states,
+            });
+        }
+        out
+    }
+
+    /// The host caps, their refusals so far and the controllers alive.
+    pub fn host_limit_metrics(&self) -> crate::metrics::HostLimitMetrics {
+        crate::metrics::HostLimitMetrics {
+            limits: self.target.host_limits(),
+            hits: self.target.limit_hits(),
+            controllers: self.target.active_controllers(),
+        }
     }
 
     /// Every bdev of the running target with the Reads and Writes that

@@ -438,7 +438,7 @@ fn run(cli: Cli) -> Result<()> {
         gone,
     ));
     if let Some(addr) = cli.metrics {
-        metrics::spawn(addr, live.clone())?;
+        metrics::spawn(addr, live.clone(), conn_limits.clone())?;
     }
     let service = Arc::new(nvmf_rpc::RpcService::new(
         cfg.clone(),

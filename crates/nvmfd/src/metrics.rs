@@ -36,6 +36,14 @@
 //! `nvmf_bdev_compare_and_write_miscompares_total`, fused Compare and
 //! Writes that read and compared the bdev's data, and those whose data
 //! differed (docs/COMPARE-AND-WRITE.md).
+//! Also: `nvmf_ana_state` (per subsystem, listener and ANA group holding a
+//! namespace: the NVMe state code) and `nvmf_ana_changes_total`; the caps
+//! (`nvmf_connections_open`/`_max`, `nvmf_controllers_active`/`_max`,
+//! `nvmf_limit_refusals_total{limit}`); `nvmf_reactor_busy_seconds_total`,
+//! `nvmf_reactor_idle_seconds_total`, `nvmf_reactors_unresponsive`; the
+//! process's `process_*` (read from /proc/self with `procfs`); the gateway
+//! group's `nvmf_group_*`. The alert rules and the Grafana dashboard built
+//! on these are in packaging/monitoring/ (docs/MONITORING.md).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -51,6 +59,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use tracing::{debug, info, warn};
 
+use crate::limits::{ConnLimits, ConnUsage};
 use crate::live::Live;
 use crate::paths::{PathKey, PathTable};
 use crate::reactor::RdmaSnapshot;
@@ -63,23 +72,23 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Binds `addr` and serves `/metrics` on a thread of its own.
-pub fn spawn(addr: SocketAddr, live: Arc<Live>) -> Result<SocketAddr> {
+pub fn spawn(addr: SocketAddr, live: Arc<Live>, conns: Arc<ConnLimits>) -> Result<SocketAddr> {
     let l =
         TcpListener::bind(addr).with_context(|| format!("--metrics: cannot listen on {addr}"))?;
     let bound = l.local_addr()?;
     std::thread::Builder::new()
         .name("metrics".into())
-        .spawn(move || serve(l, &live))
+        .spawn(move || serve(l, &live, &conns))
         .context("spawning the metrics thread")?;
     info!("metrics (Prometheus) on http://{bound}/metrics");
     Ok(bound)
 }
 
-fn serve(l: TcpListener, live: &Live) {
+fn serve(l: TcpListener, live: &Live, conns: &ConnLimits) {
     for s in l.incoming() {
         match s {
             Ok(s) => {
-                if let Err(e) = handle(s, live) {
+                if let Err(e) = handle(s, live, conns) {
                     debug!("metrics connection: {e}");
                 }
             }
@@ -152,13 +161,20 @@ fn parse(b: &[u8]) -> Option<Req> {
     }
 }
 
-fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
+fn handle(mut s: TcpStream, live: &Live, conns: &ConnLimits) -> std::io::Result<()> {
     s.set_write_timeout(Some(IO_TIMEOUT))?;
     let req = read_request(&mut s)?;
     let (status, ctype, body, head) = match req {
         Req::Metrics { head } => {
-            let (paths, rdma) = live.gather_metrics();
-            let mut body = encode(&paths, &rdma, &live.bdev_counters());
+            let x = Exposition {
+                reactors: live.gather_metrics(),
+                bdevs: live.bdev_counters(),
+                ana: live.ana_metrics(),
+                host_limits: live.host_limit_metrics(),
+                connections: conns.usage(),
+                process: ProcessMetrics::read(),
+            };
+            let mut body = encode(&x);
             if let Some(h) = live.gateway() {
                 body = with_group(body, h);
             }
@@ -218,18 +234,299 @@ fn handle(mut s: TcpStream, live: &Live) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The exposition of a path table, the reactors' NVMe/RDMA sides and the
-/// bdevs' QoS counters, (name, throttled) (OpenMetrics text, ends with
-/// `# EOF`).
-pub fn encode(t: &PathTable, rdma: &[(usize, RdmaSnapshot)], bdevs: &[BdevCounters]) -> String {
+/// What the reactors report for one scrape ([`Live::gather_metrics`]).
+#[derive(Debug, Default)]
+pub struct ReactorMetrics {
+    /// Counters by path, all reactors added up.
+    pub paths: PathTable,
+    /// Each reactor's NVMe/RDMA side, by reactor id.
+    pub rdma: Vec<(usize, RdmaSnapshot)>,
+    /// (reactor id, nanoseconds busy, nanoseconds idle) since it started.
+    pub times: Vec<(usize, u64, u64)>,
+    /// Reactors that did not answer within the RPC wait (hung or
+    /// overloaded: their paths are missing from this scrape).
+    pub unanswered: usize,
+}
+
+/// One subsystem with ANA reporting ([`Live::ana_metrics`]).
+#[derive(Debug, Clone, Default)]
+pub struct SubsystemAnaMetrics {
+    pub subsystem: String,
+    /// ANA state changes since the subsystem was created.
+    pub changes: u64,
+    /// (listener, ANA group, state code) for each group holding a namespace.
+    pub states: Vec<(String, u32, u8)>,
+}
+
+/// The host caps checked at Connect ([`Live::host_limit_metrics`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct HostLimitMetrics {
+    pub limits: nvmf_core::HostLimits,
+    pub hits: nvmf_core::LimitHits,
+    /// Controllers alive now (NVM and discovery).
+    pub controllers: usize,
+}
+
+/// Everything one `/metrics` answer shows.
+#[derive(Debug, Default)]
+pub struct Exposition {
+    pub reactors: ReactorMetrics,
+    pub bdevs: Vec<BdevCounters>,
+    pub ana: Vec<SubsystemAnaMetrics>,
+    pub host_limits: HostLimitMetrics,
+    pub connections: ConnUsage,
+    /// None when /proc could not be read.
+    pub process: Option<ProcessMetrics>,
+}
+
+/// The exposition (OpenMetrics text, ends with `# EOF`).
+pub fn encode(x: &Exposition) -> String {
     let mut reg = Registry::default();
-    reg.register_collector(Box::new(Paths(t.clone())));
-    reg.register_collector(Box::new(Rdma(rdma.to_vec())));
-    reg.register_collector(Box::new(Bdevs(bdevs.to_vec())));
+    reg.register_collector(Box::new(Paths(x.reactors.paths.clone())));
+    reg.register_collector(Box::new(Rdma(x.reactors.rdma.clone())));
+    reg.register_collector(Box::new(Reactors(
+        x.reactors.times.clone(),
+        x.reactors.unanswered,
+    )));
+    reg.register_collector(Box::new(Bdevs(x.bdevs.clone())));
+    reg.register_collector(Box::new(Ana(x.ana.clone())));
+    reg.register_collector(Box::new(Limits(x.host_limits, x.connections)));
+    if let Some(p) = x.process {
+        reg.register_collector(Box::new(Process(p)));
+    }
     let mut out = String::new();
     // Writing to a String cannot fail.
     let _ = prometheus_client::encoding::text::encode(&mut out, &reg);
     out
+}
+
+/// The reactors' busy and idle time (as SPDK's `thread_get_stats`) and
+/// how many did not answer.
+#[derive(Debug)]
+struct Reactors(Vec<(usize, u64, u64)>, usize);
+
+impl Collector for Reactors {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        type Get = fn(&(usize, u64, u64)) -> u64;
+        let families: [(&str, &str, Get); 2] = [
+            (
+                "nvmf_reactor_busy_seconds",
+                "Wall time of the reactor's loop turns that had work (polling with nothing to do counts as idle)",
+                |t| t.1,
+            ),
+            (
+                "nvmf_reactor_idle_seconds",
+                "Wall time the reactor slept or polled with nothing to do",
+                |t| t.2,
+            ),
+        ];
+        for (name, help, get) in families {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for t in &self.0 {
+                let l: Labels = vec![("reactor", t.0.to_string())];
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, f64>(&(get(t) as f64 / 1e9), None)?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_reactors_unresponsive",
+            "Reactors that did not answer this scrape within 5 s (their paths are missing from it)",
+            None,
+            MetricType::Gauge,
+        )?;
+        m.encode_gauge(&(self.1 as i64))
+    }
+}
+
+/// ANA: the state of each group holding a namespace through each listener
+/// and the changes per subsystem.
+#[derive(Debug)]
+struct Ana(Vec<SubsystemAnaMetrics>);
+
+impl Collector for Ana {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_ana_state",
+            "ANA state of the group through the listener, as the NVMe code: 1 optimized, 2 non-optimized, 3 inaccessible, 4 persistent loss, 15 change",
+            None,
+            MetricType::Gauge,
+        )?;
+        for ss in &self.0 {
+            for (listener, grp, code) in &ss.states {
+                let l: Labels = vec![
+                    ("subsystem", ss.subsystem.clone()),
+                    ("listener", listener.clone()),
+                    ("ana_group", grp.to_string()),
+                ];
+                m.encode_family(&l)?.encode_gauge(&i64::from(*code))?;
+            }
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_ana_changes",
+            "ANA state changes of the subsystem (the ANA log page's change count, less its start)",
+            None,
+            MetricType::Counter,
+        )?;
+        for ss in &self.0 {
+            let l: Labels = vec![("subsystem", ss.subsystem.clone())];
+            m.encode_family(&l)?
+                .encode_counter::<NoLabelSet, _, u64>(&ss.changes, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// The caps: usage, maxima (0 = unlimited) and refusals by cap.
+#[derive(Debug)]
+struct Limits(HostLimitMetrics, ConnUsage);
+
+impl Collector for Limits {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let (h, c) = (&self.0, &self.1);
+        let gauges: [(&str, &str, u64); 4] = [
+            (
+                "nvmf_connections_open",
+                "Connections open now (both transports, admitted by the caps)",
+                c.open as u64,
+            ),
+            (
+                "nvmf_connections_max",
+                "--max-connections (0: unlimited)",
+                c.max_total as u64,
+            ),
+            (
+                "nvmf_controllers_active",
+                "Controllers alive now (NVM and discovery)",
+                h.controllers as u64,
+            ),
+            (
+                "nvmf_controllers_max",
+                "--max-controllers (0: unlimited)",
+                h.limits.max_controllers as u64,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&(v as i64))?;
+        }
+        let refusals: [(&str, u64); 5] = [
+            ("max-connections", c.refused_total),
+            ("max-connections-per-host", c.refused_per_ip),
+            ("max-controllers", h.hits.controllers),
+            ("max-controllers-per-host", h.hits.controllers_per_host),
+            ("max-io-queues-per-host", h.hits.io_queues_per_host),
+        ];
+        let mut m = enc.encode_descriptor(
+            "nvmf_limit_refusals",
+            "Connections and Connects refused because a cap was reached, by the option that sets it",
+            None,
+            MetricType::Counter,
+        )?;
+        for (limit, n) in refusals {
+            let l: Labels = vec![("limit", limit.to_string())];
+            m.encode_family(&l)?
+                .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+        }
+        Ok(())
+    }
+}
+
+/// The process's resource use, read from /proc/self, under the names every
+/// Prometheus client library uses (`process_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ProcessMetrics {
+    pub cpu_seconds: f64,
+    pub resident_bytes: u64,
+    pub virtual_bytes: u64,
+    pub open_fds: u64,
+    /// None: unlimited.
+    pub max_fds: Option<u64>,
+    pub start_time_seconds: f64,
+    pub threads: u64,
+}
+
+impl ProcessMetrics {
+    /// Reads /proc/self (None when it cannot be read).
+    pub fn read() -> Option<ProcessMetrics> {
+        let me = procfs::process::Process::myself().ok()?;
+        let st = me.stat().ok()?;
+        let tps = procfs::ticks_per_second() as f64;
+        let boot = procfs::boot_time_secs().ok()? as f64;
+        let max_fds = me
+            .limits()
+            .ok()
+            .and_then(|l| match l.max_open_files.soft_limit {
+                procfs::process::LimitValue::Value(v) => Some(v),
+                procfs::process::LimitValue::Unlimited => None,
+            });
+        Some(ProcessMetrics {
+            cpu_seconds: (st.utime + st.stime) as f64 / tps,
+            resident_bytes: st.rss.saturating_mul(procfs::page_size()),
+            virtual_bytes: st.vsize,
+            open_fds: me.fd_count().ok()? as u64,
+            max_fds,
+            start_time_seconds: boot + st.starttime as f64 / tps,
+            threads: u64::try_from(st.num_threads).unwrap_or(0),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Process(ProcessMetrics);
+
+impl Collector for Process {
+    fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let p = &self.0;
+        let mut m = enc.encode_descriptor(
+            "process_cpu_seconds",
+            "User and system CPU time of the process (seconds)",
+            None,
+            MetricType::Counter,
+        )?;
+        m.encode_counter::<NoLabelSet, _, f64>(&p.cpu_seconds, None)?;
+        let mut gauges: Vec<(&str, &str, f64)> = vec![
+            (
+                "process_resident_memory_bytes",
+                "Resident memory of the process (bytes)",
+                p.resident_bytes as f64,
+            ),
+            (
+                "process_virtual_memory_bytes",
+                "Virtual memory of the process (bytes)",
+                p.virtual_bytes as f64,
+            ),
+            (
+                "process_open_fds",
+                "File descriptors open",
+                p.open_fds as f64,
+            ),
+            (
+                "process_start_time_seconds",
+                "Start time of the process since the Unix epoch (seconds)",
+                p.start_time_seconds,
+            ),
+            (
+                "process_threads",
+                "Threads of the process",
+                p.threads as f64,
+            ),
+        ];
+        if let Some(max) = p.max_fds {
+            gauges.push((
+                "process_max_fds",
+                "Soft limit of open file descriptors (RLIMIT_NOFILE)",
+                max as f64,
+            ));
+        }
+        for (name, help, v) in gauges {
+            enc.encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&v)?;
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug)]
@@ -621,6 +918,91 @@ impl Collector for Paths {
 mod tests {
     use super::*;
 
+    fn with_paths(paths: PathTable) -> Exposition {
+        Exposition {
+            reactors: ReactorMetrics {
+                paths,
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn reactors_ana_limits_and_the_process_are_exposed() {
+        let x = Exposition {
+            reactors: ReactorMetrics {
+                times: vec![(0, 1_500_000_000, 500_000_000), (1, 0, 2_000_000_000)],
+                unanswered: 1,
+                ..Default::default()
+            },
+            ana: vec![SubsystemAnaMetrics {
+                subsystem: "nqn.s".into(),
+                changes: 3,
+                states: vec![
+                    ("10.0.0.1:4420".into(), 1, 1),
+                    ("10.0.0.2:4420".into(), 1, 3),
+                ],
+            }],
+            host_limits: HostLimitMetrics {
+                limits: nvmf_core::HostLimits {
+                    max_controllers: 64,
+                    ..Default::default()
+                },
+                hits: nvmf_core::LimitHits {
+                    controllers: 2,
+                    controllers_per_host: 0,
+                    io_queues_per_host: 5,
+                },
+                controllers: 7,
+            },
+            connections: ConnUsage {
+                open: 9,
+                max_total: 4096,
+                max_per_ip: 512,
+                refused_total: 0,
+                refused_per_ip: 4,
+            },
+            process: ProcessMetrics::read(),
+            ..Default::default()
+        };
+        let body = encode(&x);
+        let has = |line: &str| body.lines().any(|l| l == line);
+        for line in [
+            r#"nvmf_reactor_busy_seconds_total{reactor="0"} 1.5"#,
+            r#"nvmf_reactor_idle_seconds_total{reactor="1"} 2.0"#,
+            "nvmf_reactors_unresponsive 1",
+            r#"nvmf_ana_state{subsystem="nqn.s",listener="10.0.0.2:4420",ana_group="1"} 3"#,
+            r#"nvmf_ana_changes_total{subsystem="nqn.s"} 3"#,
+            "nvmf_connections_open 9",
+            "nvmf_connections_max 4096",
+            "nvmf_controllers_active 7",
+            "nvmf_controllers_max 64",
+            r#"nvmf_limit_refusals_total{limit="max-connections-per-host"} 4"#,
+            r#"nvmf_limit_refusals_total{limit="max-controllers"} 2"#,
+            r#"nvmf_limit_refusals_total{limit="max-io-queues-per-host"} 5"#,
+        ] {
+            assert!(has(line), "missing {line}:\n{body}");
+        }
+        // this test process's own figures, read from /proc
+        let p = x.process.expect("/proc/self is readable");
+        assert!(
+            p.resident_bytes > 1 << 20 && p.open_fds >= 3 && p.threads >= 1,
+            "{p:?}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs_f64();
+        assert!(
+            p.start_time_seconds > now - 3600.0 && p.start_time_seconds <= now + 2.0,
+            "{p:?}"
+        );
+        assert!(body.contains("process_cpu_seconds_total "), "{body}");
+        assert!(body.contains("process_resident_memory_bytes "), "{body}");
+        assert!(body.trim_end().ends_with("# EOF"), "{body}");
+    }
+
     #[test]
     fn requests_are_classified() {
         assert_eq!(
@@ -649,7 +1031,10 @@ mod tests {
             compare_and_writes: c,
             miscompares: m,
         };
-        let out = encode(&t, &[], &[b("Malloc0", 42, 7, 2), b("Malloc1", 0, 0, 0)]);
+        let out = encode(&Exposition {
+            bdevs: vec![b("Malloc0", 42, 7, 2), b("Malloc1", 0, 0, 0)],
+            ..with_paths(t.clone())
+        });
         assert!(
             out.contains("nvmf_bdev_qos_throttled_total{bdev=\"Malloc0\"} 42"),
             "{out}"
@@ -666,7 +1051,10 @@ mod tests {
             out.contains("nvmf_bdev_compare_and_write_miscompares_total{bdev=\"Malloc0\"} 2"),
             "{out}"
         );
-        assert!(!encode(&t, &[], &[]).contains("qos"), "none without bdevs");
+        assert!(
+            !encode(&with_paths(t)).contains("qos"),
+            "none without bdevs"
+        );
     }
 
     #[test]
@@ -697,7 +1085,9 @@ mod tests {
             qpairs: 2,
             ..Default::default()
         };
-        let body = encode(&t, &[(1, r)], &[]);
+        let mut x = with_paths(t.clone());
+        x.reactors.rdma = vec![(1, r)];
+        let body = encode(&x);
         let has = |line: &str| body.lines().any(|l| l == line);
         assert!(
             has(
@@ -714,7 +1104,7 @@ mod tests {
         assert!(has(r#"nvmf_rdma_completions_total{reactor="1"} 9"#));
         assert!(has(r#"nvmf_rdma_polled_completions_total{reactor="1"} 4"#));
         // no RDMA port anywhere: no RDMA series
-        assert!(!encode(&t, &[], &[]).contains("nvmf_rdma_"));
+        assert!(!encode(&with_paths(t)).contains("nvmf_rdma_"));
     }
 
     #[test]
