@@ -5,7 +5,7 @@
 
 use super::doctor::{self, Env, Severity};
 use super::fabrics::{kernel_connect, ConnectParams};
-use super::persist::{self, DiscoveryRecord, Outcome, PortRecord};
+use super::persist::{self, DiscoveryRecord, PortRecord};
 use super::{controllers, HostIdentity};
 use crate::{ConnectOptions, Controller, TransportId, DISCOVERY_NQN};
 use anyhow::{bail, Context, Result};
@@ -138,7 +138,7 @@ pub struct KernelConnOpts {
 impl KernelConnOpts {
     /// Host NQN and ID: the options, else the files. A host NQN is required.
     fn identity(&self) -> Result<(String, Option<String>)> {
-        let files = HostIdentity::read(&self.config_dir);
+        let files = HostIdentity::read_config_dir(&self.config_dir);
         let nqn = match (&self.hostnqn, files.hostnqn) {
             (Some(n), _) => n.clone(),
             (None, Some(n)) => n,
@@ -200,7 +200,7 @@ impl KernelConnOpts {
 
     /// After --persist: warns when nvme-cli's boot-time connect will not use what was recorded.
     fn warn_autoconnect(&self, hostnqn: &str) {
-        let files = HostIdentity::read(&self.config_dir);
+        let files = HostIdentity::read_config_dir(&self.config_dir);
         if files.hostnqn.as_deref().is_some_and(|f| f != hostnqn) {
             eprintln!(
                 "nvmf: warning: recorded under host {hostnqn}, but `nvme connect-all` at boot \
@@ -274,6 +274,29 @@ pub fn connect(a: ConnectArgs) -> Result<ExitCode> {
         bail!("{DISCOVERY_NQN} is the discovery NQN: use `nvmf connect-all` (or `nvmf discover`)");
     }
     let p = a.opts.params(&a.transport, &a.traddr, &a.trsvcid, &a.nqn)?;
+    let record = PortRecord {
+        hostnqn: p.hostnqn.clone().unwrap_or_default(),
+        hostid: p.hostid.clone(),
+        nqn: p.nqn.clone(),
+        transport: p.transport.clone(),
+        traddr: p.traddr.clone(),
+        trsvcid: p.trsvcid.clone(),
+        host_traddr: p.host_traddr.clone(),
+        host_iface: p.host_iface.clone(),
+        nr_io_queues: p.nr_io_queues,
+        keep_alive_tmo: p.keep_alive_tmo,
+        reconnect_delay: p.reconnect_delay,
+        ctrl_loss_tmo: p.ctrl_loss_tmo,
+    };
+    // a file --persist cannot merge into stops us before the kernel connects
+    let planned = if a.opts.persist {
+        let path = a.opts.config_dir.join("config.json");
+        Some(persist::plan(&path, |old| {
+            persist::merge_config_json(old, &record)
+        })?)
+    } else {
+        None
+    };
     match a.opts.connect_one(&p)? {
         Some((name, true)) => println!(
             "{name}: connected to {} at {} {}:{}",
@@ -285,42 +308,16 @@ pub fn connect(a: ConnectArgs) -> Result<ExitCode> {
         ),
         None => {}
     }
-    if a.opts.persist {
-        let r = PortRecord {
-            hostnqn: p.hostnqn.clone().unwrap_or_default(),
-            hostid: p.hostid.clone(),
-            nqn: p.nqn.clone(),
-            transport: p.transport.clone(),
-            traddr: p.traddr.clone(),
-            trsvcid: p.trsvcid.clone(),
-            host_traddr: p.host_traddr.clone(),
-            host_iface: p.host_iface.clone(),
-            nr_io_queues: p.nr_io_queues,
-            keep_alive_tmo: p.keep_alive_tmo,
-            reconnect_delay: p.reconnect_delay,
-            ctrl_loss_tmo: p.ctrl_loss_tmo,
-        };
+    if let Some((path, text, outcome)) = planned {
         if a.opts.dry_run {
-            let path = a.opts.config_dir.join("config.json");
-            let old = std::fs::read_to_string(&path).unwrap_or_default();
-            let (text, outcome) = persist::merge_config_json(&old, &r).with_context(|| {
-                format!(
-                    "{} cannot be parsed; it would not be changed",
-                    path.display()
-                )
-            })?;
-            println!("would write {} ({:?}):\n{text}", path.display(), outcome);
+            println!("would write {} ({outcome:?}):\n{text}", path.display());
         } else {
-            let (path, outcome) = persist::record_port(&a.opts.config_dir, &r)?;
-            println!("persist: {} {}", outcome_text(outcome), path.display());
-            a.opts.warn_autoconnect(&r.hostnqn);
+            let (path, outcome) = persist::record_port(&a.opts.config_dir, &record)?;
+            println!("persist: {} {}", outcome.describe(), path.display());
+            a.opts.warn_autoconnect(&record.hostnqn);
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-fn outcome_text(o: Outcome) -> &'static str {
-    o.describe()
 }
 
 pub fn connect_all(a: ConnectAllArgs) -> Result<ExitCode> {
@@ -342,6 +339,24 @@ pub fn connect_all(a: ConnectAllArgs) -> Result<ExitCode> {
         o.hostid = *id.as_bytes();
     }
     o.timeout = std::time::Duration::from_secs(a.timeout.max(1));
+    let record = DiscoveryRecord {
+        transport: a.transport.clone(),
+        traddr: a.traddr.clone(),
+        trsvcid: a.trsvcid.clone(),
+        host_traddr: a.opts.host_traddr.clone(),
+        host_iface: a.opts.host_iface.clone(),
+        hostnqn: a.opts.hostnqn.clone(),
+        hostid: a.opts.hostid.clone(),
+        nr_io_queues: a.opts.nr_io_queues,
+        keep_alive_tmo: a.opts.keep_alive_tmo,
+        reconnect_delay: a.opts.reconnect_delay,
+        ctrl_loss_tmo: a.opts.ctrl_loss_tmo,
+    };
+    // a file --persist cannot merge into stops us before anything is connected
+    if a.opts.persist {
+        let path = a.opts.config_dir.join("discovery.conf");
+        persist::plan(&path, |old| persist::merge_discovery_conf(old, &record))?;
+    }
     let log = Controller::connect(&o)
         .and_then(|c| c.discovery_log())
         .with_context(|| {
@@ -414,32 +429,14 @@ pub fn connect_all(a: ConnectAllArgs) -> Result<ExitCode> {
         );
     }
     if a.opts.persist {
-        let r = DiscoveryRecord {
-            transport: a.transport.clone(),
-            traddr: a.traddr.clone(),
-            trsvcid: a.trsvcid.clone(),
-            host_traddr: a.opts.host_traddr.clone(),
-            host_iface: a.opts.host_iface.clone(),
-            hostnqn: a.opts.hostnqn.clone(),
-            hostid: a.opts.hostid.clone(),
-            nr_io_queues: a.opts.nr_io_queues,
-            keep_alive_tmo: a.opts.keep_alive_tmo,
-            reconnect_delay: a.opts.reconnect_delay,
-            ctrl_loss_tmo: a.opts.ctrl_loss_tmo,
-        };
         if a.opts.dry_run {
             let path = a.opts.config_dir.join("discovery.conf");
-            let old = std::fs::read_to_string(&path).unwrap_or_default();
-            let (text, outcome) = persist::merge_discovery_conf(&old, &r).with_context(|| {
-                format!(
-                    "{} cannot be parsed; it would not be changed",
-                    path.display()
-                )
-            })?;
-            println!("would write {} ({:?}):\n{text}", path.display(), outcome);
+            let (path, text, outcome) =
+                persist::plan(&path, |old| persist::merge_discovery_conf(old, &record))?;
+            println!("would write {} ({outcome:?}):\n{text}", path.display());
         } else {
-            let (path, outcome) = persist::record_discovery(&a.opts.config_dir, &r)?;
-            println!("persist: {} {}", outcome_text(outcome), path.display());
+            let (path, outcome) = persist::record_discovery(&a.opts.config_dir, &record)?;
+            println!("persist: {} {}", outcome.describe(), path.display());
             a.opts.warn_autoconnect(&hostnqn);
         }
     }

@@ -40,10 +40,16 @@ pub struct HostIdentity {
 }
 
 impl HostIdentity {
+    /// From `<etc_root>/nvme/`.
     pub fn read(etc_root: &Path) -> HostIdentity {
+        HostIdentity::read_config_dir(&etc_root.join("nvme"))
+    }
+
+    /// From a configuration directory like `/etc/nvme` (`--config-dir`).
+    pub fn read_config_dir(dir: &Path) -> HostIdentity {
         HostIdentity {
-            hostnqn: read_first_line(&etc_root.join("nvme/hostnqn")),
-            hostid: read_first_line(&etc_root.join("nvme/hostid")),
+            hostnqn: read_first_line(&dir.join("hostnqn")),
+            hostid: read_first_line(&dir.join("hostid")),
         }
     }
 }

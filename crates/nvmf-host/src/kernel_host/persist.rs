@@ -359,6 +359,22 @@ pub fn merge_discovery_conf(old: &str, r: &DiscoveryRecord) -> Result<(String, O
     Ok((text, outcome))
 }
 
+/// What recording would write to `path` (its new text and the outcome), without writing:
+/// `merge` applied to the file's text. Errors name the file and say it is left alone.
+pub fn plan(
+    path: &Path,
+    merge: impl FnOnce(&str) -> Result<(String, Outcome)>,
+) -> Result<(PathBuf, String, Outcome)> {
+    let old = read_text(path)?;
+    let (text, outcome) = merge(&old).with_context(|| {
+        format!(
+            "{} cannot be parsed; not changing it (fix or move it, then retry)",
+            path.display()
+        )
+    })?;
+    Ok((path.to_path_buf(), text, outcome))
+}
+
 /// Records `r` in `<config_dir>/discovery.conf` (created if missing). Returns the file and
 /// what changed.
 pub fn record_discovery(config_dir: &Path, r: &DiscoveryRecord) -> Result<(PathBuf, Outcome)> {
