@@ -183,7 +183,8 @@ Examples:
     about = "User-space NVMe over Fabrics (NVMe/TCP, NVMe/RDMA) initiator: discover, identify, perf, rpc",
     long_about = "User-space NVMe over Fabrics (NVMe/TCP, NVMe/RDMA) initiator. Talks to a target directly over \
 TCP or RDMA from user space: no root, no kernel modules, no nvme-cli. Use it to see what a target exports \
-(discover, identify), to measure it (perf), and to control nvmfd (rpc).",
+(discover, identify), to measure it (perf), and to control nvmfd (rpc). The exceptions are connect, \
+connect-all and doctor: they connect and check the Linux kernel's NVMe-oF host (root, nvme-tcp).",
     after_help = MAIN_HELP
 )]
 struct Cli {
