@@ -321,6 +321,27 @@ fn is_ana_inaccessible(st: Status) -> bool {
     st.sct == 3 && st.sc == 0x02
 }
 
+/// The `nvmf_group_*` series named in packaging/monitoring/ (dashboard and
+/// alert rules).
+fn monitoring_group_series() -> Vec<String> {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../packaging/monitoring");
+    let mut names = Vec::new();
+    for f in ["nvmfd-dashboard.json", "nvmfd-alerts.yml"] {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        for (i, _) in text.match_indices("nvmf_group_") {
+            let name: String = text[i..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+    }
+    assert!(names.len() >= 8, "{names:?}");
+    names
+}
+
 /// Member `m`'s `/metrics`.
 fn scrape(m: &Member) -> String {
     use std::io::{Read, Write};
@@ -463,6 +484,14 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
         "{mb}"
     );
     assert!(metric(&mb, "nvmf_group_lease_renewals_total") >= 3, "{mb}");
+    // Every gateway-group series the monitoring pack's dashboard and alert
+    // rules read is exported by a member (tests/monitoring.rs runs no group).
+    for name in monitoring_group_series() {
+        assert!(
+            mb.lines().any(|l| l.starts_with(&format!("{name}{{"))),
+            "the monitoring pack reads {name}, which a member does not export:\n{mb}"
+        );
+    }
 
     // nvmf gw move: group 3 to a, planned; c's writes then get ANA Inaccessible.
     let mut cmd = std::process::Command::new(bins::nvmf());

@@ -233,7 +233,7 @@ fn the_packaged_unit_verifies() {
     for needle in [
         "Type=notify",
         "WatchdogSec=",
-        "ExecReload=/bin/kill -HUP $MAINPID",
+        "ExecReload=/bin/sh -c 'kill -HUP $MAINPID'",
         "Restart=on-failure",
         "StateDirectory=nvmfd",
         "RuntimeDirectory=nvmfd",
