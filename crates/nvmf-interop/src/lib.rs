@@ -499,6 +499,39 @@ pub fn run_guest(
     )
 }
 
+/// [`run_guest_on`] with host programs shipped into the guest (`--put-bin`: each as
+/// `/job/NAME`, with the shared libraries the guest image lacks), e.g. this workspace's `nvmf`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_guest_with_bins(
+    kernel: Kernel,
+    dir: &Path,
+    script: &str,
+    host_ports: &[u16],
+    env: &[(&str, String)],
+    bins: &[&Path],
+    timeout: Duration,
+    on_checkpoint: impl FnMut(&str, &str) -> String,
+) -> GuestRun {
+    prepare_kernel(kernel);
+    let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
+    let mut tb_args = Vec::new();
+    for b in bins {
+        tb_args.push(std::ffi::OsString::from("--put-bin"));
+        tb_args.push(b.as_os_str().to_os_string());
+    }
+    guest(
+        &tb_env,
+        &[],
+        &tb_args,
+        dir,
+        script,
+        host_ports,
+        env,
+        timeout,
+        on_checkpoint,
+    )
+}
+
 /// [`run_guest`] on the guest kernel `kernel` (prepared first if needed). The guest also
 /// gets `tests/interop/mp-lib.sh` (multipath helpers) next to `lib.sh`.
 pub fn run_guest_on(
