@@ -286,8 +286,17 @@ fn numa_iopolicy_with_two_paths_recommends_round_robin() {
     let p = one(&f, "iopolicy", "nvme-subsys0");
     assert_eq!(p.severity, Severity::Warning);
     let fix = p.fix.as_deref().unwrap();
+    let sysfs = t.sys().join("class/nvme-subsystem/nvme-subsys0/iopolicy");
     assert!(
-        fix.starts_with("echo round-robin > ") && fix.ends_with("nvme-subsys0/iopolicy"),
+        fix.starts_with(&format!("echo round-robin > {} && ", sysfs.display())),
+        "{fix}"
+    );
+    // and a udev rule keeps it across reboots
+    assert!(
+        fix.ends_with(&format!(
+            "echo 'ACTION==\"add|change\", SUBSYSTEM==\"nvme-subsystem\", ATTR{{subsysnqn}}==\"{NQN}\", ATTR{{iopolicy}}=\"round-robin\"' >> {}/udev/rules.d/71-nvmf-iopolicy.rules",
+            t.etc().display()
+        )),
         "{fix}"
     );
     // with one path the policy does not matter

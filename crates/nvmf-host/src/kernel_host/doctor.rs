@@ -452,8 +452,10 @@ fn check_subsystems(env: &Env, ctrls: &[KController], out: &mut Vec<Finding>) {
                      over every optimized path"
                 ),
                 Some(format!(
-                    "echo round-robin > {}",
-                    s.dir.join("iopolicy").display()
+                    "echo round-robin > {} && echo 'ACTION==\"add|change\", SUBSYSTEM==\"nvme-subsystem\", ATTR{{subsysnqn}}==\"{}\", ATTR{{iopolicy}}=\"round-robin\"' >> {}/udev/rules.d/71-nvmf-iopolicy.rules",
+                    s.dir.join("iopolicy").display(),
+                    s.nqn,
+                    env.etc.display()
                 )),
             ),
             (n, Some(p)) => push(
