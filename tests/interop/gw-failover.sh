@@ -10,7 +10,10 @@
 # the host sees it through all three members (the group's shared configuration) and
 # verifies I/O on it.  Then b and c are killed together (checkpoint kill-bc): a takes every
 # group; then the Ceph monitor is killed and restarted (checkpoint restart-mon): nothing
-# moves, nothing fails.  fio must end with 0 errors and 0 verify failures.
+# moves, nothing fails.  Then every member is restarted at once (checkpoint restart-all),
+# and then the rolling upgrade (checkpoints upgrade-a, -b, -c): each member in turn stopped
+# with SIGTERM (it hands its groups over), started again, its groups back.  fio must end
+# with 0 errors and 0 verify failures, and no I/O of the rolling upgrade may take 5 s.
 #
 # env: PORTS="PA PB PC" NQN HOSTNQN HOSTID, CHECKPOINTS=1
 PORT=${PORTS%% *}
@@ -151,6 +154,32 @@ ok "all three back with the group's configuration: namespaces 1..6 on their home
 
 step "stop fio; every run verified"
 io_stop
+
+# The rolling upgrade of docs/OPERATIONS.md: one member at a time is stopped the way
+# `systemctl stop` does (SIGTERM: it makes its groups inaccessible, lets their writes drain
+# and hands them to a survivor in the group record before it exits), started again (the
+# new package; here the same build) and gets its home groups back by failback.  No I/O
+# may fail and none may wait as long as a lease (5 s): nothing here waits for one.
+step "rolling upgrade: each member in turn stopped (SIGTERM), started again, its groups back; fio verify on all seven throughout"
+io_start "${DEVS# } $D7"
+sleep 3
+for m in a b c; do
+  case $m in a) P=$PA; G="1 4" ;; b) P=$PB; G="2 5" ;; c) P=$PC; G="3 6" ;; esac
+  t0=$(uptime_s)
+  checkpoint "upgrade-$m"
+  mp_wait_live 3 60 || { mp_show; io_stop; fail "$m's path not live again within 60 s"; }
+  for g in $G; do
+    mp_wait_owner "$g" "$P" 60 || { mp_show_ana 7; io_stop; fail "namespace $g not back on $m within 60 s"; }
+  done
+  echo "UPGRADE_S[$m]=$(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN { printf "%.2f", b - a }')"
+  sleep 2
+  io_alive || { io_stop; fail "fio loop ended during the upgrade of $m"; }
+  ok "$m upgraded: its path live, namespaces $G back on it"
+done
+mp_show_ana 7
+io_stop UPGRADE_
+[ "$IO_WORST_MS" -lt 5000 ] || fail "an I/O waited $IO_WORST_MS ms during the rolling upgrade (not under the 5 s lease)"
+ok "rolling upgrade of a, b and c: $IO_RUNS fio verify runs, 0 errors, longest I/O $IO_WORST_MS ms"
 
 step "disconnect"
 run nvme disconnect -n "$NQN"

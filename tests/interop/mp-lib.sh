@@ -165,8 +165,10 @@ io_start() {
 
 io_alive() { [ ! -e /tmp/io.done ]; }
 
+# io_stop [PREFIX]: ends the loop and checks every run; prints ${PREFIX}PAUSE_MS (the longest
+# I/O) and ${PREFIX}IO_PAUSES_MS (each run's longest over 1 s), sets IO_WORST_MS and IO_RUNS
 io_stop() {
-  local i err rkb wkb rmax wmax worst=0 runs=0 line run long=""
+  local i err rkb wkb rmax wmax worst=0 runs=0 line run long="" pre=${1:-}
   touch /tmp/io.stop
   for i in $(seq 1200); do [ -e /tmp/io.done ] && break; sleep 0.1; done
   [ -e /tmp/io.done ] || fail "the fio loop did not end within 120 s of the stop request (hung I/O?)"
@@ -187,9 +189,10 @@ io_stop() {
   long=$(cut -d';' -f3,39,80 /tmp/io.log | awk -F';' '{ split($1, j, "-"); r = j[1];
            m = ($2 > $3 ? $2 : $3); if (m > w[r]) w[r] = m }
          END { for (r in w) if (w[r] > 1000000) printf "%d\n", w[r] / 1000 }' | sort -n | tr '\n' ' ')
-  [ -n "$long" ] && echo "IO_PAUSES_MS=$long"
+  [ -n "$long" ] && echo "${pre}IO_PAUSES_MS=$long"
   [ "$runs" -gt 0 ] || fail "no fio run completed"
   IO_RUNS=$runs
-  echo "PAUSE_MS=$(awk -v u="$worst" 'BEGIN { printf "%.0f", u / 1000 }')"
+  IO_WORST_MS=$((worst / 1000))
+  echo "${pre}PAUSE_MS=$(awk -v u="$worst" 'BEGIN { printf "%.0f", u / 1000 }')"
   ok "$runs fio crc32c verify runs, 0 errors, 0 verify failures; longest I/O $((worst / 1000)) ms"
 }

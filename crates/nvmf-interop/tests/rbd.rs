@@ -24,6 +24,9 @@
 //!   together (the third takes everything), then the Ceph monitor killed and restarted
 //!   (nothing moves), then every member killed and started again at once from its file
 //!   (all come back with namespace 7 and their home groups): 0 errors, 0 verify failures;
+//!   then the rolling upgrade of docs/OPERATIONS.md: each member in turn stopped with
+//!   SIGTERM (it hands its groups over before exiting) and started again, its groups back
+//!   by failback, fio verify on all seven throughout and no I/O as long as the 5 s lease;
 //!   the guest prints the times and fio's longest I/O. `NVMFD_GW_CYCLES=20` repeats the
 //!   kill/failback of a 20 times and prints the distribution (BENCHMARKS.md).
 //! * `rbd_gateway_group_faults` (gw-faults.sh): the same group of three, three namespaces,
@@ -600,7 +603,8 @@ fn rbd_gateway_group_kill9_failback() {
         .unwrap_or(1)
         .clamp(1, 100);
     let env = guest_env(&ports, &[("GW_CYCLES", cycles.to_string())]);
-    let limit = GUEST_TIMEOUT + Duration::from_secs(90) * (cycles - 1);
+    // (+ 90 s for the rolling upgrade at the end)
+    let limit = GUEST_TIMEOUT + Duration::from_secs(90) * cycles;
     let run = run_guest(
         &dir,
         "gw-failover.sh",
@@ -675,6 +679,42 @@ fn rbd_gateway_group_kill9_failback() {
                 Ok(()) => "ok monitor killed and restarted".into(),
                 Err(e) => format!("fail: {e}"),
             },
+            // The rolling upgrade: stopped as `systemctl stop` does (SIGTERM; the member
+            // hands its groups over before it exits), then started again.
+            up @ ("upgrade-a" | "upgrade-b" | "upgrade-c") => {
+                let i = match up {
+                    "upgrade-a" => 0,
+                    "upgrade-b" => 1,
+                    _ => 2,
+                };
+                let m = match i {
+                    0 => match a.as_mut() {
+                        Some(m) => m,
+                        None => return "fail: member a is not running".into(),
+                    },
+                    1 => &mut b,
+                    _ => &mut cm,
+                };
+                let t = std::time::Instant::now();
+                m.signal(libc::SIGTERM);
+                match m.wait_exit(Duration::from_secs(30)) {
+                    Some(st) if st.success() => {}
+                    Some(st) => return format!("fail: {up}: exited with {st} on SIGTERM"),
+                    None => return format!("fail: {up}: still running 30 s after SIGTERM"),
+                }
+                let stopped = t.elapsed();
+                runs += 1;
+                let new = start(i, runs);
+                match i {
+                    0 => a = Some(new),
+                    1 => b = new,
+                    _ => cm = new,
+                }
+                format!(
+                    "ok {up}: stopped in {:.2} s (groups handed over), started again",
+                    stopped.as_secs_f64()
+                )
+            }
             other => format!("fail: unknown checkpoint {other}"),
         },
     );
@@ -685,6 +725,11 @@ fn rbd_gateway_group_kill9_failback() {
         "TWO_KILLED_S=",
         "RESTART_ALL_S=",
         "IO_PAUSES_MS=",
+        "UPGRADE_S[a]=",
+        "UPGRADE_S[b]=",
+        "UPGRADE_S[c]=",
+        "UPGRADE_PAUSE_MS=",
+        "UPGRADE_IO_PAUSES_MS=",
     ] {
         if let Some(l) = run.stdout.lines().find(|l| l.trim().starts_with(key)) {
             say(&format!("interop {test}: {}", l.trim()));
@@ -714,7 +759,14 @@ fn rbd_gateway_group_kill9_failback() {
             failures.push(format!("member {name} panicked: {l}"));
         }
     }
-    if !(b.log().contains("fenced (blocklisted") || cm.log().contains("fenced (blocklisted")) {
+    // Every run of b and c (they were restarted since the kill of a): one fenced a.
+    let fenced = (0..=runs).any(|r| {
+        ["b", "c"].iter().any(|id| {
+            std::fs::read_to_string(dir.join(format!("gw{id}-{r}")).join("nvmfd.log"))
+                .is_ok_and(|l| l.contains("fenced (blocklisted"))
+        })
+    });
+    if !fenced {
         failures.push("no survivor logged fencing a".into());
     }
     let mut a = a.expect("member a");
