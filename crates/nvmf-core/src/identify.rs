@@ -248,6 +248,9 @@ pub fn identify_namespace(ns: &Namespace) -> IdentifyNamespace {
     id.nguid = ns.nguid;
     id.eui64 = ns.eui64;
     id.lbaf[0] = LbaFormat::new(ns.block_size());
+    if !ns.name().is_empty() {
+        id.set_vendor_name(ns.name());
+    }
     id
 }
 

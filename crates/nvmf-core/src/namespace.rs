@@ -56,6 +56,9 @@ pub struct Namespace {
     /// The bdev's write gate (`fused.rs`): shared by every namespace on
     /// the bdev; write-group commands count themselves in it.
     write_gate: Arc<crate::fused::WriteGate>,
+    /// Its name for hosts (the bdev's), in Identify Namespace's
+    /// vendor-specific area; empty: none.
+    name: String,
 }
 
 impl Namespace {
@@ -84,7 +87,20 @@ impl Namespace {
             reservations: Reservations::new(),
             write_gate: crate::fused::gate_for(&backend),
             backend,
+            name: String::new(),
         }
+    }
+
+    /// The same namespace named `name` for hosts (Identify Namespace's
+    /// vendor-specific area: readable device names, `nvmf udev-name`).
+    pub fn with_name(mut self, name: &str) -> Namespace {
+        self.name = name.to_string();
+        self
+    }
+
+    /// Its name for hosts ("" when none).
+    pub fn name(&self) -> &str {
+        &self.name
     }
 
     /// The same namespace under the QoS limits `qos` of its bdev (the

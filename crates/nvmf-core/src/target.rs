@@ -1154,7 +1154,9 @@ fn build_namespace(
         .cloned()
         .ok_or_else(|| err(format!("bdev {} not found", n.bdev_name)))?;
     let q = qos.entry(n.bdev_name.clone()).or_default().clone();
-    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid).with_qos(q);
+    let mut ns = Namespace::new(n.nsid, backend, n.nguid, n.eui64, n.uuid)
+        .with_qos(q)
+        .with_name(&n.bdev_name);
     if let Some(f) = &n.ptpl_file {
         ns = ns
             .with_ptpl_file(std::path::Path::new(f))

@@ -156,6 +156,9 @@ fn connect_identify_and_io_commands() {
         let ns = c.identify_namespace(1).unwrap();
         assert_eq!(ns.nsze.get(), BLOCKS);
         assert_eq!(ns.block_size(), 512);
+        // nvmfd names the namespace after its bdev (vendor-specific area;
+        // the host's readable device names, `nvmf udev-name`)
+        assert_eq!(ns.vendor_name(), Some("Malloc0"));
         assert!(!c.ns_descriptors(1).unwrap().is_empty());
         assert!(c.set_num_queues(2).unwrap() >= 2);
         c.keep_alive().unwrap();
@@ -308,6 +311,15 @@ fn wrong_subnqn_is_connect_invalid_parameters() {
     let msg = err.to_string();
     assert!(matches!(err, Error::Nvme(_)), "{msg}");
     assert!(msg.contains("Connect Invalid Parameters"), "{msg}");
+
+    // `nvmf identify` shows each namespace's nvmfd name.
+    let out = nvmf(
+        &["identify", "-r", &d.trid_str(NQN)],
+        Duration::from_secs(30),
+    );
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("  name:  Malloc0 (nvmfd)"), "{stdout}");
 
     // The CLI says the same and exits 1.
     let trid = d.trid_str("nqn.2024-01.io.nvmfd:no-such-subsystem");

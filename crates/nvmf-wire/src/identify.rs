@@ -458,7 +458,42 @@ impl IdentifyNamespace {
     pub fn block_size(&self) -> u64 {
         self.current_lbaf().block_size()
     }
+
+    /// Writes `name` (its first [`VS_NAME_MAX`] bytes, cut at a character
+    /// boundary) as nvmfd's namespace name in the vendor-specific area.
+    pub fn set_vendor_name(&mut self, name: &str) {
+        let mut n = name.len().min(VS_NAME_MAX);
+        while !name.is_char_boundary(n) {
+            n -= 1;
+        }
+        self.vs[..VS_NAME_MAGIC.len()].copy_from_slice(&VS_NAME_MAGIC);
+        self.vs[6] = VS_NAME_VERSION;
+        self.vs[7] = n as u8;
+        self.vs[8..8 + n].copy_from_slice(&name.as_bytes()[..n]);
+    }
+
+    /// nvmfd's namespace name from the vendor-specific area: None unless
+    /// the area starts with nvmfd's mark (another target's namespace) and
+    /// holds valid UTF-8.
+    pub fn vendor_name(&self) -> Option<&str> {
+        if self.vs[..VS_NAME_MAGIC.len()] != VS_NAME_MAGIC || self.vs[6] != VS_NAME_VERSION {
+            return None;
+        }
+        let n = usize::from(self.vs[7]);
+        core::str::from_utf8(&self.vs[8..8 + n]).ok()
+    }
 }
+
+/// nvmfd's mark at the start of Identify Namespace's vendor-specific area
+/// (bytes 384..): `nvmfd\0`, a version byte (1), a length byte N, then N
+/// bytes of UTF-8: the namespace's name (its bdev's), from which a Linux
+/// host's udev gives the disk a readable name (`nvmf udev-name`,
+/// /dev/disk/by-nvmfd/SUBSYSTEM/NAME).
+pub const VS_NAME_MAGIC: [u8; 6] = *b"nvmfd\0";
+/// Layout version of the name in the vendor-specific area.
+pub const VS_NAME_VERSION: u8 = 1;
+/// Longest name kept there, in bytes.
+pub const VS_NAME_MAX: usize = 255;
 
 /// Namespace identifier types for the descriptor list.
 pub const NIDT_EUI64: u8 = 1;
@@ -551,6 +586,26 @@ mod tests {
     use super::*;
     use core::mem::offset_of;
     use zerocopy::FromZeros;
+
+    #[test]
+    fn namespace_name_in_the_vendor_specific_area() {
+        let mut id = IdentifyNamespace::new_zeroed();
+        assert_eq!(id.vendor_name(), None, "no mark: not nvmfd's");
+        id.set_vendor_name("vm-101-disk-0");
+        assert_eq!(id.vendor_name(), Some("vm-101-disk-0"));
+        assert_eq!(&id.vs[..8], b"nvmfd\0\x01\x0d");
+        // bytes 384.. of the 4096-byte page
+        assert_eq!(offset_of!(IdentifyNamespace, vs), 384);
+        // too long: cut at a character boundary within 255 bytes
+        let long = "é".repeat(200);
+        id.set_vendor_name(&long);
+        let got = id.vendor_name().unwrap();
+        assert_eq!(got.len(), 254);
+        assert!(long.starts_with(got));
+        // another target's vendor data is not read as a name
+        id.vs[0] = b'X';
+        assert_eq!(id.vendor_name(), None);
+    }
 
     #[test]
     fn controller_layout() {

@@ -220,6 +220,9 @@ enum Cmd {
     /// Check this Linux host's NVMe-oF set-up: modules, multipath, host NQN/ID, paths, MTU, ANA; one finding per line with its fix
     #[command(after_help = kcli::DOCTOR_HELP)]
     Doctor(kcli::DoctorArgs),
+    /// For nvmf's udev rule: the properties that name an nvmfd namespace /dev/disk/by-nvmfd/SUBSYSTEM/NAME
+    #[command(after_help = kcli::UDEV_NAME_HELP)]
+    UdevName(kcli::UdevNameArgs),
     /// Control a running nvmfd over JSON-RPC (arguments are passed through)
     #[command(disable_help_flag = true)]
     Rpc {
@@ -583,6 +586,7 @@ fn main() -> ExitCode {
         Cmd::Connect(a) => kcli::connect(a),
         Cmd::ConnectAll(a) => kcli::connect_all(a),
         Cmd::Doctor(a) => kcli::doctor(a),
+        Cmd::UdevName(a) => kcli::udev_name(a),
         Cmd::Rpc { args } => {
             let code = nvmf_rpc::cli_main(&args);
             return ExitCode::from(code.clamp(0, 255) as u8);
@@ -1004,6 +1008,9 @@ fn identify(a: IdentifyArgs) -> Result<ExitCode> {
             "namespace {nsid}: {blocks} blocks of {bs} bytes ({:.2} GiB)",
             (blocks * bs) as f64 / (1u64 << 30) as f64
         );
+        if let Some(name) = ns.vendor_name() {
+            println!("  name:  {name} (nvmfd)");
+        }
         for d in ctrl.ns_descriptors(nsid).unwrap_or_default() {
             match d {
                 NsIdentifier::Eui64(v) => println!("  eui64: {}", hex(&v)),

@@ -505,3 +505,37 @@ pub fn doctor(a: DoctorArgs) -> Result<ExitCode> {
         ExitCode::SUCCESS
     })
 }
+
+/// Help after `nvmf udev-name --help`.
+pub const UDEV_NAME_HELP: &str = "\
+What it is for:
+  nvmf's udev rule (/lib/udev/rules.d/70-nvmfd.rules, in the nvmf package) runs it for every
+  NVMe disk the kernel adds; for a namespace nvmfd serves it prints the properties from which
+  the rule makes /dev/disk/by-nvmfd/SUBSYSTEM-NQN/NAME (NAME: the namespace's bdev on the
+  target) and NAME-partN for its partitions. Another target's namespace prints nothing.
+
+Example:
+  nvmf udev-name --dev /dev/nvme0n1
+    NVMFD_SUBSYSTEM=nqn.2016-06.io.spdk:cnode1
+    NVMFD_NAME=vm-101-disk-0
+    NVMFD_NSID=1
+  udevadm trigger --subsystem-match=block --action=change   # (re)make the links now
+  ls -l /dev/disk/by-nvmfd/*/
+";
+
+/// `nvmf udev-name`.
+#[derive(Args, Debug, Clone)]
+pub struct UdevNameArgs {
+    /// The NVMe block device (a multipath head such as /dev/nvme0n1)
+    #[arg(long, value_name = "DEVNODE")]
+    pub dev: PathBuf,
+    /// The sysfs tree to read the subsystem NQN from
+    #[arg(long, value_name = "DIR", default_value = "/sys", hide = true)]
+    pub sysfs_root: PathBuf,
+}
+
+pub fn udev_name(a: UdevNameArgs) -> Result<ExitCode> {
+    let out = super::udev::udev_name(&a.dev, &a.sysfs_root)?;
+    let _ = std::io::Write::write_all(&mut std::io::stdout().lock(), out.as_bytes());
+    Ok(ExitCode::SUCCESS)
+}

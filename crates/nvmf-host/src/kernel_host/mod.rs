@@ -8,12 +8,16 @@
 //! * persist.rs: recording connections for nvme-cli's boot-time `nvme connect-all`
 //!   (`/etc/nvme/discovery.conf`, `/etc/nvme/config.json`).
 //! * doctor.rs: `nvmf doctor`, checks of a host with one finding per line.
-//! * cli.rs: the clap arguments, help and run functions of `connect`, `connect-all`, `doctor`.
+//! * udev.rs: `nvmf udev-name`, the program of the udev rule that names nvmfd's namespaces
+//!   `/dev/disk/by-nvmfd/SUBSYSTEM/NAME` (packaging/udev/70-nvmfd.rules).
+//! * cli.rs: the clap arguments, help and run functions of `connect`, `connect-all`, `doctor`,
+//!   `udev-name`.
 
 pub mod cli;
 pub mod doctor;
 pub mod fabrics;
 pub mod persist;
+pub mod udev;
 
 use std::path::{Path, PathBuf};
 
