@@ -38,8 +38,9 @@ if [ "${1:-}" != --no-build ]; then
 fi
 # the debug build has the reactor-hang hook (step 5); the host side runs this tree's nvmf
 cargo build -q -p nvmfd -p nvmf-host
-deb_d=$(ls target/debian/nvmfd_*_amd64.deb | sort | tail -1)
-deb_h=$(ls target/debian/nvmf_*_amd64.deb | sort | tail -1)
+deb_d=$(ls target/debian/nvmfd_*_amd64.deb 2>/dev/null | sort | tail -1)
+deb_h=$(ls target/debian/nvmf_*_amd64.deb 2>/dev/null | sort | tail -1)
+[ -n "$deb_d" ] && [ -n "$deb_h" ] || fail "no packages in target/debian: run scripts/package.sh (or drop --no-build)"
 nvmf=$root_dir/target/debug/nvmf
 
 cache=${NVMFD_PKGTEST_CACHE:-$HOME/.cache/nvmfd-pkgtest}
