@@ -6,7 +6,8 @@
 #   1. the unit starts by itself at boot and is active only once nvmfd said READY=1
 #      (Type=notify), with a STATUS= text;
 #   2. it serves: `nvmf perf --verify` from the host against the subsystem in the packaged
-#      configuration file;
+#      configuration file, and the Linux kernel host of a testbed guest (nvme connect, fio
+#      crc32c verify, disconnect; NVMFD_SERVICE_TEST_NO_GUEST=1 skips the guest);
 #   3. journald: a refused Connect is found with `journalctl -u nvmfd HOSTNQN=...`;
 #   4. `systemctl reload nvmfd` applies an edited /etc/nvmfd/nvmfd.json live (a second
 #      namespace appears, same main PID) while `nvmf perf --verify` keeps running, 0 errors;
@@ -160,6 +161,17 @@ trid="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:$nqn"
 perf() { "$nvmf" perf -r "$trid" --no-progress --verify -q 8 -o 4096 -w randrw -M 50 "$@"; }
 out=$(perf -t 2 2>&1) || { echo "$out"; fail "nvmf perf --verify against the service failed"; }
 say "2. served: nvmf perf --verify 4 KiB randrw, 2 s, passed ($(echo "$out" | grep -c . ) lines of report)"
+
+# the Linux kernel host: a testbed guest (testbed/nvmfd-testbed, prepared by scripts/test.sh)
+if [ "${NVMFD_SERVICE_TEST_NO_GUEST:-0}" != 1 ]; then
+  gout=$work/guest
+  NVMFD_TESTBED_QUIET=1 timeout 400 testbed/nvmfd-testbed run --timeout 300 --out "$gout" \
+    --host-port "$port" --env "PORT=$port" --env "NQN=$nqn" \
+    --put tests/interop/lib.sh tests/interop/service-host.sh > "$work/guest.log" 2>&1 || true
+  grep -q "ALL STEPS PASSED" "$gout/stdout" 2>/dev/null ||
+    { cat "$work/guest.log"; cat "$gout/stdout" 2>/dev/null; fail "the kernel host in a guest was not served (log above)"; }
+  say "2b. served a Linux 6.1 kernel host (testbed guest): connect, fio crc32c verify 4k randrw + 128k seq, disconnect"
+fi
 
 host=nqn.2014-08.org.nvmexpress:uuid:5e7f1ce0-0000-4000-8000-00000000a11e
 "$nvmf" identify -r "trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$port subnqn:nqn.2016-06.io.nvmfd:nothing-here hostnqn:$host" \
