@@ -13,6 +13,8 @@
 //!   (`testbed/ceph-cluster`) with the `rbd`/`ceph` CLIs against it, for RBD namespaces.
 //! * [`netns`]: [`CuttableNetns`], a network namespace whose link to 127.0.0.1 a test cuts
 //!   and heals (a member partitioned from the Ceph cluster but reachable by the host).
+//! * [`prometheus`]: a real Prometheus of the test's own scraping nvmfd, its HTTP API, and
+//!   the monitoring pack's dashboard queries.
 //! * [`model`]: in-process target configurations (one subsystem, one namespace) for the
 //!   core's and the transports' own tests.
 //! * [`inproc`]: around such a model, the target, a connection's `PortInfo` and an NVMe/RDMA
@@ -32,6 +34,7 @@ pub mod inproc;
 pub mod model;
 pub mod netns;
 pub mod process;
+pub mod prometheus;
 
 pub use ceph::CephCluster;
 pub use daemon::{Daemon, DaemonBuilder};

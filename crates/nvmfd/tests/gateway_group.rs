@@ -384,6 +384,13 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     let cm = member(c, &imgs, &group, "c", "3", free_port());
     let took = wait_owners(&cm, &["a", "b", "c"], Duration::from_secs(60));
     eprintln!("three members own their homes {took:?} after the last started");
+    // A real Prometheus scrapes the three members throughout, with the shipped alert rules
+    // (the dashboard's gateway-group row and alerts are checked at the end).
+    let prom = nvmf_testkit::prometheus::Prometheus::start(
+        &[&a, &b, &cm].map(|m| format!("{}:{}", m.addr, m.metrics)),
+        Some(&std::fs::read_to_string(nvmf_testkit::prometheus::pack("nvmfd-alerts.yml")).unwrap()),
+    );
+    std::thread::sleep(Duration::from_secs(3));
     // Any member shows every member's last renewal and listeners (their status objects).
     let v = status(&b);
     for m in v["members"].as_array().unwrap() {
@@ -527,6 +534,38 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
         "group 3 writable through a {:?} after the move was seen done",
         t0.elapsed()
     );
+
+    // The monitoring pack on real members: every query of the dashboard's gateway-group
+    // row has data, and the takeover and the ANA changes fired their (info) alerts.
+    let mut empty = Vec::new();
+    let queries = nvmf_testkit::prometheus::dashboard_queries("10s");
+    let group_row: Vec<_> = queries
+        .iter()
+        .filter(|q| q.row.starts_with(nvmf_testkit::prometheus::GROUP_ROW))
+        .collect();
+    assert!(group_row.len() >= 6, "{group_row:?}");
+    for q in group_row {
+        if prom.query(&q.expr).is_empty() {
+            empty.push(format!("{}: {}", q.panel, q.expr));
+        }
+    }
+    assert!(
+        empty.is_empty(),
+        "gateway-group panels without data:\n{}",
+        empty.join("\n")
+    );
+    prom.wait_firing("NvmfdGatewayTakeover", Duration::from_secs(30), |l| {
+        l["member"] == "b"
+    });
+    prom.wait_firing("NvmfdAnaStateChanged", Duration::from_secs(30), |_| true);
+    let firing: Vec<String> = prom
+        .alerts()
+        .into_iter()
+        .filter(|(_, s, _)| s == "firing")
+        .map(|(n, _, l)| format!("{n} {l}"))
+        .collect();
+    eprintln!("alerts firing: {firing:#?}");
+    drop(prom);
 
     // The table an operator reads.
     let mut cmd = std::process::Command::new(bins::nvmf());

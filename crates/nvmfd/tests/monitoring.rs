@@ -20,44 +20,15 @@
 //! within the test; their expressions are otherwise the shipped ones.
 
 use nvmf_host::{ConnectOptions, Controller, TransportId};
+use nvmf_testkit::prometheus::{
+    dashboard_queries, need_tool, pack, promtool, Prometheus, GROUP_ROW,
+};
 use nvmf_testkit::{bins::nvmf as nvmf_path, free_port, Process, TestDir};
 use nvmf_wire::command::Command as NvmeCommand;
 use nvmf_wire::opcode::IoOpcode;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
-const NQN: &str = "nqn.2016-06.io.spdk:monitoring";
-const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000c0de";
-
-fn pack(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../packaging/monitoring")
-        .join(name)
-}
-
-fn need_tool(tool: &str) {
-    let found = Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    assert!(
-        found,
-        "{tool} not found: install Debian's prometheus package (scripts/test.sh does)"
-    );
-}
-
-fn promtool(args: &[&str]) -> String {
-    let out = Command::new("promtool").args(args).output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "promtool {args:?}:\n{text}");
-    text
-}
+use std::time::Duration;
 
 /// The alert rules with every `for: Nm` and range `[Nm]` shortened.
 fn fast_rules(text: &str) -> String {
@@ -77,127 +48,8 @@ fn fast_rules(text: &str) -> String {
     out
 }
 
-/// A Prometheus of its own (killed on drop with its directory).
-struct Prometheus {
-    proc: Process,
-    port: u16,
-    _dir: TestDir,
-}
-
-impl Prometheus {
-    fn start(metrics_port: u16, rules: &str) -> Prometheus {
-        let dir = TestDir::new("prometheus");
-        std::fs::write(dir.join("rules.yml"), rules).unwrap();
-        let cfg = format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             rule_files:\n  - {}\n\
-             scrape_configs:\n  - job_name: nvmfd\n    scrape_timeout: 900ms\n    static_configs:\n      - targets: ['127.0.0.1:{metrics_port}']\n",
-            dir.join("rules.yml").display()
-        );
-        std::fs::write(dir.join("prometheus.yml"), cfg).unwrap();
-        promtool(&[
-            "check",
-            "config",
-            dir.join("prometheus.yml").to_str().unwrap(),
-        ]);
-        let port = free_port();
-        let mut cmd = Command::new("prometheus");
-        cmd.arg(format!(
-            "--config.file={}",
-            dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
-        .stdin(Stdio::null());
-        let proc = Process::spawn(&mut cmd);
-        let p = Prometheus {
-            proc,
-            port,
-            _dir: dir,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if ureq::get(&p.url("/-/ready")).call().is_ok() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "prometheus not ready in 60 s:\n{}",
-                p.proc.logs()
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-        p
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.port)
-    }
-
-    fn api(&self, path: &str, query: Option<&str>) -> Value {
-        let mut req = ureq::get(&self.url(path));
-        if let Some(q) = query {
-            req = req.query("query", q);
-        }
-        let body = match req.call() {
-            Ok(mut r) => r.body_mut().read_to_string().unwrap(),
-            Err(e) => panic!("prometheus {path} {query:?}: {e}"),
-        };
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(v["status"], "success", "{path} {query:?}: {v}");
-        v
-    }
-
-    /// The instant vector of `expr` now.
-    fn query(&self, expr: &str) -> Vec<Value> {
-        let v = self.api("/api/v1/query", Some(expr));
-        v["data"]["result"].as_array().cloned().unwrap_or_default()
-    }
-
-    /// Active alerts as (name, state, labels).
-    fn alerts(&self) -> Vec<(String, String, Value)> {
-        let v = self.api("/api/v1/alerts", None);
-        v["data"]["alerts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| {
-                (
-                    a["labels"]["alertname"].as_str().unwrap_or("").to_string(),
-                    a["state"].as_str().unwrap_or("").to_string(),
-                    a["labels"].clone(),
-                )
-            })
-            .collect()
-    }
-
-    /// Waits (at most `limit`) until alert `name` fires with labels that
-    /// satisfy `matches`.
-    fn wait_firing(
-        &self,
-        name: &str,
-        limit: Duration,
-        matches: impl Fn(&Value) -> bool,
-    ) -> Duration {
-        let t0 = Instant::now();
-        loop {
-            let a = self.alerts();
-            if a.iter()
-                .any(|(n, s, l)| n == name && s == "firing" && matches(l))
-            {
-                return t0.elapsed();
-            }
-            assert!(
-                t0.elapsed() < limit,
-                "{name} did not fire within {limit:?}; active alerts: {a:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(500));
-        }
-    }
-}
+const NQN: &str = "nqn.2016-06.io.spdk:monitoring";
+const HOSTNQN: &str = "nqn.2014-08.org.nvmexpress:uuid:00000000-0000-0000-0000-00000000c0de";
 
 /// The metric names an expression reads.
 fn metric_names(expr: &str) -> Vec<String> {
@@ -286,7 +138,7 @@ fn prometheus_scrapes_the_dashboard_and_the_alerts_fire() {
         .ready_when("metrics (Prometheus) on")
         .start();
     let rules = std::fs::read_to_string(&rules_path).unwrap();
-    let prom = Prometheus::start(metrics, &fast_rules(&rules));
+    let prom = Prometheus::start(&[format!("127.0.0.1:{metrics}")], Some(&fast_rules(&rules)));
 
     // Load through listener 0 for the whole first part, and one read past
     // the end of the namespace (an error status for the errors panels).
@@ -317,29 +169,13 @@ fn prometheus_scrapes_the_dashboard_and_the_alerts_fire() {
     assert!(perf.running(), "nvmf perf ended early:\n{}", perf.logs());
 
     // Every dashboard query returns data (gateway-group row: valid only).
-    let dash: Value =
-        serde_json::from_str(&std::fs::read_to_string(pack("nvmfd-dashboard.json")).unwrap())
-            .unwrap();
-    let mut in_group_row = false;
     let mut checked = 0;
     let mut empty = Vec::new();
-    for p in dash["panels"].as_array().unwrap() {
-        if p["type"] == "row" {
-            in_group_row = p["title"].as_str().unwrap().starts_with("Gateway group");
-            continue;
-        }
-        for t in p["targets"].as_array().unwrap() {
-            let expr = t["expr"]
-                .as_str()
-                .unwrap()
-                .replace("$__rate_interval", "10s")
-                .replace("$instance", ".*")
-                .replace("$subsystem", ".*");
-            let r = prom.query(&expr);
-            checked += 1;
-            if !in_group_row && r.is_empty() {
-                empty.push(format!("{}: {expr}", p["title"]));
-            }
+    for q in dashboard_queries("10s") {
+        let r = prom.query(&q.expr);
+        checked += 1;
+        if !q.row.starts_with(GROUP_ROW) && r.is_empty() {
+            empty.push(format!("{}: {}", q.panel, q.expr));
         }
     }
     assert!(checked >= 30, "only {checked} dashboard queries");
@@ -349,6 +185,9 @@ fn prometheus_scrapes_the_dashboard_and_the_alerts_fire() {
         empty.join("\n")
     );
     // The template variables' queries too.
+    let dash: Value =
+        serde_json::from_str(&std::fs::read_to_string(pack("nvmfd-dashboard.json")).unwrap())
+            .unwrap();
     for v in dash["templating"]["list"].as_array().unwrap() {
         if let Some(q) = v["definition"].as_str() {
             let metric = q
