@@ -10,7 +10,9 @@
 //! names each namespace after its bdev in Identify Namespace's vendor-specific area, `nvmf
 //! udev-name` reads it through the kernel's disk, and nvmf's udev rule
 //! (packaging/udev/70-nvmfd.rules), run by `udevadm test` (this machine's udevadm shipped into
-//! the guest, which runs no udevd), makes /dev/disk/by-nvmfd/SUBSYSTEM-NQN/NAME.
+//! the guest, which runs no udevd), makes /dev/disk/by-nvmfd/SUBSYSTEM-NQN/NAME; after a
+//! `nvmf connect --persist`, a disconnect and nvme-cli's boot-time `nvme connect-all` the
+//! namespace is back under the same name with the data written before.
 
 use std::path::Path;
 use std::time::Duration;
@@ -118,7 +120,11 @@ fn nvmf_names_namespaces_through_udev() {
         "udev-names.sh",
         &[port],
         &env,
-        &[nvmf.as_path(), Path::new("/usr/bin/udevadm")],
+        &[
+            nvmf.as_path(),
+            Path::new("/usr/bin/udevadm"),
+            Path::new("/usr/bin/socat"),
+        ],
         Duration::from_secs(300),
         |_, _| "ok".into(),
     );
