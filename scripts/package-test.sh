@@ -8,9 +8,11 @@
 #      file and the state file;
 #   4. purge of both leaves the system as it was before the install (every file outside
 #      apt's and dpkg's own bookkeeping compared).
-# Needs root, debootstrap, lintian and network access to Debian's mirror (apt). Not part of
-# scripts/test.sh (it builds in release mode: minutes); run it after packaging changes.
-# usage: scripts/package-test.sh [--no-build]
+# Needs root, debootstrap, lintian and network access to Debian's mirror (apt).
+# scripts/test.sh runs it with --profile dev; without, it checks the release packages.
+# usage: scripts/package-test.sh [--no-build] [--profile dev]
+#   --profile dev: the packages of the debug build (scripts/package.sh --profile dev), as
+#   scripts/test.sh runs it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$(pwd)
@@ -27,8 +29,17 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 
-if [ "${1:-}" != --no-build ]; then
-  scripts/package.sh
+build=1
+profile=release
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) build=0; shift ;;
+    --profile) profile=${2:?--profile needs dev or release}; shift 2 ;;
+    *) fail "unknown argument $1 (usage: scripts/package-test.sh [--no-build] [--profile dev])" ;;
+  esac
+done
+if [ "$build" = 1 ]; then
+  scripts/package.sh --profile "$profile"
 fi
 deb_d=$(ls target/debian/nvmfd_*_amd64.deb | sort | tail -1)
 deb_h=$(ls target/debian/nvmf_*_amd64.deb | sort | tail -1)
@@ -123,8 +134,8 @@ say "the packaged nvmfd served RPC and kept the change in /var/lib/nvmfd/state.j
 # Upgrade: revision 2 of the same build; the configuration file edited by the admin stays.
 echo '{"subsystems": []}' > "$sys/etc/nvmfd/nvmfd.json.admin"
 cp "$sys/etc/nvmfd/nvmfd.json.admin" "$sys/etc/nvmfd/nvmfd.json"
-(cd crates/nvmfd && cargo deb --no-build --strip --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
-(cd crates/nvmf-host && cargo deb --no-build --strip --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
+(cd crates/nvmfd && cargo deb --no-build --strip --profile "$profile" --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
+(cd crates/nvmf-host && cargo deb --no-build --strip --profile "$profile" --deb-revision 2 -o "$sys/pkgs/" >/dev/null)
 say "upgrade to revision 2"
 in_root sh -c 'apt-get install -y -qq -o Dpkg::Options::=--force-confold /pkgs/nvmfd_*-2_amd64.deb /pkgs/nvmf_*-2_amd64.deb' >/dev/null
 cmp -s "$sys/etc/nvmfd/nvmfd.json" "$sys/etc/nvmfd/nvmfd.json.admin" || fail "the upgrade replaced the edited configuration"

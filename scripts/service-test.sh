@@ -16,9 +16,11 @@
 #      systemd kills it for the missed watchdog and Restart=on-failure starts a new one;
 #   6. `systemctl stop nvmfd` ends it cleanly (Result=success).
 # Needs root, systemd-nspawn (Debian's systemd-container), nsenter, debootstrap and network
-# access to Debian's mirror. Not part of scripts/test.sh (release build, a container boot):
-# run it after changes to the unit, the service protocol or the packages.
-# usage: scripts/service-test.sh [--no-build]
+# access to Debian's mirror. scripts/test.sh runs it with --profile dev (and the testbed
+# prepared for its kernel host); without, it checks the release packages.
+# usage: scripts/service-test.sh [--no-build] [--profile dev]
+#   --profile dev: the packages of the debug build (scripts/package.sh --profile dev), as
+#   scripts/test.sh runs it
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root_dir=$(pwd)
@@ -34,8 +36,17 @@ if [ ${#need[@]} -gt 0 ]; then
   say "installing ${need[*]}"
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
-if [ "${1:-}" != --no-build ]; then
-  scripts/package.sh
+build=1
+profile=release
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-build) build=0; shift ;;
+    --profile) profile=${2:?--profile needs dev or release}; shift 2 ;;
+    *) fail "unknown argument $1 (usage: scripts/service-test.sh [--no-build] [--profile dev])" ;;
+  esac
+done
+if [ "$build" = 1 ]; then
+  scripts/package.sh --profile "$profile"
 fi
 # the debug build has the reactor-hang hook (step 5); the host side runs this tree's nvmf
 cargo build -q -p nvmfd -p nvmf-host

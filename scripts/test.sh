@@ -8,13 +8,18 @@
 # Exits non-zero on any failure.  Arguments replace `--workspace` as the package selection
 # of `cargo test`, e.g. `scripts/test.sh -p nvmf-interop`.
 #
-# Then (whole-workspace runs only) a short real fuzz session of each cargo-fuzz target
+# Then (whole-workspace runs as root) the Debian packages: built from the debug build and
+# checked under a real systemd in a container and on a clean Debian 12 (scripts/package.sh,
+# service-test.sh, package-test.sh). Then (whole-workspace runs only) a short real fuzz
+# session of each cargo-fuzz target
 # (scripts/fuzz-smoke.sh: installs nightly + cargo-fuzz when missing; fails on a crash).
 # env: NVMFD_TEST_THREADS (default 1: the interop tests boot guests; 2 cores)
 #      NVMFD_SKIP_INTEROP=1  run cargo test without the interop switch (quick local loop)
 #      NVMFD_SKIP_LOOP=1     skip nvmf-core's loop-device test (it needs root; fails without)
 #      NVMFD_SKIP_CEPH=1     neither install Ceph nor run the tests that need a Ceph cluster
 #      NVMFD_FUZZ_SECONDS  seconds per fuzz target (default 30; 0 skips the fuzz sessions)
+#      NVMFD_SKIP_PACKAGES=1 no package / systemd service tests (they need root and Debian's
+#                          mirror: debootstrap, apt in a chroot)
 #      NVMFD_SPDK_DIR      SPDK tree with a build for crates/nvmfd/tests/spdk_host.rs and
 #                          crates/nvmf-host/tests/bench_spdk.rs (default /work/spdk/spdk); those
 #                          tests are #[ignore]d: run them with `cargo test ... -- --ignored`
@@ -33,7 +38,8 @@ declare -A NEED=(
   [flock]=util-linux [setsid]=util-linux [dpkg-deb]=dpkg [cc]=build-essential
   [python3]=python3 [dpkg-source]=dpkg-dev [openssl]=openssl
   [rdma]=iproute2 [ibv_devices]=ibverbs-utils [rping]=rdmacm-utils
-  [prometheus]=prometheus [promtool]=prometheus
+  [prometheus]=prometheus [promtool]=prometheus [udevadm]=udev
+  [systemd-nspawn]=systemd-container [debootstrap]=debootstrap [lintian]=lintian
 )
 missing=()
 for cmd in "${!NEED[@]}"; do
@@ -137,6 +143,22 @@ fi
 rc=${PIPESTATUS[0]}
 set -e
 
+# ---- the Debian packages, and the service under a real systemd --------------------
+# (whole-workspace runs as root with the interop switch, whose testbed the service test's
+# kernel host uses): packages of the debug build (stripped) made with cargo-deb, the packaged
+# unit booted with systemd-nspawn in a debootstrap'ed Debian 12 (scripts/service-test.sh),
+# then lintian, install, upgrade and purge (scripts/package-test.sh); docs/OPERATIONS.md.
+pkg_rc=0
+if [ "$whole" = 1 ] && [ "$interop" = 1 ] && [ "$(id -u)" = 0 ] &&
+   [ "${NVMFD_SKIP_PACKAGES:-0}" != 1 ]; then
+  t_pkg=$(date +%s)
+  { scripts/package.sh --profile dev &&
+    scripts/service-test.sh --no-build --profile dev &&
+    scripts/package-test.sh --no-build --profile dev; } || pkg_rc=$?
+  [ "$pkg_rc" = 0 ] || rc=1
+  note "package and service tests took $(( $(date +%s) - t_pkg )) s (status $pkg_rc)"
+fi
+
 # ---- short fuzz sessions -------------------------------------------------------
 fuzz_secs=${NVMFD_FUZZ_SECONDS:-30}
 if [ "$whole" = 1 ] && [ "$fuzz_secs" != 0 ]; then
@@ -145,7 +167,8 @@ if [ "$whole" = 1 ] && [ "$fuzz_secs" != 0 ]; then
   note "fuzz sessions took $(( $(date +%s) - t_fuzz )) s"
 fi
 # ---- what failed, again, at the end ------------------------------------------------
-if [ "$rc" != 0 ]; then
+[ "$pkg_rc" = 0 ] || note "FAILED: the package or service tests (scripts/package-test.sh, scripts/service-test.sh; their output above)"
+if [ "$rc" != 0 ] && grep -q "test result: FAILED\|^error" "$test_log"; then
   note "cargo test failed; the failing tests, each with the end of its output:"
   python3 - "$test_log" >&2 <<'PY' || true
 import re, sys
