@@ -52,40 +52,11 @@ left=$(printf '%s\n' "$lint" | grep -E '^[EW]: ' | awk '{ print $3 }' | sort -u 
 printf '%s\n' "$lint" | sed 's/^/  | /'
 [ -z "$left" ] || fail "lintian tags not justified in $allowed: $(echo $left)"
 
-cache=${NVMFD_PKGTEST_CACHE:-$HOME/.cache/nvmfd-pkgtest}
-tarball=$cache/bookworm-minbase.tar
-mkdir -p "$cache"
-if [ ! -s "$tarball" ]; then
-  say "debootstrap bookworm (minbase) into the cache"
-  tmp=$(mktemp -d)
-  debootstrap --variant=minbase bookworm "$tmp" http://deb.debian.org/debian >/dev/null
-  tar -C "$tmp" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
-  rm -rf "$tmp"
-fi
-
+. scripts/lib/bookworm-root.sh
 work=$root_dir/target/pkgtest
-sys=$work/root
-umount_all() {
-  for m in proc sys dev/pts dev; do umount -l "$sys/$m" 2>/dev/null || true; done
-}
-trap 'umount_all' EXIT
-umount_all
-rm -rf "$work"
-mkdir -p "$sys"
-tar -C "$sys" -xf "$tarball"
-mount -t proc proc "$sys/proc"
-mount --bind /sys "$sys/sys"
-mount --bind /dev "$sys/dev"
-mount --bind /dev/pts "$sys/dev/pts"
-cp /etc/resolv.conf "$sys/etc/resolv.conf"
-# This machine's apt settings for reaching the mirror, if any.
-for f in /etc/apt/apt.conf.d/99artifact-registry; do
-  if [ -e "$f" ]; then cp "$f" "$sys/etc/apt/apt.conf.d/"; fi
-done
-# No service may start inside the chroot.
-printf '#!/bin/sh\nexit 101\n' > "$sys/usr/sbin/policy-rc.d"
-chmod 755 "$sys/usr/sbin/policy-rc.d"
-in_root() { chroot "$sys" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
+trap 'root_umount' EXIT
+root_unpack "$work"
+root_chroot
 
 # Everything but the bookkeeping of apt and dpkg, logs, and what this script put there.
 snapshot() {

@@ -55,24 +55,10 @@ deb_h=$(ls target/debian/nvmf_*_amd64.deb 2>/dev/null | sort | tail -1)
 [ -n "$deb_d" ] && [ -n "$deb_h" ] || fail "no packages in target/debian: run scripts/package.sh (or drop --no-build)"
 nvmf=$root_dir/target/debug/nvmf
 
-cache=${NVMFD_PKGTEST_CACHE:-$HOME/.cache/nvmfd-pkgtest}
-tarball=$cache/bookworm-minbase.tar
-mkdir -p "$cache"
-if [ ! -s "$tarball" ]; then
-  say "debootstrap bookworm (minbase) into the cache"
-  tmp=$(mktemp -d)
-  debootstrap --variant=minbase bookworm "$tmp" http://deb.debian.org/debian >/dev/null
-  tar -C "$tmp" -cf "$tarball.part" . && mv "$tarball.part" "$tarball"
-  rm -rf "$tmp"
-fi
-
+. scripts/lib/bookworm-root.sh
 work=$root_dir/target/servicetest
-sys=$work/root
 nspawn_pid=
 leader=
-umount_all() {
-  for m in proc sys dev/pts dev; do umount -l "$sys/$m" 2>/dev/null || true; done
-}
 cleanup() {
   if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
     [ -z "$leader" ] || nsenter -t "$leader" -m -u -i -p -- systemctl poweroff >/dev/null 2>&1 || true
@@ -81,26 +67,13 @@ cleanup() {
     sleep 2
     kill -KILL "$nspawn_pid" 2>/dev/null || true
   fi
-  umount_all
+  root_umount
 }
 trap cleanup EXIT
-umount_all
-rm -rf "$work"
-mkdir -p "$sys"
-tar -C "$sys" -xf "$tarball"
+root_unpack "$work"
 
 # ---- install, in a chroot (no service starts there) ----------------------------------
-mount -t proc proc "$sys/proc"
-mount --bind /sys "$sys/sys"
-mount --bind /dev "$sys/dev"
-mount --bind /dev/pts "$sys/dev/pts"
-cp /etc/resolv.conf "$sys/etc/resolv.conf"
-for f in /etc/apt/apt.conf.d/99artifact-registry; do
-  if [ -e "$f" ]; then cp "$f" "$sys/etc/apt/apt.conf.d/"; fi
-done
-printf '#!/bin/sh\nexit 101\n' > "$sys/usr/sbin/policy-rc.d"
-chmod 755 "$sys/usr/sbin/policy-rc.d"
-in_root() { chroot "$sys" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin DEBIAN_FRONTEND=noninteractive "$@"; }
+root_chroot
 mkdir -p "$sys/pkgs"
 cp "$deb_d" "$deb_h" "$sys/pkgs/"
 say "install systemd, dbus, $(basename "$deb_d"), $(basename "$deb_h")"
@@ -108,7 +81,7 @@ in_root apt-get update -qq >/dev/null
 in_root apt-get install -y -qq --no-install-recommends systemd systemd-sysv dbus \
   "/pkgs/$(basename "$deb_d")" "/pkgs/$(basename "$deb_h")" >/dev/null
 rm -f "$sys/usr/sbin/policy-rc.d"
-umount_all
+root_umount
 
 # What the unit serves: one RAM namespace on a free port of the host's loopback.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
