@@ -120,11 +120,14 @@ pub struct Cli {
     #[arg(long = "log-level", value_name = "LEVEL")]
     pub log_level: Option<String>,
 
-    /// Busy-poll window in microseconds: after a loop turn that did work, a
-    /// reactor keeps checking its sockets without sleeping (epoll_wait with
-    /// a zero timeout) for up to this long before it blocks in the kernel
-    /// again. Cuts the wake-up latency of a loaded reactor (QD 1); an idle
-    /// reactor still sleeps and uses no CPU. 0 = always sleep when idle.
+    /// Longest busy-poll window in microseconds: after a loop turn that did
+    /// work, a reactor keeps checking its sockets without sleeping
+    /// (epoll_wait with a zero timeout) before it blocks in the kernel
+    /// again. Cuts the wake-up latency of a loaded reactor (QD 1). Adaptive:
+    /// a reactor whose commands all wait on backends (RBD, files) does not
+    /// poll, and the window shrinks while the gaps between events are
+    /// longer than this cap; an idle reactor sleeps and uses no CPU.
+    /// 0 = never poll.
     #[arg(long = "poll-us", value_name = "US", default_value_t = DEFAULT_POLL_US,
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll_us: u64,

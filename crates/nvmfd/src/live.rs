@@ -138,7 +138,16 @@ impl Live {
         let unanswered = answers.iter().filter(|a| a.is_none()).count();
         let snaps: Vec<ReactorSnapshot> = answers.into_iter().flatten().collect();
         let paths = PathTable::gather(snaps.iter().map(|s| &s.paths), &self.gone);
-        let times = snaps.iter().map(|s| (s.id, s.busy_ns, s.idle_ns)).collect();
+        let times = snaps
+            .iter()
+            .map(|s| crate::metrics::ReactorTimes {
+                id: s.id,
+                busy_ns: s.busy_ns,
+                idle_ns: s.idle_ns,
+                poll_window_ns: s.poll_window_ns,
+                backend_skips: s.backend_skips,
+            })
+            .collect();
         let rdma = snaps
             .into_iter()
             .filter_map(|s| Some((s.id, s.rdma?)))

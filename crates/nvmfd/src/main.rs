@@ -19,6 +19,7 @@ mod metrics;
 mod numa;
 mod paths;
 mod placement;
+mod poll_window;
 mod rbd_clusters;
 mod rdma;
 mod reactor;

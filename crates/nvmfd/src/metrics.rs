@@ -234,6 +234,18 @@ fn handle(mut s: TcpStream, live: &Live, conns: &ConnLimits) -> std::io::Result<
     Ok(())
 }
 
+/// One reactor's time since it started, and its adaptive polling.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ReactorTimes {
+    pub id: usize,
+    pub busy_ns: u64,
+    pub idle_ns: u64,
+    /// The polling window now (`poll_window.rs`).
+    pub poll_window_ns: u64,
+    /// Working turns after which it slept at once, holding only backend work.
+    pub backend_skips: u64,
+}
+
 /// What the reactors report for one scrape ([`Live::gather_metrics`]).
 #[derive(Debug, Default)]
 pub struct ReactorMetrics {
@@ -241,8 +253,8 @@ pub struct ReactorMetrics {
     pub paths: PathTable,
     /// Each reactor's NVMe/RDMA side, by reactor id.
     pub rdma: Vec<(usize, RdmaSnapshot)>,
-    /// (reactor id, nanoseconds busy, nanoseconds idle) since it started.
-    pub times: Vec<(usize, u64, u64)>,
+    /// Each reactor's time and polling.
+    pub times: Vec<ReactorTimes>,
     /// Reactors that did not answer within the RPC wait (hung or
     /// overloaded: their paths are missing from this scrape).
     pub unanswered: usize,
@@ -303,30 +315,52 @@ pub fn encode(x: &Exposition) -> String {
 /// The reactors' busy and idle time (as SPDK's `thread_get_stats`) and
 /// how many did not answer.
 #[derive(Debug)]
-struct Reactors(Vec<(usize, u64, u64)>, usize);
+struct Reactors(Vec<ReactorTimes>, usize);
 
 impl Collector for Reactors {
     fn encode(&self, mut enc: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        type Get = fn(&(usize, u64, u64)) -> u64;
+        type Get = fn(&ReactorTimes) -> u64;
         let families: [(&str, &str, Get); 2] = [
             (
                 "nvmf_reactor_busy_seconds",
                 "Wall time of the reactor's loop turns that had work (polling with nothing to do counts as idle)",
-                |t| t.1,
+                |t| t.busy_ns,
             ),
             (
                 "nvmf_reactor_idle_seconds",
                 "Wall time the reactor slept or polled with nothing to do",
-                |t| t.2,
+                |t| t.idle_ns,
             ),
         ];
         for (name, help, get) in families {
             let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
             for t in &self.0 {
-                let l: Labels = vec![("reactor", t.0.to_string())];
+                let l: Labels = vec![("reactor", t.id.to_string())];
                 m.encode_family(&l)?
                     .encode_counter::<NoLabelSet, _, f64>(&(get(t) as f64 / 1e9), None)?;
             }
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_reactor_poll_window_seconds",
+            "The reactor's adaptive polling window now (capped by --poll-us; 0: it sleeps as soon as idle)",
+            None,
+            MetricType::Gauge,
+        )?;
+        for t in &self.0 {
+            let l: Labels = vec![("reactor", t.id.to_string())];
+            m.encode_family(&l)?
+                .encode_gauge(&(t.poll_window_ns as f64 / 1e9))?;
+        }
+        let mut m = enc.encode_descriptor(
+            "nvmf_reactor_backend_waits",
+            "Working turns after which the reactor slept at once because everything it held was executing in backends (which wake it)",
+            None,
+            MetricType::Counter,
+        )?;
+        for t in &self.0 {
+            let l: Labels = vec![("reactor", t.id.to_string())];
+            m.encode_family(&l)?
+                .encode_counter::<NoLabelSet, _, f64>(&t.backend_skips, None)?;
         }
         let mut m = enc.encode_descriptor(
             "nvmf_reactors_unresponsive",
@@ -932,7 +966,22 @@ mod tests {
     fn reactors_ana_limits_and_the_process_are_exposed() {
         let x = Exposition {
             reactors: ReactorMetrics {
-                times: vec![(0, 1_500_000_000, 500_000_000), (1, 0, 2_000_000_000)],
+                times: vec![
+                    ReactorTimes {
+                        id: 0,
+                        busy_ns: 1_500_000_000,
+                        idle_ns: 500_000_000,
+                        poll_window_ns: 50_000,
+                        backend_skips: 0,
+                    },
+                    ReactorTimes {
+                        id: 1,
+                        busy_ns: 0,
+                        idle_ns: 2_000_000_000,
+                        poll_window_ns: 0,
+                        backend_skips: 12,
+                    },
+                ],
                 unanswered: 1,
                 ..Default::default()
             },
@@ -971,6 +1020,8 @@ mod tests {
         for line in [
             r#"nvmf_reactor_busy_seconds_total{reactor="0"} 1.5"#,
             r#"nvmf_reactor_idle_seconds_total{reactor="1"} 2.0"#,
+            r#"nvmf_reactor_poll_window_seconds{reactor="0"} 0.00005"#,
+            r#"nvmf_reactor_backend_waits_total{reactor="1"} 12"#,
             "nvmf_reactors_unresponsive 1",
             r#"nvmf_ana_state{subsystem="nqn.s",listener="10.0.0.2:4420",ana_group="1"} 3"#,
             r#"nvmf_ana_changes_total{subsystem="nqn.s"} 3"#,

@@ -29,11 +29,14 @@
 //! timeout is at most the next 1 ms time slice, and then every connection
 //! with executing commands (parked ones count) is polled, NVMe/RDMA too.
 //!
-//! Adaptive polling: after a loop turn that did work, the reactor polls
-//! epoll with a zero timeout for up to `poll_window` (`--poll-us`) before
-//! it blocks again, so a loaded reactor answers the next PDU without a
-//! wake-up of a halted CPU; an idle one blocks in epoll (no timer without
-//! connections), so it costs no CPU.
+//! Adaptive polling (`poll_window.rs`): after a loop turn that did work,
+//! the reactor polls epoll with a zero timeout for up to its current
+//! window before it blocks again, so a loaded reactor answers the next PDU
+//! without a wake-up of a halted CPU. It does not poll when all it holds
+//! is commands executing in backends (their completions wake it), and the
+//! window follows the gaps between events, up to `poll_window`
+//! (`--poll-us`): long gaps shrink it to nothing. An idle reactor blocks
+//! in epoll (no timer without connections), so it costs no CPU.
 //!
 //! NVMe/RDMA (`rdma.rs`): each reactor has an RDMA side (its own port,
 //! created on first use) whose CM channel and completion channels sit in
@@ -67,6 +70,7 @@ use crate::live::ReactorHandle;
 use crate::numa;
 use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{Placed, Placement};
+use crate::poll_window::{Holding, PollWindow};
 use crate::rdma::{cq_turn, CqTurn, RdmaCmd, RdmaSetup, RdmaSide};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -98,6 +102,21 @@ const CONN_BASE: usize = 1 << 16;
 const URING_TOKEN: Token = Token(CONN_BASE - 1);
 /// Timer tick: keep-alive, AER and async completion polling.
 const TICK: Duration = Duration::from_millis(100);
+
+/// The tick period: [`TICK`], or in debug builds `NVMFD_DEBUG_TICK_MS`, so
+/// that a test can take the tick's safety net (every connection polled,
+/// every socket tried) out of the way: a completion whose wake-up the
+/// reactor missed then hangs instead of arriving on the next tick.
+fn tick_period() -> Duration {
+    #[cfg(debug_assertions)]
+    if let Some(ms) = std::env::var("NVMFD_DEBUG_TICK_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        return Duration::from_millis(ms.max(1));
+    }
+    TICK
+}
 /// A connection whose peer does not take its last bytes (e.g. the
 /// termination request) within this time is dropped anyway.
 const CLOSE_LINGER: Duration = Duration::from_secs(2);
@@ -177,6 +196,11 @@ pub struct Reactor {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct BusyTime {
     pub busy_ns: u64,
+    /// The adaptive polling window now (`poll_window.rs`), in nanoseconds.
+    pub poll_window_ns: u64,
+    /// Working turns after which the reactor slept at once because all it
+    /// held was backend work.
+    pub backend_skips: u64,
     /// When the reactor thread started.
     pub since: Option<Instant>,
 }
@@ -355,6 +379,10 @@ pub struct ReactorSnapshot {
     /// Nanoseconds busy / idle since the reactor started.
     pub busy_ns: u64,
     pub idle_ns: u64,
+    /// The adaptive polling window now, and the working turns after which
+    /// the reactor slept at once holding only backend work.
+    pub poll_window_ns: u64,
+    pub backend_skips: u64,
     /// NVMe/RDMA (None: this reactor has no RDMA port).
     pub rdma: Option<RdmaSnapshot>,
 }
@@ -495,13 +523,17 @@ impl Reactor {
         // Listeners whose accept budget ran out: accepted again next turn.
         let mut accept_again: Vec<usize> = Vec::with_capacity(4);
         let mut accept_now: Vec<usize> = Vec::with_capacity(4);
-        let mut next_tick = Instant::now() + TICK;
+        let tick = tick_period();
+        let mut next_tick = Instant::now() + tick;
         // QoS: while commands of this thread's queues wait for their bdev's
         // tokens, the queues with executing commands are polled every time
         // slice (nothing else wakes the reactor when tokens come back).
         let mut next_qos = Instant::now();
         // Until when to keep polling without sleeping (set after work).
         let mut spin_until: Option<Instant> = None;
+        // The adaptive window, and when the current idle stretch began.
+        let mut window = PollWindow::new(self.poll_window);
+        let mut idle_since: Option<Instant> = None;
 
         while !self.shutdown.load(Ordering::Relaxed) {
             let mut now = Instant::now();
@@ -555,10 +587,10 @@ impl Reactor {
                 || polled > 0)
                 .then(Instant::now);
             let mut cm_done = false;
-            if let (Some(w), false) = (woke, self.poll_window.is_zero()) {
-                // Work arrived: more is likely soon (the host's next
-                // command); poll for it instead of sleeping.
-                spin_until = Some(w + self.poll_window);
+            if let (Some(w), Some(s)) = (woke, idle_since) {
+                // An idle stretch ended: the window follows the gaps.
+                window.idle_ended(w.saturating_duration_since(s));
+                idle_since = None;
             }
             for ev in events.iter() {
                 let t = ev.token().0;
@@ -660,11 +692,22 @@ impl Reactor {
             let now = Instant::now();
             if let Some(w) = woke {
                 self.busy.busy_ns += now.saturating_duration_since(w).as_nanos() as u64;
+                // Work was done: poll for more instead of sleeping, if
+                // polling finds any (poll_window.rs).
+                idle_since = Some(now);
+                spin_until = if window.current().is_zero() {
+                    None
+                } else {
+                    let held = holding(&conns, rdma.connections() > 0);
+                    window.after_work(held).map(|d| now + d)
+                };
+                self.busy.poll_window_ns = window.current().as_nanos() as u64;
+                self.busy.backend_skips = window.skipped_backend();
             }
             if conns.is_empty() && rdma.connections() == 0 && !retry_accept {
-                next_tick = now + TICK;
+                next_tick = now + tick;
             } else if now >= next_tick {
-                next_tick = now + TICK;
+                next_tick = now + tick;
                 rdma.tick(now);
                 let id = self.id;
                 self.log.roll(now, |k| {
@@ -1187,6 +1230,8 @@ impl Reactor {
             paths: self.closed.paths.clone(),
             cpu: self.cpu,
             busy_ns: self.busy.busy_ns,
+            poll_window_ns: self.busy.poll_window_ns,
+            backend_skips: self.busy.backend_skips,
             ..Default::default()
         };
         let up = self.busy.since.map_or(0, |t| t.elapsed().as_nanos() as u64);
@@ -1262,6 +1307,31 @@ impl Reactor {
 }
 
 /// Why a connection still in its handshake must be closed now, if it must.
+/// What the reactor's TCP connections hold, for the polling decision
+/// (`poll_window.rs`, rule 1). Admin queues do not count (their long-lived
+/// commands are Asynchronous Event Requests); NVMe/RDMA queues count as
+/// "other" (their CQs are what polling polls).
+fn holding(conns: &Slab<Conn>, rdma: bool) -> Holding {
+    let mut h = Holding {
+        in_backends: 0,
+        other: rdma,
+    };
+    for (_, c) in conns.iter() {
+        if c.sm.queue().qid() == 0 {
+            continue;
+        }
+        h.add(
+            c.sm.in_flight(),
+            c.sm.backend_pending(),
+            c.sm.has_partial_input(),
+        );
+        if h.other {
+            break;
+        }
+    }
+    h
+}
+
 fn handshake_expired(
     c: &Conn,
     now: Instant,
