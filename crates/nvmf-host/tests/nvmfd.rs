@@ -433,3 +433,100 @@ fn perf_verify_against_a_silent_target_fails_within_its_io_timeout() {
     assert!(took < Duration::from_secs(10), "took {took:?}\n{all}");
     eprintln!("silent target: perf failed after {took:.1?}: {line}");
 }
+
+/// `nvmf perf -c A,B`: one pinned thread per listed CPU, the queues spread
+/// over them round-robin, one report. Each queue's job says which thread
+/// drove it and the CPU that thread was on (sched_getcpu, after pinning):
+/// every listed CPU must have carried I/O, and the jobs must add up to the
+/// total.
+#[test]
+fn perf_cores_runs_one_pinned_thread_per_cpu() {
+    let allowed = nvmf_host::perf::allowed_cpus().expect("sched_getaffinity");
+    let cpus: Vec<usize> = allowed.iter().copied().take(2).collect();
+    if cpus.len() < 2 {
+        eprintln!("only CPU {cpus:?} available: checking one thread only");
+    }
+    let list = cpus
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let d = Daemon::start();
+    let trid = d.trid_str(NQN);
+    // Default: one queue per CPU; then two queues per CPU.
+    for (extra, want_queues) in [(None, cpus.len()), (Some("4"), 4)] {
+        let mut args = vec![
+            "perf", "-r", &trid, "-w", "randread", "-q", "8", "-t", "1", "-c", &list, "--json",
+        ];
+        if let Some(q) = extra {
+            args.extend(["--queues", q]);
+        }
+        let want_queues = if extra.is_some() {
+            want_queues.max(cpus.len())
+        } else {
+            want_queues
+        };
+        let out = nvmf(&args, Duration::from_secs(60));
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "nvmf {args:?} failed\n{stdout}\n{}",
+            text(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON output");
+        let jobs = v["jobs"].as_array().expect("jobs");
+        assert_eq!(jobs.len(), want_queues, "{stdout}");
+        let mut sum = 0;
+        for (t, &cpu) in cpus.iter().enumerate() {
+            let mine: Vec<_> = jobs.iter().filter(|j| j["thread"] == t).collect();
+            assert_eq!(mine.len(), want_queues / cpus.len(), "thread {t}: {stdout}");
+            for j in mine {
+                assert_eq!(j["cpu"], cpu, "thread {t} pinned to CPU {cpu}: {j}");
+                assert_eq!(j["ran_on_cpu"], cpu, "thread {t} ran on CPU {cpu}: {j}");
+                let ios = j["read"]["total_ios"].as_u64().unwrap();
+                assert!(ios > 0, "queue {} of thread {t} did no I/O: {j}", j["qid"]);
+                sum += ios;
+            }
+        }
+        assert_eq!(v["total"]["read"]["total_ios"], sum, "{stdout}");
+        assert_eq!(v["total"]["error"], 0, "{stdout}");
+    }
+}
+
+/// Bad `-c` input is a clear error, never a panic, and before connecting
+/// (nothing listens on the port).
+#[test]
+fn perf_cores_bad_input_is_a_clear_error() {
+    let trid = nvmf_testkit::trid(free_port(), NQN);
+    for (cores, queues, want) in [
+        (
+            "4000",
+            None,
+            "CPU 4000 does not exist or this process may not run on it",
+        ),
+        ("0,0", None, "CPU 0 is listed twice"),
+        (
+            "0-1",
+            Some("1"),
+            "--queues 1 is fewer than the 2 CPUs given with -c",
+        ),
+        ("x", None, "'x' is not a CPU number or range"),
+        ("3-1", None, "'3-1' is not a CPU number or range"),
+        ("", None, "empty CPU list"),
+    ] {
+        let mut args = vec!["perf", "-r", &trid, "-t", "1", "-c", cores];
+        if let Some(q) = queues {
+            args.extend(["--queues", q]);
+        }
+        let out = nvmf(&args, Duration::from_secs(30));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "nvmf {args:?} succeeded");
+        assert!(
+            matches!(out.status.code(), Some(1 | 2)),
+            "nvmf {args:?}: exit {:?}\n{err}",
+            out.status
+        );
+        assert!(err.contains(want), "nvmf {args:?}: want {want:?} in\n{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

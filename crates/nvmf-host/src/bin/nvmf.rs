@@ -49,8 +49,16 @@ per queue, data through Keyed SGLs of one registered region (writes up to the co
 in-capsule size in the capsule); digests and TLS are NVMe/TCP only.
 
 Workloads (-w): read, write (sequential), randread, randwrite, rw, randrw (mixes; -M = % reads).
-Each queue is its own TCP connection (or RDMA queue pair) with -q commands in flight. With --cores, one thread per
-listed CPU is pinned there and the queues are spread over them; otherwise one thread per queue.
+Each queue is its own TCP connection (or RDMA queue pair) with -q commands in flight, so
+--queues 4 -q 32 keeps 128 commands in flight in all.
+Threads: with -c/--cores LIST (e.g. -c 0,1 or -c 0-3), one thread per listed CPU is pinned there
+and the queues are spread over them round-robin (queue 1 on the first CPU, queue 2 on the
+second, ...); --queues then defaults to one per CPU and may not be fewer. The report sums all
+threads (the per-queue lines show each queue's CPU). A CPU this process may not run on is an
+error before anything connects. Without -c: one unpinned thread per queue.
+Each thread sends all commands it queued in one turn with one sendmsg per queue, reads what a
+socket has in one go and busy-polls up to --poll-us without completions before it sleeps in
+poll(2): at high queue depth it uses a whole core per thread, by design.
 Sequential runs and --verify give every queue its own LBA range.
 
 --verify writes every block with its LBA and a generation tag, checks every read of a block
@@ -75,7 +83,8 @@ and in total. --json prints fio-style JSON (jobs[].read.iops, .bw in KiB/s, .lat
 
 Examples:
   nvmf perf -r 'trtype:TCP traddr:127.0.0.1 trsvcid:4420 subnqn:nqn.2024-01.io.nvmfd:default' -w randread -q 64 -t 10
-  nvmf perf -r '...' -w randwrite -o 131072 -q 16 --queues 2 --cores 0,1
+  nvmf perf -r '...' -w randwrite -o 131072 -q 16 -c 0,1            # 2 threads, 2 queues
+  nvmf perf -r '...' -w randread -q 32 -c 0-3 --queues 8             # 4 threads, 2 queues each
   nvmf perf -r '...' -w randrw -M 70 -o 4096 -t 5 --verify --hdr-digest --data-digest
   nvmf perf -r '...' -w read -o 131072 --json > result.json
   nvmf perf -r 'traddr:10.0.0.1 trsvcid:4420 subnqn:NQN' -r 'traddr:10.0.0.2 trsvcid:4420 subnqn:NQN' --verify -w randrw
@@ -507,11 +516,13 @@ struct PerfArgs {
     /// Seconds of load before the measured time (statistics start after it)
     #[arg(long = "ramp", default_value_t = 0, value_name = "SECONDS")]
     ramp: u64,
-    /// Number of I/O queues (TCP connections)
-    #[arg(long, default_value_t = 1)]
-    queues: u16,
-    /// CPUs to run on, one pinned thread each: '0,1' or '0-3'
-    #[arg(long, value_parser = parse_cores, value_name = "LIST")]
+    /// Number of I/O queues (TCP connections or RDMA queue pairs), each with
+    /// -q commands in flight [default: 1, with -c one per listed CPU]
+    #[arg(long, value_name = "N")]
+    queues: Option<u16>,
+    /// CPUs to run on, one pinned thread each, the queues spread over them
+    /// round-robin, one report for all: '0,1', '0-3' or '0-1,6'
+    #[arg(short = 'c', long = "cores", visible_alias = "cpus", value_parser = parse_cores, value_name = "LIST")]
     cores: Option<CoreList>,
     /// Namespace ID (default: ns: from the transport ID, else 1)
     #[arg(long = "ns", value_name = "NSID")]
@@ -569,7 +580,13 @@ struct CoreList(Vec<usize>);
 fn parse_cores(s: &str) -> std::result::Result<CoreList, String> {
     let v = nvmf_host::bench::placement::parse_cpulist(s)?;
     if v.is_empty() {
-        return Err("empty CPU list".into());
+        return Err("empty CPU list (give CPU numbers like 0,1 or a range like 0-3)".into());
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for &c in &v {
+        if !seen.insert(c) {
+            return Err(format!("CPU {c} is listed twice (one thread per CPU)"));
+        }
     }
     Ok(CoreList(v))
 }
@@ -1066,7 +1083,16 @@ fn run_perf(a: PerfArgs) -> Result<ExitCode> {
     cfg.read_pct = a.read_pct;
     cfg.duration = Duration::from_secs(a.time);
     cfg.ramp = Duration::from_secs(a.ramp);
-    cfg.queues = a.queues;
+    cfg.queues = match (a.queues, &a.cores) {
+        (Some(q), Some(c)) if (q as usize) < c.0.len() => bail!(
+            "--queues {q} is fewer than the {} CPUs given with -c: every pinned thread needs at \
+             least one queue (omit --queues for one queue per CPU)",
+            c.0.len()
+        ),
+        (Some(q), _) => q,
+        (None, Some(c)) => u16::try_from(c.0.len()).unwrap_or(u16::MAX),
+        (None, None) => 1,
+    };
     cfg.cores = a.cores.map(|c| c.0);
     cfg.verify = a.verify;
     cfg.in_capsule = a.in_capsule;

@@ -142,6 +142,9 @@ impl PathQueue {
 pub(crate) struct Worker {
     pub qid: u16,
     pub core: Option<usize>,
+    /// The thread driving it, and the CPU that thread was on at its end.
+    pub thread: usize,
+    pub ran_on: Option<usize>,
     pub nsid: u32,
     pub bs: u32,
     pub nlb: u32,
@@ -182,7 +185,9 @@ pub(crate) struct Worker {
     busy: Vec<u64>,
     next_gen: u32,
     readback_next: u64,
-    // results
+    /// ns since base of the latest completion batch (see `poll_paths`).
+    now_ns: u64,
+    // results: `read`/`write` are filled from `pstats` by `report`
     read: DirStats,
     write: DirStats,
     pub pstats: Vec<PathStats>,
@@ -223,6 +228,8 @@ impl Worker {
         Worker {
             qid: s.qid,
             core: s.core,
+            thread: 0,
+            ran_on: None,
             nsid: s.nsid,
             bs: s.bs,
             nlb: s.io_size / s.bs,
@@ -265,6 +272,7 @@ impl Worker {
             },
             next_gen: 1,
             readback_next: 0,
+            now_ns: 0,
             read: DirStats::new(),
             write: DirStats::new(),
             pstats: (0..np).map(|_| PathStats::new()).collect(),
@@ -378,12 +386,14 @@ impl Worker {
     }
 
     /// Start one new I/O on a free tag; false if nothing could be started.
+    /// `path`: the path chosen for the whole batch (one path: its state
+    /// cannot change within a batch that only encodes), else None.
     #[inline]
-    fn start_io(&mut self, base: Instant) -> Result<bool> {
+    fn start_io(&mut self, now_ns: u64, path: Option<usize>) -> Result<bool> {
         if self.free_tags.is_empty() {
             return Ok(false);
         }
-        let Some(p) = self.pick_path() else {
+        let Some(p) = path.or_else(|| self.pick_path()) else {
             self.no_usable_path()?;
             return Ok(false);
         };
@@ -414,14 +424,14 @@ impl Worker {
                 self.gen_of_tag[ti] = gen;
             }
         }
-        self.start_ns[ti] = base.elapsed().as_nanos() as u64;
+        self.start_ns[ti] = now_ns;
         self.issue(t, p)?;
         Ok(true)
     }
 
     /// Start one read-back of the next written unit; false when done (or
     /// no tag or path is free now).
-    fn start_readback(&mut self, base: Instant) -> Result<bool> {
+    fn start_readback(&mut self, now_ns: u64) -> Result<bool> {
         if self.free_tags.is_empty() {
             return Ok(false);
         }
@@ -444,7 +454,7 @@ impl Worker {
             self.op[ti] = OP_READBACK;
             self.tries[ti] = 0;
             self.status_tries[ti] = 0;
-            self.start_ns[ti] = base.elapsed().as_nanos() as u64;
+            self.start_ns[ti] = now_ns;
             self.issue(t, p)?;
             return Ok(true);
         }
@@ -452,14 +462,22 @@ impl Worker {
     }
 
     /// Start new I/Os (phase 0) or read-backs (phase 1) on every free tag;
-    /// true if any started.
-    fn start_all(&mut self, phase: usize, base: Instant) -> Result<bool> {
+    /// true if any started. `now_ns` (ns since base, read once per batch,
+    /// not per I/O) is their submit time: they go out together at the next
+    /// poll.
+    fn start_all(&mut self, phase: usize, now_ns: u64) -> Result<bool> {
         let mut any = false;
+        // One path: look at its state once per batch, not per I/O.
+        let path = if self.paths.len() == 1 && !self.free_tags.is_empty() {
+            self.pick_path()
+        } else {
+            None
+        };
         loop {
             let started = if phase == 0 {
-                self.start_io(base)?
+                self.start_io(now_ns, path)?
             } else {
-                self.start_readback(base)?
+                self.start_readback(now_ns)?
             };
             if !started {
                 return Ok(any);
@@ -607,13 +625,13 @@ impl Worker {
         self.mismatched_blocks += bad;
     }
 
-    /// Account one completion on path `p`; frees or re-queues its tag.
+    /// Account one completion on path `p`, seen at `now` (ns since base,
+    /// read once per received batch); frees or re-queues its tag.
     #[inline]
-    fn complete(&mut self, p: usize, c: &IoCompletion, base: Instant) {
+    fn complete(&mut self, p: usize, c: &IoCompletion, now: u64) {
         let t = self.paths[p].tag_of_slot[c.slot as usize];
         let ti = t as usize;
         self.tag_path[ti] = NO_PATH;
-        let now = base.elapsed().as_nanos() as u64;
         let lat = now.saturating_sub(self.start_ns[ti]);
         let u = self.unit[ti];
         let lba = (self.first_unit + u) * self.nlb as u64;
@@ -653,8 +671,9 @@ impl Worker {
         }
         ps.last_ns = now;
         match self.op[ti] {
+            // Recorded per path only; the queue's totals are their sum
+            // (`report`): one histogram update per I/O, not two.
             OP_READ => {
-                self.read.record(self.io_size, lat);
                 self.pstats[p].read.record(self.io_size, lat);
                 if self.verify {
                     let gen = self.gens[u as usize];
@@ -664,7 +683,6 @@ impl Worker {
                 }
             }
             OP_WRITE => {
-                self.write.record(self.io_size, lat);
                 self.pstats[p].write.record(self.io_size, lat);
                 if self.verify {
                     self.gens[u as usize] = self.gen_of_tag[ti];
@@ -691,6 +709,8 @@ impl Worker {
 
     /// Drive every path's queue once: send, receive, account completions.
     /// A queue whose connection fails is dropped and its commands re-queued.
+    /// The clock is read once per path that had completions (their common
+    /// completion time), kept in `now_ns` for the refill that follows.
     fn poll_paths(&mut self, base: Instant) -> usize {
         let mut done = 0;
         for p in 0..self.paths.len() {
@@ -722,9 +742,17 @@ impl Worker {
                 .expect("checked")
                 .poll(Some(Duration::ZERO));
             // Completions that arrived before a failure count.
+            if self.paths[p]
+                .q
+                .as_ref()
+                .is_some_and(|q| q.completions_ready() > 0)
+            {
+                self.now_ns = base.elapsed().as_nanos() as u64;
+            }
             while let Some(c) = self.paths[p].q.as_mut().and_then(|q| q.next_completion()) {
                 done += 1;
-                self.complete(p, &c, base);
+                let now = self.now_ns;
+                self.complete(p, &c, now);
             }
             if let Err(e) = r {
                 self.fail_path(p, &format!("I/O queue {}: {e}", self.qid), base);
@@ -752,12 +780,18 @@ impl Worker {
         self.first_error = None;
     }
 
-    pub fn report(self) -> (QueueReport, Vec<PathStats>) {
+    pub fn report(mut self) -> (QueueReport, Vec<PathStats>) {
         let lost = self.outstanding() as u64;
+        for ps in &self.pstats {
+            self.read.merge(&ps.read);
+            self.write.merge(&ps.write);
+        }
         (
             QueueReport {
                 qid: self.qid,
                 core: self.core,
+                thread: self.thread,
+                ran_on: self.ran_on,
                 read: self.read,
                 write: self.write,
                 errors: self.errors,
@@ -939,6 +973,7 @@ pub(crate) fn run_thread(
         }
         loop {
             let now = Instant::now();
+            let now_ns = now.saturating_duration_since(base).as_nanos() as u64;
             // End of the ramp: one check per loop turn, not per I/O.
             if ramp_pending && shared.ramp_over.load(Ordering::Acquire) {
                 ramp_pending = false;
@@ -951,13 +986,13 @@ pub(crate) fn run_thread(
             let mut outstanding = 0;
             for w in qs.iter_mut() {
                 w.reissue()?;
-                if running && w.start_all(phase, base)? {
+                if running && w.start_all(phase, now_ns)? {
                     progress = true;
                 }
                 let n = w.poll_paths(base);
                 if n > 0 {
                     progress = true;
-                    last_completion = Instant::now();
+                    last_completion = now;
                     if phase == 1 {
                         drain_until = last_completion + io_timeout;
                     }
@@ -967,7 +1002,8 @@ pub(crate) fn run_thread(
                     // completions' own re-submission would).
                     w.reissue()?;
                     if running {
-                        w.start_all(phase, base)?;
+                        let t = w.now_ns;
+                        w.start_all(phase, t)?;
                     }
                 }
                 outstanding += w.outstanding();
@@ -983,17 +1019,20 @@ pub(crate) fn run_thread(
             if !running && outstanding == 0 {
                 break;
             }
-            if outstanding > 0 && last_completion.elapsed() >= stall {
+            // `now` (this turn's start) is recent enough for these
+            // second-scale limits: no further clock reads per turn.
+            if outstanding > 0 && now.saturating_duration_since(last_completion) >= stall {
                 stalled(qs, phase, stall)?;
             }
             if !running && Instant::now() >= drain_until {
                 break; // lost I/Os are reported per queue
             }
             if progress {
-                if !spin.is_zero() {
-                    last_progress = Instant::now();
-                }
-            } else if !spin.is_zero() && outstanding > 0 && last_progress.elapsed() < spin {
+                last_progress = now;
+            } else if !spin.is_zero()
+                && outstanding > 0
+                && now.saturating_duration_since(last_progress) < spin
+            {
                 // Busy-poll: the next completion is likely within
                 // microseconds; a sleep would add a wake-up to it.
                 std::hint::spin_loop();

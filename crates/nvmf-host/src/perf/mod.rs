@@ -156,6 +156,37 @@ fn connect_paths(cfg: &PerfConfig, trids: &[TransportId]) -> Result<(Vec<Path>, 
     Ok((paths, nsze, bs))
 }
 
+/// CPUs this process may run on (its affinity mask), ascending.
+pub fn allowed_cpus() -> std::io::Result<Vec<usize>> {
+    // SAFETY: cpu_set_t is plain data; CPU_ISSET bounds-checks against its size.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect())
+    }
+}
+
+/// Every CPU of a `cores` list must be one this process may be pinned to
+/// (checked before connecting, so a typo fails at once and clearly).
+fn check_cpus(cores: &[usize]) -> Result<()> {
+    let Ok(allowed) = allowed_cpus() else {
+        return Ok(()); // cannot tell: pinning reports it
+    };
+    for &c in cores {
+        if !allowed.contains(&c) {
+            return Err(Error::InvalidArg(format!(
+                "CPU {c} does not exist or this process may not run on it (its CPUs: {})",
+                crate::bench::placement::format_cpulist(&allowed)
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// The measured window's edges, as `Hooks::window` is told them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Edge {
@@ -205,6 +236,9 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
         return Err(Error::InvalidArg(
             "--verify needs a workload that writes (write, randwrite, rw, randrw)".into(),
         ));
+    }
+    if let Some(cores) = &cfg.cores {
+        check_cpus(cores)?;
     }
     let (paths, nsze, bs) = connect_paths(cfg, &trids)?;
     if bs == 0 || cfg.io_size == 0 || !cfg.io_size.is_multiple_of(bs) {
@@ -347,6 +381,12 @@ pub fn run_hooked(cfg: &PerfConfig, mut hooks: Hooks<'_>) -> Result<PerfReport> 
                     spin,
                     !ramp.is_zero(),
                 );
+                // SAFETY: sched_getcpu has no preconditions.
+                let cpu = unsafe { libc::sched_getcpu() };
+                for w in qs.iter_mut() {
+                    w.thread = t;
+                    w.ran_on = usize::try_from(cpu).ok();
+                }
                 (qs, r.err().map(|e| e.to_string()))
             })
             .expect("spawn perf thread");

@@ -101,7 +101,13 @@ impl DirStats {
 #[derive(Debug, Clone)]
 pub struct QueueReport {
     pub qid: u16,
+    /// The CPU its thread was pinned to (`cores`), if any.
     pub core: Option<usize>,
+    /// Index of the thread that drove it (0..threads).
+    pub thread: usize,
+    /// The CPU its thread was on when it finished (sched_getcpu; with
+    /// pinning, where its I/O ran).
+    pub ran_on: Option<usize>,
     pub read: DirStats,
     pub write: DirStats,
     pub errors: u64,
@@ -475,6 +481,8 @@ pub fn to_json(r: &PerfReport) -> Value {
                 "groupid": 0,
                 "qid": q.qid,
                 "cpu": q.core,
+                "thread": q.thread,
+                "ran_on_cpu": q.ran_on,
                 "error": q.errors + q.lost,
                 "first_error": q.first_error,
                 "job_runtime": (secs * 1000.0) as u64,
