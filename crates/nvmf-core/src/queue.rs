@@ -383,6 +383,15 @@ impl QueuePair {
         true
     }
 
+    /// A hold on this queue's buffers for a reader outside the backends
+    /// that still uses them (the kernel, for zero-copy sends): while it
+    /// lives it counts as an operation in flight, so the buffers the
+    /// transport hands over at teardown stay parked
+    /// (`backend::parked`). Drop it once that reader is done.
+    pub fn buffer_hold(&self) -> Arc<CompletionSink> {
+        self.sink.clone()
+    }
+
     /// Backend operations of this queue still in flight.
     pub fn backend_ops_in_flight(&self) -> usize {
         Arc::strong_count(&self.sink) - 1

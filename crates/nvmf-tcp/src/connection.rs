@@ -31,7 +31,8 @@
 //!   by the queue depth, so a host that never reads cannot grow it further.
 
 use crate::icreq;
-use crate::txq::TxQueue;
+use crate::txq::{SendKind, TxQueue};
+use crate::zerocopy::ZcTracker;
 use nvmf_core::request::{
     BufPolicy, DataDesc, DataOut, Fabric, Fault, FaultKind, RequestEngine, RequestParams,
     RequestState, SglKind, Slots,
@@ -104,6 +105,14 @@ pub struct TcpParams {
     /// Close the connection when an R2T's data has not all arrived this long
     /// after the R2T was queued (checked on the timer tick; zero: never).
     pub h2c_timeout: Duration,
+    /// Zero-copy sends of C2HData payloads of at least this many bytes
+    /// (`MSG_ZEROCOPY`, `zerocopy.rs`); None: never. The connection then
+    /// keeps room for as many responses waiting for the kernel as commands.
+    pub zerocopy_threshold: Option<usize>,
+    /// Keep sending zero-copy even when the kernel reports it copies
+    /// (`--zerocopy-send always`, for measuring); otherwise it goes off for
+    /// the connection after [`crate::zerocopy::COPIED_TO_STOP`] copies in a row.
+    pub zerocopy_always: bool,
 }
 
 impl TcpParams {
@@ -122,6 +131,8 @@ impl TcpParams {
             buffers: BufPolicy::new(budget, retain, max_io.max(ADMIN_ICD) as usize),
             max_r2t_bytes: MAX_R2T_BYTES,
             h2c_timeout: H2C_TIMEOUT,
+            zerocopy_threshold: None,
+            zerocopy_always: false,
         }
     }
 
@@ -152,6 +163,9 @@ pub struct ConnectionStats {
     pub digest_errors: u64,
     /// Commands that had to wait for a data buffer or R2T allowance.
     pub buffer_waits: u64,
+    /// Zero-copy send calls made, and those the kernel reported it copied.
+    pub zc_calls: u64,
+    pub zc_copied: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,6 +203,10 @@ struct Wire {
     eopts: EncodeOpts,
     c2h_success: bool,
     stats: ConnectionStats,
+    /// Zero-copy calls not yet reported done (`zerocopy.rs`).
+    zc: ZcTracker,
+    /// Zero-copy allowed on this connection (threshold set).
+    zc_on: bool,
 }
 
 /// Progress of a directly placed H2CData payload.
@@ -207,6 +225,17 @@ struct Direct {
 }
 
 impl Fabric for Wire {
+    /// With zero-copy sends, a read's slot stays busy after its response
+    /// until the kernel is done with its data, while the host may already
+    /// reuse the command's entry: room for as many again (as NVMe/RDMA).
+    fn slots_for(&self, depth: usize) -> usize {
+        if self.zc_on {
+            2 * depth
+        } else {
+            depth
+        }
+    }
+
     #[inline]
     fn describe(&self, sgl: &SglDescriptor) -> DataDesc {
         let kind = match (sgl.sgl_type() << 4) | sgl.subtype() {
@@ -294,6 +323,8 @@ impl Connection {
                 eopts: EncodeOpts::new(false, false),
                 c2h_success: params.c2h_success,
                 stats: ConnectionStats::default(),
+                zc: ZcTracker::default(),
+                zc_on: params.zerocopy_threshold.is_some(),
             },
             params: params.clone(),
             phase: Phase::AwaitIcReq,
@@ -483,6 +514,71 @@ impl Connection {
         self.wire.tx.iovecs(iov, move |s, len| {
             slots.get(s).map(|slot| slot.data(len)).unwrap_or(&[])
         })
+    }
+
+    /// Like [`Self::output`], split for zero-copy sends (`TxQueue::iovecs_split`):
+    /// how to make the call. Always [`SendKind::Copy`] when zero-copy is off
+    /// for this connection, or the kernel has too many calls unreported.
+    pub fn output_split<'a>(&'a self, iov: &mut [IoSlice<'a>]) -> (usize, SendKind) {
+        let slots = self.engine.slots();
+        let data = move |s, len| slots.get(s).map(|slot| slot.data(len)).unwrap_or(&[]);
+        match self.params.zerocopy_threshold {
+            Some(t) if self.wire.zc_on && self.wire.zc.has_room() => {
+                self.wire.tx.iovecs_split(iov, t, data)
+            }
+            _ => (
+                self.wire.tx.iovecs(iov, data),
+                SendKind::Copy { more: false },
+            ),
+        }
+    }
+
+    /// `n` bytes of a [`SendKind::ZeroCopy`] call were written (the call
+    /// sent something, so the kernel numbered it).
+    pub fn consume_output_zc(&mut self, n: usize) {
+        let seq = self.wire.zc.sent();
+        self.wire.stats.zc_calls += 1;
+        self.wire.tx.consume_zc(n, seq, |_| {});
+        if let Err(f) = self.engine.after_output(&mut self.wire) {
+            self.terminate(fault_pdu(f), &[]);
+        }
+    }
+
+    /// The kernel reported zero-copy calls `lo..=hi` done (`copied`: it
+    /// copied their data after all): their slots are released. Returns true
+    /// when this report turned zero-copy off for the connection (the kernel
+    /// copied [`crate::zerocopy::COPIED_TO_STOP`] calls in a row; calls
+    /// already made are still reported and released as they come).
+    pub fn zc_completed(&mut self, lo: u32, hi: u32, copied: bool) -> bool {
+        self.wire.zc.complete(lo, hi, copied);
+        self.wire.stats.zc_copied = self.wire.zc.copied;
+        let engine = &mut self.engine;
+        if self.wire.tx.release_done(&self.wire.zc, |s| engine.sent(s)) > 0 {
+            if let Err(f) = self.engine.after_output(&mut self.wire) {
+                self.terminate(fault_pdu(f), &[]);
+            }
+        }
+        if self.wire.zc_on && !self.params.zerocopy_always && self.wire.zc.copies_everything() {
+            self.wire.zc_on = false;
+            return true;
+        }
+        false
+    }
+
+    /// Takes the record of zero-copy calls (for a closed connection whose
+    /// calls the kernel has not all reported: the reactor keeps waiting).
+    pub fn take_zc_calls(&mut self) -> ZcTracker {
+        std::mem::take(&mut self.wire.zc)
+    }
+
+    /// Zero-copy calls the kernel has not reported done.
+    pub fn zc_outstanding(&self) -> u32 {
+        self.wire.zc.outstanding()
+    }
+
+    /// Slots held until the kernel reports their zero-copy calls done.
+    pub fn zc_parked(&self) -> usize {
+        self.wire.tx.zc_parked()
     }
 
     /// `n` bytes of `output()` were written.

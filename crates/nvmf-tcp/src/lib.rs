@@ -10,11 +10,13 @@
 //! |---|---|
 //! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
 //! | `icreq.rs` | ICReq checks and the ICResp |
-//! | `txq.rs` | the send queue (bytes + zero-copy slot data) |
+//! | `txq.rs` | the send queue (bytes + slot data referenced in place; slots parked for zero-copy calls) |
+//! | `zerocopy.rs` | `MSG_ZEROCOPY` calls the kernel has not reported done |
 
 mod connection;
 mod icreq;
 mod txq;
+pub mod zerocopy;
 
 /// What NVMe/TCP states about its capsules (each connection's
 /// `PortInfo::caps`): data moves through the transport (C2HData, R2T +
@@ -23,4 +25,5 @@ pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps::MESSAGE_BAS
 
 pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
+pub use txq::SendKind;
 pub use nvmf_core::request::{BufBudget, BufPolicy, RequestState, Xfer};

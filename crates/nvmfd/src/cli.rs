@@ -132,6 +132,23 @@ pub struct Cli {
           value_parser = clap::value_parser!(u64).range(0..=1_000_000))]
     pub poll_us: u64,
 
+    /// Zero-copy sends of read data (MSG_ZEROCOPY, SPDK's
+    /// enable_zerocopy_send_server): the kernel sends C2HData payloads
+    /// straight from the request buffers instead of copying them into the
+    /// socket. auto: on, and off for a connection whose sends the kernel
+    /// reports it copies anyway (loopback, a NIC without scatter-gather);
+    /// always: never turned off (for measuring); off: always copy.
+    /// Clear-text NVMe/TCP only.
+    #[arg(long = "zerocopy-send", value_name = "MODE", value_enum, default_value_t = ZeroCopySend::Auto)]
+    pub zerocopy_send: ZeroCopySend,
+
+    /// Smallest C2HData payload sent zero-copy, in bytes (SPDK's
+    /// zerocopy_threshold): below it, copying is cheaper than the kernel's
+    /// completion report.
+    #[arg(long = "zerocopy-threshold", value_name = "BYTES", default_value_t = DEFAULT_ZEROCOPY_THRESHOLD,
+          value_parser = clap::value_parser!(u32).range(512..=(16 << 20)))]
+    pub zerocopy_threshold: u32,
+
     /// Close a TCP connection that sends no ICReq within this many
     /// milliseconds of being accepted (0 = never).
     #[arg(long = "icreq-timeout-ms", value_name = "MS", default_value_t = crate::reactor::ICREQ_TIMEOUT.as_millis() as u64)]
@@ -309,6 +326,17 @@ pub struct Cli {
         requires = "gateway_group"
     )]
     pub gateway_ana_groups: Vec<u32>,
+}
+
+/// Default of `--zerocopy-threshold`.
+pub const DEFAULT_ZEROCOPY_THRESHOLD: u32 = 16384;
+
+/// `--zerocopy-send`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ZeroCopySend {
+    Auto,
+    Always,
+    Off,
 }
 
 /// Default of `--poll-us`.

@@ -146,6 +146,8 @@ impl Live {
                 idle_ns: s.idle_ns,
                 poll_window_ns: s.poll_window_ns,
                 backend_skips: s.backend_skips,
+                zc_calls: s.zc_calls,
+                zc_copied: s.zc_copied,
             })
             .collect();
         let rdma = snaps

@@ -26,6 +26,7 @@ mod reactor;
 mod resize;
 mod service_manager;
 mod supervise;
+mod zerocopy;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::Parser;
@@ -265,6 +266,23 @@ fn run(cli: Cli) -> Result<()> {
     let mut params = TcpParams::new(target.limits(), tcp.c2h_success);
     params.h2c_timeout = std::time::Duration::from_millis(cli.h2c_timeout_ms);
     params.max_r2t_bytes = cli.max_r2t_bytes;
+    let params_copy = params.clone();
+    match cli.zerocopy_send {
+        cli::ZeroCopySend::Off => info!("zero-copy sends: off"),
+        mode => {
+            params.zerocopy_threshold = Some(cli.zerocopy_threshold as usize);
+            params.zerocopy_always = mode == cli::ZeroCopySend::Always;
+            info!(
+                "zero-copy sends (MSG_ZEROCOPY) of C2HData payloads from {} bytes{}",
+                cli.zerocopy_threshold,
+                if params.zerocopy_always {
+                    ", kept on where the kernel copies"
+                } else {
+                    ", off for a connection whose sends the kernel copies (loopback, no scatter-gather)"
+                }
+            );
+        }
+    }
     info!(
         "data buffers: {} MiB shared (num_shared_buffers {} x io_unit_size {}), {} KiB retained per slot, \
          {} KiB R2T data per connection, H2CData timeout {} ms",
@@ -399,6 +417,8 @@ fn run(cli: Cli) -> Result<()> {
             listeners,
             target: target.clone(),
             params: params.clone(),
+            params_copy: params_copy.clone(),
+            draining: Vec::new(),
             shutdown: shutdown.clone(),
             commands: rx,
             closed: reactor::ClosedTotals {

@@ -244,6 +244,9 @@ pub struct ReactorTimes {
     pub poll_window_ns: u64,
     /// Working turns after which it slept at once, holding only backend work.
     pub backend_skips: u64,
+    /// Zero-copy send calls, and those the kernel reported it copied.
+    pub zc_calls: u64,
+    pub zc_copied: u64,
 }
 
 /// What the reactors report for one scrape ([`Live::gather_metrics`]).
@@ -350,6 +353,25 @@ impl Collector for Reactors {
             let l: Labels = vec![("reactor", t.id.to_string())];
             m.encode_family(&l)?
                 .encode_gauge(&(t.poll_window_ns as f64 / 1e9))?;
+        }
+        for (name, help, get) in [
+            (
+                "nvmf_tcp_zerocopy_sends",
+                "Zero-copy send calls (MSG_ZEROCOPY) of C2HData payloads",
+                (|t: &ReactorTimes| t.zc_calls) as Get,
+            ),
+            (
+                "nvmf_tcp_zerocopy_copied",
+                "Zero-copy send calls the kernel reported it copied after all (loopback, no scatter-gather)",
+                |t: &ReactorTimes| t.zc_copied,
+            ),
+        ] {
+            let mut m = enc.encode_descriptor(name, help, None, MetricType::Counter)?;
+            for t in &self.0 {
+                let l: Labels = vec![("reactor", t.id.to_string())];
+                m.encode_family(&l)?
+                    .encode_counter::<NoLabelSet, _, f64>(&get(t), None)?;
+            }
         }
         let mut m = enc.encode_descriptor(
             "nvmf_reactor_backend_waits",
@@ -973,6 +995,8 @@ mod tests {
                         idle_ns: 500_000_000,
                         poll_window_ns: 50_000,
                         backend_skips: 0,
+                        zc_calls: 7,
+                        zc_copied: 5,
                     },
                     ReactorTimes {
                         id: 1,
@@ -980,6 +1004,8 @@ mod tests {
                         idle_ns: 2_000_000_000,
                         poll_window_ns: 0,
                         backend_skips: 12,
+                        zc_calls: 0,
+                        zc_copied: 0,
                     },
                 ],
                 unanswered: 1,
@@ -1022,6 +1048,8 @@ mod tests {
             r#"nvmf_reactor_idle_seconds_total{reactor="1"} 2.0"#,
             r#"nvmf_reactor_poll_window_seconds{reactor="0"} 0.00005"#,
             r#"nvmf_reactor_backend_waits_total{reactor="1"} 12"#,
+            r#"nvmf_tcp_zerocopy_sends_total{reactor="0"} 7"#,
+            r#"nvmf_tcp_zerocopy_copied_total{reactor="0"} 5"#,
             "nvmf_reactors_unresponsive 1",
             r#"nvmf_ana_state{subsystem="nqn.s",listener="10.0.0.2:4420",ana_group="1"} 3"#,
             r#"nvmf_ana_changes_total{subsystem="nqn.s"} 3"#,

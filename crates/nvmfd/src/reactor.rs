@@ -71,6 +71,7 @@ use crate::numa;
 use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{Placed, Placement};
 use crate::poll_window::{Holding, PollWindow};
+use crate::zerocopy::{DrainState, Draining};
 use crate::rdma::{cq_turn, CqTurn, RdmaCmd, RdmaSetup, RdmaSide};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
@@ -86,6 +87,7 @@ use slab::Slab;
 use std::collections::HashMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::AsRawFd as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, Sender};
@@ -150,6 +152,12 @@ pub struct Reactor {
     pub listeners: Vec<Option<(TcpListener, Arc<ListenAddr>)>>,
     pub target: Arc<Target>,
     pub params: TcpParams,
+    /// The same without zero-copy sends (TLS connections, sockets that
+    /// refuse `SO_ZEROCOPY`).
+    pub params_copy: TcpParams,
+    /// Closed connections whose zero-copy sends the kernel has not all
+    /// reported (`zerocopy.rs`).
+    pub draining: Vec<Draining<TcpStream, Arc<nvmf_core::backend::CompletionSink>>>,
     pub shutdown: Arc<AtomicBool>,
     /// Control-plane commands; the sender wakes the reactor's `Waker` after
     /// sending. The data path never waits on the control plane.
@@ -220,6 +228,9 @@ pub struct ClosedTotals {
     pub paths: PathTable,
     /// Which hosts keep their gone controllers apart (one for the daemon).
     pub gone: Arc<GoneHosts>,
+    /// Zero-copy send calls, and those the kernel reported it copied.
+    pub zc_calls: u64,
+    pub zc_copied: u64,
 }
 
 /// A message from the control plane (the RPC thread) to a reactor.
@@ -383,6 +394,9 @@ pub struct ReactorSnapshot {
     /// the reactor slept at once holding only backend work.
     pub poll_window_ns: u64,
     pub backend_skips: u64,
+    /// Zero-copy send calls, and those the kernel reported it copied.
+    pub zc_calls: u64,
+    pub zc_copied: u64,
     /// NVMe/RDMA (None: this reactor has no RDMA port).
     pub rdma: Option<RdmaSnapshot>,
 }
@@ -416,6 +430,11 @@ struct Conn {
     placed: Option<Placed>,
     /// Clear text, or where its TLS session stands.
     tls: ConnTls,
+    /// Zero-copy sends are on for this socket (`zerocopy.rs`).
+    zc: bool,
+    /// The kernel refused a zero-copy call (ENOBUFS: too many reports
+    /// pending): copy until it reports again.
+    zc_backoff: bool,
 }
 
 /// The TLS side of a connection (docs/TLS.md). A listener that requires
@@ -633,7 +652,10 @@ impl Reactor {
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                         c.rx_ready = true;
                     }
-                    if ev.is_read_closed() || ev.is_error() {
+                    // On a zero-copy socket EPOLLERR also means "reports on
+                    // the error queue" (`service` reads them); a real error
+                    // shows in the next read or write.
+                    if ev.is_read_closed() || (ev.is_error() && !c.zc) {
                         c.read_closed = true;
                     }
                     if ev.is_writable() || ev.is_write_closed() {
@@ -709,6 +731,9 @@ impl Reactor {
             } else if now >= next_tick {
                 next_tick = now + tick;
                 rdma.tick(now);
+                if !self.draining.is_empty() {
+                    self.poll_draining(now);
+                }
                 let id = self.id;
                 self.log.roll(now, |k| {
                     info!(reactor = id, "suppressed {k} similar messages")
@@ -833,7 +858,22 @@ impl Reactor {
                 tls: None,
                 caps: nvmf_tcp::CAPS,
             });
-            let sm = Connection::new(self.target.clone(), port, &self.params);
+            // Zero-copy sends: clear-text connections only (a TLS record is
+            // built from a copy anyway), and only if the socket takes them.
+            let zc = self.params.zerocopy_threshold.is_some()
+                && !secure
+                && match crate::zerocopy::enable(sock.as_raw_fd()) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        debug!("SO_ZEROCOPY refused for {peer}: {e}");
+                        false
+                    }
+                };
+            let sm = if zc {
+                Connection::new(self.target.clone(), port, &self.params)
+            } else {
+                Connection::new(self.target.clone(), port, &self.params_copy)
+            };
             let entry = conns.vacant_entry();
             let key = entry.key();
             if let Err(e) =
@@ -872,6 +912,8 @@ impl Reactor {
                 } else {
                     ConnTls::Clear
                 },
+                zc,
+                zc_backoff: false,
             });
         }
         Accepted::More
@@ -910,7 +952,8 @@ impl Reactor {
         let id = self.id;
         let ctx = &self.tls;
         let target = &self.target;
-        let params = &self.params;
+        // TLS connections never use zero-copy sends.
+        let params = &self.params_copy;
         // A bug must cost one connection, not the reactor and all of its
         // connections: a panic closes just this one.
         let outcome = catch_unwind(AssertUnwindSafe(|| {
@@ -1232,8 +1275,15 @@ impl Reactor {
             busy_ns: self.busy.busy_ns,
             poll_window_ns: self.busy.poll_window_ns,
             backend_skips: self.busy.backend_skips,
+            zc_calls: self.closed.zc_calls,
+            zc_copied: self.closed.zc_copied,
             ..Default::default()
         };
+        for (_, c) in conns.iter() {
+            let zs = c.sm.stats();
+            s.zc_calls += zs.zc_calls;
+            s.zc_copied += zs.zc_copied;
+        }
         let up = self.busy.since.map_or(0, |t| t.elapsed().as_nanos() as u64);
         s.idle_ns = up.saturating_sub(s.busy_ns);
         for (_, c) in conns.iter() {
@@ -1285,6 +1335,9 @@ impl Reactor {
             }
             self.closed.stats.add(q.stats());
             self.closed.paths.fold_closed(q, &self.closed.gone);
+            let zs = c.sm.stats();
+            self.closed.zc_calls += zs.zc_calls;
+            self.closed.zc_copied += zs.zc_copied;
             let _ = self.poll.registry().deregister(&mut c.sock);
             let id = self.id;
             let peer = c.peer;
@@ -1300,13 +1353,70 @@ impl Reactor {
                     self.conn_log(|| info!(reactor = id, "connection from {peer} closed: {reason}"))
                 }
             }
+            // Zero-copy calls the kernel has not reported: the socket stays
+            // open (shut down) and the buffers parked until it has.
+            if c.zc && c.sm.zc_outstanding() > 0 {
+                let hold = c.sm.queue().buffer_hold();
+                let calls = c.sm.take_zc_calls();
+                let Conn { sock, sm, .. } = c;
+                // The engine's teardown parks the slots: `hold` counts as
+                // an operation in flight.
+                drop(sm);
+                self.draining.push(Draining::new(sock, hold, calls));
+                return;
+            }
             // Dropping `c` drops its QueuePair (controller teardown for an
             // admin queue) and closes the socket.
         }
     }
+
+    /// Closed connections waiting for the kernel's zero-copy reports.
+    fn poll_draining(&mut self, now: Instant) {
+        let id = self.id;
+        self.draining.retain_mut(|d| match d.poll(now) {
+            DrainState::Waiting(_) => true,
+            DrainState::Done => false,
+            DrainState::GaveUp(n) => {
+                warn!(
+                    reactor = id,
+                    "a closed connection's {n} zero-copy sends were never reported done by the \
+                     kernel within {:?}: their buffers are kept for good",
+                    crate::zerocopy::DRAIN_LIMIT
+                );
+                false
+            }
+        });
+    }
 }
 
-/// Why a connection still in its handshake must be closed now, if it must.
+/// Reads the zero-copy reports on `c`'s error queue and releases the slots
+/// the kernel is done with; zero-copy goes off for the connection when the
+/// kernel copies everything anyway (loopback, no scatter-gather), unless
+/// `--zerocopy-send always` (`c.zc` stays: the calls already made are
+/// still reported here).
+fn zc_reports(c: &mut Conn) {
+    let sm = &mut c.sm;
+    let mut turned_off = false;
+    let mut any = false;
+    let r = crate::zerocopy::drain(c.sock.as_raw_fd(), |lo, hi, copied| {
+        turned_off |= sm.zc_completed(lo, hi, copied);
+        any = true;
+    });
+    if let Err(e) = r {
+        debug!(peer = %c.peer, "reading the zero-copy reports failed: {e}");
+    }
+    if any {
+        c.zc_backoff = false;
+    }
+    if turned_off {
+        debug!(
+            peer = %c.peer,
+            "the kernel copies this connection's zero-copy sends (loopback, or a device \
+             without scatter-gather): sending by copy from now on"
+        );
+    }
+}
+
 /// What the reactor's TCP connections hold, for the polling decision
 /// (`poll_window.rs`, rule 1). Admin queues do not count (their long-lived
 /// commands are Asynchronous Event Requests); NVMe/RDMA queues count as
@@ -1332,6 +1442,7 @@ fn holding(conns: &Slab<Conn>, rdma: bool) -> Holding {
     h
 }
 
+/// Why a connection still in its handshake must be closed now, if it must.
 fn handshake_expired(
     c: &Conn,
     now: Instant,
@@ -1458,6 +1569,11 @@ fn tls_step(
 /// Reads, processes and writes until the socket has nothing more for us (or
 /// the round budget is used up). Never blocks.
 fn service(c: &mut Conn) -> Outcome {
+    // Zero-copy reports first: they free slots the commands read below
+    // may need.
+    if c.zc && c.sm.zc_outstanding() > 0 {
+        zc_reports(c);
+    }
     for _ in 0..MAX_ROUNDS {
         // Read everything available (bounded by the receive buffer and by
         // output backpressure); the state machine processes every complete
@@ -1503,17 +1619,34 @@ fn service(c: &mut Conn) -> Outcome {
         }
         // One vectored write carries everything produced this turn.
         while c.tx_ready && c.sm.has_output() {
+            let mut zc_call = false;
             let res = {
                 let mut iov = [IoSlice::new(&[]); IOV_BATCH];
-                let n = c.sm.output(&mut iov);
                 match &mut c.tls {
-                    ConnTls::Up(t) => t.write_gather(&iov[..n]),
-                    _ => c.sock.write_vectored(&iov[..n]),
+                    ConnTls::Up(t) => {
+                        let n = c.sm.output(&mut iov);
+                        t.write_gather(&iov[..n])
+                    }
+                    _ if c.zc && !c.zc_backoff => {
+                        let (n, kind) = c.sm.output_split(&mut iov);
+                        zc_call = kind == nvmf_tcp::SendKind::ZeroCopy;
+                        crate::zerocopy::send(c.sock.as_raw_fd(), &iov[..n], kind)
+                    }
+                    _ => {
+                        let n = c.sm.output(&mut iov);
+                        c.sock.write_vectored(&iov[..n])
+                    }
                 }
             };
             match res {
                 Ok(0) => return Outcome::Close("socket accepted no bytes".into()),
+                Ok(n) if zc_call => c.sm.consume_output_zc(n),
                 Ok(n) => c.sm.consume_output(n),
+                // Too many reports pending in the kernel: copy until the
+                // next ones are read.
+                Err(e) if zc_call && e.raw_os_error() == Some(libc::ENOBUFS) => {
+                    c.zc_backoff = true
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.tx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {

@@ -1,0 +1,267 @@
+//! Zero-copy sends on the reactor's sockets (`MSG_ZEROCOPY`, SPDK's
+//! `enable_zerocopy_send_server`): turning it on for a socket, making the
+//! calls, reading the kernel's reports from the socket's error queue, and
+//! keeping a closed connection's buffers until the kernel is done with
+//! them. The bookkeeping of which slot waits for which call is nvmf-tcp's
+//! (`zerocopy.rs`, `txq.rs`).
+//!
+//! A closed connection whose zero-copy calls are not all reported cannot
+//! free its slot buffers: the kernel may still read them (a retransmission,
+//! a NIC's DMA) and would send whatever was written there next. So the
+//! reactor keeps the socket open (shut down, out of epoll) with a hold on
+//! the queue's buffers ([`Draining`]): the request engine's teardown then
+//! parks them (`nvmf_backend::parked`, the rules for buffers a backend
+//! still uses), and the hold is dropped when the error queue has reported
+//! every call. A kernel that never reports within [`DRAIN_LIMIT`] (longer
+//! than any TCP user timeout nvmfd sets) gets the buffers for ever: they
+//! are leaked, never freed early.
+
+use std::io::{self, IoSlice};
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, Instant};
+
+use nvmf_tcp::zerocopy::ZcTracker;
+use nvmf_tcp::SendKind;
+
+/// How long a closed connection's buffers wait for the kernel's reports.
+pub const DRAIN_LIMIT: Duration = Duration::from_secs(300);
+
+/// Reports read from one error queue per call (each covers a range of calls).
+const DRAIN_BUDGET: usize = 64;
+
+/// `SO_EE_ORIGIN_ZEROCOPY` and `SO_EE_CODE_ZEROCOPY_COPIED` (linux/errqueue.h).
+const SO_EE_ORIGIN_ZEROCOPY: u8 = 5;
+const SO_EE_CODE_ZEROCOPY_COPIED: u8 = 1;
+
+/// Asks the kernel to accept `MSG_ZEROCOPY` on `fd` (`SO_ZEROCOPY`).
+pub fn enable(fd: RawFd) -> io::Result<()> {
+    let one: libc::c_int = 1;
+    // SAFETY: setsockopt with a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_ZEROCOPY,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// One non-blocking `sendmsg` of `iov`: with `MSG_ZEROCOPY` for
+/// [`SendKind::ZeroCopy`], with `MSG_MORE` when zero-copy data follows a
+/// copied header.
+pub fn send(fd: RawFd, iov: &[IoSlice<'_>], kind: SendKind) -> io::Result<usize> {
+    let flags = libc::MSG_NOSIGNAL
+        | libc::MSG_DONTWAIT
+        | match kind {
+            SendKind::ZeroCopy => libc::MSG_ZEROCOPY,
+            SendKind::Copy { more: true } => libc::MSG_MORE,
+            SendKind::Copy { more: false } => 0,
+        };
+    // SAFETY: a zeroed msghdr pointing at `iov` (IoSlice is ABI-compatible
+    // with iovec), alive for the call.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+        msg.msg_iovlen = iov.len() as _;
+        libc::sendmsg(fd, &msg, flags)
+    };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// Reads the zero-copy reports waiting on `fd`'s error queue (at most
+/// [`DRAIN_BUDGET`]), calling `report(lo, hi, copied)` for each. Returns
+/// how many were read; other errors queued there are skipped.
+pub fn drain(fd: RawFd, mut report: impl FnMut(u32, u32, bool)) -> io::Result<usize> {
+    let mut n = 0;
+    for _ in 0..DRAIN_BUDGET {
+        // Room for one cmsg carrying a sock_extended_err (and an address).
+        let mut control = [0u64; 16];
+        // SAFETY: a zeroed msghdr with no data buffer and a control buffer
+        // that lives for the call; the kernel writes at most msg_controllen.
+        let (r, msg) = unsafe {
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = std::mem::size_of_val(&control) as _;
+            let r = libc::recvmsg(fd, &mut msg, libc::MSG_ERRQUEUE | libc::MSG_DONTWAIT);
+            (r, msg)
+        };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::WouldBlock => Ok(n),
+                io::ErrorKind::Interrupted => continue,
+                _ => Err(e),
+            };
+        }
+        // SAFETY: walks the control messages the kernel wrote into `msg`.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let h = &*c;
+                let recverr = (h.cmsg_level == libc::SOL_IP && h.cmsg_type == libc::IP_RECVERR)
+                    || (h.cmsg_level == libc::SOL_IPV6 && h.cmsg_type == libc::IPV6_RECVERR);
+                if recverr
+                    && h.cmsg_len as usize
+                        >= libc::CMSG_LEN(std::mem::size_of::<libc::sock_extended_err>() as u32)
+                            as usize
+                {
+                    let ee: libc::sock_extended_err =
+                        std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                    if ee.ee_errno == 0 && ee.ee_origin == SO_EE_ORIGIN_ZEROCOPY {
+                        report(
+                            ee.ee_info,
+                            ee.ee_data,
+                            ee.ee_code & SO_EE_CODE_ZEROCOPY_COPIED != 0,
+                        );
+                        n += 1;
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+    }
+    Ok(n)
+}
+
+/// A closed connection's socket, kept open until the kernel has reported
+/// every zero-copy call, and the hold that keeps its buffers parked.
+pub struct Draining<S: AsRawFd, H> {
+    sock: S,
+    hold: Option<H>,
+    calls: ZcTracker,
+    since: Instant,
+}
+
+/// What [`Draining::poll`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainState {
+    /// Calls still unreported.
+    Waiting(u32),
+    /// Every call reported: the buffers can go.
+    Done,
+    /// [`DRAIN_LIMIT`] passed: the buffers were leaked.
+    GaveUp(u32),
+}
+
+impl<S: AsRawFd, H> Draining<S, H> {
+    /// Keeps `sock` (shut down both ways: nothing more is read or queued)
+    /// and `hold` until `calls` are all reported.
+    pub fn new(sock: S, hold: H, calls: ZcTracker) -> Draining<S, H> {
+        // SAFETY: shutdown(2) of a descriptor we own.
+        unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) };
+        Draining {
+            sock,
+            hold: Some(hold),
+            calls,
+            since: Instant::now(),
+        }
+    }
+
+    /// Reads the error queue; drops the hold once every call is reported,
+    /// or leaks it after [`DRAIN_LIMIT`].
+    pub fn poll(&mut self, now: Instant) -> DrainState {
+        let calls = &mut self.calls;
+        // A failing error queue (the socket reset) still reports what it
+        // has; what it does not is waited for until the limit.
+        let _ = drain(self.sock.as_raw_fd(), |lo, hi, copied| {
+            calls.complete(lo, hi, copied)
+        });
+        let left = self.calls.outstanding();
+        if left == 0 {
+            self.hold = None;
+            return DrainState::Done;
+        }
+        if now.saturating_duration_since(self.since) > DRAIN_LIMIT {
+            if let Some(h) = self.hold.take() {
+                std::mem::forget(h);
+            }
+            return DrainState::GaveUp(left);
+        }
+        DrainState::Waiting(left)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::net::{TcpListener, TcpStream};
+    use std::sync::{Arc, Weak};
+
+    /// A real loopback connection: the sender zero-copies 8 MiB from a
+    /// buffer the receiver does not read yet, so the kernel holds calls
+    /// unreported; the sender's connection is then "closed" with the buffer
+    /// held by a [`Draining`]. The buffer must stay alive (and unchanged)
+    /// until the kernel reports every call, and go once it has.
+    #[test]
+    fn a_closed_connection_keeps_its_buffers_until_the_kernel_reports() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut rx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tx, _) = l.accept().unwrap();
+        tx.set_nonblocking(true).unwrap();
+        if let Err(e) = enable(tx.as_raw_fd()) {
+            panic!("SO_ZEROCOPY: {e}");
+        }
+        let buf: Arc<Vec<u8>> = Arc::new((0..8u32 << 20).map(|i| (i * 7 + 3) as u8).collect());
+        let canary: Weak<Vec<u8>> = Arc::downgrade(&buf);
+        let mut calls = ZcTracker::default();
+        let mut off = 0;
+        // Send until the socket is full (the receiver reads nothing).
+        for _ in 0..10_000 {
+            if off == buf.len() {
+                break;
+            }
+            match send(tx.as_raw_fd(), &[IoSlice::new(&buf[off..])], SendKind::ZeroCopy) {
+                Ok(n) => {
+                    calls.sent();
+                    off += n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => break,
+                Err(e) => panic!("sendmsg: {e}"),
+            }
+        }
+        assert!(off > 0, "nothing sent");
+        let _ = drain(tx.as_raw_fd(), |lo, hi, c| calls.complete(lo, hi, c));
+        assert!(
+            calls.outstanding() > 0,
+            "the kernel reported every call while the receiver read nothing"
+        );
+        // Closed: the buffer's only owner is now the hold.
+        let mut d = Draining::new(tx, buf, calls);
+        assert!(matches!(d.poll(Instant::now()), DrainState::Waiting(_)));
+        assert!(canary.upgrade().is_some(), "freed with calls outstanding");
+        // The receiver reads what was sent (shut down after the queued
+        // data, so it ends); its bytes are the buffer's.
+        rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::with_capacity(off);
+        let _ = rx.read_to_end(&mut got);
+        let want: Vec<u8> = (0..off as u32).map(|i| (i * 7 + 3) as u8).collect();
+        assert!(got.len() <= off);
+        assert!(got[..] == want[..got.len()], "bytes on the wire changed");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match d.poll(Instant::now()) {
+                DrainState::Done => break,
+                DrainState::Waiting(n) => {
+                    assert!(Instant::now() < deadline, "{n} calls never reported");
+                    assert!(canary.upgrade().is_some(), "freed with {n} calls outstanding");
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                DrainState::GaveUp(n) => panic!("gave up with {n}"),
+            }
+        }
+        assert!(canary.upgrade().is_none(), "kept after every call was reported");
+    }
+}
