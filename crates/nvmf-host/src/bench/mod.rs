@@ -80,8 +80,20 @@ impl Plan {
         let _ = writeln!(o, "Targets and placement:");
         for (t, p) in s.targets.iter().zip(&self.placements) {
             let what = match &t.kind {
-                TargetKind::Nvmfd { config, addr } => {
-                    format!("nvmfd started from {} on {addr}", config.display())
+                TargetKind::Nvmfd {
+                    config,
+                    addr,
+                    binary,
+                    args,
+                } => {
+                    let mut w = format!("nvmfd started from {} on {addr}", config.display());
+                    if let Some(b) = binary {
+                        w += &format!(" ({})", b.display());
+                    }
+                    if !args.is_empty() {
+                        w += &format!(" with {}", args.join(" "));
+                    }
+                    w
                 }
                 TargetKind::Trid(trid) => format!("running target '{trid}'"),
                 TargetKind::Spdk(sp) => format!(

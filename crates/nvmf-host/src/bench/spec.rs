@@ -17,6 +17,8 @@
 //! addr = "127.0.0.1"              # where it listens (default 127.0.0.1)
 //! nsid = 1                        # namespace to load (any kind; default 1)
 //! device = "/dev/nvme1n1"         # engine fio-kernel only (required there)
+//! binary = "/tmp/old/nvmfd"       # this target's nvmfd (default: --nvmfd), e.g. an earlier build
+//! args = ["--poll-us", "0"]       # more nvmfd options (not -c, -r, -m or --cores)
 //!
 //! [[target]]
 //! name = "other"
@@ -176,8 +178,16 @@ pub struct Target {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum TargetKind {
-    /// An nvmfd the harness starts from `config` and stops; it listens on `addr`.
-    Nvmfd { config: PathBuf, addr: String },
+    /// An nvmfd the harness starts from `config` and stops; it listens on
+    /// `addr`. `binary`: this target's nvmfd (e.g. an earlier build, for a
+    /// before/after table in one run; None: `--nvmfd`); `args`: more nvmfd
+    /// options (e.g. `["--zerocopy-send", "off"]`).
+    Nvmfd {
+        config: PathBuf,
+        addr: String,
+        binary: Option<PathBuf>,
+        args: Vec<String>,
+    },
     /// An already running target, reached by this transport ID.
     Trid(TransportId),
     /// SPDK `nvmf_tgt` started by the harness (`binary --json config`).
@@ -284,6 +294,7 @@ struct RawTarget {
     nsid: Option<toml::Value>,
     device: Option<String>,
     binary: Option<String>,
+    args: Option<Vec<String>>,
     cores: Option<toml::Value>,
     rpc_socket: Option<String>,
     backing: Option<String>,
@@ -542,7 +553,8 @@ const FIELD_KINDS: &[(&str, &[&str])] = &[
     ("config", &["nvmfd", "spdk"]),
     ("addr", &["nvmfd", "spdk", "kernel"]),
     ("trid", &["trid"]),
-    ("binary", &["spdk"]),
+    ("binary", &["spdk", "nvmfd"]),
+    ("args", &["nvmfd"]),
     ("cores", &["spdk"]),
     ("rpc_socket", &["spdk"]),
     ("backing", &["kernel"]),
@@ -653,7 +665,24 @@ fn check_target(i: usize, t: RawTarget, base_dir: &Path) -> Result<Target, SpecE
             let config = existing_file(&format!("{ctx}: config"), base_dir, &config)?;
             let addr = t.addr.unwrap_or_else(|| DEFAULT_NVMFD_ADDR.to_string());
             check_ip(&ctx, &addr)?;
-            TargetKind::Nvmfd { config, addr }
+            let binary = match t.binary {
+                Some(b) => Some(existing_file(&format!("{ctx}: binary"), base_dir, &b)?),
+                None => None,
+            };
+            let args = t.args.unwrap_or_default();
+            if let Some(a) = args.iter().find(|a| {
+                matches!(a.as_str(), "-c" | "--config" | "-r" | "--rpc-socket" | "--cores" | "-m")
+            }) {
+                return err(format!(
+                    "{ctx}: args may not contain {a} (the harness sets the config, RPC socket and cores)"
+                ));
+            }
+            TargetKind::Nvmfd {
+                config,
+                addr,
+                binary,
+                args,
+            }
         }
         "trid" => {
             let Some(s) = t.trid else {
@@ -1218,12 +1247,44 @@ mod tests {
             s.targets[0].kind,
             TargetKind::Nvmfd {
                 config: dir.join("n.json"),
-                addr: "127.0.0.1".into()
+                addr: "127.0.0.1".into(),
+                binary: None,
+                args: Vec::new(),
             }
         );
         assert_eq!(s.targets[1].name, "target2");
         assert_eq!(s.goal, Some(Goal::Iops(10000.0)));
         assert_eq!(s.baseline.as_deref(), Some("n/w"));
+    }
+
+    #[test]
+    fn nvmfd_target_binary_and_args() {
+        let dir = std::env::temp_dir().join(format!("nvmf-bench-spec-ba-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("n.json"), "{}").unwrap();
+        std::fs::write(dir.join("old-nvmfd"), "").unwrap();
+        let t = |extra: &str| {
+            BenchSpec::from_toml(
+                &format!("[[target]]\nname = \"old\"\nkind = \"nvmfd\"\nconfig = \"n.json\"\n{extra}[[workload]]\nname = \"w\"\n"),
+                &dir,
+                &[],
+            )
+        };
+        let s = t("binary = \"old-nvmfd\"\nargs = [\"--poll-us\", \"0\"]\n").unwrap();
+        assert_eq!(
+            s.targets[0].kind,
+            TargetKind::Nvmfd {
+                config: dir.join("n.json"),
+                addr: "127.0.0.1".into(),
+                binary: Some(dir.join("old-nvmfd")),
+                args: vec!["--poll-us".into(), "0".into()],
+            }
+        );
+        let e = t("binary = \"gone\"\n").unwrap_err().to_string();
+        assert!(e.contains("binary") && e.contains("gone"), "{e}");
+        let e = t("args = [\"-m\", \"0x3\"]\n").unwrap_err().to_string();
+        assert!(e.contains("args may not contain -m"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A scratch directory with an nvmf_tgt stand-in, an SPDK config and a
@@ -1376,7 +1437,7 @@ mod tests {
             (format!("engine = \"fio-kernel\"\n{trid}"), &["\"t\"", "fio-kernel\" needs device"]),
             (format!("{trid}nsid = 0\n"), &["nsid = 0", "1 to 4294967294"]),
             (format!("[[target]]\nname = \"t\"\nkind = \"trid\"\ntrid = \"{TRID} ns:2\"\nnsid = 3\n"), &["nsid = 3", "ns:2", "disagree"]),
-            (format!("{trid}binary = \"nvmf_tgt\"\n"), &["binary is for kind = \"spdk\", not kind = \"trid\""]),
+            (format!("{trid}binary = \"nvmf_tgt\"\n"), &["binary is for kind = \"spdk\" or \"nvmfd\", not kind = \"trid\""]),
             (format!("{kern}config = \"spdk.json\"\n"), &["config is for kind = \"nvmfd\" or \"spdk\", not kind = \"kernel\""]),
             (format!("{spdk}backing = \"backing.img\"\n"), &["backing is for kind = \"kernel\""]),
             (format!("{spdk}port = 1\n"), &["port is for kind = \"kernel\""]),

@@ -30,8 +30,17 @@ pub struct TargetOptions {
 /// The driver for spec target `t`.
 pub fn for_target(t: &Target, opts: &TargetOptions) -> anyhow::Result<Box<dyn BenchTarget>> {
     Ok(match &t.kind {
-        TargetKind::Nvmfd { config, addr } => {
-            Box::new(nvmfd::NvmfdTarget::new(&t.name, config, addr, opts))
+        TargetKind::Nvmfd {
+            config,
+            addr,
+            binary,
+            args,
+        } => {
+            let mut o = opts.clone();
+            if binary.is_some() {
+                o.nvmfd = binary.clone();
+            }
+            Box::new(nvmfd::NvmfdTarget::new(&t.name, config, addr, &o).with_args(args))
         }
         TargetKind::Trid(trid) => Box::new(trid::TridTarget::new(trid.clone())),
         TargetKind::Spdk(s) => {

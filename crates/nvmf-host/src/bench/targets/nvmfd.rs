@@ -36,6 +36,8 @@ pub struct NvmfdTarget {
     rpc: Option<RpcClient>,
     cpus: Vec<usize>,
     version: String,
+    /// More nvmfd options from the spec (`args`).
+    args: Vec<String>,
 }
 
 impl NvmfdTarget {
@@ -50,7 +52,14 @@ impl NvmfdTarget {
             rpc: None,
             cpus: Vec::new(),
             version: String::new(),
+            args: Vec::new(),
         }
+    }
+
+    /// More nvmfd options (the spec's `args`).
+    pub fn with_args(mut self, args: &[String]) -> NvmfdTarget {
+        self.args = args.to_vec();
+        self
     }
 
     fn binary(&self) -> anyhow::Result<PathBuf> {
@@ -218,6 +227,7 @@ impl BenchTarget for NvmfdTarget {
             self.cpus = reactor_cpus(&self.opts.node_cpus, &self.opts.initiator_cpus);
             cmd.arg("--cores").arg(format_cpulist(&self.cpus));
         }
+        cmd.args(&self.args);
         // Own process group: a Ctrl-C on the terminal goes to `nvmf` only,
         // which stops the run and then this target itself.
         cmd.process_group(0);
