@@ -7,6 +7,8 @@
 #                        [--perf-args "ARGS"]    (extra nvmf perf options, e.g. "--poll-us 0": on a
 #                                                 2-core box a busy-polling initiator takes the CPU the
 #                                                 unpinned OSD needs, which fio-rbd has no initiator to do)
+#                        [--old-nvmfd BIN]       (an earlier nvmfd build as a third side, "nvmfd-old":
+#                                                 before/after in the same run, same options)
 #
 # Starts a one-node Ceph cluster (testbed/ceph-cluster, 1 OSD on a file, 127.0.0.1), makes a
 # 1 GiB image without exclusive-lock (--image-feature layering) and fills it (so reads reach
@@ -28,7 +30,7 @@ cd "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/.."
 export PATH="$HOME/.cargo/bin:$PATH:/usr/sbin:/sbin"
 REPO=$PWD
 
-T=10 RUNS=3 OUT="" GW=0 CLI=1 NVMFD_ARGS="" PERF_ARGS=""
+T=10 RUNS=3 OUT="" GW=0 CLI=1 NVMFD_ARGS="" PERF_ARGS="" OLD_NVMFD=""
 while [ $# -gt 0 ]; do
   case $1 in
     -t) T=$2; shift 2 ;;
@@ -38,6 +40,7 @@ while [ $# -gt 0 ]; do
     --cli-core) CLI=$2; shift 2 ;;
     --nvmfd-args) NVMFD_ARGS=$2; shift 2 ;;
     --perf-args) PERF_ARGS=$2; shift 2 ;;
+    --old-nvmfd) OLD_NVMFD=$(readlink -f "$2"); shift 2 ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "bench-rbd.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -59,13 +62,14 @@ if [ -n "$OUT" ]; then mkdir -p "$OUT"; W=$(readlink -f "$OUT"); KEEP=1
 else W=$(mktemp -d "${TMPDIR:-/tmp}/nvmfd-bench-rbd.XXXXXX"); KEEP=0; fi
 CEPH=$W/ceph
 CLUSTER=$REPO/testbed/ceph-cluster
-NVMFD_PID=""
+NVMFD_PID="" OLD_PID=""
 cleanup() {
-  if [ -n "$NVMFD_PID" ] && kill -0 "$NVMFD_PID" 2>/dev/null; then
-    kill -TERM "$NVMFD_PID" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$NVMFD_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$NVMFD_PID" 2>/dev/null || true
-  fi
+  for pid in $NVMFD_PID $OLD_PID; do
+    kill -0 "$pid" 2>/dev/null || continue
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  done
   [ -e "$CEPH/ceph.conf" ] && "$CLUSTER" stop "$CEPH" >/dev/null 2>&1 || true
   [ "$KEEP" = 1 ] || rm -rf "$W"
 }
@@ -89,10 +93,12 @@ CEPH_CONF=$FIO_CONF timeout 300 fio --name=fill --ioengine=rbd --clientname=admi
   { tail -5 "$W/fill.log" >&2; say "fill failed"; exit 1; }
 
 # ---- nvmfd -------------------------------------------------------------------------------
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+PORT=$(free_port)
 NQN=nqn.2016-06.io.spdk:rbdbench
 TRID="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$PORT subnqn:$NQN"
-python3 - "$W/nvmf.json" "$PORT" "$NQN" "$CONF" <<'EOF'
+gateway_config() {
+python3 - "$1" "$2" "$NQN" "$CONF" <<'EOF'
 import json, sys
 path, port, nqn, conf = sys.argv[1:5]
 bdev = [
@@ -113,32 +119,50 @@ nvmf = [
 json.dump({"subsystems": [{"subsystem": "bdev", "config": bdev},
                           {"subsystem": "nvmf", "config": nvmf}]}, open(path, "w"), indent=1)
 EOF
-# the whole process on the gateway core (librbd's threads too, as fio's are)
-# shellcheck disable=SC2086
-taskset -c "$GW" "$NVMFD" -c "$W/nvmf.json" -m "$GW" $NVMFD_ARGS >"$W/nvmfd.log" 2>&1 &
-NVMFD_PID=$!
-for _ in $(seq 300); do
-  grep -q "listening on" "$W/nvmfd.log" && break
-  kill -0 "$NVMFD_PID" 2>/dev/null || { cat "$W/nvmfd.log" >&2; say "nvmfd exited during start-up"; exit 1; }
-  sleep 0.1
-done
-grep -q "listening on" "$W/nvmfd.log" || { cat "$W/nvmfd.log" >&2; say "nvmfd did not start"; exit 1; }
+}
+# start_gateway BIN CONFIG LOG: the whole process on the gateway core (librbd's threads too,
+# as fio's are), started in the background; waits until it listens.
+start_gateway() {
+  # shellcheck disable=SC2086
+  taskset -c "$GW" "$1" -c "$2" -m "$GW" $NVMFD_ARGS >"$3" 2>&1 &
+  STARTED=$!
+  for _ in $(seq 300); do
+    grep -q "listening on" "$3" && break
+    kill -0 "$STARTED" 2>/dev/null || { cat "$3" >&2; say "$1 exited during start-up"; exit 1; }
+    sleep 0.1
+  done
+  grep -q "listening on" "$3" || { cat "$3" >&2; say "$1 did not start"; exit 1; }
+}
+gateway_config "$W/nvmf.json" "$PORT"
+start_gateway "$NVMFD" "$W/nvmf.json" "$W/nvmfd.log"
+NVMFD_PID=$STARTED
 say "nvmfd pid $NVMFD_PID on core $GW, 127.0.0.1:$PORT; work dir $W"
+SIDES="nvmfd fio-rbd"
+if [ -n "$OLD_NVMFD" ]; then
+  OLD_PORT=$(free_port)
+  OLD_TRID="trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:$OLD_PORT subnqn:$NQN"
+  gateway_config "$W/nvmf-old.json" "$OLD_PORT"
+  start_gateway "$OLD_NVMFD" "$W/nvmf-old.json" "$W/nvmfd-old.log"
+  OLD_PID=$STARTED
+  say "nvmfd-old ($OLD_NVMFD) pid $OLD_PID on core $GW, 127.0.0.1:$OLD_PORT"
+  SIDES="nvmfd-old nvmfd fio-rbd"
+fi
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 RES=$W/results.tsv
 : >"$RES"
 
-# nvmf perf against nvmfd: CASE ROUND perf-args...
+# nvmf perf against a gateway: SIDE CASE ROUND perf-args...
 run_nvmfd() {
-  local case=$1 round=$2; shift 2
-  local j=$W/$case-nvmfd-$round.json c0 c1
-  c0=$(ticks "$NVMFD_PID")
-  taskset -c "$CLI" "$NVMF" perf -r "$TRID" --ns 1 --cores "$CLI" -t "$T" --json --no-progress $PERF_ARGS "$@" \
-    >"$j" 2>"$j.err" || say "nvmfd $case run $round failed: $(tail -2 "$j.err" | tr '\n' ' ')"
-  c1=$(ticks "$NVMFD_PID")
-  printf '%s\tnvmfd\t%s\t%s\t%s\n' "$case" "$round" "$j" "$(python3 -c "print(($c1-$c0)/$HZ)")" >>"$RES"
+  local side=$1 case=$2 round=$3; shift 3
+  local j=$W/$case-$side-$round.json c0 c1 pid=$NVMFD_PID trid=$TRID
+  if [ "$side" = nvmfd-old ]; then pid=$OLD_PID trid=$OLD_TRID; fi
+  c0=$(ticks "$pid")
+  taskset -c "$CLI" "$NVMF" perf -r "$trid" --ns 1 --cores "$CLI" -t "$T" --json --no-progress $PERF_ARGS "$@" \
+    >"$j" 2>"$j.err" || say "$side $case run $round failed: $(tail -2 "$j.err" | tr '\n' ' ')"
+  c1=$(ticks "$pid")
+  printf '%s\t%s\t%s\t%s\t%s\n' "$case" "$side" "$round" "$j" "$(python3 -c "print(($c1-$c0)/$HZ)")" >>"$RES"
 }
 
 # fio's rbd engine on the gateway core: CASE ROUND fio-args...
@@ -159,14 +183,16 @@ uptime_start=$(uptime)
 for case in randrw randrd; do
   for ((r = 1; r <= RUNS; r++)); do
     say "$case run $r/$RUNS"
-    # alternate which goes first
-    if ((r % 2)); then
+    # rotate which goes first
+    order=$SIDES
+    for ((k = 1; k < r; k++)); do order="${order#* } ${order%% *}"; done
+    for side in $order; do
       # shellcheck disable=SC2086
-      run_nvmfd "$case" "$r" ${PERF[$case]}; run_fio "$case" "$r" ${FIO[$case]}
-    else
-      # shellcheck disable=SC2086
-      run_fio "$case" "$r" ${FIO[$case]}; run_nvmfd "$case" "$r" ${PERF[$case]}
-    fi
+      case $side in
+        fio-rbd) run_fio "$case" "$r" ${FIO[$case]} ;;
+        *) run_nvmfd "$side" "$case" "$r" ${PERF[$case]} ;;
+      esac
+    done
   done
 done
 
@@ -175,6 +201,9 @@ done
   echo
   echo "- machine: $(nproc) CPUs, $(lscpu | sed -n 's/^Model name: *//p' | head -1), kernel $(uname -r); built from $BUILT"
   echo "- Ceph $(ceph --version | awk '{print $3}'), one node on 127.0.0.1, 1 OSD (bluestore on a file), pool size 1; cluster start-up $CLUSTER_S s; image 1 GiB, layering only, filled; rbd_cache off on both sides"
+  if [ -n "$OLD_NVMFD" ]; then
+    echo "- nvmfd-old: $OLD_NVMFD, same options, its own port; nvmfd: $NVMFD"
+  fi
   echo "- gateway core $GW (\`taskset -c $GW nvmfd -m $GW $NVMFD_ARGS\`, or \`taskset -c $GW fio\`: librbd's threads on it too), client core $CLI (\`nvmf perf --cores $CLI\`); Ceph daemons unpinned"
   echo "- nvmfd: \`nvmf perf -r '$TRID' --ns 1 --cores $CLI -t $T --json $PERF_ARGS ARGS\` (randrw: \`${PERF[randrw]}\`; randrd: \`${PERF[randrd]}\`)"
   echo "- fio-rbd: \`CEPH_CONF=... taskset -c $GW fio --ioengine=rbd --clientname=admin --pool=rbd --rbdname=bench --direct=1 --time_based --runtime=$T ARGS\` (randrw: \`${FIO[randrw]}\`; randrd: \`${FIO[randrd]}\`)"
@@ -215,9 +244,13 @@ def cell(x, nd=0):
 names = {"randrw": "4 KiB randrw 75/25 QD64", "randrd": "4 KiB randread QD128"}
 print("| workload | path | IOPS | mean µs | p99.9 µs (worse of r/w) | gateway CPU µs per I/O |")
 print("|---|---|---:|---:|---:|---:|")
+label = {"nvmfd": "nvmf perf → nvmfd → RBD", "nvmfd-old": "nvmf perf → nvmfd (earlier build) → RBD",
+         "fio-rbd": "fio --ioengine=rbd"}
 for case in ("randrw", "randrd"):
-    for who in ("nvmfd", "fio-rbd"):
-        print(f"| {names[case]} | {'nvmf perf → nvmfd → RBD' if who == 'nvmfd' else 'fio --ioengine=rbd'} | "
+    for who in ("nvmfd-old", "nvmfd", "fio-rbd"):
+        if (case, who) not in res:
+            continue
+        print(f"| {names[case]} | {label[who]} | "
               f"{cell(med(case, who, 'iops'))} | {cell(med(case, who, 'mean'), 1)} | "
               f"{cell(med(case, who, 'p999'))} | {cell(med(case, who, 'cpu'), 1)} |")
 print()
@@ -227,6 +260,10 @@ for case in ("randrw", "randrd"):
     if a and b:
         extra = f"; gateway CPU per I/O {ca[0] / cb[0]:.2f}x fio's" if ca and cb and cb[0] else ""
         print(f"- {names[case]}: nvmfd / fio-rbd IOPS ratio {a[0] / b[0]:.2f}{extra}")
+    o, co = med(case, "nvmfd-old", "iops"), med(case, "nvmfd-old", "cpu")
+    if o and b:
+        extra = f"; gateway CPU per I/O {co[0] / cb[0]:.2f}x fio's" if co and cb and cb[0] else ""
+        print(f"- {names[case]}: nvmfd-old / fio-rbd IOPS ratio {o[0] / b[0]:.2f}{extra}")
 errs = sum(m["errors"] for v in res.values() for m in v)
 if errs:
     print(f"- I/O errors reported: {errs}")
