@@ -36,6 +36,8 @@ fn add(total: &mut Report, r: &Report) {
     total.verified_blocks += r.verified_blocks;
     total.direct_h2c += r.direct_h2c;
     total.closed += r.closed;
+    total.zc_calls += r.zc_calls;
+    total.zc_copied += r.zc_copied;
 }
 
 fn replay_dir(dir: &Path) -> usize {
@@ -100,6 +102,10 @@ fn prng_cases_hold_and_reach_the_core() {
         total.verified_blocks > 0,
         "no read was checked against the data model"
     );
+    assert!(
+        total.zc_calls > 0 && total.zc_copied > 0,
+        "no zero-copy send calls (or none reported copied)"
+    );
 }
 
 /// Each hand-made seed still decodes into the session it was written for
@@ -123,12 +129,16 @@ fn hand_made_seeds_reach_their_scenarios() {
                 r.io_connects == 1 && r.c2h >= 1 && r.completions >= 6 && r.verified_blocks == 4
             }
             "hand-r2t" => r.r2ts >= 2 && r.c2h >= 2 && r.terms == 0 && r.verified_blocks == 68,
+            // The read's data goes zero-copy (slot 1) and may reach the
+            // host only after the last write to its first 4 blocks was
+            // sent: the model then skips those blocks.
             "hand-digests" => {
                 r.digests == 2
                     && r.r2ts >= 1
                     && r.c2h >= 1
                     && r.terms == 0
-                    && r.verified_blocks == 128
+                    && matches!(r.verified_blocks, 124 | 128)
+                    && r.zc_calls >= 1
             }
             "hand-partial-direct" => r.direct_h2c >= 1 && r.terms == 0 && r.verified_blocks == 256,
             "hand-aer-kato" => r.closed >= 1 && r.terms == 0 && r.admin_connects == 2,
