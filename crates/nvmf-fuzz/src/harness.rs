@@ -147,9 +147,9 @@ enum Copied {
 }
 
 impl ZcMode {
-    /// Slots 1 and 3 with whole-buffer socket I/O (the default queues of
-    /// most cases): zero-copy from 512 bytes (every read of a block or
-    /// more). `Chunk::Whole2`: from 4 KiB. `Chunk::Bytes(n)`: by `n % 4`,
+    /// Whole-buffer socket I/O (the default queues of most cases): slots
+    /// 1 and 3 zero-copy from 512 bytes (every read of a block or more),
+    /// slots 0 and 2 from 4 KiB. `Chunk::Whole2`: from 4 KiB. `Chunk::Bytes(n)`: by `n % 4`,
     /// from 512 bytes with every call reported copied (turns off), from
     /// 4 KiB the same with `always`, or off; partial writes split a slot
     /// over several calls.
@@ -163,7 +163,7 @@ impl ZcMode {
         };
         match chunk {
             Chunk::Whole if s % 2 == 1 => m(512, false, Copied::Some),
-            Chunk::Whole => None,
+            Chunk::Whole => m(4096, false, Copied::Some),
             Chunk::Whole2 => m(4096, false, Copied::Some),
             Chunk::Bytes(n) => match n % 4 {
                 1 => m(512, false, Copied::All),
@@ -2007,6 +2007,24 @@ impl Harness {
                     c.c.zc_parked()
                 );
                 z.stuck = true;
+            }
+            // Every command the host sent was answered and its output
+            // written and reported: no slot may still be held (a slot
+            // leaked by the zero-copy bookkeeping shows here).
+            if c.tracked
+                && !c.mangled
+                && c.c.close_reason().is_none()
+                && c.pending.is_empty()
+                && c.outstanding.is_empty()
+                && z.calls.is_empty()
+                && !c.c.has_output()
+                && !z.stuck
+            {
+                assert_eq!(
+                    c.c.in_flight(),
+                    0,
+                    "slots held with every command answered and every zero-copy call reported"
+                );
             }
         }
     }
