@@ -73,12 +73,13 @@ fn zero_copy_turned_off_by_copied_reports_mid_slot() {
     assert_eq!(r.verified_blocks, 3 * (12 * 16 + 4), "{r:?}");
 }
 
+/// Zero-copy turns off in the middle of a slot (64 copied reports): the
+/// copying call that finishes it must release it (its zero-copy call was
+/// already reported); the harness's checks panic if it stays parked.
 #[test]
-#[ignore = "nvmf-tcp bug: a slot finished by a copying call after zero-copy turned off \
-            stays parked (release_done only runs in zc_completed)"]
 fn no_slot_stays_parked_after_zero_copy_turns_off() {
     let r = run_bytes(&session(Some(1))).expect("decodes");
-    assert_eq!(r.zc_stuck, 0, "slots held after every call was reported: {r:?}");
+    assert!(r.zc_calls >= 64, "{r:?}");
 }
 
 #[test]

@@ -538,7 +538,9 @@ impl Connection {
     pub fn consume_output_zc(&mut self, n: usize) {
         let seq = self.wire.zc.sent();
         self.wire.stats.zc_calls += 1;
-        self.wire.tx.consume_zc(n, seq, |_| {});
+        let engine = &mut self.engine;
+        self.wire.tx.consume_zc(n, seq, |s| engine.sent(s));
+        self.release_reported();
         if let Err(f) = self.engine.after_output(&mut self.wire) {
             self.terminate(fault_pdu(f), &[]);
         }
@@ -581,10 +583,24 @@ impl Connection {
         self.wire.tx.zc_parked()
     }
 
+    /// Releases slots parked for zero-copy calls the kernel has already
+    /// reported: a slot whose last bytes went out in a copying call after
+    /// its first ones went zero-copy (zero-copy turned off mid-slot, or
+    /// ENOBUFS) is parked under that earlier call, which may have been
+    /// reported before: no report would come to release it.
+    #[inline]
+    fn release_reported(&mut self) {
+        if self.wire.tx.zc_parked() > 0 {
+            let engine = &mut self.engine;
+            self.wire.tx.release_done(&self.wire.zc, |s| engine.sent(s));
+        }
+    }
+
     /// `n` bytes of `output()` were written.
     pub fn consume_output(&mut self, n: usize) {
         let engine = &mut self.engine;
         self.wire.tx.consume(n, |s| engine.sent(s));
+        self.release_reported();
         if let Err(f) = self.engine.after_output(&mut self.wire) {
             self.terminate(fault_pdu(f), &[]);
         }
