@@ -121,10 +121,11 @@ json.dump({"subsystems": [{"subsystem": "bdev", "config": bdev},
 EOF
 }
 # start_gateway BIN CONFIG LOG: the whole process on the gateway core (librbd's threads too,
-# as fio's are), started in the background; waits until it listens.
+# as fio's are), its RPC socket next to CONFIG, started in the background; waits until it
+# listens.
 start_gateway() {
   # shellcheck disable=SC2086
-  taskset -c "$GW" "$1" -c "$2" -m "$GW" $NVMFD_ARGS >"$3" 2>&1 &
+  taskset -c "$GW" "$1" -c "$2" -r "$2.sock" -m "$GW" $NVMFD_ARGS >"$3" 2>&1 &
   STARTED=$!
   for _ in $(seq 300); do
     grep -q "listening on" "$3" && break
