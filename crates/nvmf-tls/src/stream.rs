@@ -2,7 +2,8 @@
 //! non-blocking socket (a reactor calls [`accept`] / [`ServerHandshake::resume`] whenever the socket
 //! is ready, never blocks), the client handshake on a socket with timeouts ([`connect`]), and
 //! afterwards [`TlsStream`]: decrypt straight into the caller's receive buffer, encrypt gathered
-//! output through one preallocated staging buffer (no allocation per I/O).
+//! output through one preallocated staging buffer (no allocation per I/O), and send the records
+//! of one staged write (up to four 16 KiB records) with one `send` instead of one each.
 //!
 //! The socket is borrowed by file descriptor ([`FdIo`]): the reactor keeps its own `TcpStream` for
 //! epoll registration and moving the connection between threads; this layer never closes the fd.
@@ -16,13 +17,78 @@ pub const STAGE_LEN: usize = 64 * 1024;
 
 /// Read/Write on a socket file descriptor owned elsewhere (never closed here). `send` uses
 /// MSG_NOSIGNAL, so a peer that went away gives EPIPE, not SIGPIPE.
+///
+/// Once the session is established ([`TlsStream`]), writes are gathered: OpenSSL's records go
+/// into `out` and [`FdIo::flush_out`] sends them with as few `send` calls as the socket allows
+/// (OpenSSL writes every record with a call of its own). During the handshake they go straight
+/// to the socket.
 #[derive(Debug)]
-pub struct FdIo(pub RawFd);
+pub struct FdIo {
+    fd: RawFd,
+    /// Records written by OpenSSL and not yet sent (None: unbuffered, the handshake).
+    out: Option<Vec<u8>>,
+    /// Bytes of `out` already sent.
+    sent: usize,
+    /// `send` calls made (handshake included).
+    sends: u64,
+}
+
+impl FdIo {
+    /// Unbuffered I/O on `fd` (for the handshake).
+    pub fn new(fd: RawFd) -> FdIo {
+        FdIo {
+            fd,
+            out: None,
+            sent: 0,
+            sends: 0,
+        }
+    }
+
+    /// From now on, gathers written records until [`FdIo::flush_out`].
+    fn gather(&mut self, capacity: usize) {
+        if self.out.is_none() {
+            self.out = Some(Vec::with_capacity(capacity));
+        }
+    }
+
+    /// Gathered record bytes not yet sent.
+    pub fn unsent(&self) -> usize {
+        self.out.as_ref().map_or(0, |o| o.len() - self.sent)
+    }
+
+    /// Sends the gathered records: Ok(true) once all are sent, Ok(false) when the socket is
+    /// full (call again when it is writable).
+    pub fn flush_out(&mut self) -> io::Result<bool> {
+        let Some(out) = self.out.as_mut() else {
+            return Ok(true);
+        };
+        while self.sent < out.len() {
+            let rest = &out[self.sent..];
+            // SAFETY: rest is valid for rest.len() bytes; the fd is a socket owned by the caller.
+            let n = unsafe {
+                libc::send(self.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL)
+            };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                match e.kind() {
+                    io::ErrorKind::Interrupted => continue,
+                    io::ErrorKind::WouldBlock => return Ok(false),
+                    _ => return Err(e),
+                }
+            }
+            self.sent += n as usize;
+            self.sends += 1;
+        }
+        out.clear();
+        self.sent = 0;
+        Ok(true)
+    }
+}
 
 impl Read for FdIo {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         // SAFETY: buf is valid for buf.len() bytes; the fd is a socket owned by the caller.
-        let n = unsafe { libc::recv(self.0, buf.as_mut_ptr().cast(), buf.len(), 0) };
+        let n = unsafe { libc::recv(self.fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -33,8 +99,13 @@ impl Read for FdIo {
 
 impl Write for FdIo {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Some(out) = self.out.as_mut() {
+            out.extend_from_slice(buf);
+            return Ok(buf.len());
+        }
+        self.sends += 1;
         // SAFETY: as above.
-        let n = unsafe { libc::send(self.0, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
+        let n = unsafe { libc::send(self.fd, buf.as_ptr().cast(), buf.len(), libc::MSG_NOSIGNAL) };
         if n < 0 {
             Err(io::Error::last_os_error())
         } else {
@@ -107,7 +178,7 @@ fn describe(e: &openssl::ssl::Error) -> String {
 /// [`crate::server_context`]).
 pub fn accept(ctx: &SslContext, fd: RawFd) -> Handshake {
     match Ssl::new(ctx) {
-        Ok(ssl) => step(ssl.accept(FdIo(fd))),
+        Ok(ssl) => step(ssl.accept(FdIo::new(fd))),
         Err(e) => Handshake::Failed(format!("TLS setup: {e}")),
     }
 }
@@ -116,7 +187,7 @@ pub fn accept(ctx: &SslContext, fd: RawFd) -> Handshake {
 /// the handshake (a timeout is reported as an error).
 pub fn connect(ctx: &SslContext, fd: RawFd) -> Result<TlsStream, String> {
     let ssl = Ssl::new(ctx).map_err(|e| format!("TLS setup: {e}"))?;
-    match ssl.connect(FdIo(fd)) {
+    match ssl.connect(FdIo::new(fd)) {
         Ok(s) => Ok(TlsStream::new(s)),
         Err(HandshakeError::WouldBlock(_)) => {
             Err("TLS handshake: timed out waiting for the target".into())
@@ -136,8 +207,10 @@ pub struct TlsStream {
 }
 
 impl TlsStream {
-    fn new(ssl: SslStream<FdIo>) -> TlsStream {
+    fn new(mut ssl: SslStream<FdIo>) -> TlsStream {
         crate::forget_hellos(ssl.ssl());
+        // The staged plaintext as records: 5 bytes of header and 17 of type and tag each.
+        ssl.get_mut().gather(STAGE_LEN + STAGE_LEN.div_ceil(16384) * 32);
         TlsStream {
             ssl,
             stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
@@ -174,6 +247,10 @@ impl TlsStream {
         if buf.is_empty() {
             return Ok(0);
         }
+        // What OpenSSL wrote while reading (a KeyUpdate's answer, an alert) goes out too.
+        if self.ssl.get_ref().unsent() > 0 {
+            self.ssl.get_mut().flush_out()?;
+        }
         match self.ssl.ssl_read(buf) {
             Ok(n) => Ok(n),
             // close_notify, or EOF without it (IGNORE_UNEXPECTED_EOF makes that a clean close too).
@@ -200,6 +277,17 @@ impl TlsStream {
     /// of `iov` left. WouldBlock: call again with output starting with the same bytes (the staged
     /// copy is resent; `iov` may have grown at its end meanwhile).
     pub fn write_gather(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        // Records of the staged bytes still being sent: the staged bytes are written once all
+        // their records have left.
+        if self.ssl.get_ref().unsent() > 0 {
+            if !self.ssl.get_mut().flush_out()? {
+                return Err(io::Error::from(io::ErrorKind::WouldBlock));
+            }
+            let n = std::mem::take(&mut self.staged);
+            if n > 0 {
+                return Ok(n);
+            }
+        }
         if self.staged == 0 {
             for s in iov {
                 let room = STAGE_LEN - self.staged;
@@ -217,6 +305,10 @@ impl TlsStream {
         match self.ssl.ssl_write(&self.stage[..self.staged]) {
             Ok(n) => {
                 debug_assert_eq!(n, self.staged);
+                // Every record is gathered: one send for all of them.
+                if !self.ssl.get_mut().flush_out()? {
+                    return Err(io::Error::from(io::ErrorKind::WouldBlock));
+                }
                 self.staged = 0;
                 Ok(n)
             }
@@ -229,9 +321,16 @@ impl TlsStream {
         self.staged
     }
 
+    /// `send` calls made on the socket, the handshake's included (after it, one per staged
+    /// write when the socket takes it all: up to four 16 KiB records each).
+    pub fn send_calls(&self) -> u64 {
+        self.ssl.get_ref().sends
+    }
+
     /// Sends close_notify (best effort, non-blocking).
     pub fn shutdown(&mut self) {
         let _ = self.ssl.shutdown();
+        let _ = self.ssl.get_mut().flush_out();
     }
 }
 
