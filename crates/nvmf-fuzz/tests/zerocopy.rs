@@ -24,7 +24,15 @@ fn session(chunk: Option<u16>) -> Vec<u8> {
     for round in 0..3u16 {
         e.reading(1, false);
         for i in 0..8u16 {
-            e.io(1, op::IO_READ, false, ((i + round) % 8) * 16, 15, false, None);
+            e.io(
+                1,
+                op::IO_READ,
+                false,
+                ((i + round) % 8) * 16,
+                15,
+                false,
+                None,
+            );
         }
         e.reading(1, true);
         // Reads and writes interleaved: the writes' data lands in slots.

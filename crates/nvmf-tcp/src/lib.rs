@@ -25,5 +25,5 @@ pub const CAPS: nvmf_core::TransportCaps = nvmf_core::TransportCaps::MESSAGE_BAS
 
 pub use connection::{Connection, ConnectionStats, TcpParams, H2C_TIMEOUT, MAX_R2T_BYTES};
 pub use icreq::Negotiated;
-pub use txq::SendKind;
 pub use nvmf_core::request::{BufBudget, BufPolicy, RequestState, Xfer};
+pub use txq::SendKind;

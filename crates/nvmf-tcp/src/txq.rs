@@ -378,7 +378,10 @@ mod tests {
         assert_eq!(all.len(), 2 * 16);
         // At the threshold: the header alone (MSG_MORE), then the data.
         let (b, k) = split(&q, &slots, 10);
-        assert_eq!((b.as_slice(), k), (&b"HDR"[..], SendKind::Copy { more: true }));
+        assert_eq!(
+            (b.as_slice(), k),
+            (&b"HDR"[..], SendKind::Copy { more: true })
+        );
         let mut done = Vec::new();
         q.consume(3, |s| done.push(s));
         let (b, k) = split(&q, &slots, 10);
@@ -392,7 +395,7 @@ mod tests {
         let mut t = ZcTracker::default();
         let mut done = Vec::new();
         q.consume(3, |s| done.push(s)); // HDR
-        // Slot 0 in two zero-copy calls (a short write), slot 1 in a third.
+                                        // Slot 0 in two zero-copy calls (a short write), slot 1 in a third.
         let a = t.sent();
         q.consume_zc(4, a, |s| done.push(s));
         let b = t.sent();
@@ -402,7 +405,10 @@ mod tests {
         q.consume_zc(10, c, |s| done.push(s));
         q.consume(3, |s| done.push(s)); // RSP
         assert!(q.is_empty());
-        assert!(done.is_empty(), "nothing released before the kernel is done");
+        assert!(
+            done.is_empty(),
+            "nothing released before the kernel is done"
+        );
         assert_eq!(q.zc_parked(), 2);
         // The kernel reports the last call first, then the second: slot 0
         // still waits for call a, slot 1 for everything up to c.

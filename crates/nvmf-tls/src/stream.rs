@@ -66,7 +66,12 @@ impl FdIo {
             let rest = &out[self.sent..];
             // SAFETY: rest is valid for rest.len() bytes; the fd is a socket owned by the caller.
             let n = unsafe {
-                libc::send(self.fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL)
+                libc::send(
+                    self.fd,
+                    rest.as_ptr().cast(),
+                    rest.len(),
+                    libc::MSG_NOSIGNAL,
+                )
             };
             if n < 0 {
                 let e = io::Error::last_os_error();
@@ -210,7 +215,8 @@ impl TlsStream {
     fn new(mut ssl: SslStream<FdIo>) -> TlsStream {
         crate::forget_hellos(ssl.ssl());
         // The staged plaintext as records: 5 bytes of header and 17 of type and tag each.
-        ssl.get_mut().gather(STAGE_LEN + STAGE_LEN.div_ceil(16384) * 32);
+        ssl.get_mut()
+            .gather(STAGE_LEN + STAGE_LEN.div_ceil(16384) * 32);
         TlsStream {
             ssl,
             stage: vec![0u8; STAGE_LEN].into_boxed_slice(),

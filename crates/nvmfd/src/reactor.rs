@@ -71,8 +71,8 @@ use crate::numa;
 use crate::paths::{GoneHosts, PathTable};
 use crate::placement::{Placed, Placement};
 use crate::poll_window::{Holding, PollWindow};
-use crate::zerocopy::{DrainState, Draining};
 use crate::rdma::{cq_turn, CqTurn, RdmaCmd, RdmaSetup, RdmaSide};
+use crate::zerocopy::{DrainState, Draining};
 use mio::net::{TcpListener, TcpStream};
 use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Token, Waker};
@@ -1644,9 +1644,7 @@ fn service(c: &mut Conn) -> Outcome {
                 Ok(n) => c.sm.consume_output(n),
                 // Too many reports pending in the kernel: copy until the
                 // next ones are read.
-                Err(e) if zc_call && e.raw_os_error() == Some(libc::ENOBUFS) => {
-                    c.zc_backoff = true
-                }
+                Err(e) if zc_call && e.raw_os_error() == Some(libc::ENOBUFS) => c.zc_backoff = true,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => c.tx_ready = false,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) if e.raw_os_error() == Some(libc::ETIMEDOUT) => {

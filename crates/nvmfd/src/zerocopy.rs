@@ -222,7 +222,11 @@ mod tests {
             if off == buf.len() {
                 break;
             }
-            match send(tx.as_raw_fd(), &[IoSlice::new(&buf[off..])], SendKind::ZeroCopy) {
+            match send(
+                tx.as_raw_fd(),
+                &[IoSlice::new(&buf[off..])],
+                SendKind::ZeroCopy,
+            ) {
                 Ok(n) => {
                     calls.sent();
                     off += n;
@@ -256,12 +260,18 @@ mod tests {
                 DrainState::Done => break,
                 DrainState::Waiting(n) => {
                     assert!(Instant::now() < deadline, "{n} calls never reported");
-                    assert!(canary.upgrade().is_some(), "freed with {n} calls outstanding");
+                    assert!(
+                        canary.upgrade().is_some(),
+                        "freed with {n} calls outstanding"
+                    );
                     std::thread::sleep(Duration::from_millis(10));
                 }
                 DrainState::GaveUp(n) => panic!("gave up with {n}"),
             }
         }
-        assert!(canary.upgrade().is_none(), "kept after every call was reported");
+        assert!(
+            canary.upgrade().is_none(),
+            "kept after every call was reported"
+        );
     }
 }

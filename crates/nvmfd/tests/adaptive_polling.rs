@@ -124,7 +124,9 @@ fn reactor_never_sleeps_through_a_backend_completion() {
     for qd in ["1", "16"] {
         let out = perf(
             port,
-            &["-q", qd, "-o", "4096", "-w", "randrw", "-M", "50", "-t", "2", "--verify"],
+            &[
+                "-q", qd, "-o", "4096", "-w", "randrw", "-M", "50", "-t", "2", "--verify",
+            ],
         );
         eprintln!("QD {qd}:\n{out}");
     }

@@ -104,35 +104,65 @@ fn verify(t: &Target, args: &[&str]) -> u64 {
         t.d.logs()
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("perf --json");
-    assert_eq!(v["verify"]["mismatched_blocks"].as_u64(), Some(0), "{stdout}");
+    assert_eq!(
+        v["verify"]["mismatched_blocks"].as_u64(),
+        Some(0),
+        "{stdout}"
+    );
     assert!(v["verify"]["blocks_checked"].as_u64() > Some(0), "{stdout}");
-    v["total"]["read"]["total_ios"].as_u64().expect("total.read.total_ios")
+    v["total"]["read"]["total_ios"]
+        .as_u64()
+        .expect("total.read.total_ios")
 }
 
 #[test]
 fn always_sends_zero_copy_verifies_and_survives_a_killed_host() {
     let t = start("always");
-    let ios = verify(&t, &["-q", "16", "-o", "131072", "-w", "randrw", "-M", "70", "-t", "2"]);
-    let ios16 = verify(&t, &["-q", "32", "-o", "16384", "-w", "randrw", "-M", "80", "-t", "2"]);
+    let ios = verify(
+        &t,
+        &[
+            "-q", "16", "-o", "131072", "-w", "randrw", "-M", "70", "-t", "2",
+        ],
+    );
+    let ios16 = verify(
+        &t,
+        &[
+            "-q", "32", "-o", "16384", "-w", "randrw", "-M", "80", "-t", "2",
+        ],
+    );
     let m = scrape(t.metrics);
     let calls = counter(&m, "nvmf_tcp_zerocopy_sends_total");
     let copied = counter(&m, "nvmf_tcp_zerocopy_copied_total");
     eprintln!("{ios} + {ios16} I/Os, {calls} zero-copy calls, {copied} reported copied");
     // Every read of 16 KiB or more went out zero-copy (a call may carry
     // several payloads, so fewer calls than reads).
-    assert!(calls > ios16 / 32, "{calls} zero-copy calls for {ios16} 16 KiB reads");
-    assert!(calls > ios / 32, "{calls} zero-copy calls for {ios} 128 KiB reads");
+    assert!(
+        calls > ios16 / 32,
+        "{calls} zero-copy calls for {ios16} 16 KiB reads"
+    );
+    assert!(
+        calls > ios / 32,
+        "{calls} zero-copy calls for {ios} 128 KiB reads"
+    );
     assert!(copied > 0, "loopback copies, and the kernel says so:\n{m}");
 
     // A host killed with reads in flight.
-    let mut victim = perf_cmd(t.port, &["-q", "32", "-o", "131072", "-w", "read", "-t", "30"])
-        .spawn()
-        .expect("spawn nvmf perf");
+    let mut victim = perf_cmd(
+        t.port,
+        &["-q", "32", "-o", "131072", "-w", "read", "-t", "30"],
+    )
+    .spawn()
+    .expect("spawn nvmf perf");
     std::thread::sleep(Duration::from_millis(1500));
     victim.kill().unwrap();
     let _ = victim.wait();
     t.d.wait_log("closed");
-    verify(&t, &["-q", "16", "-o", "65536", "-w", "randrw", "-M", "50", "-t", "2"]);
+    verify(
+        &t,
+        &[
+            "-q", "16", "-o", "65536", "-w", "randrw", "-M", "50", "-t", "2",
+        ],
+    );
     let mut t = t;
     assert!(t.d.running(), "{}", t.d.logs());
 }
@@ -140,7 +170,12 @@ fn always_sends_zero_copy_verifies_and_survives_a_killed_host() {
 #[test]
 fn auto_turns_off_where_the_kernel_copies() {
     let t = start("auto");
-    let ios = verify(&t, &["-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "2"]);
+    let ios = verify(
+        &t,
+        &[
+            "-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "2",
+        ],
+    );
     let m = scrape(t.metrics);
     let calls = counter(&m, "nvmf_tcp_zerocopy_sends_total");
     eprintln!("{ios} reads of 128 KiB, {calls} zero-copy calls");
@@ -154,7 +189,12 @@ fn auto_turns_off_where_the_kernel_copies() {
 #[test]
 fn off_never_sends_zero_copy() {
     let t = start("off");
-    verify(&t, &["-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "1"]);
+    verify(
+        &t,
+        &[
+            "-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "1",
+        ],
+    );
     let m = scrape(t.metrics);
     assert_eq!(counter(&m, "nvmf_tcp_zerocopy_sends_total"), 0, "{m}");
 }

@@ -671,7 +671,10 @@ fn check_target(i: usize, t: RawTarget, base_dir: &Path) -> Result<Target, SpecE
             };
             let args = t.args.unwrap_or_default();
             if let Some(a) = args.iter().find(|a| {
-                matches!(a.as_str(), "-c" | "--config" | "-r" | "--rpc-socket" | "--cores" | "-m")
+                matches!(
+                    a.as_str(),
+                    "-c" | "--config" | "-r" | "--rpc-socket" | "--cores" | "-m"
+                )
             }) {
                 return err(format!(
                     "{ctx}: args may not contain {a} (the harness sets the config, RPC socket and cores)"
