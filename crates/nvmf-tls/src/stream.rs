@@ -209,6 +209,9 @@ pub struct TlsStream {
     /// staged stays until it is written in full.
     stage: Box<[u8]>,
     staged: usize,
+    /// The staged bytes are already encrypted: their records are in the socket layer's buffer
+    /// (partly sent, or sent by a `read` meanwhile); they must not be encrypted again.
+    sealed: bool,
 }
 
 impl TlsStream {
@@ -221,6 +224,7 @@ impl TlsStream {
             ssl,
             stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
             staged: 0,
+            sealed: false,
         }
     }
 
@@ -283,16 +287,18 @@ impl TlsStream {
     /// of `iov` left. WouldBlock: call again with output starting with the same bytes (the staged
     /// copy is resent; `iov` may have grown at its end meanwhile).
     pub fn write_gather(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
-        // Records of the staged bytes still being sent: the staged bytes are written once all
-        // their records have left.
-        if self.ssl.get_ref().unsent() > 0 {
+        // The staged bytes were encrypted by an earlier call: they are written once all their
+        // records have left (a `read` may have sent the rest meanwhile).
+        if self.sealed {
             if !self.ssl.get_mut().flush_out()? {
                 return Err(io::Error::from(io::ErrorKind::WouldBlock));
             }
-            let n = std::mem::take(&mut self.staged);
-            if n > 0 {
-                return Ok(n);
-            }
+            self.sealed = false;
+            return Ok(std::mem::take(&mut self.staged));
+        }
+        // Records OpenSSL wrote while reading (an alert, a KeyUpdate's answer) go first.
+        if self.ssl.get_ref().unsent() > 0 && !self.ssl.get_mut().flush_out()? {
+            return Err(io::Error::from(io::ErrorKind::WouldBlock));
         }
         if self.staged == 0 {
             for s in iov {
@@ -312,9 +318,11 @@ impl TlsStream {
             Ok(n) => {
                 debug_assert_eq!(n, self.staged);
                 // Every record is gathered: one send for all of them.
+                self.sealed = true;
                 if !self.ssl.get_mut().flush_out()? {
                     return Err(io::Error::from(io::ErrorKind::WouldBlock));
                 }
+                self.sealed = false;
                 self.staged = 0;
                 Ok(n)
             }

@@ -1,7 +1,8 @@
 //! The record layer on loopback as the reactor and the host use it: the server handshake stepped on
 //! a non-blocking socket (poll(2) between steps), the client handshake on a blocking socket, then
 //! 4 MiB each way through `write_gather` (several slices per call, partial sends under a full socket
-//! buffer) and `read`, the accepted identity reported, a clear-text ICReq refused by name.
+//! buffer, a `read` between a blocked write and its retry) and `read`, the accepted identity
+//! reported, a clear-text ICReq refused by name.
 
 use nvmf_core::tls::psk::ConfiguredPsk;
 use nvmf_tls::{accept, connect, Handshake, TlsStream};
@@ -43,6 +44,18 @@ fn serve(listener: TcpListener) -> Result<(String, String), String> {
     let (sock, _) = listener.accept().unwrap();
     sock.set_nonblocking(true).unwrap();
     let fd = sock.as_raw_fd();
+    // A small send buffer: the echo's 64 KiB writes leave in several sends, and block between.
+    let small: libc::c_int = 8192;
+    // SAFETY: setsockopt with a pointer to a live c_int and its size.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
     let mut hs = accept(&ctx, fd);
     let mut tls: TlsStream = loop {
         match hs {
@@ -81,7 +94,19 @@ fn serve(listener: TcpListener) -> Result<(String, String), String> {
         match tls.write_gather(&iov) {
             Ok(0) => return Err("write_gather took nothing".into()),
             Ok(n) => sent += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => wait(fd, true, deadline),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                wait(fd, true, deadline);
+                // As the reactor does: a read between the blocked write and its retry (it
+                // sends what is left of the blocked write's records; the retry must not
+                // encrypt those bytes again).
+                let mut scratch = [0u8; 64];
+                match tls.read(&mut scratch) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Ok(0) => return Err("early EOF".into()),
+                    Ok(_) => return Err("data from the client during the echo".into()),
+                    Err(e) => return Err(e.to_string()),
+                }
+            }
             Err(e) => return Err(e.to_string()),
         }
     }
