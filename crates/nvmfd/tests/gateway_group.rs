@@ -390,7 +390,17 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
         &[&a, &b, &cm].map(|m| format!("{}:{}", m.addr, m.metrics)),
         Some(&std::fs::read_to_string(nvmf_testkit::prometheus::pack("nvmfd-alerts.yml")).unwrap()),
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // The takeover alert fires on an increase of a member's counter: Prometheus must have
+    // scraped every member's count (0) before the kill, or a late first scrape sees only the
+    // count after the takeover and no increase (seen once in CI on a loaded machine).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while prom.query("nvmf_group_takeovers_total").len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus has not scraped the three members' takeover counts in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
     // Any member shows every member's last renewal and listeners (their status objects).
     let v = status(&b);
     for m in v["members"].as_array().unwrap() {
@@ -554,10 +564,10 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
         "gateway-group panels without data:\n{}",
         empty.join("\n")
     );
-    prom.wait_firing("NvmfdGatewayTakeover", Duration::from_secs(30), |l| {
+    prom.wait_firing("NvmfdGatewayTakeover", Duration::from_secs(60), |l| {
         l["member"] == "b"
     });
-    prom.wait_firing("NvmfdAnaStateChanged", Duration::from_secs(30), |_| true);
+    prom.wait_firing("NvmfdAnaStateChanged", Duration::from_secs(60), |_| true);
     let firing: Vec<String> = prom
         .alerts()
         .into_iter()
