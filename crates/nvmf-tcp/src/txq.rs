@@ -161,11 +161,31 @@ impl TxQueue {
     where
         F: Fn(u16, usize) -> &'a [u8],
     {
+        self.fill(iov, slot_data, |_, _| false).0
+    }
+
+    /// Fills `iov` with the queued output, in order, up to (not including)
+    /// the first segment for which `stop(index, segment)` is true; returns
+    /// the entries used and whether `stop` ended it.
+    #[inline]
+    fn fill<'a, F, S>(
+        &'a self,
+        iov: &mut [std::io::IoSlice<'a>],
+        slot_data: F,
+        stop: S,
+    ) -> (usize, bool)
+    where
+        F: Fn(u16, usize) -> &'a [u8],
+        S: Fn(usize, &Seg) -> bool,
+    {
         let mut n = 0;
         let mut start = self.bytes_pos;
         for (i, seg) in self.segs.iter().enumerate() {
             if n == iov.len() {
                 break;
+            }
+            if stop(i, seg) {
+                return (n, true);
             }
             let skip = if i == 0 { self.head_done } else { 0 };
             let s: &'a [u8] = match *seg {
@@ -188,7 +208,7 @@ impl TxQueue {
                 n += 1;
             }
         }
-        n
+        (n, false)
     }
 
     /// Like [`Self::iovecs`], but splits the output for zero-copy sends:
@@ -207,41 +227,14 @@ impl TxQueue {
     {
         let big = |seg: &Seg| matches!(*seg, Seg::Slot { len, .. } if len >= threshold);
         let zc = self.segs.front().is_some_and(big);
-        let mut n = 0;
-        let mut start = self.bytes_pos;
-        let mut more = false;
-        for (i, seg) in self.segs.iter().enumerate() {
-            if n == iov.len() {
-                break;
+        let (n, stopped) = self.fill(iov, slot_data, |i, seg| {
+            if zc {
+                matches!(seg, Seg::Bytes { .. })
+            } else {
+                i > 0 && big(seg)
             }
-            if zc && matches!(seg, Seg::Bytes { .. }) {
-                break;
-            }
-            if !zc && i > 0 && big(seg) {
-                more = true;
-                break;
-            }
-            let skip = if i == 0 { self.head_done } else { 0 };
-            let s: &'a [u8] = match *seg {
-                Seg::Bytes { end } => {
-                    let b = &self.bytes[start + skip..end];
-                    start = end;
-                    b
-                }
-                Seg::Slot { slot, len, zeroes } => {
-                    let d = if zeroes {
-                        nvmf_core::backend::zeroes(len).unwrap_or(&[])
-                    } else {
-                        slot_data(slot, len)
-                    };
-                    d.get(skip..).unwrap_or(&[])
-                }
-            };
-            if !s.is_empty() {
-                iov[n] = std::io::IoSlice::new(s);
-                n += 1;
-            }
-        }
+        });
+        let more = !zc && stopped;
         let kind = if zc {
             SendKind::ZeroCopy
         } else {

@@ -72,6 +72,27 @@ pub fn trid(port: u16, nqn: &str) -> String {
     format!("trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{nqn}")
 }
 
+/// The body of nvmfd's `/metrics` (`--metrics 127.0.0.1:PORT`), fetched with a plain HTTP/1.0
+/// GET (10 s read timeout).
+pub fn scrape_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("metrics connect");
+    s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body
+}
+
+/// The sum over all label sets of counter `name` (its `_total` series) in a `/metrics` body.
+pub fn metric_total(body: &str, name: &str) -> u64 {
+    body.lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
 /// Bytes (a child's output) as text.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()

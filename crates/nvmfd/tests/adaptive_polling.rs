@@ -20,11 +20,9 @@
 
 use nvmf_host::controller::{ConnectOptions, Controller};
 use nvmf_host::trid::TransportId;
-use nvmf_testkit::{bins::nvmf as nvmf_path, free_port};
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port, metric_total, scrape_metrics};
 use nvmf_wire::command::Command as NvmeCommand;
 use nvmf_wire::opcode::IoOpcode;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -38,20 +36,8 @@ fn tmp(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("metrics connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
 fn backend_waits(body: &str) -> u64 {
-    body.lines()
-        .filter(|l| l.starts_with("nvmf_reactor_backend_waits_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
+    metric_total(body, "nvmf_reactor_backend_waits_total")
 }
 
 fn perf(port: u16, args: &[&str]) -> String {
@@ -118,7 +104,11 @@ fn reactor_never_sleeps_through_a_backend_completion() {
         .start();
     d.wait_log("file bdev opened (io_uring)");
     assert!(d.logs().contains("direct=true"), "{}", d.logs());
-    assert_eq!(backend_waits(&scrape(metrics)), 0, "nothing served yet");
+    assert_eq!(
+        backend_waits(&scrape_metrics(metrics)),
+        0,
+        "nothing served yet"
+    );
 
     // 1. io_uring completions (the kernel writes the eventfd).
     for qd in ["1", "16"] {
@@ -130,11 +120,11 @@ fn reactor_never_sleeps_through_a_backend_completion() {
         );
         eprintln!("QD {qd}:\n{out}");
     }
-    let after_uring = backend_waits(&scrape(metrics));
+    let after_uring = backend_waits(&scrape_metrics(metrics));
     assert!(
         after_uring > 0,
         "the reactor never slept holding only io_uring work: the path is not tested\n{}",
-        scrape(metrics)
+        scrape_metrics(metrics)
     );
 
     // 2. Helper-pool completions (another thread posts and wakes): Write
@@ -174,7 +164,7 @@ fn reactor_never_sleeps_through_a_backend_completion() {
         );
         q.release(s);
     }
-    let after_helper = backend_waits(&scrape(metrics));
+    let after_helper = backend_waits(&scrape_metrics(metrics));
     assert!(
         after_helper > after_uring,
         "the reactor never slept holding only helper-pool work ({after_uring} -> {after_helper})"

@@ -11,29 +11,11 @@
 //!   asking for zero-copy once the kernel has copied 64 calls in a row;
 //! - `off`: no zero-copy call at all.
 
-use nvmf_testkit::{bins::nvmf as nvmf_path, free_port};
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use nvmf_testkit::{bins::nvmf as nvmf_path, free_port, metric_total, scrape_metrics};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 const NQN: &str = "nqn.2024-01.io.nvmfd:zerocopy";
-
-fn scrape(port: u16) -> String {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("metrics connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut body = String::new();
-    let _ = s.read_to_string(&mut body);
-    body
-}
-
-fn counter(body: &str, name: &str) -> u64 {
-    body.lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>() as u64
-}
 
 struct Target {
     d: nvmf_testkit::Daemon,
@@ -130,9 +112,9 @@ fn always_sends_zero_copy_verifies_and_survives_a_killed_host() {
             "-q", "32", "-o", "16384", "-w", "randrw", "-M", "80", "-t", "2",
         ],
     );
-    let m = scrape(t.metrics);
-    let calls = counter(&m, "nvmf_tcp_zerocopy_sends_total");
-    let copied = counter(&m, "nvmf_tcp_zerocopy_copied_total");
+    let m = scrape_metrics(t.metrics);
+    let calls = metric_total(&m, "nvmf_tcp_zerocopy_sends_total");
+    let copied = metric_total(&m, "nvmf_tcp_zerocopy_copied_total");
     eprintln!("{ios} + {ios16} I/Os, {calls} zero-copy calls, {copied} reported copied");
     // Every read of 16 KiB or more went out zero-copy (a call may carry
     // several payloads, so fewer calls than reads).
@@ -176,8 +158,8 @@ fn auto_turns_off_where_the_kernel_copies() {
             "-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "2",
         ],
     );
-    let m = scrape(t.metrics);
-    let calls = counter(&m, "nvmf_tcp_zerocopy_sends_total");
+    let m = scrape_metrics(t.metrics);
+    let calls = metric_total(&m, "nvmf_tcp_zerocopy_sends_total");
     eprintln!("{ios} reads of 128 KiB, {calls} zero-copy calls");
     assert!(calls > 0, "auto starts with zero-copy on:\n{m}");
     assert!(
@@ -195,6 +177,6 @@ fn off_never_sends_zero_copy() {
             "-q", "16", "-o", "131072", "-w", "randrw", "-M", "80", "-t", "1",
         ],
     );
-    let m = scrape(t.metrics);
-    assert_eq!(counter(&m, "nvmf_tcp_zerocopy_sends_total"), 0, "{m}");
+    let m = scrape_metrics(t.metrics);
+    assert_eq!(metric_total(&m, "nvmf_tcp_zerocopy_sends_total"), 0, "{m}");
 }
