@@ -71,6 +71,9 @@ pub struct TlsKey {
     pub key: Arc<ConfiguredPsk>,
     /// 1: `NVMe1R0x <hostnqn> <subnqn> <digest>` (default), 0: `NVMe0R0x <hostnqn> <subnqn>`.
     pub identity_version: u8,
+    /// Hand established sessions to the kernel's TLS where it takes them (`--ktls`; default
+    /// auto: OpenSSL's user-space records where the kernel has no `tls` module).
+    pub ktls: nvmf_tls::Ktls,
 }
 
 impl TlsKey {
@@ -88,6 +91,7 @@ impl TlsKey {
         Ok(TlsKey {
             key: Arc::new(key),
             identity_version,
+            ktls: nvmf_tls::Ktls::Auto,
         })
     }
 
@@ -139,6 +143,7 @@ impl ConnectOptions {
         self.tls = Some(TlsKey {
             key: Arc::new(key),
             identity_version,
+            ktls: nvmf_tls::Ktls::Auto,
         });
         self
     }
@@ -149,6 +154,11 @@ impl ConnectOptions {
             Some(k) => k.derive(&self.hostnqn, &self.trid.subnqn).map(Some),
             None => Ok(None),
         }
+    }
+
+    /// The kernel TLS mode of this connection's queues (Off without TLS).
+    pub(crate) fn ktls(&self) -> nvmf_tls::Ktls {
+        self.tls.as_ref().map_or(nvmf_tls::Ktls::Off, |k| k.ktls)
     }
 
     /// Ask for header and/or data digests.
@@ -274,6 +284,7 @@ impl Controller {
             timeout: opts.timeout,
             disable_sqflow: false,
             tls: opts.tls_psk()?,
+            ktls: opts.ktls(),
         })?;
         let cntlid = q.cntlid();
         let mut c = Controller {
@@ -662,6 +673,7 @@ impl Controller {
             timeout: self.opts.timeout,
             disable_sqflow: self.opts.disable_sqflow,
             tls: self.opts.tls_psk()?,
+            ktls: self.opts.ktls(),
         })
     }
 }

@@ -76,6 +76,8 @@ pub struct QueueParams {
     pub disable_sqflow: bool,
     /// TLS 1.3 with this PSK before the ICReq (None: clear text).
     pub tls: Option<nvmf_core::tls::psk::TlsPsk>,
+    /// Whether the TLS session goes to the kernel's TLS after the handshake.
+    pub ktls: nvmf_tls::Ktls,
 }
 
 /// The connection under a queue: one TCP socket or one RDMA queue pair.
@@ -202,7 +204,7 @@ impl IoQueue {
                 p.transport,
                 buf_size as u32,
                 p.timeout,
-                p.tls.as_ref(),
+                p.tls.as_ref().map(|psk| (psk, p.ktls)),
             )?;
             s.maxh2cdata = t.negotiated().maxh2cdata;
             Link::Tcp(t)

@@ -100,7 +100,7 @@ impl Transport {
         params: TransportParams,
         max_data_len: u32,
         timeout: Duration,
-        tls: Option<&nvmf_core::tls::psk::TlsPsk>,
+        tls: Option<(&nvmf_core::tls::psk::TlsPsk, nvmf_tls::Ktls)>,
     ) -> Result<Transport> {
         let mut last = None;
         let mut sock = None;
@@ -122,7 +122,7 @@ impl Transport {
 
         let rx_len = (2 * (max_data_len as usize + 512)).max(512 * 1024);
         let tls = match tls {
-            Some(psk) => Some(Box::new(tls_handshake(&sock, psk, timeout)?)),
+            Some((psk, ktls)) => Some(Box::new(tls_handshake(&sock, psk, ktls, timeout)?)),
             None => None,
         };
         let mut t = Transport {
@@ -718,12 +718,13 @@ pub trait RxSink {
 fn tls_handshake(
     sock: &TcpStream,
     psk: &nvmf_core::tls::psk::TlsPsk,
+    ktls: nvmf_tls::Ktls,
     timeout: Duration,
 ) -> Result<nvmf_tls::TlsStream> {
     sock.set_write_timeout(Some(timeout))
         .and_then(|_| sock.set_read_timeout(Some(timeout)))
         .map_err(|e| Error::io("setting socket timeouts", e))?;
-    let ctx = nvmf_tls::client_context(psk.clone()).map_err(|e| Error::Tls(e.to_string()))?;
+    let ctx = nvmf_tls::client_context(psk.clone(), ktls).map_err(|e| Error::Tls(e.to_string()))?;
     nvmf_tls::connect(&ctx, sock.as_raw_fd()).map_err(|e| {
         let hint = if e.contains("wrong version number") || e.contains("peer closed") {
             " (does the target require TLS on this port? a clear-text listener closes a TLS hello)"

@@ -10,8 +10,10 @@
 //! version-0 identity), a message callback keeps the ClientHello and the find-session callback
 //! hands OpenSSL the key whose binder verifies (`nvmf_core::tls::binder`).
 
+pub mod ktls;
 pub mod stream;
 
+pub use ktls::{Ktls, Offload};
 pub use stream::{accept, connect, FdIo, Handshake, ServerHandshake, TlsStream};
 
 use foreign_types::ForeignTypeRef;
@@ -56,6 +58,8 @@ pub(crate) mod ffi {
         pub fn SSL_SESSION_set_protocol_version(s: *mut SSL_SESSION, v: c_int) -> c_int;
         pub fn SSL_CIPHER_find(ssl: *mut SSL, id: *const c_uchar) -> *const SSL_CIPHER;
         pub fn SSL_has_pending(ssl: *const SSL) -> c_int;
+        pub fn SSL_set_read_ahead(ssl: *mut SSL, yes: c_int);
+        pub fn SSL_key_update(ssl: *mut SSL, updatetype: c_int) -> c_int;
         pub fn SSL_CTX_set_msg_callback(ctx: *mut SSL_CTX, cb: Option<MsgCb>);
     }
     pub type MsgCb = unsafe extern "C" fn(
@@ -296,8 +300,9 @@ fn base(method: SslMethod) -> Result<SslContextBuilder, TlsError> {
 }
 
 /// Server context: `lookup(identity)` returns the TLS PSKs a known identity may use (more than one
-/// when HKDF label encodings differ: the client's binder picks), none refuses it.
-pub fn server_context<F>(lookup: F) -> Result<SslContext, TlsError>
+/// when HKDF label encodings differ: the client's binder picks), none refuses it. With `ktls`
+/// Auto, established sessions go to the kernel's TLS where it takes them ([`ktls`]).
+pub fn server_context<F>(lookup: F, ktls: Ktls) -> Result<SslContext, TlsError>
 where
     F: Fn(&str) -> Vec<TlsPsk> + Send + Sync + 'static,
 {
@@ -311,6 +316,7 @@ where
     // handshake record ("nvme_tcp: queue 0: unhandled TLS record 22"); NVMe/TCP has no resumption.
     b.set_num_tickets(0)?;
     b.set_client_hello_callback(binder_hash_cb);
+    ktls::want(&mut b, ktls);
     b.set_ex_data(lookup_index(), Box::new(lookup) as Lookup);
     // SAFETY: the callback only reads the context's ex_data set above, which lives as long as the context.
     unsafe { ffi::SSL_CTX_set_psk_find_session_callback(b.as_ptr(), Some(find_cb)) };
@@ -319,8 +325,8 @@ where
     Ok(b.build())
 }
 
-/// Client context offering one PSK identity.
-pub fn client_context(psk: TlsPsk) -> Result<SslContext, TlsError> {
+/// Client context offering one PSK identity; `ktls` as for [`server_context`].
+pub fn client_context(psk: TlsPsk, ktls: Ktls) -> Result<SslContext, TlsError> {
     let mut b = base(SslMethod::tls_client())?;
     // Offer only the suite of the PSK's hash: OpenSSL's server picks the suite before it looks the
     // PSK up, and ignores a PSK whose hash differs from the suite's.
@@ -329,6 +335,7 @@ pub fn client_context(psk: TlsPsk) -> Result<SslContext, TlsError> {
     // sleep in poll(2) check `TlsStream::has_buffered` first.
     b.set_read_ahead(true);
     b.set_ex_data(client_index(), psk);
+    ktls::want(&mut b, ktls);
     // SAFETY: as above; the identity pointer handed to OpenSSL points into the context's ex_data.
     unsafe { ffi::SSL_CTX_set_psk_use_session_callback(b.as_ptr(), Some(use_cb)) };
     Ok(b.build())

@@ -7,6 +7,10 @@
 //!
 //! The socket is borrowed by file descriptor ([`FdIo`]): the reactor keeps its own `TcpStream` for
 //! epoll registration and moving the connection between threads; this layer never closes the fd.
+//!
+//! With kernel TLS (a context made with [`crate::Ktls::Auto`]), the session is handed to the kernel
+//! right after the handshake ([`crate::ktls`]); reads and writes of an offloaded direction are then
+//! plain socket calls, the others stay with OpenSSL.
 
 use openssl::ssl::{ErrorCode, HandshakeError, MidHandshakeSslStream, Ssl, SslContext, SslStream};
 use std::io::{self, IoSlice, Read, Write};
@@ -212,11 +216,24 @@ pub struct TlsStream {
     /// The staged bytes are already encrypted: their records are in the socket layer's buffer
     /// (partly sent, or sent by a `read` meanwhile); they must not be encrypted again.
     sealed: bool,
+    /// The socket, for the directions the kernel took over.
+    fd: RawFd,
+    /// What the kernel took over, and why not the rest.
+    offload: crate::Offload,
 }
 
 impl TlsStream {
     fn new(mut ssl: SslStream<FdIo>) -> TlsStream {
         crate::forget_hellos(ssl.ssl());
+        let fd = ssl.get_ref().fd;
+        let offload = crate::ktls::offload(fd, ssl.ssl());
+        if !offload.rx && crate::ktls::mode(ssl.ssl()) != crate::Ktls::Off {
+            // OpenSSL keeps reading: whole socket buffers per read again (the handshake was read
+            // record by record so that none of the peer's data went past the kernel).
+            use foreign_types::ForeignTypeRef;
+            // SAFETY: a valid SSL owned by `ssl`.
+            unsafe { crate::ffi::SSL_set_read_ahead(ssl.ssl().as_ptr(), 1) };
+        }
         // The staged plaintext as records: 5 bytes of header and 17 of type and tag each.
         ssl.get_mut()
             .gather(STAGE_LEN + STAGE_LEN.div_ceil(16384) * 32);
@@ -225,7 +242,20 @@ impl TlsStream {
             stage: vec![0u8; STAGE_LEN].into_boxed_slice(),
             staged: 0,
             sealed: false,
+            fd,
+            offload,
         }
+    }
+
+    /// What kernel TLS took over: `(receive, transmit)`.
+    pub fn kernel_tls(&self) -> (bool, bool) {
+        (self.offload.rx, self.offload.tx)
+    }
+
+    /// Why a direction stayed with OpenSSL's user-space records although kernel TLS was wanted
+    /// (e.g. the kernel has no `tls` module); None when both were offloaded or kTLS is off.
+    pub fn ktls_fallback(&self) -> Option<&str> {
+        self.offload.fallback.as_deref()
     }
 
     /// The PSK identity the handshake used (server side: the one the client offered and our
@@ -257,6 +287,9 @@ impl TlsStream {
         if buf.is_empty() {
             return Ok(0);
         }
+        if self.offload.rx {
+            return crate::ktls::recv(self.fd, buf);
+        }
         // What OpenSSL wrote while reading (a KeyUpdate's answer, an alert) goes out too.
         if self.ssl.get_ref().unsent() > 0 {
             self.ssl.get_mut().flush_out()?;
@@ -271,6 +304,9 @@ impl TlsStream {
 
     /// Decrypted bytes OpenSSL holds beyond what was read (the socket may show no new event).
     pub fn pending(&self) -> usize {
+        if self.offload.rx {
+            return 0;
+        }
         self.ssl.ssl().pending()
     }
 
@@ -279,6 +315,9 @@ impl TlsStream {
     /// is true (the socket may show no event for them).
     pub fn has_buffered(&self) -> bool {
         use foreign_types::ForeignTypeRef;
+        if self.offload.rx {
+            return false;
+        }
         // SAFETY: a valid SSL for the life of `self`; SSL_has_pending only reads its buffers.
         self.pending() > 0 || unsafe { crate::ffi::SSL_has_pending(self.ssl.ssl().as_ptr()) == 1 }
     }
@@ -287,6 +326,10 @@ impl TlsStream {
     /// of `iov` left. WouldBlock: call again with output starting with the same bytes (the staged
     /// copy is resent; `iov` may have grown at its end meanwhile).
     pub fn write_gather(&mut self, iov: &[IoSlice<'_>]) -> io::Result<usize> {
+        if self.offload.tx {
+            // The kernel builds the records from the caller's buffers: no staging copy.
+            return crate::ktls::send(self.fd, iov);
+        }
         // The staged bytes were encrypted by an earlier call: they are written once all their
         // records have left (a `read` may have sent the rest meanwhile).
         if self.sealed {
@@ -330,6 +373,21 @@ impl TlsStream {
         }
     }
 
+    /// Tests: asks the peer for nothing but sends a TLS 1.3 KeyUpdate with the next write (OpenSSL's
+    /// records only; a kernel-TLS transmit direction cannot rekey and refuses).
+    #[doc(hidden)]
+    pub fn key_update(&mut self) -> io::Result<()> {
+        use foreign_types::ForeignTypeRef;
+        if self.offload.tx {
+            return Err(io::Error::other("kernel TLS cannot send a KeyUpdate"));
+        }
+        // SAFETY: a valid SSL; 0 = SSL_KEY_UPDATE_NOT_REQUESTED.
+        if unsafe { crate::ffi::SSL_key_update(self.ssl.ssl().as_ptr(), 0) } != 1 {
+            return Err(io::Error::other("SSL_key_update failed"));
+        }
+        Ok(())
+    }
+
     /// Bytes staged and not yet accepted by the socket.
     pub fn staged(&self) -> usize {
         self.staged
@@ -343,6 +401,10 @@ impl TlsStream {
 
     /// Sends close_notify (best effort, non-blocking).
     pub fn shutdown(&mut self) {
+        if self.offload.tx {
+            crate::ktls::close_notify(self.fd);
+            return;
+        }
         let _ = self.ssl.shutdown();
         let _ = self.ssl.get_mut().flush_out();
     }

@@ -16,12 +16,15 @@ const SUB: &str = "nqn.2016-06.io.nvmfd:tls";
 
 /// One handshake and a 4-byte echo; Ok((client cipher, server cipher)) or the first error.
 fn handshake(server_psk: TlsPsk, client_psk: TlsPsk) -> Result<(String, String), String> {
-    let ctx = nvmf_tls::server_context(move |id| {
-        (id == server_psk.identity)
-            .then(|| server_psk.clone())
-            .into_iter()
-            .collect()
-    })
+    let ctx = nvmf_tls::server_context(
+        move |id| {
+            (id == server_psk.identity)
+                .then(|| server_psk.clone())
+                .into_iter()
+                .collect()
+        },
+        nvmf_tls::Ktls::Off,
+    )
     .map_err(|e| e.to_string())?;
     let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| e.to_string())?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -41,7 +44,8 @@ fn handshake(server_psk: TlsPsk, client_psk: TlsPsk) -> Result<(String, String),
             .unwrap_or("?")
             .to_string())
     });
-    let cctx = nvmf_tls::client_context(client_psk).map_err(|e| e.to_string())?;
+    let cctx =
+        nvmf_tls::client_context(client_psk, nvmf_tls::Ktls::Off).map_err(|e| e.to_string())?;
     let sock = TcpStream::connect(addr).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(Duration::from_secs(5))).ok();
     let client = (|| -> Result<String, String> {

@@ -23,13 +23,16 @@ fn run(
 ) -> (Result<String, String>, Option<String>) {
     let seen = Arc::new(Mutex::new(None));
     let seen2 = seen.clone();
-    let ctx = nvmf_tls::server_context(move |id| {
-        *seen2.lock().unwrap() = Some(id.to_string());
-        (id == server_psk.identity)
-            .then(|| server_psk.clone())
-            .into_iter()
-            .collect()
-    })
+    let ctx = nvmf_tls::server_context(
+        move |id| {
+            *seen2.lock().unwrap() = Some(id.to_string());
+            (id == server_psk.identity)
+                .then(|| server_psk.clone())
+                .into_iter()
+                .collect()
+        },
+        nvmf_tls::Ktls::Off,
+    )
     .unwrap();
     let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
     let server = std::thread::spawn(move || {
@@ -45,7 +48,7 @@ fn run(
         s.write_all(&buf).map_err(|e| e.to_string())?;
         Ok::<String, String>(s.ssl().current_cipher().unwrap().name().to_string())
     });
-    let cctx = nvmf_tls::client_context(client_psk).unwrap();
+    let cctx = nvmf_tls::client_context(client_psk, nvmf_tls::Ktls::Off).unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let client = (|| {
@@ -125,12 +128,15 @@ fn openssl_s_client_against_our_server() {
         .unwrap();
     let hex: String = psk.key.iter().map(|b| format!("{b:02x}")).collect();
     let expected = psk.identity.clone();
-    let ctx = nvmf_tls::server_context(move |id| {
-        (id == psk.identity)
-            .then(|| psk.clone())
-            .into_iter()
-            .collect()
-    })
+    let ctx = nvmf_tls::server_context(
+        move |id| {
+            (id == psk.identity)
+                .then(|| psk.clone())
+                .into_iter()
+                .collect()
+        },
+        nvmf_tls::Ktls::Off,
+    )
     .unwrap();
     let listener = TcpListener::bind(("127.0.0.1", 4635)).unwrap();
     let server = std::thread::spawn(move || {

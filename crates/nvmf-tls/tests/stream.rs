@@ -34,12 +34,15 @@ fn serve(listener: TcpListener) -> Result<(String, String), String> {
         .unwrap()
         .tls_psk_v1(HOST, SUB)
         .unwrap();
-    let ctx = nvmf_tls::server_context(move |id| {
-        (id == psk.identity)
-            .then(|| psk.clone())
-            .into_iter()
-            .collect()
-    })
+    let ctx = nvmf_tls::server_context(
+        move |id| {
+            (id == psk.identity)
+                .then(|| psk.clone())
+                .into_iter()
+                .collect()
+        },
+        nvmf_tls::Ktls::Off,
+    )
     .map_err(|e| e.to_string())?;
     let (sock, _) = listener.accept().unwrap();
     sock.set_nonblocking(true).unwrap();
@@ -123,7 +126,7 @@ fn nonblocking_server_echoes_through_gathered_records() {
         .tls_psk_v1(HOST, SUB)
         .unwrap();
     let identity = psk.identity.clone();
-    let cctx = nvmf_tls::client_context(psk).unwrap();
+    let cctx = nvmf_tls::client_context(psk, nvmf_tls::Ktls::Off).unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut c = connect(&cctx, sock.as_raw_fd()).expect("client handshake");

@@ -29,13 +29,16 @@ fn both(key: &str) -> Vec<TlsPsk> {
 /// A server on an ephemeral port whose lookup returns `candidates` for their identity; it
 /// completes one handshake and echoes 4 bytes. Returns (port, join handle → cipher or error).
 fn serve(candidates: Vec<TlsPsk>) -> (u16, std::thread::JoinHandle<Result<String, String>>) {
-    let ctx = nvmf_tls::server_context(move |id| {
-        candidates
-            .iter()
-            .filter(|c| c.identity == id)
-            .cloned()
-            .collect()
-    })
+    let ctx = nvmf_tls::server_context(
+        move |id| {
+            candidates
+                .iter()
+                .filter(|c| c.identity == id)
+                .cloned()
+                .collect()
+        },
+        nvmf_tls::Ktls::Off,
+    )
     .unwrap();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -58,7 +61,7 @@ fn serve(candidates: Vec<TlsPsk>) -> (u16, std::thread::JoinHandle<Result<String
 /// Handshake with our client offering `psk`; Ok(cipher) or the server's error.
 fn client(candidates: Vec<TlsPsk>, psk: TlsPsk) -> Result<String, String> {
     let (port, server) = serve(candidates);
-    let cctx = nvmf_tls::client_context(psk).unwrap();
+    let cctx = nvmf_tls::client_context(psk, nvmf_tls::Ktls::Off).unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();

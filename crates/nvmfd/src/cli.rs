@@ -142,6 +142,16 @@ pub struct Cli {
     #[arg(long = "zerocopy-send", value_name = "MODE", value_enum, default_value_t = ZeroCopySend::Auto)]
     pub zerocopy_send: ZeroCopySend,
 
+    /// Kernel TLS (SPDK's enable_ktls): after the TLS handshake, hand the
+    /// session's keys to the kernel so that it builds and opens the records
+    /// (no user-space copy or record per call). auto: where the kernel has
+    /// the `tls` module (`modprobe tls`), OpenSSL's records otherwise (said
+    /// once in the log); off: always OpenSSL. A host that sends a TLS
+    /// KeyUpdate on a kernel TLS connection is disconnected (the kernel
+    /// cannot take new receive keys); use off for such hosts.
+    #[arg(long = "ktls", value_name = "MODE", value_enum, default_value_t = KtlsMode::Auto)]
+    pub ktls: KtlsMode,
+
     /// Smallest C2HData payload sent zero-copy, in bytes (SPDK's
     /// zerocopy_threshold): below it, copying is cheaper than the kernel's
     /// completion report.
@@ -336,6 +346,13 @@ pub const DEFAULT_ZEROCOPY_THRESHOLD: u32 = 16384;
 pub enum ZeroCopySend {
     Auto,
     Always,
+    Off,
+}
+
+/// `--ktls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KtlsMode {
+    Auto,
     Off,
 }
 

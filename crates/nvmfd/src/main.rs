@@ -258,6 +258,9 @@ fn run(cli: Cli) -> Result<()> {
                     });
                 }
                 psk
+            }, match cli.ktls {
+                cli::KtlsMode::Auto => nvmf_tls::Ktls::Auto,
+                cli::KtlsMode::Off => nvmf_tls::Ktls::Off,
             })
                 .map_err(|e| anyhow!("TLS server context: {e}"))?,
         )

@@ -157,7 +157,7 @@ pub struct Reactor {
     pub params_copy: TcpParams,
     /// Closed connections whose zero-copy sends the kernel has not all
     /// reported (`zerocopy.rs`).
-    pub draining: Vec<Draining<TcpStream, Arc<nvmf_core::backend::CompletionSink>>>,
+    pub draining: Vec<Draining<TcpStream, Arc<nvmf_core::backend::CompletionSink>, ConnTicket>>,
     pub shutdown: Arc<AtomicBool>,
     /// Control-plane commands; the sender wakes the reactor's `Waker` after
     /// sending. The data path never waits on the control plane.
@@ -1358,12 +1358,16 @@ impl Reactor {
             if c.zc && c.sm.zc_outstanding() > 0 {
                 let hold = c.sm.queue().buffer_hold();
                 let calls = c.sm.take_zc_calls();
-                let Conn { sock, sm, .. } = c;
+                let Conn {
+                    sock,
+                    sm,
+                    _ticket: ticket,
+                    ..
+                } = c;
                 // The engine's teardown parks the slots: `hold` counts as
                 // an operation in flight.
                 drop(sm);
-                self.draining.push(Draining::new(sock, hold, calls));
-                return;
+                self.draining.push(Draining::new(sock, hold, ticket, calls));
             }
             // Dropping `c` drops its QueuePair (controller teardown for an
             // admin queue) and closes the socket.
@@ -1462,6 +1466,22 @@ fn handshake_expired(
     None
 }
 
+/// Kernel TLS was wanted (`--ktls auto`) and the kernel did not take a session: said once as a
+/// warning (the usual reason, no `tls` module, holds for every connection), then per connection
+/// at debug level.
+fn ktls_fallback_log(reactor: usize, why: &str) {
+    static WARNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !WARNED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        tracing::warn!(
+            reactor,
+            "kernel TLS not used, TLS records are built by OpenSSL in user space: {why} \
+             (modprobe tls, or --ktls off to silence this)"
+        );
+    } else {
+        tracing::debug!(reactor, "kernel TLS not used: {why}");
+    }
+}
+
 /// Moves a connection on a TLS listener through its handshake as far as the
 /// socket allows. Keep with `c.tls` Clear or Up: serve it; Keep otherwise:
 /// wait for the socket.
@@ -1536,16 +1556,24 @@ fn tls_step(
             let Some(identity) = identity else {
                 return Outcome::Close("TLS handshake without a PSK identity".into());
             };
+            let records = match t.kernel_tls() {
+                (true, true) => "records by kernel TLS",
+                (true, false) => "records received by kernel TLS, sent by OpenSSL",
+                _ => "records by OpenSSL",
+            };
             info!(
                 reactor,
                 peer = %c.peer,
                 hostnqn = %identity.hostnqn,
                 subnqn = %identity.subnqn,
-                "TLS 1.3 session established ({}, identity version {}, {})",
+                "TLS 1.3 session established ({}, identity version {}, {}; {records})",
                 t.cipher(),
                 identity.version,
                 t.psk_labels().unwrap_or("?")
             );
+            if let Some(why) = t.ktls_fallback() {
+                ktls_fallback_log(reactor, why);
+            }
             // A fresh state machine whose port carries the identity
             // (Connect is checked against it); nothing was received yet.
             let port = Arc::new(PortInfo {

@@ -135,10 +135,14 @@ pub fn drain(fd: RawFd, mut report: impl FnMut(u32, u32, bool)) -> io::Result<us
 }
 
 /// A closed connection's socket, kept open until the kernel has reported
-/// every zero-copy call, and the hold that keeps its buffers parked.
-pub struct Draining<S: AsRawFd, H> {
+/// every zero-copy call, the hold that keeps its buffers parked, and its
+/// admission ticket: the host's connection caps go on counting it while
+/// its buffers are held (else closing connections with zero-copy reads in
+/// the socket would pile up memory past the caps).
+pub struct Draining<S: AsRawFd, H, T = ()> {
     sock: S,
     hold: Option<H>,
+    ticket: Option<T>,
     calls: ZcTracker,
     since: Instant,
 }
@@ -154,15 +158,16 @@ pub enum DrainState {
     GaveUp(u32),
 }
 
-impl<S: AsRawFd, H> Draining<S, H> {
-    /// Keeps `sock` (shut down both ways: nothing more is read or queued)
-    /// and `hold` until `calls` are all reported.
-    pub fn new(sock: S, hold: H, calls: ZcTracker) -> Draining<S, H> {
+impl<S: AsRawFd, H, T> Draining<S, H, T> {
+    /// Keeps `sock` (shut down both ways: nothing more is read or queued),
+    /// `hold` and `ticket` until `calls` are all reported.
+    pub fn new(sock: S, hold: H, ticket: T, calls: ZcTracker) -> Draining<S, H, T> {
         // SAFETY: shutdown(2) of a descriptor we own.
         unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RDWR) };
         Draining {
             sock,
             hold: Some(hold),
+            ticket: Some(ticket),
             calls,
             since: Instant::now(),
         }
@@ -180,12 +185,15 @@ impl<S: AsRawFd, H> Draining<S, H> {
         let left = self.calls.outstanding();
         if left == 0 {
             self.hold = None;
+            self.ticket = None;
             return DrainState::Done;
         }
         if now.saturating_duration_since(self.since) > DRAIN_LIMIT {
             if let Some(h) = self.hold.take() {
                 std::mem::forget(h);
             }
+            // The leaked buffers stay leaked; the host's admission does not.
+            self.ticket = None;
             return DrainState::GaveUp(left);
         }
         DrainState::Waiting(left)
@@ -243,9 +251,17 @@ mod tests {
             "the kernel reported every call while the receiver read nothing"
         );
         // Closed: the buffer's only owner is now the hold.
-        let mut d = Draining::new(tx, buf, calls);
+        // The admission ticket (here an Arc standing in for it) stays with
+        // the entry as long as the buffers do.
+        let ticket = Arc::new(());
+        let mut d = Draining::new(tx, buf, ticket.clone(), calls);
         assert!(matches!(d.poll(Instant::now()), DrainState::Waiting(_)));
         assert!(canary.upgrade().is_some(), "freed with calls outstanding");
+        assert_eq!(
+            Arc::strong_count(&ticket),
+            2,
+            "ticket released while draining"
+        );
         // The receiver reads what was sent (shut down after the queued
         // data, so it ends); its bytes are the buffer's.
         rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -273,5 +289,28 @@ mod tests {
             canary.upgrade().is_none(),
             "kept after every call was reported"
         );
+        assert_eq!(Arc::strong_count(&ticket), 1, "ticket kept after draining");
+    }
+
+    /// Past the limit the buffers are leaked (never freed early), but the
+    /// admission ticket is released.
+    #[test]
+    fn giving_up_leaks_the_buffers_and_releases_the_ticket() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let _rx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tx, _) = l.accept().unwrap();
+        let buf = Arc::new(vec![1u8; 64]);
+        let canary = Arc::downgrade(&buf);
+        let ticket = Arc::new(());
+        let mut calls = ZcTracker::default();
+        calls.sent();
+        let mut d = Draining::new(tx, buf, ticket.clone(), calls);
+        let late = Instant::now() + DRAIN_LIMIT + Duration::from_secs(1);
+        assert!(matches!(d.poll(late), DrainState::GaveUp(1)));
+        assert!(
+            canary.upgrade().is_some(),
+            "a buffer with a call unreported was freed"
+        );
+        assert_eq!(Arc::strong_count(&ticket), 1, "ticket kept after giving up");
     }
 }

@@ -92,7 +92,7 @@ fn icreq() -> [u8; 128] {
 
 /// Handshake with `psk` on `port`, then ICReq → ICResp over TLS. Ok(cipher) or Err(why).
 fn tls_icreq(port: u16, psk: TlsPsk) -> Result<String, String> {
-    let ctx = nvmf_tls::client_context(psk).map_err(|e| e.to_string())?;
+    let ctx = nvmf_tls::client_context(psk, nvmf_tls::Ktls::Off).map_err(|e| e.to_string())?;
     let sock = TcpStream::connect(("127.0.0.1", port)).unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut t = nvmf_tls::connect(&ctx, sock.as_raw_fd())?;
@@ -322,6 +322,52 @@ fn nvmf_host_runs_verified_io_over_tls() {
     ]);
     assert!(ok, "perf with a SHA-384 key, identity 0, failed:\n{out}");
     t.d.wait_log_for("TLS_AES_256_GCM_SHA384", Duration::from_secs(5));
+    // Kernel TLS (--ktls auto, both sides' default): sessions name who builds the records, and
+    // a kernel without the tls module is said once (the testbed guest checks the kernel side).
+    let log = t.d.log.lock().unwrap().join("\n");
+    assert!(
+        log.contains("records by kernel TLS")
+            || (log.contains("records by OpenSSL") && log.contains("kernel TLS not used")),
+        "nvmfd's log must say who builds the TLS records, and why not the kernel:\n{log}"
+    );
+    let (ok, out) = nvmf_run(&[
+        "perf",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST,
+        "--tls-key",
+        &k0,
+        "--ktls",
+        "off",
+        "-w",
+        "randrw",
+        "-o",
+        "4096",
+        "-q",
+        "4",
+        "-t",
+        "1",
+        "--verify",
+    ]);
+    assert!(ok, "perf with --ktls off failed:\n{out}");
+    let (ok, out) = nvmf_run(&[
+        "perf",
+        "-r",
+        &secure,
+        "--hostnqn",
+        HOST,
+        "--tls-key",
+        &k0,
+        "--ktls",
+        "on",
+        "-t",
+        "1",
+    ]);
+    assert!(
+        !ok && out.contains("auto or off"),
+        "--ktls on must be refused by name: {out}"
+    );
 
     // HOST384's key presented by HOST: refused, and the error says TLS.
     let (ok, out) = nvmf_run(&[

@@ -106,6 +106,8 @@ pub enum PskError {
     ContextTooLong { what: &'static str, len: usize },
     #[error("{what} contains a space or control character")]
     BadNqn { what: &'static str },
+    #[error("a traffic secret of {got} bytes; its hash needs {need}")]
+    ShortSecret { need: usize, got: usize },
 }
 
 /// A configured PSK parsed from the interchange format.
@@ -408,6 +410,33 @@ pub fn hkdf_expand_label(
         Some(ikm),
         None,
         &hkdf_label(label, context, len)?,
+        len,
+    ))
+}
+
+/// TLS 1.3 HKDF-Expand-Label with an empty context straight from `prk` (a traffic secret; RFC 8446
+/// §7.3 derives the record key and IV this way). Errors if `prk` is shorter than the hash.
+pub fn hkdf_expand_label_prk(
+    hash: PskHash,
+    prk: &[u8],
+    label: &str,
+    len: usize,
+) -> Result<Vec<u8>, PskError> {
+    let want = match hash {
+        PskHash::Sha256 => 32,
+        PskHash::Sha384 => 48,
+    };
+    if prk.len() < want {
+        return Err(PskError::ShortSecret {
+            need: want,
+            got: prk.len(),
+        });
+    }
+    Ok(hkdf(
+        hash,
+        None,
+        Some(prk),
+        &hkdf_label(label, &[], len)?,
         len,
     ))
 }

@@ -411,6 +411,11 @@ struct CommonConn {
     /// the Linux host offers), 0 = the older `NVMe0R0x <hostnqn> <subnqn>`
     #[arg(long, value_name = "0|1", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=1))]
     tls_identity: u8,
+    /// With --tls-key: hand each TLS session to the kernel after the handshake (kTLS), so the
+    /// kernel builds and opens the records. auto: where the kernel has the `tls` module
+    /// (`modprobe tls`), OpenSSL's records otherwise (said once); off: always OpenSSL
+    #[arg(long, value_name = "auto|off", default_value = "auto")]
+    ktls: nvmf_tls::Ktls,
 }
 
 impl CommonConn {
@@ -425,7 +430,10 @@ impl CommonConn {
         if let Some(path) = &self.tls_key {
             let key = nvmf_host::TlsKey::from_file(&path.to_string_lossy(), self.tls_identity)
                 .map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;
-            o.tls = Some(key);
+            o.tls = Some(nvmf_host::TlsKey {
+                ktls: self.ktls,
+                ..key
+            });
         }
         Ok(o)
     }
