@@ -583,6 +583,58 @@ pub fn run_guest_tls(
     )
 }
 
+/// [`run_guest_tls`] with host programs shipped into the guest (`--put-bin`, as
+/// [`run_guest_with_bins`]): e.g. `nvmfd` and `nvmf`, to run both ends under the 6.12 kernel's TLS.
+pub fn run_guest_tls_with_bins(
+    dir: &Path,
+    script: &str,
+    env: &[(&str, String)],
+    bins: &[&Path],
+    timeout: Duration,
+) -> GuestRun {
+    prepare_tls();
+    let mut tb_args = Vec::new();
+    for b in bins {
+        tb_args.push(std::ffi::OsString::from("--put-bin"));
+        tb_args.push(b.as_os_str().to_os_string());
+    }
+    guest(
+        &tls_testbed_env(),
+        &["tls-lib.sh"],
+        &tb_args,
+        dir,
+        script,
+        &[],
+        env,
+        timeout,
+        |_, _| "ok".to_string(),
+    )
+}
+
+/// Builds example `name` of workspace package `package` (the profile of this test build) and
+/// returns its path; `env_override` names a variable that points at a prebuilt one instead.
+pub fn example_binary(package: &str, name: &str, env_override: &str) -> PathBuf {
+    if let Some(p) = std::env::var_os(env_override) {
+        return PathBuf::from(p);
+    }
+    let dir = nvmf_testkit::bins::profile_dir();
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "-p", package, "--example", name]);
+    if dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let st = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run cargo to build {name}: {e}"));
+    let p = dir.join("examples").join(name);
+    assert!(
+        st.success() && p.is_file(),
+        "`cargo build -p {package} --example {name}` did not put it at {} (or set {env_override})",
+        p.display()
+    );
+    p
+}
+
 /// One `nvmfd-testbed run` with `tb_env` in the testbed's environment; `puts` are more files of
 /// `tests/interop` for `/job`; `tb_args` are more `run` options (e.g. `--link ... --rxe`).
 #[allow(clippy::too_many_arguments)]

@@ -374,25 +374,7 @@ impl Drop for ListenGuest {
 /// `target/<profile>/examples/<name>` of the nvmf-rdma crate, (re)built with cargo so it is
 /// never stale; `$env_override` names a prebuilt one instead.
 pub fn rdma_example(name: &str, env_override: &str) -> PathBuf {
-    if let Some(p) = std::env::var_os(env_override) {
-        return PathBuf::from(p);
-    }
-    let dir = nvmf_testkit::bins::profile_dir();
-    let mut cmd = Command::new(env!("CARGO"));
-    cmd.args(["build", "-p", "nvmf-rdma", "--example", name]);
-    if dir.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let st = cmd
-        .status()
-        .unwrap_or_else(|e| panic!("cannot run cargo to build {name}: {e}"));
-    let p = dir.join("examples").join(name);
-    assert!(
-        st.success() && p.is_file(),
-        "`cargo build -p nvmf-rdma --example {name}` did not put it at {} (or set {env_override})",
-        p.display()
-    );
-    p
+    crate::example_binary("nvmf-rdma", name, env_override)
 }
 
 #[cfg(test)]

@@ -528,3 +528,58 @@ fn kernel_host_612_tls() {
     }
     finish("kernel_host_612_tls", &run, &mut nvmfd, &failures);
 }
+
+/// Kernel TLS with a kernel that has it (the 6.12 TLS guest; this machine's kernel has no `tls`
+/// module, where nvmf-tls's `tests/ktls.rs` covers the fallback): `tests/interop/ktls.sh` runs
+/// nvmf-tls's `ktls_check --require-kernel` (kTLS both ways, one way, refused keys, KeyUpdate
+/// refused by name), nvmfd and `nvmf perf --verify` with kernel TLS on both sides and mixed with
+/// OpenSSL records, and the Linux host (tlshd, kernel TLS) with fio verify against nvmfd's kernel
+/// TLS — all inside the guest. `NVMFD_KTLS_BENCH=1` adds the TLS/clear figures (BENCHMARKS.md).
+#[test]
+fn ktls_in_the_612_guest() {
+    let Some(_serial) = begin("ktls_in_the_612_guest") else {
+        return;
+    };
+    let dir = work_dir("ktls");
+    let check = example_binary("nvmf-tls", "ktls_check", "NVMF_KTLS_CHECK_BIN");
+    let (nvmfd, nvmf) = (nvmfd_binary(), nvmf_binary());
+    let bench = std::env::var("NVMFD_KTLS_BENCH").is_ok_and(|v| v == "1");
+    let env = vec![
+        ("PORT", "4420".to_string()),
+        ("CPORT", "4421".to_string()),
+        ("UPORT", "4422".to_string()),
+        ("NQN", SUB.to_string()),
+        ("HOSTNQN", host_nqn(HOST_ID)),
+        ("HOSTID", HOST_ID.to_string()),
+        ("PSK", PSK01.to_string()),
+        ("FIO_MB", "4".to_string()),
+        ("BENCH", if bench { "1" } else { "0" }.to_string()),
+        ("BENCH_S", "5".to_string()),
+    ];
+    let run = run_guest_tls_with_bins(
+        &dir,
+        "ktls.sh",
+        &env,
+        &[check.as_path(), nvmfd.as_path(), nvmf.as_path()],
+        Duration::from_secs(if bench { 420 } else { 300 }),
+    );
+    let report = run.report(None);
+    println!("{report}");
+    for l in run.stdout.lines().filter(|l| l.starts_with("BENCH ")) {
+        say(&format!("interop ktls_in_the_612_guest: {l}"));
+    }
+    say(&format!(
+        "interop ktls_in_the_612_guest: {} (guest status {}, {:.1} s)",
+        if run.status == 0 { "passed" } else { "FAILED" },
+        run.status,
+        run.wall.as_secs_f64()
+    ));
+    assert!(
+        run.status == 0 && run.stdout.contains("ktls: all steps passed"),
+        "interop ktls_in_the_612_guest failed: {}\n\n{report}",
+        run.stdout
+            .lines()
+            .find(|l| l.starts_with("FAIL:"))
+            .unwrap_or("(no FAIL line; see the report)")
+    );
+}
