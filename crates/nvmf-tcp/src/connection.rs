@@ -32,7 +32,6 @@
 
 use crate::icreq;
 use crate::txq::{SendKind, TxQueue};
-use crate::zerocopy::ZcTracker;
 use nvmf_core::request::{
     BufPolicy, DataDesc, DataOut, Fabric, Fault, FaultKind, RequestEngine, RequestParams,
     RequestState, SglKind, Slots,
@@ -48,6 +47,7 @@ use nvmf_wire::pdu::{
     FES_HEADER_DIGEST_ERROR, FES_INVALID_HEADER_FIELD, FES_PDU_SEQUENCE_ERROR,
 };
 use nvmf_wire::zerocopy::FromBytes;
+use nvmf_zerocopy::ZcTracker;
 use std::io::IoSlice;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,7 +111,7 @@ pub struct TcpParams {
     pub zerocopy_threshold: Option<usize>,
     /// Keep sending zero-copy even when the kernel reports it copies
     /// (`--zerocopy-send always`, for measuring); otherwise it goes off for
-    /// the connection after [`crate::zerocopy::COPIED_TO_STOP`] copies in a row.
+    /// the connection after [`nvmf_zerocopy::COPIED_TO_STOP`] copies in a row.
     pub zerocopy_always: bool,
 }
 
@@ -549,7 +549,7 @@ impl Connection {
     /// The kernel reported zero-copy calls `lo..=hi` done (`copied`: it
     /// copied their data after all): their slots are released. Returns true
     /// when this report turned zero-copy off for the connection (the kernel
-    /// copied [`crate::zerocopy::COPIED_TO_STOP`] calls in a row; calls
+    /// copied [`nvmf_zerocopy::COPIED_TO_STOP`] calls in a row; calls
     /// already made are still reported and released as they come).
     pub fn zc_completed(&mut self, lo: u32, hi: u32, copied: bool) -> bool {
         self.wire.zc.complete(lo, hi, copied);

@@ -11,12 +11,13 @@
 //! | `connection.rs` | [`Connection`]: receive buffer, decode loop, PDU handlers, termination |
 //! | `icreq.rs` | ICReq checks and the ICResp |
 //! | `txq.rs` | the send queue (bytes + slot data referenced in place; slots parked for zero-copy calls) |
-//! | `zerocopy.rs` | `MSG_ZEROCOPY` calls the kernel has not reported done |
 
 mod connection;
 mod icreq;
 mod txq;
-pub mod zerocopy;
+/// `MSG_ZEROCOPY` calls the kernel has not reported done (the shared
+/// `nvmf-zerocopy` crate's tracker).
+pub use nvmf_zerocopy::tracker as zerocopy;
 
 /// What NVMe/TCP states about its capsules (each connection's
 /// `PortInfo::caps`): data moves through the transport (C2HData, R2T +

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 
-use crate::zerocopy::ZcTracker;
+use nvmf_zerocopy::ZcTracker;
 
 /// Written bytes at the front of the byte buffer worth a compaction (when
 /// they are at least half of it).
@@ -53,15 +53,11 @@ pub struct TxQueue {
     zc_parked: VecDeque<(u32, u16)>,
 }
 
-/// How the next write should be made ([`TxQueue::iovecs_split`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SendKind {
-    /// A normal (copying) send; `more`: zero-copy data comes right after
-    /// (`MSG_MORE`, so the header and its data share a segment).
-    Copy { more: bool },
-    /// Only slot data: send with `MSG_ZEROCOPY`.
-    ZeroCopy,
-}
+/// How the next write should be made ([`TxQueue::iovecs_split`]): a
+/// copying send (`more`: zero-copy slot data comes right after, so the
+/// header and its data share a segment), or only slot data with
+/// `MSG_ZEROCOPY`.
+pub use nvmf_zerocopy::SendKind;
 
 impl TxQueue {
     pub fn with_capacity(bytes: usize, segs: usize) -> TxQueue {

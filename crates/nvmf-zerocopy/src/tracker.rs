@@ -1,6 +1,6 @@
-//! Zero-copy sends (`MSG_ZEROCOPY`): which send calls the kernel has
-//! finished with. Owns the bookkeeping only; the reactor in `nvmfd` makes
-//! the calls and reads the socket's error queue.
+//! Which zero-copy send calls (`MSG_ZEROCOPY`) the kernel has finished
+//! with. Bookkeeping only; `socket.rs` makes the calls and reads the
+//! socket's error queue.
 //!
 //! The kernel numbers every `sendmsg(MSG_ZEROCOPY)` that sent something,
 //! from 0 per socket, and later reports ranges `[lo, hi]` of numbers whose
@@ -10,7 +10,8 @@
 //! read them (a NIC's DMA, a retransmission). [`ZcTracker`] keeps the
 //! watermark below which every call is done, plus the ranges reported ahead
 //! of it; a slot is released once the watermark passes the last call that
-//! carried its bytes (`txq.rs`).
+//! carried its bytes (the target's `nvmf-tcp` send queue, the host's
+//! `nvmf-host` transport).
 //!
 //! The kernel also says when it copied after all (`SO_EE_CODE_ZEROCOPY_COPIED`:
 //! loopback, a device without scatter-gather): then zero-copy costs a
