@@ -63,6 +63,9 @@ pub struct ConnectOptions {
     /// TLS 1.3 with a PSK (`--tls-key`): every queue's TCP connection runs a
     /// TLS handshake before its ICReq.
     pub tls: Option<TlsKey>,
+    /// Zero-copy sends of write data on I/O queues (`--zerocopy-send`;
+    /// default auto: 16 KiB and up, off where the kernel copies anyway).
+    pub zerocopy: Option<crate::queue::ZeroCopySend>,
 }
 
 /// The configured PSK a host connects with and the identity version it offers.
@@ -126,6 +129,7 @@ impl ConnectOptions {
             kato,
             admin_queue_size: 32,
             tls: None,
+            zerocopy: Some(crate::queue::ZeroCopySend::AUTO),
             timeout: Duration::from_secs(10),
             disable_sqflow: true,
         }
@@ -285,6 +289,7 @@ impl Controller {
             disable_sqflow: false,
             tls: opts.tls_psk()?,
             ktls: opts.ktls(),
+            zerocopy: None,
         })?;
         let cntlid = q.cntlid();
         let mut c = Controller {
@@ -674,6 +679,7 @@ impl Controller {
             disable_sqflow: self.opts.disable_sqflow,
             tls: self.opts.tls_psk()?,
             ktls: self.opts.ktls(),
+            zerocopy: self.opts.zerocopy,
         })
     }
 }

@@ -55,6 +55,6 @@ pub use controller::{
 };
 pub use discovery::{format_nvme_cli, DiscoveryEntry, DiscoveryLog};
 pub use error::{Error, NvmeError, Result};
-pub use queue::{IoCompletion, IoQueue, QueueParams, Slot};
+pub use queue::{IoCompletion, IoQueue, QueueParams, Slot, ZeroCopySend};
 pub use transport::{Negotiated, TransportParams};
 pub use trid::{TransportId, DISCOVERY_NQN};

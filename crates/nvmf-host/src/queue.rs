@@ -78,6 +78,26 @@ pub struct QueueParams {
     pub tls: Option<nvmf_core::tls::psk::TlsPsk>,
     /// Whether the TLS session goes to the kernel's TLS after the handshake.
     pub ktls: nvmf_tls::Ktls,
+    /// Zero-copy sends of H2C payloads (clear-text NVMe/TCP; None: copy).
+    pub zerocopy: Option<ZeroCopySend>,
+}
+
+/// Zero-copy sends (`MSG_ZEROCOPY`) of write data from the slot buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ZeroCopySend {
+    /// Smallest payload sent zero-copy, in bytes.
+    pub threshold: u32,
+    /// Never turned off; else off for a connection whose calls the kernel
+    /// reports it copied anyway (loopback, a NIC without scatter-gather).
+    pub always: bool,
+}
+
+impl ZeroCopySend {
+    /// The default: 16 KiB and up, off where the kernel copies anyway.
+    pub const AUTO: ZeroCopySend = ZeroCopySend {
+        threshold: 16384,
+        always: false,
+    };
 }
 
 /// The connection under a queue: one TCP socket or one RDMA queue pair.
@@ -101,6 +121,9 @@ enum State {
     /// Allocated by the caller (or completed and not yet released).
     Owned,
     InFlight,
+    /// Answered, waiting for the kernel's report of the zero-copy call
+    /// that sent its data (still in flight for the caller).
+    ZcWait,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -130,6 +153,14 @@ pub(crate) struct Slots {
     inflight: usize,
     maxh2cdata: u32,
     sqhd: u16,
+    /// Completions of writes whose data went out zero-copy, held until the
+    /// kernel reports the call (the zero-copy call's number): the slot is
+    /// the caller's again only when the kernel no longer reads its buffer.
+    zc_held: Vec<(u32, IoCompletion)>,
+    /// The kernel never reported some zero-copy call before the queue
+    /// closed: the slot buffers are leaked, not freed (it may still read
+    /// them).
+    leak_bufs: bool,
 }
 
 /// An NVMe/TCP or NVMe/RDMA queue pair with preallocated command slots.
@@ -186,6 +217,8 @@ impl IoQueue {
             inflight: 0,
             maxh2cdata: 0,
             sqhd: 0,
+            zc_held: Vec::new(),
+            leak_bufs: false,
         };
         let t = if rdma {
             Link::Rdma(RdmaLink::connect(
@@ -207,6 +240,15 @@ impl IoQueue {
                 p.tls.as_ref().map(|psk| (psk, p.ktls)),
             )?;
             s.maxh2cdata = t.negotiated().maxh2cdata;
+            let mut t = t;
+            if let (Some(z), None) = (p.zerocopy, &p.tls) {
+                // A kernel without SO_ZEROCOPY: copy, unless always was asked.
+                if let Err(e) = t.enable_zerocopy(z.threshold as usize, z.always, nslots) {
+                    if z.always {
+                        return Err(e);
+                    }
+                }
+            }
             Link::Tcp(t)
         };
         let in_capsule = match (p.qid, rdma) {
@@ -291,6 +333,14 @@ impl IoQueue {
     /// Completions waiting in `next_completion`.
     pub fn completions_ready(&self) -> usize {
         self.s.done.len()
+    }
+    /// Zero-copy sends of write data: calls made, calls the kernel copied
+    /// anyway, and whether zero-copy is still on (all 0/false: off).
+    pub fn zc_stats(&self) -> (u64, u64, bool) {
+        match &self.t {
+            Link::Tcp(t) => t.zc_stats(),
+            Link::Rdma(_) => (0, 0, false),
+        }
     }
     /// Free slots.
     pub fn free_slots(&self) -> usize {
@@ -405,7 +455,7 @@ impl IoQueue {
                     encode_capsule_cmd_header(t.tx().bytes(), &enc, &cmd, len as usize);
                     // SAFETY: the slot buffer lives as long as the queue (which owns
                     // the TxBuf) and has at least `len` bytes.
-                    unsafe { send_data(t.tx(), &enc, data, len as usize) };
+                    unsafe { send_data(t.tx(), &enc, data, len as usize, i as u16) };
                 } else {
                     cmd.set_sgl(SglDescriptor::transport(len));
                     pdu::encode_capsule_cmd(t.tx().bytes(), &enc, &cmd, &[]);
@@ -582,6 +632,13 @@ impl IoQueue {
                     break;
                 }
             }
+            if t.tx().zc_outstanding() > 0 {
+                let fd = t.raw_fd();
+                // A failing error queue (the socket reset) is the receive
+                // path's to report; unreported calls keep their completions.
+                let _ = t.tx().zc_drain(fd);
+                self.s.release_zc(t.tx());
+            }
             if t.eof() {
                 // Hand out what arrived before the close; the next poll fails.
                 if !self.s.done.is_empty() {
@@ -606,7 +663,18 @@ impl IoQueue {
     /// read its buffer, submit it again, or `release` it.
     #[inline]
     pub fn next_completion(&mut self) -> Option<IoCompletion> {
-        self.s.done.pop_front()
+        let c = self.s.done.pop_front();
+        // The caller may refill the slot now: the kernel must be done with
+        // any zero-copy call that sent from it (tests run debug builds).
+        #[cfg(debug_assertions)]
+        if let (Some(c), Link::Tcp(t)) = (&c, &self.t) {
+            assert!(
+                t.zc_unreported(c.slot as usize).is_none(),
+                "completion of slot {} handed out before the kernel reported its zero-copy send",
+                c.slot
+            );
+        }
+        c
     }
 
     /// Take the completion of `slot` if it has arrived, leaving the others
@@ -697,8 +765,36 @@ fn poll_rdma(
 // SAFETY: `bufs` is an allocation owned by this struct alone.
 unsafe impl Send for Slots {}
 
+impl Drop for IoQueue {
+    /// Zero-copy calls the kernel has not reported when the queue goes: it
+    /// may still read the slot buffers (a retransmission), so they are
+    /// given up to 100 ms to be reported after the socket is shut down, and
+    /// leaked (never freed early) if some are not.
+    fn drop(&mut self) {
+        let Link::Tcp(t) = &mut self.t else {
+            return;
+        };
+        if t.tx().zc_outstanding() == 0 {
+            return;
+        }
+        t.shutdown();
+        let fd = t.raw_fd();
+        let deadline = Instant::now() + Duration::from_millis(100);
+        while t.tx().zc_outstanding() > 0 && Instant::now() < deadline {
+            let _ = t.tx().zc_drain(fd);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if t.tx().zc_outstanding() > 0 {
+            self.s.leak_bufs = true;
+        }
+    }
+}
+
 impl Drop for Slots {
     fn drop(&mut self) {
+        if self.leak_bufs {
+            return;
+        }
         // SAFETY: `bufs`/`bufs_len` came from Box::into_raw of a boxed slice.
         unsafe {
             drop(Box::from_raw(std::ptr::slice_from_raw_parts_mut(
@@ -761,20 +857,57 @@ impl Slots {
     }
 
     pub(crate) fn complete(&mut self, i: usize, status: Status, dw0: u32, dw1: u32) {
+        self.complete_after(i, status, dw0, dw1, None);
+    }
+
+    /// As `complete`; with `zc_call`, the completion waits for the kernel's
+    /// report of that zero-copy call (`release_zc`).
+    fn complete_after(
+        &mut self,
+        i: usize,
+        status: Status,
+        dw0: u32,
+        dw1: u32,
+        zc_call: Option<u32>,
+    ) {
         let info = &mut self.info[i];
         let status = if info.digest_error && status.is_success() {
             Status::TRANSIENT_TRANSPORT_ERROR
         } else {
             status
         };
-        info.state = State::Owned;
-        self.inflight -= 1;
-        self.done.push_back(IoCompletion {
+        let c = IoCompletion {
             slot: i as Slot,
             status,
             dw0,
             dw1,
-        });
+        };
+        if let Some(seq) = zc_call {
+            // Still in flight for the caller (and for a duplicate response,
+            // which `slot_for` then refuses as for a free slot).
+            info.state = State::ZcWait;
+            self.zc_held.push((seq, c));
+            return;
+        }
+        info.state = State::Owned;
+        self.inflight -= 1;
+        self.done.push_back(c);
+    }
+
+    /// Hands out the held completions whose zero-copy call the kernel has
+    /// reported.
+    fn release_zc(&mut self, tx: &TxBuf) {
+        let mut k = 0;
+        while k < self.zc_held.len() {
+            if tx.zc_done(self.zc_held[k].0) {
+                let (_, c) = self.zc_held.swap_remove(k);
+                self.info[c.slot as usize].state = State::Owned;
+                self.inflight -= 1;
+                self.done.push_back(c);
+            } else {
+                k += 1;
+            }
+        }
     }
 
     /// Validate a C2HData header for `len` payload bytes; returns the slot.
@@ -823,7 +956,8 @@ impl Slots {
                 let cqe = &r.cqe;
                 let i = self.slot_for(cqe.cid(), "response")?;
                 self.sqhd = cqe.sqhd();
-                self.complete(i, cqe.status(), cqe.dw0(), cqe.dw1());
+                let zc = tx.zc_unreported(i);
+                self.complete_after(i, cqe.status(), cqe.dw0(), cqe.dw1(), zc);
             }
             Pdu::C2HData {
                 hdr,
@@ -870,7 +1004,7 @@ impl Slots {
                     // SAFETY: off + len <= the slot's transfer length <=
                     // buf_size (checked above); the buffer outlives the TxBuf
                     // contents (both belong to the queue).
-                    unsafe { send_data(tx, enc, data.add(off + done), n) };
+                    unsafe { send_data(tx, enc, data.add(off + done), n, i as u16) };
                     done += n;
                 }
             }
@@ -913,13 +1047,13 @@ const COPY_BELOW: usize = 2048;
 /// # Safety
 /// `data..data+len` must be valid for reads until the TxBuf is flushed.
 #[inline]
-unsafe fn send_data(tx: &mut TxBuf, enc: &EncodeOpts, data: *const u8, len: usize) {
+unsafe fn send_data(tx: &mut TxBuf, enc: &EncodeOpts, data: *const u8, len: usize, slot: u16) {
     let bytes = std::slice::from_raw_parts(data, len);
     if len < COPY_BELOW {
         pdu::append_data(tx.bytes(), enc, bytes);
         return;
     }
-    tx.push_ext(data, len);
+    tx.push_slot_data(data, len, slot);
     if enc.ddgst {
         tx.bytes().extend_from_slice(&crc32c(bytes).to_le_bytes());
     }
@@ -964,6 +1098,105 @@ fn encode_capsule_cmd_header(out: &mut Vec<u8>, enc: &EncodeOpts, cmd: &Command,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A write's response arrives while the zero-copy call that sent its
+    /// data is unreported (a receiver that has read nothing): the
+    /// completion is held, the slot stays in flight, and it is handed out
+    /// once the kernel reports the call.
+    #[test]
+    fn a_write_completes_only_after_its_zero_copy_call_is_reported() {
+        use nvmf_wire::pdu::{DecodeOpts, Role};
+        use nvmf_wire::Completion;
+        use std::io::Read;
+        use std::net::{TcpListener, TcpStream};
+        use std::os::fd::AsRawFd;
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut rx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (sock, _) = l.accept().unwrap();
+        sock.set_nonblocking(true).unwrap();
+        nvmf_zerocopy::enable(sock.as_raw_fd()).unwrap();
+        let fd = sock.as_raw_fd();
+        let buf_size = 8usize << 20;
+        let mut s = Slots {
+            qid: 1,
+            info: vec![
+                SlotInfo {
+                    state: State::Free,
+                    dir: DataDirection::None,
+                    len: 0,
+                    received: 0,
+                    digest_error: false,
+                };
+                2
+            ]
+            .into_boxed_slice(),
+            bufs: Box::into_raw(vec![5u8; 2 * buf_size].into_boxed_slice()) as *mut u8,
+            bufs_len: 2 * buf_size,
+            buf_size,
+            free: vec![0],
+            done: VecDeque::new(),
+            inflight: 1,
+            maxh2cdata: 0,
+            sqhd: 0,
+            zc_held: Vec::new(),
+            leak_bufs: false,
+        };
+        s.info[1].state = State::InFlight;
+        s.info[1].dir = DataDirection::HostToController;
+        s.info[1].len = buf_size as u32;
+        let mut tx = TxBuf::new();
+        tx.enable_zerocopy(16384, true, 2);
+        let enc = EncodeOpts::default();
+        // SAFETY: the slot buffer outlives the writes below.
+        unsafe { send_data(&mut tx, &enc, s.buf_ptr(1), buf_size, 1) };
+        assert!(!tx.write_to(fd).unwrap(), "8 MiB fit in the socket");
+        assert!(tx.zc_unreported(1).is_some());
+        // The target's answer (as if it had the data).
+        let mut resp = Vec::new();
+        pdu::encode_capsule_resp(
+            &mut resp,
+            &enc,
+            &Completion::new(1, 1, 0, Status::SUCCESS, 0),
+        );
+        let Ok(pdu::Decoded::Pdu { pdu, .. }) = pdu::decode(&resp, &DecodeOpts::new(Role::Host))
+        else {
+            panic!("response does not decode");
+        };
+        s.handle(&pdu, &mut tx, &enc).unwrap();
+        s.release_zc(&tx);
+        assert!(
+            s.done.is_empty(),
+            "completion handed out with its zero-copy call unreported"
+        );
+        assert_eq!(s.inflight, 1);
+        // The receiver takes everything; the kernel reports; the completion follows.
+        let reader = std::thread::spawn(move || {
+            let mut sink = vec![0u8; 1 << 20];
+            let mut n = 0;
+            rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            while n < (8 << 20) {
+                match rx.read(&mut sink) {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => n += k,
+                }
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !tx.write_to(fd).unwrap() {
+            assert!(Instant::now() < deadline, "write timed out");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        reader.join().unwrap();
+        while s.done.is_empty() {
+            assert!(Instant::now() < deadline, "never reported");
+            let _ = tx.zc_drain(fd);
+            s.release_zc(&tx);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(s.done[0].slot, 1);
+        assert_eq!(s.inflight, 0);
+        assert!(s.info[1].state == State::Owned);
+    }
 
     #[test]
     fn capsule_header_matches_the_wire_encoder() {

@@ -314,6 +314,30 @@ impl Transport {
         &mut self.tx
     }
     /// Output queued but not yet written to the socket.
+    /// Turns zero-copy sends of H2C payloads of `threshold` bytes or more
+    /// on (`SO_ZEROCOPY`; clear text only) for a queue of `slots` slots.
+    pub fn enable_zerocopy(&mut self, threshold: usize, always: bool, slots: usize) -> Result<()> {
+        if self.tls.is_some() {
+            return Err(Error::InvalidArg(
+                "zero-copy sends are for clear-text NVMe/TCP (TLS builds records)".into(),
+            ));
+        }
+        nvmf_zerocopy::enable(self.sock.as_raw_fd())
+            .map_err(|e| Error::io("setting SO_ZEROCOPY", e))?;
+        self.tx.enable_zerocopy(threshold, always, slots);
+        Ok(())
+    }
+
+    /// See [`TxBuf::zc_unreported`].
+    pub fn zc_unreported(&self, slot: usize) -> Option<u32> {
+        self.tx.zc_unreported(slot)
+    }
+
+    /// See [`TxBuf::zc_stats`].
+    pub fn zc_stats(&self) -> (u64, u64, bool) {
+        self.tx.zc_stats()
+    }
+
     pub fn tx_pending(&self) -> bool {
         self.tx.pending()
     }
@@ -779,8 +803,30 @@ fn read_some(
 enum Seg {
     /// `TxBuf::buf[start..end]`.
     Own(usize, usize),
-    /// Caller memory (a command's data buffer), sent without copying.
-    Ext(*const u8, usize),
+    /// Caller memory (a command's data buffer), sent without copying; the
+    /// slot it belongs to ([`NO_SLOT`]: none).
+    Ext(*const u8, usize, u16),
+}
+
+/// `Seg::Ext` owner of memory that is no slot's.
+pub const NO_SLOT: u16 = u16::MAX;
+
+/// Zero-copy sends (`MSG_ZEROCOPY`) of H2C data from the slot buffers: a
+/// payload of `threshold` bytes or more goes out in a call of its own, and
+/// the slot's last such call is remembered; the queue hands out the
+/// command's completion only once the kernel has reported that call
+/// (`zc_unreported`), so a slot buffer is never refilled while the kernel
+/// may still read it.
+#[derive(Debug)]
+pub struct HostZc {
+    threshold: usize,
+    /// Never turned off (for measuring); else off once the kernel copies
+    /// every call (loopback).
+    always: bool,
+    on: bool,
+    tracker: nvmf_zerocopy::ZcTracker,
+    /// Per slot: the last zero-copy call that carried its bytes.
+    slot_seq: Vec<Option<u32>>,
 }
 
 /// Most iovecs handed to one sendmsg.
@@ -800,6 +846,7 @@ pub struct TxBuf {
     idx: usize,
     off: usize,
     iov: Vec<libc::iovec>,
+    zc: Option<HostZc>,
 }
 
 // SAFETY: the external segments point at memory the owner of the TxBuf
@@ -822,7 +869,66 @@ impl TxBuf {
             idx: 0,
             off: 0,
             iov: Vec::with_capacity(MAX_IOV),
+            zc: None,
         }
+    }
+
+    /// Send H2C payloads of `threshold` bytes or more zero-copy (the socket
+    /// has `SO_ZEROCOPY`) for a queue of `slots` slots.
+    pub fn enable_zerocopy(&mut self, threshold: usize, always: bool, slots: usize) {
+        self.zc = Some(HostZc {
+            threshold: threshold.max(1),
+            always,
+            on: true,
+            tracker: nvmf_zerocopy::ZcTracker::default(),
+            slot_seq: vec![None; slots],
+        });
+    }
+
+    /// The zero-copy call that carried `slot`'s bytes and that the kernel
+    /// has not reported yet, if any.
+    #[inline]
+    pub fn zc_unreported(&self, slot: usize) -> Option<u32> {
+        let z = self.zc.as_ref()?;
+        let seq = (*z.slot_seq.get(slot)?)?;
+        (!z.tracker.is_done(seq)).then_some(seq)
+    }
+
+    /// Whether zero-copy call `seq` is reported done.
+    #[inline]
+    pub fn zc_done(&self, seq: u32) -> bool {
+        self.zc.as_ref().is_none_or(|z| z.tracker.is_done(seq))
+    }
+
+    /// Zero-copy calls not yet reported.
+    #[inline]
+    pub fn zc_outstanding(&self) -> u32 {
+        self.zc.as_ref().map_or(0, |z| z.tracker.outstanding())
+    }
+
+    /// Zero-copy calls made and reported copied by the kernel, and whether
+    /// zero-copy is still on.
+    pub fn zc_stats(&self) -> (u64, u64, bool) {
+        self.zc
+            .as_ref()
+            .map_or((0, 0, false), |z| (z.tracker.calls, z.tracker.copied, z.on))
+    }
+
+    /// Reads the kernel's zero-copy reports from `fd`'s error queue; turns
+    /// zero-copy off (unless `always`) once it copies every call.
+    pub fn zc_drain(&mut self, fd: i32) -> io::Result<usize> {
+        let Some(z) = self.zc.as_mut() else {
+            return Ok(0);
+        };
+        if z.tracker.outstanding() == 0 {
+            return Ok(0);
+        }
+        let t = &mut z.tracker;
+        let n = nvmf_zerocopy::drain(fd, |lo, hi, copied| t.complete(lo, hi, copied))?;
+        if !z.always && z.tracker.copies_everything() {
+            z.on = false;
+        }
+        Ok(n)
     }
 
     /// The owned byte buffer, for appending encoded PDUs.
@@ -838,9 +944,20 @@ impl TxBuf {
     /// has written it (or the TxBuf is cleared or dropped).
     #[inline]
     pub unsafe fn push_ext(&mut self, ptr: *const u8, len: usize) {
+        self.push_slot_data(ptr, len, NO_SLOT);
+    }
+
+    /// As [`TxBuf::push_ext`], for bytes of slot `slot`'s buffer (which may
+    /// go out zero-copy; see [`HostZc`]).
+    ///
+    /// # Safety
+    /// As for `push_ext`; and the slot's buffer must stay unchanged until
+    /// the kernel has reported the call ([`TxBuf::zc_unreported`]).
+    #[inline]
+    pub unsafe fn push_slot_data(&mut self, ptr: *const u8, len: usize, slot: u16) {
         self.close_own();
         if len > 0 {
-            self.segs.push(Seg::Ext(ptr, len));
+            self.segs.push(Seg::Ext(ptr, len, slot));
         }
     }
 
@@ -879,7 +996,7 @@ impl TxBuf {
             for (k, seg) in self.segs[self.idx..].iter().take(iov.len()).enumerate() {
                 let (p, n) = match *seg {
                     Seg::Own(a, b) => (self.buf[a..b].as_ptr(), b - a),
-                    Seg::Ext(p, n) => (p, n),
+                    Seg::Ext(p, n, _) => (p, n),
                 };
                 let skip = if k == 0 { self.off } else { 0 };
                 // SAFETY: as in `write_to`: our buffer, or the caller's memory
@@ -911,7 +1028,7 @@ impl TxBuf {
         while left > 0 {
             let n = match self.segs[self.idx] {
                 Seg::Own(a, b) => b - a,
-                Seg::Ext(_, n) => n,
+                Seg::Ext(_, n, _) => n,
             } - self.off;
             if left >= n {
                 left -= n;
@@ -924,14 +1041,82 @@ impl TxBuf {
         }
     }
 
-    fn write_to(&mut self, fd: i32) -> io::Result<bool> {
+    /// Zero-copy on: where the next zero-copy call starts (the first slot
+    /// payload of `threshold` bytes or more at or after `idx`).
+    fn next_zc(&self) -> Option<usize> {
+        let z = self.zc.as_ref().filter(|z| z.on && z.tracker.has_room())?;
+        self.segs[self.idx..]
+            .iter()
+            .take(MAX_IOV)
+            .enumerate()
+            .find(|(k, seg)| {
+                let skip = if *k == 0 { self.off } else { 0 };
+                matches!(seg, Seg::Ext(_, n, slot) if *slot != NO_SLOT && n - skip >= z.threshold)
+            })
+            .map(|(k, _)| self.idx + k)
+    }
+
+    /// One zero-copy call of what is left of segment `idx` (a slot
+    /// payload): Ok(None) when the socket is full.
+    fn write_zc(&mut self, fd: i32) -> io::Result<Option<usize>> {
+        let Seg::Ext(p, n, slot) = self.segs[self.idx] else {
+            unreachable!("zero-copy of an owned segment")
+        };
+        // SAFETY: off < n; the caller's memory by the contract of push_slot_data.
+        let data = unsafe { std::slice::from_raw_parts(p.add(self.off), n - self.off) };
+        match nvmf_zerocopy::send(
+            fd,
+            &[io::IoSlice::new(data)],
+            nvmf_zerocopy::SendKind::ZeroCopy,
+        ) {
+            Ok(0) => Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(r) => {
+                let z = self.zc.as_mut().expect("zero-copy on");
+                let seq = z.tracker.sent();
+                if let Some(s) = z.slot_seq.get_mut(slot as usize) {
+                    *s = Some(seq);
+                }
+                Ok(Some(r))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            // Out of option memory for the notifications: copy this time.
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => {
+                let n = nvmf_zerocopy::send(
+                    fd,
+                    &[io::IoSlice::new(data)],
+                    nvmf_zerocopy::SendKind::Copy { more: false },
+                );
+                match n {
+                    Ok(r) => Ok(Some(r)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                    Err(e) => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    pub(crate) fn write_to(&mut self, fd: i32) -> io::Result<bool> {
         self.close_own();
         while self.idx < self.segs.len() {
+            let zc_at = self.next_zc();
+            if zc_at == Some(self.idx) {
+                match self.write_zc(fd)? {
+                    Some(r) => {
+                        self.advance(r);
+                        continue;
+                    }
+                    None => return Ok(false),
+                }
+            }
+            // Copied segments up to the next zero-copy payload (which then
+            // joins them in the segment: MSG_MORE).
+            let end = zc_at.unwrap_or(self.segs.len());
             self.iov.clear();
-            for (k, seg) in self.segs[self.idx..].iter().take(MAX_IOV).enumerate() {
+            for (k, seg) in self.segs[self.idx..end].iter().take(MAX_IOV).enumerate() {
                 let (p, n) = match *seg {
                     Seg::Own(a, b) => (self.buf[a..b].as_ptr(), b - a),
-                    Seg::Ext(p, n) => (p, n),
+                    Seg::Ext(p, n, _) => (p, n),
                 };
                 let skip = if k == 0 { self.off } else { 0 };
                 self.iov.push(libc::iovec {
@@ -950,7 +1135,8 @@ impl TxBuf {
                 let mut msg: libc::msghdr = std::mem::zeroed();
                 msg.msg_iov = self.iov.as_mut_ptr();
                 msg.msg_iovlen = self.iov.len() as _;
-                libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL)
+                let more = if zc_at.is_some() { libc::MSG_MORE } else { 0 };
+                libc::sendmsg(fd, &msg, libc::MSG_NOSIGNAL | more)
             };
             if r < 0 {
                 let e = io::Error::last_os_error();
@@ -987,6 +1173,73 @@ mod tests {
         tx.bytes().extend_from_slice(b"keep alive");
         let e = tx.write_to(a.as_raw_fd()).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::BrokenPipe);
+    }
+
+    /// A slot payload sent zero-copy to a receiver that reads nothing yet:
+    /// the call stays unreported (the queue holds the command's completion)
+    /// until the receiver has taken the bytes; the bytes on the wire are the
+    /// slot's, header first.
+    #[test]
+    fn zero_copy_payload_stays_unreported_until_the_kernel_is_done() {
+        use std::net::{TcpListener, TcpStream};
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut rx = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (tx_sock, _) = l.accept().unwrap();
+        tx_sock.set_nonblocking(true).unwrap();
+        nvmf_zerocopy::enable(tx_sock.as_raw_fd()).unwrap();
+        let fd = tx_sock.as_raw_fd();
+        let slot: Vec<u8> = (0..8u32 << 20).map(|i| (i * 7 + 1) as u8).collect();
+        let mut tx = TxBuf::new();
+        tx.enable_zerocopy(16384, true, 2);
+        tx.bytes().extend_from_slice(b"header");
+        // SAFETY: `slot` outlives every write below.
+        unsafe { tx.push_slot_data(slot.as_ptr(), slot.len(), 1) };
+        // The receiver reads nothing: the socket fills mid-payload.
+        assert!(!tx.write_to(fd).unwrap(), "8 MiB fit in the socket");
+        let _ = tx.zc_drain(fd);
+        assert!(tx.zc_outstanding() > 0, "no zero-copy call made");
+        assert!(
+            tx.zc_unreported(1).is_some(),
+            "slot 1 reported done while the receiver read nothing"
+        );
+        assert_eq!(tx.zc_unreported(0), None, "slot 0 sent nothing");
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            rx.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let mut buf = vec![0u8; 1 << 20];
+            while got.len() < 6 + (8 << 20) {
+                match rx.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            got
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !tx.write_to(fd).unwrap() {
+            assert!(Instant::now() < deadline, "write timed out");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let got = reader.join().unwrap();
+        assert_eq!(&got[..6], b"header");
+        assert!(
+            got[6..] == slot[..],
+            "bytes on the wire differ from the slot's"
+        );
+        while tx.zc_unreported(1).is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "the kernel never reported the calls"
+            );
+            let _ = tx.zc_drain(fd);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(tx.zc_outstanding(), 0);
+        let (calls, _, on) = tx.zc_stats();
+        assert!(
+            calls > 0 && on,
+            "always: zero-copy stays on ({calls} calls)"
+        );
     }
 
     #[test]

@@ -416,6 +416,18 @@ struct CommonConn {
     /// (`modprobe tls`), OpenSSL's records otherwise (said once); off: always OpenSSL
     #[arg(long, value_name = "auto|off", default_value = "auto")]
     ktls: nvmf_tls::Ktls,
+    /// Zero-copy sends of write data (MSG_ZEROCOPY, as the target's --zerocopy-send): the kernel
+    /// sends H2C payloads straight from the I/O buffers, and a write completes once the kernel
+    /// reports it no longer reads them. auto: on, and off for a connection whose sends the
+    /// kernel copies anyway (loopback); always: never turned off (for measuring); off: copy.
+    /// Clear-text NVMe/TCP only
+    #[arg(long = "zerocopy-send", value_name = "auto|always|off", default_value = "auto",
+          value_parser = ["auto", "always", "off"])]
+    zerocopy_send: String,
+    /// Smallest write payload sent zero-copy, in bytes
+    #[arg(long = "zerocopy-threshold", value_name = "BYTES", default_value_t = 16384,
+          value_parser = clap::value_parser!(u32).range(2048..=(16 << 20)))]
+    zerocopy_threshold: u32,
 }
 
 impl CommonConn {
@@ -427,6 +439,13 @@ impl CommonConn {
         o = o.with_digests(self.hdr_digest, self.data_digest);
         o.timeout = Duration::from_secs(self.timeout.max(1));
         o.disable_sqflow = !self.sqflow;
+        o.zerocopy = match self.zerocopy_send.as_str() {
+            "off" => None,
+            mode => Some(nvmf_host::ZeroCopySend {
+                threshold: self.zerocopy_threshold,
+                always: mode == "always",
+            }),
+        };
         if let Some(path) = &self.tls_key {
             let key = nvmf_host::TlsKey::from_file(&path.to_string_lossy(), self.tls_identity)
                 .map_err(|e| anyhow::anyhow!("--tls-key: {e}"))?;

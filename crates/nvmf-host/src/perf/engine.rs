@@ -782,6 +782,14 @@ impl Worker {
 
     pub fn report(mut self) -> (QueueReport, Vec<PathStats>) {
         let lost = self.outstanding() as u64;
+        let zc = self
+            .paths
+            .iter()
+            .filter_map(|p| p.q.as_ref())
+            .fold((0, 0), |(c, k), q| {
+                let (a, b, _) = q.zc_stats();
+                (c + a, k + b)
+            });
         for ps in &self.pstats {
             self.read.merge(&ps.read);
             self.write.merge(&ps.write);
@@ -800,6 +808,8 @@ impl Worker {
                 mismatched_blocks: self.mismatched_blocks,
                 mismatches: self.mismatches,
                 lost,
+                zc_calls: zc.0,
+                zc_copied: zc.1,
             },
             self.pstats,
         )

@@ -118,6 +118,10 @@ pub struct QueueReport {
     pub mismatches: Vec<Mismatch>,
     /// I/Os that were still outstanding when the drain timed out.
     pub lost: u64,
+    /// Zero-copy send calls of write data, and those the kernel reported
+    /// it copied anyway.
+    pub zc_calls: u64,
+    pub zc_copied: u64,
 }
 
 /// Results of a run.
@@ -314,6 +318,16 @@ pub fn format_text(r: &PerfReport) -> String {
         all.mib_s(secs),
         us(all.mean_ns())
     );
+    let (zc, copied) = r
+        .queues
+        .iter()
+        .fold((0, 0), |(a, b), q| (a + q.zc_calls, b + q.zc_copied));
+    if zc > 0 {
+        let _ = writeln!(
+            s,
+            "zero-copy sends of write data: {zc} call(s), {copied} copied by the kernel anyway"
+        );
+    }
     if r.paths.len() > 1 {
         format_paths(&mut s, r, secs);
     }
