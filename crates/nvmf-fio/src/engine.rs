@@ -276,6 +276,16 @@ impl Job {
             OP_READ | OP_WRITE if nlb > 65536 => {
                 Err(format!("{nlb} blocks in one command (at most 65536)"))
             }
+            // NVMe/TCP: the data moves straight between the socket and fio's
+            // buffer (valid until reaped: the caller's contract), no copy.
+            OP_READ if !f.q.is_rdma() => {
+                f.q.submit_read_into(slot, f.nsid, slba, nlb as u32, len as u32, buf)
+                    .map_err(|e| e.to_string())
+            }
+            OP_WRITE if !f.q.is_rdma() => {
+                f.q.submit_write_from(slot, f.nsid, slba, nlb as u32, len as u32, buf)
+                    .map_err(|e| e.to_string())
+            }
             OP_READ => {
                 f.q.submit_read(slot, f.nsid, slba, nlb as u32, len as u32)
                     .map_err(|e| e.to_string())
@@ -422,13 +432,15 @@ impl Job {
 }
 
 impl FileQueue {
-    /// Finish a completed slot: copy read data to fio's buffer, free the
-    /// slot; returns (tag, errno).
+    /// Finish a completed slot: copy read data to fio's buffer (NVMe/RDMA:
+    /// data moves through the registered slot buffers), free the slot;
+    /// returns (tag, errno).
     fn finish(&mut self, slot: Slot, status: Status) -> (*mut c_void, i32) {
         let p = self.pending[slot as usize];
         self.pending[slot as usize] = NO_PENDING;
         let err = if status.is_success() {
-            if p.read && !p.buf.is_null() {
+            // Over NVMe/TCP reads land in fio's buffer directly.
+            if p.read && !p.buf.is_null() && self.q.is_rdma() {
                 let len = p.len as usize;
                 // SAFETY: fio's buffer is valid for `len` bytes until the
                 // command is reaped (the contract of `queue`).

@@ -135,6 +135,9 @@ struct SlotInfo {
     received: u32,
     /// A C2HData PDU of this command failed its data digest.
     digest_error: bool,
+    /// The caller's buffer this command's data moves to or from (null: the
+    /// slot's own buffer).
+    ext: *mut u8,
 }
 
 /// Everything but the connection, so PDU handling can borrow it while the
@@ -200,6 +203,7 @@ impl IoQueue {
                 len: 0,
                 received: 0,
                 digest_error: false,
+                ext: std::ptr::null_mut(),
             };
             nslots
         ]
@@ -451,7 +455,7 @@ impl IoQueue {
                 let enc = t.encode_opts();
                 if dir == DataDirection::HostToController && len <= self.in_capsule {
                     cmd.set_sgl(SglDescriptor::in_capsule(0, len));
-                    let data = self.s.buf_ptr(i);
+                    let data = self.s.data_ptr(i);
                     encode_capsule_cmd_header(t.tx().bytes(), &enc, &cmd, len as usize);
                     // SAFETY: the slot buffer lives as long as the queue (which owns
                     // the TxBuf) and has at least `len` bytes.
@@ -469,6 +473,7 @@ impl IoQueue {
             len,
             received: 0,
             digest_error: false,
+            ext: self.s.info[i].ext,
         };
         self.s.inflight += 1;
         Ok(())
@@ -487,6 +492,75 @@ impl IoQueue {
         let mut c = Command::new(IoOpcode::Read as u8, 0);
         c.set_nsid(nsid).set_lba_range(slba, nlb);
         self.submit(slot, c, len)
+    }
+
+    /// As [`IoQueue::submit_read`], with the data placed straight into the
+    /// caller's `dst` instead of the slot's buffer (NVMe/TCP; no copy).
+    ///
+    /// # Safety
+    /// `dst` must be valid for writes of `len` bytes, and not read or
+    /// written by anyone else, until the command's completion is taken.
+    pub unsafe fn submit_read_into(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+        dst: *mut u8,
+    ) -> Result<()> {
+        let mut c = Command::new(IoOpcode::Read as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        self.submit_ext(slot, c, len, dst)
+    }
+
+    /// As [`IoQueue::submit_write`], with the data sent straight from the
+    /// caller's `src` instead of the slot's buffer (NVMe/TCP; no copy).
+    ///
+    /// # Safety
+    /// `src` must be valid for reads of `len` bytes, and unchanged, until the
+    /// command's completion is taken.
+    pub unsafe fn submit_write_from(
+        &mut self,
+        slot: Slot,
+        nsid: u32,
+        slba: u64,
+        nlb: u32,
+        len: u32,
+        src: *const u8,
+    ) -> Result<()> {
+        let mut c = Command::new(IoOpcode::Write as u8, 0);
+        c.set_nsid(nsid).set_lba_range(slba, nlb);
+        self.submit_ext(slot, c, len, src as *mut u8)
+    }
+
+    /// `submit` with the command's data in the caller's buffer `ext`.
+    unsafe fn submit_ext(
+        &mut self,
+        slot: Slot,
+        cmd: Command,
+        len: u32,
+        ext: *mut u8,
+    ) -> Result<()> {
+        if matches!(self.t, Link::Rdma(_)) {
+            return Err(Error::InvalidArg(
+                "caller buffers are for NVMe/TCP queues (NVMe/RDMA moves only registered slot buffers)"
+                    .into(),
+            ));
+        }
+        let i = slot as usize;
+        if i >= self.s.info.len() || self.s.info[i].state != State::Owned {
+            return Err(Error::InvalidArg(format!("slot {slot} is not allocated")));
+        }
+        if ext.is_null() {
+            return Err(Error::InvalidArg("null data buffer".into()));
+        }
+        self.s.info[i].ext = ext;
+        let r = self.submit(slot, cmd, len);
+        if r.is_err() {
+            self.s.info[i].ext = std::ptr::null_mut();
+        }
+        r
     }
 
     /// Write `nlb` blocks at `slba` from the slot's buffer.
@@ -832,6 +906,17 @@ impl Slots {
         // SAFETY: i < slots, so the offset is inside the allocation.
         unsafe { self.bufs.add(i * self.buf_size) }
     }
+    /// Where slot `i`'s command data is: the caller's buffer given to
+    /// `submit_read_into`/`submit_write_from`, else the slot's own.
+    #[inline]
+    fn data_ptr(&self, i: usize) -> *mut u8 {
+        let e = self.info[i].ext;
+        if e.is_null() {
+            self.buf_ptr(i)
+        } else {
+            e
+        }
+    }
     #[inline]
     fn buf(&self, i: usize) -> &[u8] {
         assert!(i < self.info.len(), "slot out of range");
@@ -890,6 +975,7 @@ impl Slots {
             return;
         }
         info.state = State::Owned;
+        info.ext = std::ptr::null_mut();
         self.inflight -= 1;
         self.done.push_back(c);
     }
@@ -902,6 +988,7 @@ impl Slots {
             if tx.zc_done(self.zc_held[k].0) {
                 let (_, c) = self.zc_held.swap_remove(k);
                 self.info[c.slot as usize].state = State::Owned;
+                self.info[c.slot as usize].ext = std::ptr::null_mut();
                 self.inflight -= 1;
                 self.done.push_back(c);
             } else {
@@ -966,7 +1053,15 @@ impl Slots {
             } => {
                 let i = self.check_c2h(hdr, data.len())?;
                 let off = hdr.datao() as usize;
-                self.buf_mut(i)[off..off + data.len()].copy_from_slice(data);
+                // SAFETY: off + len <= the transfer length (checked), which fits
+                // the slot's data buffer (its own, or the caller's of `submit_read_into`).
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        self.data_ptr(i).add(off),
+                        data.len(),
+                    )
+                };
                 self.c2h_done(i, hdr, data.len(), data_digest_ok)?;
             }
             Pdu::R2T(r) => {
@@ -986,7 +1081,7 @@ impl Slots {
                         r.cccid()
                     )));
                 }
-                let data = self.buf_ptr(i);
+                let data = self.data_ptr(i);
                 let chunk = self.maxh2cdata as usize;
                 let mut done = 0;
                 while done < len {
@@ -1034,7 +1129,7 @@ impl RxSink for Slots {
     fn c2h_place(&mut self, hdr: &DataHeader) -> Result<Option<*mut u8>> {
         let i = self.check_c2h(hdr, hdr.datal() as usize)?;
         // SAFETY: datao + datal <= the transfer length <= buf_size (checked).
-        Ok(Some(unsafe { self.buf_ptr(i).add(hdr.datao() as usize) }))
+        Ok(Some(unsafe { self.data_ptr(i).add(hdr.datao() as usize) }))
     }
 }
 
@@ -1126,6 +1221,7 @@ mod tests {
                     len: 0,
                     received: 0,
                     digest_error: false,
+                    ext: std::ptr::null_mut(),
                 };
                 2
             ]
