@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """scripts/callgrind-initiator.py - user-space instructions per I/O of the *initiator*: `nvmf perf`
-and, for comparison, SPDK's spdk_nvme_perf (issue 27, "a cheaper initiator"). The counterpart of
+and, for comparison, SPDK's spdk_nvme_perf (issue 27, "a cheaper initiator"), and fio with the
+nvmf fio engine (`fio`, and `fio-old`: an earlier build of the engine, for before/after). The counterpart of
 callgrind-per-io.py, which measures the target. Deterministic where wall-clock figures are not:
 it can run on a busy machine.
 
@@ -24,6 +25,8 @@ which is T to within a poll), so its figure is a little less exact than nvmf's.
                NVMFD_SPDK_DIR  an SPDK tree with build/bin/spdk_nvme_perf (default
                                /work/spdk-build; valgrind 3.19 runs it there, its hot path has
                                no AVX-512; if yours does not, build one with CONFIG_ARCH=haswell)
+               NVMF_FIO_ENGINE  the engine for `fio` (default target/nvmf-fio/libnvmf_fio.so)
+               NVMF_FIO_ENGINE_OLD  the engine for `fio-old`
                NVMFD_CG_KEEP=1 keep the callgrind output files (their directory is printed),
                                for callgrind_annotate per function
 Cases are bench-spdk.py's (rr128-null, rr1-null, rw128-malloc, seq128k-null, mix64-malloc).
@@ -54,6 +57,17 @@ def start_target(a, tmp):
 def initiator_cmd(init, a, case, port, seconds):
     _, ns, w, bs, qd, mix = bench.CASES[case]
     trid = f"trtype:TCP adrfam:IPv4 traddr:127.0.0.1 trsvcid:{port} subnqn:{bench.NQN}"
+    if init in ("fio", "fio-old"):
+        engine = a.fio_engine if init == "fio" else a.fio_engine_old
+        if not engine or not os.path.isfile(engine):
+            sys.exit(f"{init}: no fio engine at {engine!r} (scripts/build-fio-engine.sh; NVMF_FIO_ENGINE_OLD)")
+        fname = f"trtype=tcp traddr=127.0.0.1 trsvcid={port} subnqn={bench.NQN.replace(':', chr(92) + ':')} ns={ns}"
+        cmd = ["fio", "--name=cg", f"--ioengine=external:{engine}", f"--filename={fname}", f"--rw={w}",
+               f"--bs={bs}", f"--iodepth={qd}", "--time_based", f"--runtime={seconds}",
+               "--iodepth_batch_submit=0", "--output-format=json", "--thread"]
+        if mix is not None:
+            cmd.append(f"--rwmixread={mix}")
+        return cmd
     if init == "spdk":
         cmd = [os.path.join(a.spdk, "build/bin/spdk_nvme_perf"), "-r", f"{trid} ns:{ns}", "-q", str(qd),
                "-o", str(bs), "-w", w, "-t", str(seconds), "--no-huge", "-s", "512"]
@@ -65,7 +79,17 @@ def initiator_cmd(init, a, case, port, seconds):
     return cmd
 
 
+def fio_json(out):
+    i = out.find("{")
+    if i < 0:
+        sys.exit("no JSON in fio's output:\n" + out[-2000:])
+    return json.loads(out[i:])
+
+
 def count_ios(init, out, seconds):
+    if init.startswith("fio"):
+        j = fio_json(out)["jobs"][0]
+        return j["read"]["total_ios"] + j["write"]["total_ios"]
     if init == "nvmf":
         j = json.loads(out)["total"]
         return sum(j[d]["total_ios"] for d in ("read", "write") if d in j)
@@ -167,6 +191,8 @@ def main():
     a = ap.parse_args()
     a.spdk = os.environ.get("NVMFD_SPDK_DIR", "/work/spdk-build")
     a.bin = os.environ.get("NVMFD_BIN", "target/release")
+    a.fio_engine = os.environ.get("NVMF_FIO_ENGINE", "target/nvmf-fio/libnvmf_fio.so")
+    a.fio_engine_old = os.environ.get("NVMF_FIO_ENGINE_OLD")
     tmp = tempfile.mkdtemp(prefix="cg-initiator-")
     rows = []
     for case in a.cases.split(","):
