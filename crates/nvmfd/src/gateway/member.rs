@@ -1265,9 +1265,20 @@ impl MemberLoop {
             if let Err(e) = self.h.objs.release(&o.lease_oid(), &o.id, &o.id) {
                 warn!(group = %o.name, "releasing the lease: {e}");
             }
+            // Hosts learn of the change by an AEN and then read the ANA log page on this
+            // member's connections. Closing them at once can strand that read: the Linux
+            // host then waits out its keep-alive timeout before it reconnects. That was seen
+            // as 6.4 s I/O waits in a rolling upgrade, once the groups came back here before
+            // the host had reconnected. So the connections stay open a moment longer, with
+            // every group inaccessible here.
+            std::thread::sleep(LEAVE_LINGER);
         }
     }
 }
+
+/// How long a member that left its group keeps its connections open (its groups
+/// inaccessible) so that hosts can read the ANA change before they close.
+const LEAVE_LINGER: Duration = Duration::from_millis(1000);
 
 #[cfg(test)]
 mod tests {
