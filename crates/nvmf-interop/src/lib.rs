@@ -499,6 +499,13 @@ pub fn run_guest(
     )
 }
 
+/// `--put-bin B` for each of `bins`: testbed arguments that ship host programs into a guest.
+pub(crate) fn put_bin_args(bins: &[&Path]) -> Vec<std::ffi::OsString> {
+    bins.iter()
+        .flat_map(|b| ["--put-bin".into(), b.as_os_str().to_os_string()])
+        .collect()
+}
+
 /// [`run_guest_on`] with host programs shipped into the guest (`--put-bin`: each as
 /// `/job/NAME`, with the shared libraries the guest image lacks), e.g. this workspace's `nvmf`.
 #[allow(clippy::too_many_arguments)]
@@ -514,11 +521,7 @@ pub fn run_guest_with_bins(
 ) -> GuestRun {
     prepare_kernel(kernel);
     let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
-    let mut tb_args = Vec::new();
-    for b in bins {
-        tb_args.push(std::ffi::OsString::from("--put-bin"));
-        tb_args.push(b.as_os_str().to_os_string());
-    }
+    let tb_args = put_bin_args(bins);
     guest(
         &tb_env,
         &[],
@@ -593,11 +596,7 @@ pub fn run_guest_tls_with_bins(
     timeout: Duration,
 ) -> GuestRun {
     prepare_tls();
-    let mut tb_args = Vec::new();
-    for b in bins {
-        tb_args.push(std::ffi::OsString::from("--put-bin"));
-        tb_args.push(b.as_os_str().to_os_string());
-    }
+    let tb_args = put_bin_args(bins);
     guest(
         &tls_testbed_env(),
         &["tls-lib.sh"],

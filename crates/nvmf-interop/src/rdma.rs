@@ -126,10 +126,7 @@ pub fn run_guest_rxe(
     let kernel = link.kernel;
     prepare_kernel(kernel);
     let mut tb_args: Vec<OsString> = link.connect_args().into_iter().map(Into::into).collect();
-    for b in put_bins {
-        tb_args.push("--put-bin".into());
-        tb_args.push(b.as_os_str().to_owned());
-    }
+    tb_args.extend(crate::put_bin_args(put_bins));
     let tb_env = [("NVMFD_TESTBED_KERNEL", kernel.series())];
     guest(
         &tb_env,
