@@ -2,8 +2,9 @@
 //! (docs/GATEWAY-GROUPS.md).
 //!
 //! Owns turning `nvmf_gateway_group_status` answers into the operator's
-//! table (members with their lease, ANA groups with home, owner, epoch and
-//! this member's state, fencings, counters) and waiting for a requested
+//! table (members with their lease and connected hosts, ANA groups with
+//! home, owner, epoch, this member's state and a hand-over waiting for
+//! hosts, fencings, counters) and waiting for a requested
 //! move (`nvmf_gateway_group_move`) to be carried out.
 
 use std::fmt::Write as _;
@@ -33,7 +34,7 @@ pub fn format_status(v: &Value) -> String {
     );
     let _ = writeln!(
         out,
-        "\nMEMBER        LEASE   RENEWED    OWNS        SERVES      LISTENERS             ADDRESS"
+        "\nMEMBER        LEASE   RENEWED    OWNS        SERVES      HOSTS  LISTENERS             ADDRESS"
     );
     for m in v["members"].as_array().into_iter().flatten() {
         let renewed = m["renewed_ms_ago"]
@@ -53,12 +54,16 @@ pub fn format_status(v: &Value) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<13} {:<7} {:<10} {:<11} {:<11} {:<21} {}",
+            "{:<13} {:<7} {:<10} {:<11} {:<11} {:<6} {:<21} {}",
             s(&m["id"]),
             s(&m["lease"]),
             renewed,
             list(&m["owns"]),
             list(&m["serves"]),
+            m["hosts"]
+                .as_array()
+                .map(|h| h.len().to_string())
+                .unwrap_or_else(|| "-".into()),
             listeners,
             s(&m["address"]),
         );
@@ -82,6 +87,25 @@ pub fn format_status(v: &Value) -> String {
             },
             s(&g["here"]),
         );
+        let w = &g["hand_over_waits"];
+        if w.is_object() {
+            let left = w["wait_left_ms"]
+                .as_u64()
+                .map(|ms| format!(", at most {:.1} s more", ms as f64 / 1000.0))
+                .unwrap_or_default();
+            let _ = writeln!(
+                out,
+                "        hand-over to {} waits for these hosts to connect there{left}: {}",
+                s(&w["to"]),
+                w["hosts_not_there"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|h| h.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
     }
     let fenced = v["fenced"].as_array().cloned().unwrap_or_default();
     if !fenced.is_empty() {
@@ -143,15 +167,19 @@ mod tests {
             "group": "g1", "member": "a", "address": "v2:1/2", "state": "serving",
             "epoch": 7, "lease_ms": 3000, "lease_age_ms": 120,
             "members": [{"id": "a", "lease": "held", "owns": [1, 2], "serves": [1, 2], "address": "v2:1/2",
-                         "renewed_ms_ago": 1500, "listeners": ["127.0.0.1:4420"]}],
-            "ana_groups": [{"anagrpid": 1, "home": "a", "owner": "a", "owner_epoch": 7, "owner_alive": true, "here": "optimized"}],
+                         "renewed_ms_ago": 1500, "listeners": ["127.0.0.1:4420"], "hosts": ["nqn.h1"]}],
+            "ana_groups": [{"anagrpid": 1, "home": "a", "owner": "a", "owner_epoch": 7, "owner_alive": true, "here": "optimized"},
+                           {"anagrpid": 2, "home": "b", "owner": "a", "owner_epoch": 6, "owner_alive": true, "here": "optimized",
+                            "hand_over_waits": {"to": "b", "hosts_not_there": ["nqn.h1"], "wait_left_ms": 12500}}],
             "fenced": [{"member": "b", "address": "v2:9/9", "by": "a", "at": 5}],
             "counters": {"takeovers": 1},
         });
         let t = format_status(&v);
         assert!(t.contains("state serving  epoch 7"), "{t}");
         assert!(
-            t.contains("a             held    1.5 s ago  1,2         1,2         127.0.0.1:4420"),
+            t.contains(
+                "a             held    1.5 s ago  1,2         1,2         1      127.0.0.1:4420"
+            ),
             "{t}"
         );
         assert!(
@@ -159,7 +187,11 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("b v2:9/9 by a at 5"), "{t}");
+        assert!(
+            t.contains("hand-over to b waits for these hosts to connect there, at most 12.5 s more: nqn.h1"),
+            "{t}"
+        );
         assert_eq!(owner_of(&v, 1), Some(("a".into(), true)));
-        assert_eq!(owner_of(&v, 2), None);
+        assert_eq!(owner_of(&v, 3), None);
     }
 }

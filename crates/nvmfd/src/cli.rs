@@ -326,6 +326,17 @@ pub struct Cli {
           value_parser = clap::value_parser!(u64).range(1_500..=600_000))]
     pub group_lease_ms: u64,
 
+    /// How long, at most, a failback (or rebalancing) waits for hosts, in
+    /// milliseconds. The member that owns a group hands it to the returning
+    /// home only once every host connected to the group here has connected
+    /// there too: a host whose controller has not reconnected yet would
+    /// otherwise have no optimized path and wait. A host that never comes
+    /// (it was moved or retired) holds the group back this long. The
+    /// default covers twice the Linux host's default reconnect delay.
+    #[arg(long = "group-failback-wait-ms", value_name = "MS", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u64).range(0..=3_600_000))]
+    pub group_failback_wait_ms: u64,
+
     /// ANA groups whose home is this member (e.g. 1,2): it owns them while
     /// alive and gets them back after a failure (failback). Recorded when a
     /// group first gets a home; `nvmf gw move` changes it later.

@@ -212,6 +212,7 @@ fn run(cli: Cli) -> Result<()> {
                 pool: cli.group_pool.clone().unwrap_or_default(),
                 lease: std::time::Duration::from_millis(cli.group_lease_ms),
                 home: cli.gateway_ana_groups.iter().copied().collect(),
+                failback_wait: std::time::Duration::from_millis(cli.group_failback_wait_ms),
             };
             let served = gateway::member::served_groups(&cfg, &opts)
                 .map_err(|e| anyhow!("--gateway-group {name}: {e}"))?;

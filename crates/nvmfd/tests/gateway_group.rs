@@ -40,7 +40,7 @@ use nvmf_host::trid::TransportId;
 use nvmf_testkit::ceph::{ceph_check, POOL};
 use nvmf_testkit::{bins, free_port, run_bounded, text, CephCluster, CuttableNetns, Daemon};
 use nvmf_wire::status::Status;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 const NQN: &str = "nqn.2016-06.io.nvmfd:group";
 /// L for the tests: short, so a failover takes seconds.
@@ -476,11 +476,50 @@ fn kill9_takes_over_with_fencing_then_fails_back() {
     );
     assert_eq!(read(&mut hb, 1, 0, 8), newer);
 
-    // a restarted (a new RADOS client): b hands group 1 back, planned.
+    // a restarted (a new RADOS client). b keeps group 1 while the host that
+    // uses it through b has not connected to a yet: handing it back then
+    // would leave that host without an optimized path.
     let a2 = member(c, &imgs, &group, "a", "1", a.port);
-    let back = wait_owners(&a2, &["a", "b", "c"], Duration::from_secs(60));
-    eprintln!("failback: a owns group 1 again {back:?} after it started");
+    let started = Instant::now();
+    let host_nqn = nvmf_host::controller::default_hostnqn();
+    loop {
+        let v = status(&b);
+        let g1 = v["ana_groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["anagrpid"] == 1)
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            g1["owner"], "b",
+            "group 1 went back to a before the host connected there: {v:#}"
+        );
+        if started.elapsed() >= Duration::from_secs(3) {
+            let w = &g1["hand_over_waits"];
+            assert_eq!(w["to"], "a", "{v:#}");
+            assert_eq!(w["hosts_not_there"], json!([host_nqn]), "{v:#}");
+            let mut cmd = std::process::Command::new(bins::nvmf());
+            cmd.args(["gw", "status", "-s"]).arg(&b.d.rpc_socket);
+            let table = text(&run_bounded(cmd, Duration::from_secs(20)).stdout);
+            assert!(
+                table.contains("hand-over to a waits for these hosts to connect there"),
+                "{table}"
+            );
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // The host connects to a: b hands group 1 back, planned.
     let mut ha2 = host(&a2);
+    let connected = Instant::now();
+    let back = wait_owners(&a2, &["a", "b", "c"], Duration::from_secs(10));
+    eprintln!(
+        "failback: a owns group 1 again {:?} after the host connected to it ({:?} after a started)",
+        connected.elapsed(),
+        started.elapsed()
+    );
+    let _ = back;
     assert_eq!(read(&mut ha2, 1, 0, 8), newer, "a reads what b wrote");
     let st = write(&mut hb, 1, 0, &old);
     assert!(

@@ -8,7 +8,8 @@
 //! out what `gateway::plan` decides: a takeover (blocklist the old owner's
 //! RADOS client, wait for the OSD map that carries it, then write the new
 //! owner with a version guard) or a planned hand-over (inaccessible here,
-//! counted writes drained, then the record changed). It sets this member's
+//! counted writes drained, then the record changed; held back while hosts
+//! connected to the group here have not connected to the receiver yet). It sets this member's
 //! ANA states through the RPC service, like `nvmf_subsystem_listener_set_ana_state`,
 //! so hosts get the ANA Change event. Also the RPC side of `nvmf gw
 //! status` / `nvmf gw move` ([`Handle`]) and the group's counters.
@@ -90,6 +91,9 @@ pub struct GroupOptions {
     pub lease: Duration,
     /// ANA groups whose home this member claims when it first joins.
     pub home: BTreeSet<u32>,
+    /// The longest a planned hand-over (failback, rebalancing) waits for
+    /// the hosts of a group to connect to the member that receives it.
+    pub failback_wait: Duration,
 }
 
 impl GroupOptions {
@@ -113,7 +117,8 @@ impl GroupOptions {
     pub fn config_oid(&self) -> String {
         format!("nvmfd.group.{}.config", self.name)
     }
-    /// Member `id`'s own status object (its last renewal, its listeners).
+    /// Member `id`'s own status object (its last renewal, its listeners,
+    /// the hosts connected to each ANA group it serves).
     pub fn member_oid(&self, id: &str) -> String {
         format!("nvmfd.group.{}.member.{id}", self.name)
     }
@@ -413,6 +418,52 @@ struct MemberLoop {
     loaded: BTreeSet<(String, u32, u32)>,
     /// Watches on the record and the configuration, by object.
     watches: BTreeMap<String, Watch>,
+    /// Every member's status object as last read (see [`Peer`]).
+    peers: BTreeMap<String, Peer>,
+    /// Since when each other member's incarnation (its address) has been
+    /// seen alive: the failback wait counts from there.
+    alive_since: BTreeMap<String, (String, Instant)>,
+    /// The hosts per ANA group this member last wrote to its status object.
+    hosts_published: Option<BTreeMap<u32, BTreeSet<String>>>,
+    /// Hand-overs held back for hosts: group → (to, hosts missing there).
+    waiting: BTreeMap<u32, (String, BTreeSet<String>)>,
+}
+
+/// What a member's status object says.
+struct Peer {
+    /// The incarnation that wrote it.
+    address: String,
+    renewed_at_ms: u64,
+    listeners: Value,
+    /// The hosts connected there, per ANA group.
+    hosts: BTreeMap<u32, BTreeSet<String>>,
+}
+
+impl Peer {
+    fn parse(bytes: &[u8]) -> Option<Peer> {
+        let st: Value = serde_json::from_slice(bytes).ok()?;
+        let hosts = st["hosts"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(g, hs)| {
+                        let hs = hs
+                            .as_array()?
+                            .iter()
+                            .filter_map(|h| h.as_str().map(str::to_string))
+                            .collect();
+                        Some((g.parse().ok()?, hs))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Some(Peer {
+            address: st["address"].as_str().unwrap_or_default().to_string(),
+            renewed_at_ms: st["renewed_at_ms"].as_u64().unwrap_or(0),
+            listeners: st["listeners"].clone(),
+            hosts,
+        })
+    }
 }
 
 /// The ANA groups of every subsystem with ANA reporting, with the bdevs of
@@ -528,6 +579,10 @@ pub fn start(
         resv_stores: BTreeMap::new(),
         loaded: BTreeSet::new(),
         watches: BTreeMap::new(),
+        peers: BTreeMap::new(),
+        alive_since: BTreeMap::new(),
+        hosts_published: None,
+        waiting: BTreeMap::new(),
     };
     let (wd, stop) = (h.clone(), shutdown.clone());
     std::thread::Builder::new()
@@ -561,6 +616,7 @@ impl MemberLoop {
         let tick = self.opts().tick();
         while !shutdown.load(Relaxed) {
             let t0 = Instant::now();
+            self.read_peers();
             self.step();
             self.keep_watching();
             self.publish();
@@ -699,6 +755,11 @@ impl MemberLoop {
             self.alive.clear();
             return;
         }
+        if self.hosts_published.as_ref() != Some(&self.connected_hosts()) {
+            // A host connected or left: the owners of this member's home
+            // groups wait for that before they hand them back.
+            self.publish_member_status();
+        }
         self.sync_config();
         let o = self.opts().clone();
         let oid = o.record_oid();
@@ -783,13 +844,42 @@ impl MemberLoop {
         }
         self.alive = alive;
         let serves: BTreeSet<u32> = self.serves.keys().copied().collect();
+        let now = Instant::now();
+        self.alive_since.retain(|m, (addr, _)| {
+            self.alive.contains(m) && doc.members.get(m).is_some_and(|x| x.address == *addr)
+        });
+        for m in &self.alive {
+            if let Some(x) = doc.members.get(m) {
+                self.alive_since
+                    .entry(m.clone())
+                    .or_insert_with(|| (x.address.clone(), now));
+            }
+        }
+        let waited: BTreeSet<String> = self
+            .alive_since
+            .iter()
+            .filter(|(_, (_, t))| now.duration_since(*t) >= o.failback_wait)
+            .map(|(m, _)| m.clone())
+            .collect();
+        // The hosts of each live incarnation, from its status object (one
+        // written by an earlier incarnation counts for nothing).
+        let mut hosts: plan::HostsByMember = self
+            .peers
+            .iter()
+            .filter(|(m, p)| doc.members.get(*m).is_some_and(|x| x.address == p.address))
+            .map(|(m, p)| (m.clone(), p.hosts.clone()))
+            .collect();
+        hosts.insert(o.id.clone(), self.connected_hosts());
         let actions = plan::decide(&View {
             me: &o.id,
             address: &self.address,
             doc: &doc,
             alive: &self.alive,
             serves: &serves,
+            hosts: &hosts,
+            waited: &waited,
         });
+        let mut waiting = BTreeMap::new();
         let mut changed = false;
         let mut took = Vec::new();
         let mut handing: BTreeSet<u32> = BTreeSet::new();
@@ -846,8 +936,26 @@ impl MemberLoop {
                     changed = true;
                     info!(group = %o.name, anagrpid = group, %to, "handing over (planned)");
                 }
+                Action::WaitForHosts { group, to, missing } => {
+                    if self.waiting.get(&group) != Some(&(to.clone(), missing.clone())) {
+                        let left = self
+                            .alive_since
+                            .get(&to)
+                            .map(|(_, t)| o.failback_wait.saturating_sub(t.elapsed()))
+                            .unwrap_or(o.failback_wait);
+                        info!(
+                            group = %o.name, anagrpid = group, %to,
+                            "hand-over waits until these hosts are connected to {to} too \
+                             (at most {} ms more): {}",
+                            left.as_millis(),
+                            missing.iter().cloned().collect::<Vec<_>>().join(", ")
+                        );
+                    }
+                    waiting.insert(group, (to, missing));
+                }
             }
         }
+        self.waiting = waiting;
         self.draining.retain(|g, _| handing.contains(g));
         if changed {
             match self.h.objs.write(&oid, &doc.to_bytes(), version) {
@@ -897,20 +1005,74 @@ impl MemberLoop {
             .collect();
         listeners.sort();
         listeners.dedup();
+        let hosts = self.connected_hosts();
         let body = json!({
             "member": o.id,
             "address": self.address,
             "renewed_at_ms": now_unix_ms(),
             "lease_ms": o.lease.as_millis() as u64,
             "listeners": listeners,
+            "hosts": hosts
+                .iter()
+                .map(|(g, hs)| (g.to_string(), json!(hs)))
+                .collect::<serde_json::Map<String, Value>>(),
         });
-        if let Err(e) = self
+        match self
             .h
             .objs
             .put(&o.member_oid(&o.id), body.to_string().as_bytes())
         {
-            self.rados_error("writing this member's status", &e);
+            Ok(()) => self.hosts_published = Some(hosts),
+            Err(e) => self.rados_error("writing this member's status", &e),
         }
+    }
+
+    /// The hosts (NQNs) with a live controller on a subsystem holding a
+    /// namespace of each ANA group this member serves.
+    fn connected_hosts(&self) -> BTreeMap<u32, BTreeSet<String>> {
+        let mut out: BTreeMap<u32, BTreeSet<String>> =
+            self.serves.keys().map(|g| (*g, BTreeSet::new())).collect();
+        for sub in self.target.subsystems() {
+            if sub.is_discovery() {
+                continue;
+            }
+            let groups: BTreeSet<u32> = sub
+                .namespaces()
+                .iter()
+                .map(|ns| ns.anagrpid())
+                .filter(|g| out.contains_key(g))
+                .collect();
+            if groups.is_empty() {
+                continue;
+            }
+            let hosts: BTreeSet<String> = sub
+                .controllers()
+                .iter()
+                .filter(|c| !c.is_dead())
+                .map(|c| c.hostnqn().to_string())
+                .collect();
+            for g in groups {
+                out.entry(g).or_default().extend(hosts.iter().cloned());
+            }
+        }
+        out
+    }
+
+    /// Reads every member's status object (for the hand-over's host check
+    /// and `nvmf gw status`). On the member thread: `nvmf gw status` must
+    /// answer even while the cluster does not.
+    fn read_peers(&mut self) {
+        let o = self.opts().clone();
+        let ids: Vec<String> = self.doc.members.keys().cloned().collect();
+        let mut peers = BTreeMap::new();
+        for id in ids {
+            if let Ok(Some((bytes, _))) = self.h.objs.read(&o.member_oid(&id)) {
+                if let Some(p) = Peer::parse(&bytes) {
+                    peers.insert(id, p);
+                }
+            }
+        }
+        self.peers = peers;
     }
 
     /// Brings this member to the group's configuration: creates it from
@@ -1031,12 +1193,16 @@ impl MemberLoop {
     /// The state each served group should have here now.
     fn desired(&self, doc: &GroupDoc) -> BTreeMap<u32, AnaState> {
         let serves: BTreeSet<u32> = self.serves.keys().copied().collect();
+        // (The states depend on ownership only, not on hosts.)
+        let (hosts, waited) = (plan::HostsByMember::new(), BTreeSet::new());
         let v = View {
             me: &self.h.opts.id,
             address: &self.address,
             doc,
             alive: &self.alive,
             serves: &serves,
+            hosts: &hosts,
+            waited: &waited,
         };
         serves
             .iter()
@@ -1132,31 +1298,21 @@ impl MemberLoop {
         let o = self.opts();
         let fenced = self.h.fenced();
         let d = &self.doc;
-        // Every member's own status object: when it last renewed its lease
-        // (by its clock, against ours) and where it listens. Read here, on
-        // the member thread: `nvmf gw status` must answer even while the
-        // cluster does not.
+        // Every member's own status object (read_peers): when it last
+        // renewed its lease (by its clock, against ours), where it listens,
+        // the hosts connected there.
         let now = now_unix_ms();
-        let seen: BTreeMap<String, (u64, Value)> = d
-            .members
-            .keys()
-            .filter_map(|id| {
-                let (bytes, _) = self.h.objs.read(&o.member_oid(id)).ok()??;
-                let st: Value = serde_json::from_slice(&bytes).ok()?;
-                let at = st["renewed_at_ms"].as_u64().unwrap_or(0);
-                Some((
-                    id.clone(),
-                    (now.saturating_sub(at), st["listeners"].clone()),
-                ))
-            })
-            .collect();
         let members: Vec<Value> = d
             .members
             .iter()
             .map(|(id, m)| {
+                let p = self.peers.get(id);
                 json!({
-                    "renewed_ms_ago": seen.get(id).map(|x| x.0),
-                    "listeners": seen.get(id).map(|x| x.1.clone()),
+                    "renewed_ms_ago": p.map(|x| now.saturating_sub(x.renewed_at_ms)),
+                    "listeners": p.map(|x| x.listeners.clone()),
+                    "hosts": p.filter(|x| x.address == m.address).map(|x| {
+                        x.hosts.values().flatten().collect::<BTreeSet<_>>()
+                    }),
                     "id": id,
                     "address": m.address,
                     "joined": m.joined,
@@ -1179,6 +1335,13 @@ impl MemberLoop {
                     "owner_address": a.owner.as_ref().map(|x| x.address.clone()),
                     "owner_epoch": a.owner.as_ref().map(|x| x.epoch),
                     "owner_alive": plan::live_owner(d, &self.alive, *g).is_some(),
+                    "hand_over_waits": self.waiting.get(g).map(|(to, missing)| json!({
+                        "to": to,
+                        "hosts_not_there": missing,
+                        "wait_left_ms": self.alive_since.get(to).map(|(_, t)| {
+                            o.failback_wait.saturating_sub(t.elapsed()).as_millis() as u64
+                        }),
+                    })),
                     "here": if self.draining.contains_key(g) { "draining" } else {
                         match self.desired(d).get(g) {
                             Some(AnaState::Optimized) => "optimized",
@@ -1292,6 +1455,7 @@ mod tests {
             pool: "rbd".into(),
             lease: Duration::from_secs(15),
             home: BTreeSet::new(),
+            failback_wait: Duration::from_secs(20),
         }
     }
 

@@ -11,6 +11,10 @@
 //!   move`): planned, no fencing; and rebalancing: an owner with at least
 //!   two groups more than another live member (counting groups without a
 //!   live home) hands one of them over, one per tick;
+//! - that such a hand-over waits until every host connected to the group
+//!   here is connected to the receiver too (or the receiver has been alive
+//!   longer than the failback wait): otherwise a host whose controller has
+//!   not reconnected there yet would be left with no optimized path;
 //! - the ANA state each group gets on this member's listeners: optimized
 //!   on its live owner only, inaccessible everywhere else.
 //!
@@ -33,7 +37,18 @@ pub struct View<'a> {
     pub alive: &'a BTreeSet<String>,
     /// ANA groups this member serves, with their namespaces.
     pub serves: &'a BTreeSet<u32>,
+    /// The hosts connected to each member, per ANA group (from each live
+    /// incarnation's status object; this member's own count). Missing
+    /// entries are no hosts.
+    pub hosts: &'a HostsByMember,
+    /// Members alive longer than the failback wait: a hand-over to them
+    /// no longer waits for hosts.
+    pub waited: &'a BTreeSet<String>,
 }
+
+/// Host NQNs with a controller on a subsystem holding a namespace of the
+/// ANA group, per group, by member.
+pub type HostsByMember = BTreeMap<String, BTreeMap<u32, BTreeSet<String>>>;
 
 /// One step a member takes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -46,6 +61,43 @@ pub enum Action {
     },
     /// Give `group` to its home `to` (planned: drain, then hand over).
     HandOver { group: u32, to: String },
+    /// `group` would be handed to `to`, but these hosts are connected to it
+    /// here and not yet there: it stays here for now.
+    WaitForHosts {
+        group: u32,
+        to: String,
+        missing: BTreeSet<String>,
+    },
+}
+
+/// The hosts connected to `g` on this member and not on `to`.
+pub fn hosts_missing(v: &View<'_>, g: u32, to: &str) -> BTreeSet<String> {
+    let of = |m: &str| v.hosts.get(m).and_then(|x| x.get(&g));
+    let Some(mine) = of(v.me) else {
+        return BTreeSet::new();
+    };
+    let theirs = of(to);
+    mine.iter()
+        .filter(|h| !theirs.is_some_and(|t| t.contains(*h)))
+        .cloned()
+        .collect()
+}
+
+/// A planned move of `g` to `to`, or the wait for its hosts.
+fn hand_over(v: &View<'_>, g: u32, to: &str) -> Action {
+    let missing = hosts_missing(v, g, to);
+    if missing.is_empty() || v.waited.contains(to) {
+        Action::HandOver {
+            group: g,
+            to: to.to_string(),
+        }
+    } else {
+        Action::WaitForHosts {
+            group: g,
+            to: to.to_string(),
+            missing,
+        }
+    }
 }
 
 /// Whether member `m` is alive: listed, holding its lease, and its listed
@@ -120,7 +172,7 @@ fn loads<'d>(doc: &'d GroupDoc, alive: &BTreeSet<String>) -> BTreeMap<&'d str, u
 /// The steps this member takes now.
 pub fn decide(v: &View<'_>) -> Vec<Action> {
     let mut out = decide_groups(v);
-    if out.is_empty() {
+    if out.iter().all(|a| matches!(a, Action::WaitForHosts { .. })) {
         out.extend(rebalance(v));
     }
     out
@@ -149,10 +201,7 @@ fn rebalance(v: &View<'_>) -> Option<Action> {
             .min_by_key(|(m, n)| (**n, **m));
         if let Some((m, n)) = least {
             if mine >= n + 2 {
-                return Some(Action::HandOver {
-                    group: g,
-                    to: m.to_string(),
-                });
+                return Some(hand_over(v, g, m));
             }
         }
     }
@@ -196,10 +245,7 @@ fn decide_groups(v: &View<'_>) -> Vec<Action> {
         let home = v.doc.groups.get(&g).and_then(|a| a.home.as_deref());
         if let Some(h) = home {
             if h != v.me && is_live(v.doc, v.alive, h) && serves(v.doc, h, g) {
-                out.push(Action::HandOver {
-                    group: g,
-                    to: h.to_string(),
-                });
+                out.push(hand_over(v, g, h));
             }
         }
     }
@@ -253,8 +299,13 @@ mod tests {
             doc: d,
             alive,
             serves,
+            hosts: &NO_HOSTS,
+            waited: &NOBODY,
         }
     }
+
+    static NO_HOSTS: HostsByMember = BTreeMap::new();
+    static NOBODY: BTreeSet<String> = BTreeSet::new();
 
     #[test]
     fn unowned_groups_go_home_or_to_the_least_loaded() {
@@ -441,6 +492,76 @@ mod tests {
             vec![Action::Take {
                 group: 2,
                 fence: None
+            }]
+        );
+    }
+
+    #[test]
+    fn failback_waits_until_the_hosts_are_connected_to_the_home() {
+        let all = [1, 2];
+        let mut d = doc(&[("a", "A2", &all), ("b", "B", &all)]);
+        d.groups.entry(1).or_default().home = Some("a".into());
+        d.groups.entry(2).or_default().home = Some("b".into());
+        d.set_owner(1, "b", "B");
+        d.set_owner(2, "b", "B");
+        let serves: BTreeSet<u32> = all.into_iter().collect();
+        let both = set(&["a", "b"]);
+        let h = |x: &[(&str, u32, &[&str])]| -> HostsByMember {
+            let mut m = HostsByMember::new();
+            for (who, g, hs) in x {
+                m.entry(who.to_string())
+                    .or_default()
+                    .insert(*g, hs.iter().map(|s| s.to_string()).collect());
+            }
+            m
+        };
+        let decide_with = |hosts: &HostsByMember, waited: &BTreeSet<String>| {
+            decide(&View {
+                me: "b",
+                address: "B",
+                doc: &d,
+                alive: &both,
+                serves: &serves,
+                hosts,
+                waited,
+            })
+        };
+        // Hosts x and y use group 1 through b; only x has reconnected to a.
+        let hosts = h(&[("b", 1, &["x", "y"]), ("b", 2, &["x"]), ("a", 1, &["x"])]);
+        assert_eq!(
+            decide_with(&hosts, &NOBODY),
+            vec![Action::WaitForHosts {
+                group: 1,
+                to: "a".into(),
+                missing: ["y".to_string()].into_iter().collect()
+            }]
+        );
+        // y connects there too: the group goes home.
+        let hosts = h(&[("b", 1, &["x", "y"]), ("a", 1, &["y", "x", "z"])]);
+        assert_eq!(
+            decide_with(&hosts, &NOBODY),
+            vec![Action::HandOver {
+                group: 1,
+                to: "a".into()
+            }]
+        );
+        // y never comes: once a has been alive longer than the wait, it goes
+        // home anyway.
+        let hosts = h(&[("b", 1, &["x", "y"])]);
+        assert_eq!(
+            decide_with(&hosts, &set(&["a"])),
+            vec![Action::HandOver {
+                group: 1,
+                to: "a".into()
+            }]
+        );
+        // No host uses group 1 here: nothing to wait for.
+        let hosts = h(&[("b", 2, &["x"])]);
+        assert_eq!(
+            decide_with(&hosts, &NOBODY),
+            vec![Action::HandOver {
+                group: 1,
+                to: "a".into()
             }]
         );
     }
