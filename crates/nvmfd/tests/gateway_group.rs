@@ -1035,12 +1035,32 @@ fn two_of_three_killed_together_then_the_monitor_restarts_under_load() {
         );
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (rounds, failures) = own.join().unwrap();
+    let (rounds, failures) = own.join().unwrap_or_else(|_| {
+        panic!(
+            "the load on c's own group failed; c's log:\n{}",
+            cm.d.logs()
+        )
+    });
     assert!(
         failures.is_empty(),
-        "c's own group failed during the kills: {failures:?}"
+        "c's own group failed during the kills: {failures:?}\n--- c's log ---\n{}",
+        cm.d.logs()
     );
     eprintln!("{rounds} write+read rounds on c's own group during the kills, 0 failures");
+    for l in
+        cm.d.logs()
+            .lines()
+            .filter(|l| l.contains("fenced (blocklisted"))
+    {
+        eprintln!("c: {l}");
+    }
+    // Fencing two members in one step must not keep c from renewing its own lease.
+    assert_eq!(
+        metric(&scrape(&cm), "nvmf_group_self_fences_total"),
+        0,
+        "c fenced itself while taking over; its log:\n{}",
+        cm.d.logs()
+    );
 
     // The monitor killed and restarted under load on all three groups: leases live on the
     // OSD, so nothing moves and nothing fails.
@@ -1052,7 +1072,9 @@ fn two_of_three_killed_together_then_the_monitor_restarts_under_load() {
     eprintln!("monitor restarted in {:?}", t1.elapsed());
     std::thread::sleep(Duration::from_secs(3));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (rounds, failures) = all.join().unwrap();
+    let (rounds, failures) = all
+        .join()
+        .unwrap_or_else(|_| panic!("the load failed; c's log:\n{}", cm.d.logs()));
     assert!(
         failures.is_empty(),
         "I/O failed across the monitor restart: {failures:?}"

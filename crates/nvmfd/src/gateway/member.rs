@@ -888,6 +888,13 @@ impl MemberLoop {
                 Action::Take { group, fence } => {
                     if let Some((member, address)) = fence {
                         if !doc.is_fenced(&address) {
+                            // A fencing can take a second or more (the monitor's commit, the
+                            // OSD map): renewing only once per step, a survivor fencing two
+                            // dead members in one step could miss its own renewal long enough
+                            // to fence itself. Renewed here when due.
+                            if !self.renew() {
+                                return;
+                            }
                             let t = Instant::now();
                             if let Err(e) = self.h.objs.fence(&address, FENCE_EXPIRE) {
                                 self.rados_error(&format!("fencing {member} ({address})"), &e);
