@@ -164,7 +164,25 @@ fn sigkill_mid_burst_never_tears() {
 /// of a newer format is refused, naming the version that wrote it.
 #[test]
 fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused() {
-    let golden = include_str!("golden/state-format0.json");
+    // The file names a key file and a disk image under /tmp/golden/, which must exist when
+    // it is read: they are made in this test's own directory, and the paths moved there.
+    let dir = std::env::temp_dir().join(format!("nvmf-golden-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = dir.join("host.key");
+    std::fs::write(
+        &key,
+        "DHHC-1:00:AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh+KfiaR:\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+    std::fs::File::create(dir.join("disk.img"))
+        .unwrap()
+        .set_len(8 << 20)
+        .unwrap();
+    let golden = include_str!("golden/state-format0.json")
+        .replace("/tmp/golden/", &format!("{}/", dir.display()));
+    let golden = golden.as_str();
     let cfg = TargetConfig::from_json_str(golden).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cfg.to_json_string_pretty(), golden, "format 0 round trip");
     assert_eq!(cfg.subsystems.len(), 2);
@@ -182,8 +200,6 @@ fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused
         );
     }
 
-    let dir = std::env::temp_dir().join(format!("nvmf-golden-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     let sf = StateFile::new(dir.join("state.json"));
     sf.write(&cfg).unwrap();
     let written: serde_json::Value =
