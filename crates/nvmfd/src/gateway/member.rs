@@ -9,8 +9,9 @@
 //! RADOS client, wait for the OSD map that carries it, then write the new
 //! owner with a version guard) or a planned hand-over (inaccessible here,
 //! counted writes drained, then the record changed; held back while hosts
-//! connected to the group here have not connected to the receiver yet). It sets this member's
-//! ANA states through the RPC service, like `nvmf_subsystem_listener_set_ana_state`,
+//! connected to the group here have not connected to the receiver yet). It
+//! sets this member's ANA states through the RPC service, like
+//! `nvmf_subsystem_listener_set_ana_state`,
 //! so hosts get the ANA Change event. Also the RPC side of `nvmf gw
 //! status` / `nvmf gw move` ([`Handle`]) and the group's counters.
 //!
@@ -755,7 +756,8 @@ impl MemberLoop {
             self.alive.clear();
             return;
         }
-        if self.hosts_published.as_ref() != Some(&self.connected_hosts()) {
+        let my_hosts = self.connected_hosts();
+        if self.hosts_published.as_ref() != Some(&my_hosts) {
             // A host connected or left: the owners of this member's home
             // groups wait for that before they hand them back.
             self.publish_member_status();
@@ -869,7 +871,7 @@ impl MemberLoop {
             .filter(|(m, p)| doc.members.get(*m).is_some_and(|x| x.address == p.address))
             .map(|(m, p)| (m.clone(), p.hosts.clone()))
             .collect();
-        hosts.insert(o.id.clone(), self.connected_hosts());
+        hosts.insert(o.id.clone(), my_hosts);
         let actions = plan::decide(&View {
             me: &o.id,
             address: &self.address,
@@ -945,11 +947,7 @@ impl MemberLoop {
                 }
                 Action::WaitForHosts { group, to, missing } => {
                     if self.waiting.get(&group) != Some(&(to.clone(), missing.clone())) {
-                        let left = self
-                            .alive_since
-                            .get(&to)
-                            .map(|(_, t)| o.failback_wait.saturating_sub(t.elapsed()))
-                            .unwrap_or(o.failback_wait);
+                        let left = self.failback_wait_left(&to).unwrap_or(o.failback_wait);
                         info!(
                             group = %o.name, anagrpid = group, %to,
                             "hand-over waits until these hosts are connected to {to} too \
@@ -1063,6 +1061,13 @@ impl MemberLoop {
             }
         }
         out
+    }
+
+    /// How much longer a hand-over to `to` may wait for hosts (from when
+    /// its incarnation was first seen alive).
+    fn failback_wait_left(&self, to: &str) -> Option<Duration> {
+        let (_, since) = self.alive_since.get(to)?;
+        Some(self.opts().failback_wait.saturating_sub(since.elapsed()))
     }
 
     /// Reads every member's status object (for the hand-over's host check
@@ -1345,9 +1350,7 @@ impl MemberLoop {
                     "hand_over_waits": self.waiting.get(g).map(|(to, missing)| json!({
                         "to": to,
                         "hosts_not_there": missing,
-                        "wait_left_ms": self.alive_since.get(to).map(|(_, t)| {
-                            o.failback_wait.saturating_sub(t.elapsed()).as_millis() as u64
-                        }),
+                        "wait_left_ms": self.failback_wait_left(to).map(|d| d.as_millis() as u64),
                     })),
                     "here": if self.draining.contains_key(g) { "draining" } else {
                         match self.desired(d).get(g) {
