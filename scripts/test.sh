@@ -173,27 +173,57 @@ if [ "$rc" != 0 ] && grep -q "test result: FAILED\|^error" "$test_log"; then
   python3 - "$test_log" >&2 <<'PY' || true
 import re, sys
 text = open(sys.argv[1], errors="replace").read()
-binary = None
-failed = []
-for line in text.splitlines():
+lines = text.splitlines()
+# Each test binary's part of the log starts at cargo's "Running <src> (<binary>)".
+parts = []  # (source, first line, last line)
+for i, line in enumerate(lines):
     m = re.match(r"\s+Running (\S+) \((\S+)\)", line)
     if m:
-        binary = m.group(1)
-    m = re.match(r"test (\S+) \.\.\. FAILED", line)
-    if m:
-        failed.append((binary, m.group(1)))
-for binary, name in failed:
-    print(f"  FAILED {binary} :: {name}")
-for binary, name in failed:
-    m = re.search(r"---- " + re.escape(name) + r" stdout ----\n(.*?)(?=\n---- |\nfailures:\n)", text, re.S)
-    if m:
-        body = m.group(1).rstrip().splitlines()
-        print(f"---- {binary} :: {name} (last {min(len(body), 40)} of {len(body)} lines)")
-        print("\n".join(body[-40:]))
-errs = [l for l in text.splitlines() if re.match(r"error(\[E\d+\])?: ", l)]
-for l in errs[:20]:
-    print("  " + l)
-if not failed and not errs:
+        if parts:
+            parts[-1][2] = i
+        parts.append([m.group(1), i, len(lines)])
+failed = []
+for source, a, b in parts:
+    names = []
+    for j in range(a, b):
+        # "test NAME ... FAILED", also when a child's output (a guest's console) came
+        # between "test NAME ... " and "FAILED": then the name comes from libtest's
+        # closing "failures:" list instead
+        m = re.search(r"test (\S+) \.\.\. FAILED", lines[j])
+        if m:
+            names.append(m.group(1))
+        if lines[j] == "failures:" and j + 1 < b and lines[j + 1].startswith("    "):
+            k = j + 1
+            while k < b and lines[k].startswith("    "):
+                names.append(lines[k].strip())
+                k += 1
+    for n in dict.fromkeys(names):
+        failed.append((source, n, a, b))
+    # a binary that died (signal, abort) names no test: cargo's "Caused by" says how
+    for j in range(a, b):
+        if lines[j].startswith("error: test failed") and not names:
+            failed.append((source, None, a, b))
+            break
+for source, name, a, b in failed:
+    print(f"  FAILED {source} :: {name or '(the test binary itself: see below)'}")
+for source, name, a, b in failed:
+    part = "\n".join(lines[a:b])
+    body = None
+    if name:
+        m = re.search(r"---- " + re.escape(name) + r" stdout ----\n(.*?)(?=\n---- |\nfailures:\n)", part, re.S)
+        if m:
+            body = m.group(1).rstrip().splitlines()
+    if body is None:
+        body = lines[a:b]
+    print(f"---- {source} :: {name or '(binary)'} (last {min(len(body), 40)} of {len(body)} lines)")
+    print("\n".join(body[-40:]))
+for j, l in enumerate(lines):
+    if re.match(r"error(\[E\d+\])?: ", l):
+        print("  " + l)
+        for k in range(j + 1, min(j + 4, len(lines) - 1)):
+            if lines[k].startswith("Caused by"):
+                print("    " + lines[k + 1].strip()[:300])
+if not failed and not any(re.match(r"error(\[E\d+\])?: ", l) for l in lines):
     print("  (no failing test named: see the log above)")
 PY
 fi

@@ -33,11 +33,15 @@ fn kernel_host_against_nvmfd_over_rxe() {
     // This test runs per-queue receives (rpc.py's -r); the others the default SRQ.
     target_env.push(("NO_SRQ", "1".to_string()));
     // Two reactors (one per vCPU); the kernel host's two I/O queues (one of them a write
-    // queue) must land one on each; busy polling with a window long enough for TCG.
+    // queue) must land one on each; busy polling with a window long enough for TCG: the
+    // adaptive window (poll_window.rs) halves after each idle stretch longer than the cap,
+    // and under TCG most gaps between fio's completions exceed 1 ms, so a 1 ms cap left the
+    // window near 0 and some runs reaped nothing by a busy poll (1 run in 5 here, and CI's):
+    // 10 ms holds it open through fio's run.
     target_env.extend([
         ("GUEST_SMP", "2".to_string()),
         ("SPREAD", "1".to_string()),
-        ("POLL_US", "1000".to_string()),
+        ("POLL_US", POLL_US.to_string()),
         ("BUSY", "1".to_string()),
         // While the host is connected: its RDMA queues in nvmf_subsystem_get_qpairs, the
         // reactors' RDMA counters in nvmf_get_stats and /metrics.
@@ -78,17 +82,24 @@ fn kernel_host_against_nvmfd_over_rxe() {
         2,
         "the probe's 2 connections over --max-connections-per-host must be refused by admission\n==== nvmfd.log ====\n{log}"
     );
+    let polled: u64 = port_counters(&log, "polled_completions").iter().sum();
+    let busy_polls: u64 = port_counters(&log, "busy_polls").iter().sum();
+    let completions: u64 = port_counters(&log, "completions").iter().sum();
     case.conclude_pair(
         &host,
         &target,
         true,
         &format!(
-            "nvmfd serving after {:.1} s, host guest {:.1} s",
+            "nvmfd serving after {:.1} s, host guest {:.1} s; --poll-us {POLL_US}: {polled} of \
+             {completions} completions reaped by {busy_polls} busy polls",
             t_serving.as_secs_f64(),
             host.wall.as_secs_f64()
         ),
     );
 }
+
+/// nvmfd's --poll-us in `kernel_host_against_nvmfd_over_rxe` (see there).
+const POLL_US: u32 = 10_000;
 
 /// nvmfd's --max-connections-per-host in `kernel_host_against_nvmfd_over_rxe` (the kernel
 /// host needs 3 at once: admin and two I/O queues).
@@ -271,7 +282,7 @@ fn nvmfd_over_rxe_survives_a_host_killed_mid_io() {
 
 /// The `counter=N` values of nvmfd's "NVMe/RDMA port closed" lines, one per reactor port.
 fn port_counters(log: &str, counter: &str) -> Vec<u64> {
-    let key = format!("{counter}=");
+    let key = format!(" {counter}=");
     log.lines()
         .filter(|l| l.contains("NVMe/RDMA port closed"))
         .filter_map(|l| l.split(key.as_str()).nth(1))
