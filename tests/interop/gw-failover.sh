@@ -23,22 +23,16 @@ read -r PA PB PC <<< "$PORTS"
 
 # I/Os completed on namespace $2 through the path of host port $1
 ns_path_ios() {
-  local c b a r
-  c=$(mp_ctrl_of_port "$1") || { echo 0; return; }
-  for b in /sys/block/nvme*c*n*; do
-    [ -e "$b/device" ] || continue
-    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
-    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
-    read -r a _ _ _ r _ < "$b/stat"
-    echo $((a + r)); return
-  done
-  echo 0
+  local a r
+  _mp_ctrl "$1" && _mp_path "$MP_C" "$2" || { echo 0; return; }
+  read -r a _ _ _ r _ < "$MP_B/stat"
+  echo $((a + r))
 }
 
 # the port through which namespace $1 is optimized now
 owner_port() {
   local p
-  for p in $PORTS; do [ "$(mp_ana_of "$p" "$1")" = optimized ] && { echo "$p"; return; }; done
+  for p in $PORTS; do _mp_ana "$p" "$1"; [ "$MP_ANA" = optimized ] && { echo "$p"; return; }; done
   echo none
 }
 
@@ -103,7 +97,7 @@ t0=$(uptime_s)
 checkpoint add-ns7
 for i in $(seq 200); do
   n=0
-  for p in $PORTS; do [ "$(mp_ana_of "$p" 7)" = none ] || n=$((n + 1)); done
+  for p in $PORTS; do _mp_ana "$p" 7; [ "$MP_ANA" = none ] || n=$((n + 1)); done
   [ "$n" = 3 ] && break
   sleep 0.1
 done

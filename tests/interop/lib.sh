@@ -14,6 +14,14 @@ CHECKPOINTS=${CHECKPOINTS:-0}
 DMESG_MARK=0
 
 uptime_s() { cut -d' ' -f1 /proc/uptime; }
+# sys_rd VAR FILE: the first line of FILE (a sysfs attribute) into VAR, "" when unreadable,
+# without starting a process (under TCG a fork and exec costs milliseconds; the sysfs scans
+# here and in mp-lib.sh run in loops)
+sys_rd() {
+  local -n _sys_rd_v=$1
+  _sys_rd_v=
+  { IFS= read -r _sys_rd_v < "$2"; } 2>/dev/null || true
+}
 STEP_T0=$(uptime_s)
 step() { STEP_T0=$(uptime_s); echo "== STEP $*"; }
 ok() { echo "ok: $* ($(awk -v a="$STEP_T0" -v b="$(uptime_s)" 'BEGIN { printf "%.1f s", b - a }'))"; }
@@ -60,11 +68,11 @@ dmesg_clean() {
 
 # controller device (nvmeX) of subsystem $1, waiting up to 10 s for it to be live
 ctrl_of() {
-  local i c
+  local i c v
   for i in $(seq 100); do
     for c in /sys/class/nvme/nvme*; do
-      [ -e "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn")" = "$1" ] && [ "$(cat "$c/state")" = live ] &&
-        { echo "${c##*/}"; return 0; }
+      sys_rd v "$c/subsysnqn"; [ "$v" = "$1" ] || continue
+      sys_rd v "$c/state"; [ "$v" = live ] && { echo "${c##*/}"; return 0; }
     done
     sleep 0.1
   done
@@ -73,12 +81,12 @@ ctrl_of() {
 
 # block device of namespace $2 of subsystem $1 (/dev/nvmeXnY), waiting up to 10 s
 ns_dev() {
-  local i b
+  local i b v
   for i in $(seq 100); do
     for b in /sys/block/nvme*; do
       [ -b "/dev/${b##*/}" ] || continue        # skip hidden per-path disks (nvmeXcYnZ)
-      [ "$(cat "$b/device/subsysnqn" 2>/dev/null)" = "$1" ] && [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] &&
-        { echo "/dev/${b##*/}"; return 0; }
+      sys_rd v "$b/device/subsysnqn"; [ "$v" = "$1" ] || continue
+      sys_rd v "$b/nsid"; [ "$v" = "$2" ] && { echo "/dev/${b##*/}"; return 0; }
     done
     sleep 0.1
   done
@@ -87,11 +95,11 @@ ns_dev() {
 
 # wait (up to 10 s) until no controller of subsystem $1 is left
 wait_no_ctrl() {
-  local i c found
+  local i c v found
   for i in $(seq 100); do
     found=""
     for c in /sys/class/nvme/nvme*; do
-      [ -e "$c/subsysnqn" ] && [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$1" ] && found=${c##*/}
+      sys_rd v "$c/subsysnqn"; [ "$v" = "$1" ] && found=${c##*/}
     done
     [ -z "$found" ] && return 0
     sleep 0.1

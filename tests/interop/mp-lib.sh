@@ -18,11 +18,17 @@
 #                           (the longest I/O latency fio saw, read or write, in ms)
 MP_H=(--hostnqn="$HOSTNQN" --hostid="$HOSTID")
 
+# The helpers below read sysfs without starting a process (sys_rd, lib.sh): under TCG, with fio running, each
+# fork and exec costs milliseconds, and the old helpers (cat, readlink, basename and tr for
+# every controller and path device) spent 0.5-1 s on one ANA state: mp_show_ana 7 took
+# 10-20 s and the gateway scenarios' steps most of their time.
+
 # the subsystem directory /sys/class/nvme-subsystem/nvme-subsysN of $NQN
 mp_subsys() {
-  local s
+  local s v
   for s in /sys/class/nvme-subsystem/nvme-subsys*; do
-    [ "$(cat "$s/subsysnqn" 2>/dev/null)" = "$NQN" ] && { echo "$s"; return 0; }
+    sys_rd v "$s/subsysnqn"
+    [ "$v" = "$NQN" ] && { echo "$s"; return 0; }
   done
   return 1
 }
@@ -35,22 +41,39 @@ mp_connect() {
   done
 }
 
-# controller (nvmeX) whose transport address has trsvcid=PORT, any state
-mp_ctrl_of_port() {
-  local c
+# controller (nvmeX) whose transport address has trsvcid=PORT, any state: _mp_ctrl sets
+# MP_C (no subshell), mp_ctrl_of_port prints it
+_mp_ctrl() {
+  local c v
   for c in /sys/class/nvme/nvme*; do
-    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] || continue
-    case ",$(cat "$c/address" 2>/dev/null | tr -d ' ')," in
-      *",trsvcid=$1,"*) echo "${c##*/}"; return 0 ;;
+    sys_rd v "$c/subsysnqn"
+    [ "$v" = "$NQN" ] || continue
+    sys_rd v "$c/address"
+    case ",${v// /}," in
+      *",trsvcid=$1,"*) MP_C=${c##*/}; return 0 ;;
     esac
+  done
+  return 1
+}
+mp_ctrl_of_port() { _mp_ctrl "$1" && echo "$MP_C"; }
+
+# the path device of namespace $2 through controller $1 (nvmeY) into MP_B: the kernel names
+# it nvme<subsystem>c<Y>n<head> (/sys/block/nvmeXcYnZ)
+_mp_path() {
+  local b v y=${1#nvme}
+  for b in /sys/block/nvme*c"$y"n*; do
+    [[ ${b##*/} =~ ^nvme[0-9]+c${y}n[0-9]+$ ]] || continue
+    sys_rd v "$b/nsid"
+    [ "$v" = "$2" ] && { MP_B=$b; return 0; }
   done
   return 1
 }
 
 mp_live_count() {
-  local c n=0
+  local c v w n=0
   for c in /sys/class/nvme/nvme*; do
-    [ "$(cat "$c/subsysnqn" 2>/dev/null)" = "$NQN" ] && [ "$(cat "$c/state" 2>/dev/null)" = live ] && n=$((n + 1))
+    sys_rd v "$c/subsysnqn"; sys_rd w "$c/state"
+    [ "$v" = "$NQN" ] && [ "$w" = live ] && n=$((n + 1))
   done
   echo "$n"
 }
@@ -80,12 +103,11 @@ mp_iopolicy() {
   info "iopolicy $(cat "$s/iopolicy")"
 }
 
-mp_path_ios() {  # port -> reads+writes completed through that path's namespace (nvmeXcYn1)
-  local c b a r
-  c=$(mp_ctrl_of_port "$1") || { echo 0; return; }
-  for b in /sys/block/nvme*c*n1; do
-    [ -e "$b/device" ] || continue
-    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
+mp_path_ios() {  # port -> reads+writes completed through that path's first namespace (nvmeXcYn1)
+  local b a r
+  _mp_ctrl "$1" || { echo 0; return; }
+  for b in /sys/block/nvme*c"${MP_C#nvme}"n1; do
+    [ -e "$b/stat" ] || continue
     read -r a _ _ _ r _ < "$b/stat"
     echo $((a + r)); return
   done
@@ -94,18 +116,16 @@ mp_path_ios() {  # port -> reads+writes completed through that path's namespace 
 
 # ana_state of namespace $2 through the path of host port $1 ("none" without a live one: a
 # dead controller's path keeps the last state it read)
-mp_ana_of() {
-  local c b
-  c=$(mp_ctrl_of_port "$1") || { echo none; return; }
-  [ "$(cat "/sys/class/nvme/$c/state" 2>/dev/null)" = live ] || { echo none; return; }
-  for b in /sys/block/nvme*c*n*; do
-    [ -e "$b/device" ] || continue
-    [ "$(basename "$(readlink -f "$b/device")")" = "$c" ] || continue
-    [ "$(cat "$b/nsid" 2>/dev/null)" = "$2" ] || continue
-    cat "$b/ana_state"; return
-  done
-  echo none
+_mp_ana() {  # sets MP_ANA
+  local v
+  MP_ANA=none
+  _mp_ctrl "$1" || return 0
+  sys_rd v "/sys/class/nvme/$MP_C/state"
+  [ "$v" = live ] || return 0
+  _mp_path "$MP_C" "$2" || return 0
+  sys_rd MP_ANA "$MP_B/ana_state"
 }
+mp_ana_of() { _mp_ana "$1" "$2"; echo "$MP_ANA"; }
 
 # wait up to $3 s until namespace $1 is optimized through exactly one live path, one of the
 # ports in $2 (space separated)
@@ -114,7 +134,8 @@ mp_wait_owner() {
   for i in $(seq $(($3 * 10))); do
     n=0
     for p in $PORTS; do
-      if [ "$(mp_ana_of "$p" "$1")" = optimized ]; then
+      _mp_ana "$p" "$1"
+      if [ "$MP_ANA" = optimized ]; then
         case " $2 " in *" $p "*) n=$((n + 1)) ;; *) n=99 ;; esac
       fi
     done
@@ -126,9 +147,11 @@ mp_wait_owner() {
 
 # each of namespaces 1..$1's ANA state through every port
 mp_show_ana() {
-  local p n
+  local p n line
   for n in $(seq "$1"); do
-    echo "  namespace $n: $(for p in $PORTS; do printf '%s=%s ' "$p" "$(mp_ana_of "$p" "$n")"; done)"
+    line="  namespace $n: "
+    for p in $PORTS; do _mp_ana "$p" "$n"; line+="$p=$MP_ANA "; done
+    echo "$line"
   done
 }
 
