@@ -41,8 +41,8 @@ mp_connect() {
   done
 }
 
-# controller (nvmeX) whose transport address has trsvcid=PORT, any state: _mp_ctrl sets
-# MP_C (no subshell), mp_ctrl_of_port prints it
+# controller (nvmeX) whose transport address has trsvcid=PORT, any state, into MP_C (no
+# subshell)
 _mp_ctrl() {
   local c v
   for c in /sys/class/nvme/nvme*; do
@@ -55,7 +55,6 @@ _mp_ctrl() {
   done
   return 1
 }
-mp_ctrl_of_port() { _mp_ctrl "$1" && echo "$MP_C"; }
 
 # the path device of namespace $2 through controller $1 (nvmeY) into MP_B: the kernel names
 # it nvme<subsystem>c<Y>n<head> (/sys/block/nvmeXcYnZ)

@@ -166,8 +166,7 @@ fn sigkill_mid_burst_never_tears() {
 fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused() {
     // The file names a key file and a disk image under /tmp/golden/, which must exist when
     // it is read: they are made in this test's own directory, and the paths moved there.
-    let dir = std::env::temp_dir().join(format!("nvmf-golden-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = nvmf_testkit::TestDir::new("golden");
     let key = dir.join("host.key");
     std::fs::write(
         &key,
@@ -181,7 +180,7 @@ fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused
         .set_len(8 << 20)
         .unwrap();
     let golden = include_str!("golden/state-format0.json")
-        .replace("/tmp/golden/", &format!("{}/", dir.display()));
+        .replace("/tmp/golden/", &format!("{}/", dir.path().display()));
     let golden = golden.as_str();
     let cfg = TargetConfig::from_json_str(golden).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cfg.to_json_string_pretty(), golden, "format 0 round trip");
@@ -222,5 +221,4 @@ fn golden_format0_is_read_the_state_file_is_versioned_and_a_newer_format_refused
         e.contains("99.0.0") && e.contains("Refusing to misread"),
         "{e}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
